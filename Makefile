@@ -1,0 +1,50 @@
+# Local stack: `make run` (demo on Azurite + the local Functions host), `make test`, `make up`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+
+.PHONY: install run up test test-unit lint bench chaos chaos-long package clean
+
+install: $(STAMP) $(NODE_STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+run: install  ## the demo: Azurite + local host + Spark, jobs flow, summary, everything stopped
+	$(PY) -m devstack.demo
+
+up: install  ## the stack on standard ports until Ctrl-C
+	$(PY) -m devstack.up
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: install lint  ## unit + integration tests (real Azurite, real Spark), short chaos run
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+bench: install  ## benchmarks: prints tables, saves JSON under bench/out/
+	$(PY) -m bench.run
+
+chaos-long: install  ## the long chaos run (>= 2,000 jobs)
+	$(PY) -m pytest -q -m slow tests/chaos -p no:cacheprovider
+
+package: $(STAMP)
+	$(PY) -m deploy.package --out dist/app.zip
+
+clean:
+	rm -rf $(VENV) node_modules dist .pytest_cache .mypy_cache .ruff_cache

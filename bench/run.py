@@ -1,0 +1,390 @@
+"""`make bench`: every benchmark in one command; prints a table and saves JSON.
+
+    python -m bench.run                    # default run (~5-8 minutes on 2 cores)
+    python -m bench.run --quick            # small sizes, a smoke test (~1 minute)
+    python -m bench.run --messages 5000    # jobs per drain (host vs bare loop, host scaling)
+    python -m bench.run --full             # the aggregate memory test on a 1 GB input
+    python -m bench.run --spark            # also bench/bench_spark.py (slow)
+    python -m bench.run --out DIR          # bench.json, the PNG plot and host logs go to DIR
+
+Sections (each starts and stops its own Azurite and local hosts):
+1. the local host's message and storage-request rates against a bare receive/delete loop on the
+   same Azurite, alternately in the same run, medians;
+2. storage requests per message: happy, duplicate and retry paths;
+3. enqueue-to-completion latency p50 / p95 under a steady load;
+4. throughput against the number of host processes (1, 2, 3), plotted to throughput_vs_hosts.png;
+5. the inline aggregate engine against a naive csv loop, and its peak memory (bench_aggregate.py);
+6. with --spark: bench_spark.py.
+The machine is shared and noisy: speed figures are ratios taken side by side, or counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from bench.bench_host import HostBenchConfig, run_all
+from bench.plot import plot_from_report
+from devstack.hostproc import REPO_ROOT
+
+DEFAULT_OUT = REPO_ROOT / "bench" / "out"
+AGGREGATE_JSON = REPO_ROOT / "bench" / "out" / "aggregate.json"  # where bench_aggregate.py writes
+SPARK_JSON = REPO_ROOT / "bench" / "out" / "spark.json"  # where bench_spark.py writes
+SECTIONS = ("throughput", "requests", "latency", "scaling")
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- the machine --------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "?"
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures came from: CPUs, memory, Python, Node, the Azurite pin and the SDKs."""
+    pinned = _read_json(REPO_ROOT / "package.json").get("devDependencies", {}).get("azurite", "?")
+    installed = _read_json(REPO_ROOT / "node_modules" / "azurite" / "package.json").get("version", "?")
+    node = shutil.which("node")
+    node_version = (
+        subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip() if node else "?"
+    )
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_gb": round(mem_gb, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "node": node_version,
+        "azurite": installed,
+        "azurite_pinned": pinned,
+        "azure_storage_queue": _package_version("azure-storage-queue"),
+        "azure_storage_blob": _package_version("azure-storage-blob"),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# --- the other engineers' benchmarks (called, never edited) -------------------------------------
+
+
+def _help_text(module: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    return proc.stdout + proc.stderr
+
+
+def _supported(help_text: str, args: list[str]) -> list[str]:
+    """Keep only the `--flag value` pairs that the other script's --help lists."""
+    kept: list[str] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+        if flag in help_text.split():
+            kept.extend(args[i : i + (2 if takes_value else 1)])
+        else:
+            progress(f"  (skipping {flag}: not in its --help)")
+        i += 2 if takes_value else 1
+    return kept
+
+
+def run_script(module: str, args: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run `python -m module args`, echoing nothing; returns its output and exit code."""
+    path = REPO_ROOT / Path(*module.split(".")).with_suffix(".py")
+    if not path.exists():
+        return {"skipped": f"{path.relative_to(REPO_ROOT)} is not there"}
+    wanted = _supported(_help_text(module), args)
+    command = [sys.executable, "-m", module, *wanted]
+    progress(f"[{module}] {' '.join(command[1:])} ...")
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"command": command[1:], "error": f"timed out after {timeout_s:.0f}s"}
+    result: dict[str, Any] = {
+        "command": ["python", *command[1:]],
+        "exit_code": proc.returncode,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "stdout": proc.stdout,
+    }
+    if proc.returncode != 0:
+        result["error"] = proc.stderr.strip().splitlines()[-20:]
+    return result
+
+
+def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_aggregate.py: rows/s against a naive csv loop, and peak memory."""
+    if args.quick:
+        flags = ["--mb", "20", "--speed-rows", "50000", "--repeat", "1"]
+    else:
+        flags = ["--mb", "1000" if args.full else str(args.aggregate_mb)]
+    result = run_script("bench.bench_aggregate", flags, timeout_s=3600)
+    if result.get("exit_code") == 0 and AGGREGATE_JSON.exists():
+        result["report"] = _read_json(AGGREGATE_JSON)
+        if out_dir.resolve() != AGGREGATE_JSON.parent.resolve():
+            shutil.copy2(AGGREGATE_JSON, out_dir / AGGREGATE_JSON.name)
+    return result
+
+
+def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_spark.py, when asked for (slow): it starts its own Azurite and Spark cluster."""
+    flags = ["--sizes", "10,50", "--repeat", "1"] if args.quick else []
+    result = run_script("bench.bench_spark", flags, timeout_s=3600)
+    if result.get("exit_code") == 0 and SPARK_JSON.exists():
+        result["report"] = _read_json(SPARK_JSON)
+        if out_dir.resolve() != SPARK_JSON.parent.resolve():
+            shutil.copy2(SPARK_JSON, out_dir / SPARK_JSON.name)
+    return result
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def _ok(good: bool) -> str:
+    return "ok" if good else "MISSED"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The printed table (plain text, fixed width)."""
+    lines: list[str] = []
+    add = lines.append
+    m = report["machine"]
+    add("Benchmarks: " + report["mode"] + f", {report['started_at']}, {report['elapsed_s']:.0f} s in all")
+    add(
+        f"machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gb']} GB, {m['os']}; Python {m['python']}, "
+        f"Node {m['node']}, Azurite {m['azurite']} (pinned {m['azurite_pinned']}), "
+        f"azure-storage-queue {m['azure_storage_queue']}, azure-storage-blob {m['azure_storage_blob']}; "
+        f"load average at start {m['load_average_at_start']}"
+    )
+    host = report.get("host", {})
+
+    t = host.get("throughput")
+    if t:
+        c = t["concurrency"]
+        cpus = report["machine"]["cpus"]
+        add("")
+        add(
+            f"1. Local host vs bare receive/delete loop: same Azurite, same run, noop jobs pre-filled per drain, "
+            f"{t['rounds']} alternating round(s) (bare, host, bare, host, ...), medians"
+        )
+        add(
+            f"   both: receive({c['batch']}), a new receive when in flight <= {c['new_batch_threshold']}, "
+            f"up to {c['max_in_flight']} in flight; host: claim + complete on the ledger, then delete"
+        )
+        add(
+            f"   {'jobs':>6} {'consumer':<9}{'msg/s':>8}{'req/s':>8}{'req/msg':>8}{'CPU cons.':>10}"
+            f"{'CPU Azurite':>12}{'machine':>8}{'Azurite ms/req':>15}   runs (msg/s)"
+        )
+        for series in t.get("by_depth", [t]):
+            for name in ("bare", "host"):
+                med = series["median"][name]
+                runs = ", ".join(
+                    f"{r['messages_per_s']:.0f}" for r in series["runs"] if r["consumer"] == name
+                )
+                add(
+                    f"   {series['messages']:>6} {name:<9}{med['messages_per_s']:>8.1f}{med['requests_per_s']:>8.1f}"
+                    f"{med['requests_per_message']:>8.3f}{med['consumer_cores']:>10.2f}{med['azurite_cores']:>12.2f}"
+                    f"{med['machine_busy_cores']:>8.2f}{med['azurite_cpu_ms_per_request']:>15.2f}   {runs}"
+                )
+            target = t["request_rate_ratio_target"]
+            add(
+                f"   {series['messages']:>6} host / bare: storage requests/s {series['request_rate_ratio']:.3f}x "
+                f"(target >= {target}x: {_ok(series['request_rate_ratio'] >= target)}); "
+                f"messages/s {series['message_rate_ratio']:.3f}x"
+            )
+            if "request_rate_ratio_by_round" in series:
+                by_round = ", ".join(f"{x:.2f}" for x in series["request_rate_ratio_by_round"])
+                add(
+                    f"   {'':>6} requests/s ratio round by round: {by_round} "
+                    f"(median {series['request_rate_ratio_paired_median']:.3f}x)"
+                )
+        add(
+            f"   (CPU columns: cores busy during the drain = CPU seconds / wall seconds, of {cpus}; machine = all "
+            "processes, other people's work included; Azurite ms/req = Azurite CPU per storage request)"
+        )
+
+    r = host.get("requests")
+    if r:
+        add("")
+        add("2. Storage requests per message (the host's own count; empty polls and sweep peeks subtracted)")
+        add(
+            f"   {'path':<40}{'batch':>6}{'jobs':>6}{'msg/rcv':>8}{'receive':>9}{'delete':>8}"
+            f"{'ledger W':>9}{'ledger R':>9}{'q send':>8}{'total':>8}{'expected':>9}"
+        )
+        for row in r["rows"]:
+            p = row["per_message"]
+            add(
+                f"   {row['path']:<40}{row['batch_size']:>6}{row['jobs']:>6}{row['messages_per_receive']:>8}"
+                f"{p['receive']:>9.3f}{p['delete']:>8.2f}{p['ledger write']:>9.2f}{p['ledger read']:>9.2f}"
+                f"{p['queue send']:>8.2f}{row['requests_per_message']:>8.3f}{row['expected']:>9.3f}"
+                + (f"  other {p['other']}" if "other" in p else "")
+            )
+        happy = r["rows"][0]["requests_per_message"]
+        add(f"   happy path {happy:.3f} (target <= {r['target_happy']}: {_ok(happy <= r['target_happy'])})")
+        add(f"   {r['note']}")
+
+    lat = host.get("latency")
+    if lat:
+        add("")
+        q = lat["host_json"]
+        add(
+            f"3. Enqueue-to-completion latency: {lat['rate_per_s']:g} noop jobs/s for {lat['seconds']:g} s "
+            f"({lat['jobs']} jobs, achieved {lat['achieved_rate_per_s']}/s), 1 host, shipped host.json "
+            f"(batchSize {q.get('batchSize')}, maxPollingInterval {q.get('maxPollingInterval')})"
+        )
+        add(
+            f"   p50 {lat['p50_s'] * 1000:.0f} ms   p95 {lat['p95_s'] * 1000:.0f} ms   "
+            f"p99 {lat['p99_s'] * 1000:.0f} ms   max {lat['max_s'] * 1000:.0f} ms   mean {lat['mean_s'] * 1000:.0f} ms"
+        )
+
+    s = host.get("scaling")
+    if s:
+        add("")
+        add(
+            f"4. Throughput vs host processes: {s['messages']:,} noop jobs pre-filled, k hosts compete; "
+            f"{s['rounds']} alternating round(s), medians"
+        )
+        add(
+            f"   {'hosts':<8}{'seconds':>9}{'msg/s':>9}{'req/s':>9}{'CPU hosts':>11}{'CPU Azurite':>13}"
+            f"{'machine':>9}   runs (msg/s)"
+        )
+        for row in s["rows"]:
+            runs = ", ".join(f"{r['messages_per_s']:.0f}" for r in row.get("runs", []))
+            add(
+                f"   {row['hosts']:<8}{row['seconds']:>9.2f}{row['messages_per_s']:>9.1f}"
+                f"{row['requests_per_s']:>9.1f}{row['consumer_cores']:>11.2f}{row['azurite_cores']:>13.2f}"
+                f"{row['machine_busy_cores']:>9.2f}   {runs}"
+            )
+        if report.get("plot"):
+            add(f"   plot: {report['plot']}")
+
+    agg = report.get("aggregate")
+    if agg:
+        add("")
+        add("5. Inline aggregate engine (bench/bench_aggregate.py)")
+        if "skipped" in agg:
+            add(f"   skipped: {agg['skipped']}")
+        elif agg.get("exit_code") != 0:
+            add(f"   FAILED ({agg.get('error')})")
+        else:
+            add(f"   $ {' '.join(agg['command'])}")
+            for line in agg["stdout"].strip().splitlines():
+                if line.strip() and not line.startswith("wrote "):
+                    add("   " + line)
+
+    spark = report.get("spark")
+    if spark:
+        add("")
+        add("6. Spark (bench/bench_spark.py)")
+        if "skipped" in spark:
+            add(f"   skipped: {spark['skipped']}")
+        else:
+            if spark.get("exit_code") != 0:
+                add(f"   FAILED ({spark.get('error')})")
+            for line in spark.get("stdout", "").strip().splitlines():
+                add("   " + line)
+    return "\n".join(lines)
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=None, help="jobs per drain (default 2000)")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating bare/host rounds (default 5)")
+    parser.add_argument(
+        "--shallow",
+        type=int,
+        default=None,
+        help="host vs bare loop again at this queue depth (default 500; 0: no)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default bench/out)")
+    parser.add_argument("--full", action="store_true", help="aggregate memory test on a 1 GB input")
+    parser.add_argument("--aggregate-mb", type=int, default=200, help="aggregate memory-test input (MB)")
+    parser.add_argument("--skip-aggregate", action="store_true")
+    parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out_dir: Path = args.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = HostBenchConfig.quick() if args.quick else HostBenchConfig()
+    if args.messages:
+        config = replace(config, messages=args.messages, scaling_messages=args.messages)
+    if args.rounds:
+        config = replace(config, rounds=args.rounds)
+    if args.shallow is not None:
+        config = replace(config, shallow_messages=args.shallow)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    started = time.perf_counter()
+    report: dict[str, Any] = {
+        "mode": "quick" if args.quick else ("full" if args.full else "default"),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": ["python", "-m", "bench.run", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine_info(),
+        "config": asdict(config),
+        "logs": str(out_dir / "logs" / stamp),
+    }
+    report["host"] = run_all(config, out_dir / "logs" / stamp, args.only or SECTIONS, progress)
+    plot = plot_from_report(report, out_dir / "throughput_vs_hosts.png")
+    if plot:
+        report["plot"] = str(plot)
+    if not args.skip_aggregate:
+        report["aggregate"] = run_aggregate(args, out_dir)
+    if args.spark:
+        report["spark"] = run_spark(args, out_dir)
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    path = out_dir / "bench.json"
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print()
+    print(format_report(report))
+    print()
+    print(f"JSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

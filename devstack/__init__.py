@@ -1,0 +1,1 @@
+"""Local development stack: processes the project starts for make run/up/test (not deployed)."""

@@ -1,0 +1,125 @@
+"""Start and stop a real Azurite process (blob + queue) on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devstack.ports import free_port, wait_for_port
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+AZURITE_BIN = REPO_ROOT / "node_modules" / ".bin" / "azurite"
+
+# Azurite's well-known development account (public, documented; not a secret).
+DEV_ACCOUNT = "devstoreaccount1"
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@dataclass
+class Azurite:
+    """A running Azurite; `connection_string` points clients at it."""
+
+    blob_port: int
+    queue_port: int
+    table_port: int
+    location: Path
+    process: subprocess.Popen[bytes] | None = None
+    _owns_location: bool = field(default=False, repr=False)
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            "DefaultEndpointsProtocol=http;"
+            f"AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
+            f"BlobEndpoint=http://127.0.0.1:{self.blob_port}/{DEV_ACCOUNT};"
+            f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{DEV_ACCOUNT};"
+            f"TableEndpoint=http://127.0.0.1:{self.table_port}/{DEV_ACCOUNT};"
+        )
+
+    def start(self, log_path: Path | None = None) -> None:
+        """Start the process and wait until blob and queue ports answer."""
+        if not AZURITE_BIN.exists():
+            raise RuntimeError(f"Azurite is not installed: run `npm ci` in {REPO_ROOT}")
+        args = [
+            str(AZURITE_BIN),
+            "--silent",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--loose",
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(self.blob_port),
+            "--queueHost",
+            "127.0.0.1",
+            "--queuePort",
+            str(self.queue_port),
+            "--tableHost",
+            "127.0.0.1",
+            "--tablePort",
+            str(self.table_port),
+            "--location",
+            str(self.location),
+        ]
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for_port(self.blob_port)
+            wait_for_port(self.queue_port)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the process this object started (by its PID)."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same ports, keeping the data on disk."""
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._owns_location:
+            shutil.rmtree(self.location, ignore_errors=True)
+
+
+def start_azurite(
+    *,
+    standard_ports: bool = False,
+    location: Path | None = None,
+    log_path: Path | None = None,
+) -> Azurite:
+    """Start Azurite on free ports (or 10000-10002 when `standard_ports`)."""
+    owns = location is None
+    loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
+    loc.mkdir(parents=True, exist_ok=True)
+    ports = (10000, 10001, 10002) if standard_ports else (free_port(), free_port(), free_port())
+    az = Azurite(*ports, location=loc, _owns_location=owns)
+    az.start(log_path=log_path)
+    return az
+
+
+if __name__ == "__main__":  # manual use: python -m devstack.azurite
+    azurite = start_azurite(standard_ports=os.environ.get("AZURITE_STANDARD_PORTS") == "1")
+    print(azurite.connection_string, flush=True)
+    try:
+        signal.pause()
+    finally:
+        azurite.cleanup()

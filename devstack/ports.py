@@ -1,0 +1,25 @@
+"""Free-port helpers for servers bound to loopback."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:
+    """Block until something accepts connections on host:port, or raise TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s:.0f}s")

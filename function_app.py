@@ -1,0 +1,67 @@
+"""The function app: wiring only. Each function hands its call to the `shared` package."""
+
+import azure.functions as func
+
+from shared import api, poison, processing
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+
+@app.function_name("process_job")
+@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%", connection="AzureWebJobsStorage")
+def process_job(msg: func.QueueMessage) -> None:
+    processing.process_message(msg)
+
+
+@app.function_name("handle_poison")
+@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%-poison", connection="AzureWebJobsStorage")
+def handle_poison(msg: func.QueueMessage) -> None:
+    poison.handle_poison_message(msg)
+
+
+@app.function_name("sweep_poison")
+@app.timer_trigger(arg_name="timer", schedule="*/30 * * * * *", run_on_startup=False)
+def sweep_poison(timer: func.TimerRequest) -> None:
+    poison.sweep_unreadable()
+
+
+@app.function_name("submit_job")
+@app.route(route="jobs", methods=["POST"])
+def submit_job(req: func.HttpRequest) -> func.HttpResponse:
+    return api.submit_job(req)
+
+
+@app.function_name("get_job")
+@app.route(route="jobs/{id}", methods=["GET"])
+def get_job(req: func.HttpRequest) -> func.HttpResponse:
+    return api.get_job(req)
+
+
+@app.function_name("get_result")
+@app.route(route="jobs/{id}/result", methods=["GET"])
+def get_result(req: func.HttpRequest) -> func.HttpResponse:
+    return api.get_result(req)
+
+
+@app.function_name("health")
+@app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    return api.health(req)
+
+
+@app.function_name("poison_list")
+@app.route(route="poison", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+def poison_list(req: func.HttpRequest) -> func.HttpResponse:
+    return api.list_poison(req)
+
+
+@app.function_name("poison_replay")
+@app.route(route="poison/replay", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+def poison_replay(req: func.HttpRequest) -> func.HttpResponse:
+    return api.replay_poison(req)
+
+
+@app.function_name("poison_purge")
+@app.route(route="poison/purge", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+def poison_purge(req: func.HttpRequest) -> func.HttpResponse:
+    return api.purge_poison(req)

@@ -1,0 +1,413 @@
+// Queue jobs function app: storage (queues + containers), Flex Consumption function app (Python 3.11),
+// Application Insights on a Log Analytics workspace, and a user-assigned managed identity that is the
+// only way the app reaches storage and telemetry. No account keys anywhere: the storage account
+// refuses Shared Key, Application Insights refuses local (ikey-only) auth.
+//
+// infra/main.json is the same template in ARM JSON (kept in step by tests/deploy/test_infra.py).
+// Deploy with deploy/deploy.sh (see docs/deploy.md).
+
+targetScope = 'resourceGroup'
+
+@description('Short lower-case prefix for resource names (letters and digits, 2-9 characters).')
+@minLength(2)
+@maxLength(9)
+param namePrefix string
+
+@description('Azure region. Must offer the Flex Consumption plan.')
+param location string = resourceGroup().location
+
+@description('Tags applied to every resource.')
+param tags object = {}
+
+@description('Storage redundancy.')
+@allowed([
+  'Standard_LRS'
+  'Standard_ZRS'
+  'Standard_GRS'
+  'Standard_RAGRS'
+])
+param storageSku string = 'Standard_LRS'
+
+@description('Name of the job queue; the host moves poisoned messages to <name>-poison.')
+param jobsQueueName string = 'jobs'
+
+@description('Transient failures retried by the app before a job is poisoned (MAX_ATTEMPTS).')
+@minValue(1)
+param maxAttempts int = 5
+
+@description('Flex Consumption: memory of each instance in MB.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Flex Consumption: upper bound on instances the app scales out to.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('Log Analytics retention in days.')
+@minValue(30)
+@maxValue(730)
+param logRetentionDays int = 30
+
+@description('Log Analytics daily ingestion cap in GB (-1 = no cap). Bounds the cost of a runaway log loop.')
+param logDailyQuotaGb int = 1
+
+@description('Spark backend the app offloads large jobs to (SPARK_BACKEND).')
+@allowed([
+  'none'
+  'standalone'
+  'livy'
+  'databricks'
+])
+param sparkBackend string = 'none'
+
+@description('Spark submission API base URL (SPARK_URL): standalone REST, Livy endpoint (Synapse/HDInsight), or the Databricks workspace URL.')
+param sparkUrl string = ''
+
+@description('How the app authenticates to Livy (SPARK_LIVY_AUTH): entra = token of the managed identity (Synapse), basic = cluster login (HDInsight).')
+@allowed([
+  'entra'
+  'basic'
+])
+param sparkLivyAuth string = 'entra'
+
+@description('Where the cluster finds aggregate_job.py (SPARK_JOB_FILE). Empty: the spark-jobs container of this account for livy, the shared workspace folder for databricks.')
+param sparkJobFile string = ''
+
+@description('Inputs larger than this many bytes go to Spark when a job says engine: auto (SPARK_OFFLOAD_THRESHOLD_BYTES).')
+@minValue(0)
+param sparkOffloadThresholdBytes int = 268435456
+
+@description('Databricks cluster id the job runs on (SPARK_DATABRICKS_CLUSTER_ID); empty = a new job cluster.')
+param sparkDatabricksClusterId string = ''
+
+@description('Optional Key Vault secret URI of a Databricks PAT (only when Entra auth cannot be used). Becomes a Key Vault reference in SPARK_DATABRICKS_TOKEN, resolved with the managed identity.')
+param sparkDatabricksTokenSecretUri string = ''
+
+@description('Livy basic auth user (SPARK_LIVY_USER; HDInsight cluster login) when sparkLivyAuth is basic.')
+param sparkLivyUser string = ''
+
+@description('Key Vault secret URI of the Livy basic auth password when sparkLivyAuth is basic. Becomes a Key Vault reference in SPARK_LIVY_PASSWORD.')
+param sparkLivyPasswordSecretUri string = ''
+
+@description('pyFiles the job needs (SPARK_PY_FILES, the zip built by python -m spark_jobs.package). Empty: next to the default job file for livy and databricks.')
+param sparkPyFiles string = ''
+
+@description('Further app settings as name-value pairs (e.g. SPARK_READ_TIMEOUT_SECONDS, SPARK_DATABRICKS_NEW_CLUSTER). The settings this template sets itself take precedence. Settings changed outside this template are replaced on the next deployment, so put them here.')
+param extraAppSettings object = {}
+
+@description('Optional object id of the Spark service identity (Synapse workspace / HDInsight / Databricks access connector) that reads the job file and payloads and writes results: gets Storage Blob Data Contributor.')
+param sparkPrincipalId string = ''
+
+@description('Optional object id of whoever runs deploy/deploy_spark_job.sh: gets Storage Blob Data Contributor to upload the job file with --auth-mode login.')
+param deployerPrincipalId string = ''
+
+@description('Principal type of deployerPrincipalId.')
+@allowed([
+  'User'
+  'ServicePrincipal'
+  'Group'
+])
+param deployerPrincipalType string = 'User'
+
+@description('Also grant Storage Account Contributor (control plane) to the app identity. Not needed with identity-based AzureWebJobsStorage and key access disabled; off by default (least privilege).')
+param grantStorageAccountContributor bool = false
+
+var suffix = uniqueString(resourceGroup().id, namePrefix)
+var storageAccountName = toLower(take('st${namePrefix}${suffix}', 24))
+var functionAppName = '${namePrefix}-func-${suffix}'
+var planName = '${namePrefix}-plan-${suffix}'
+var identityName = '${namePrefix}-id-${suffix}'
+var appInsightsName = '${namePrefix}-appi-${suffix}'
+var workspaceName = '${namePrefix}-log-${suffix}'
+var deploymentContainerName = 'app-package'
+var sparkJobsContainerName = 'spark-jobs'
+var sparkJobBlobName = 'aggregate_job.py'
+var sparkEngineZipName = 'aggregate_engine.zip'
+var databricksJobFolder = '/Workspace/Shared/queue-jobs'
+var queueNames = [
+  jobsQueueName
+  '${jobsQueueName}-poison'
+]
+var containerNames = [
+  'ledger'
+  'results'
+  'payloads'
+  'poison-archive'
+  sparkJobsContainerName
+  deploymentContainerName
+]
+var livyJobFolder = 'abfss://${sparkJobsContainerName}@${storageAccountName}.dfs.${environment().suffixes.storage}'
+var defaultJobFolder = sparkBackend == 'livy' ? livyJobFolder : (sparkBackend == 'databricks' ? databricksJobFolder : '')
+var effectiveSparkJobFile = empty(sparkJobFile) ? (empty(defaultJobFolder) ? '' : '${defaultJobFolder}/${sparkJobBlobName}') : sparkJobFile
+var effectiveSparkPyFiles = empty(sparkPyFiles) ? (empty(defaultJobFolder) ? '' : '${defaultJobFolder}/${sparkEngineZipName}') : sparkPyFiles
+// Secrets (only where Entra auth cannot be used) stay in Key Vault: the app setting holds a
+// Key Vault reference the platform resolves with keyVaultReferenceIdentity. Empty otherwise.
+var databricksTokenReference = empty(sparkDatabricksTokenSecretUri) ? '' : '@Microsoft.KeyVault(SecretUri=${sparkDatabricksTokenSecretUri})'
+var livyPasswordReference = empty(sparkLivyPasswordSecretUri) ? '' : '@Microsoft.KeyVault(SecretUri=${sparkLivyPasswordSecretUri})'
+
+// Built-in role definition ids (the same in every tenant).
+var roles = {
+  storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
+  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
+  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
+  storageAccountContributor: '17d1049b-9a84-46fb-8f53-869881c3d3ab'
+  monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
+}
+// What the Functions host (identity-based AzureWebJobsStorage) and the app's own clients need.
+var appStorageRolesBase = [
+  roles.storageBlobDataOwner
+  roles.storageQueueDataContributor
+  roles.storageTableDataContributor
+]
+var appStorageRoles = grantStorageAccountContributor ? concat(appStorageRolesBase, [roles.storageAccountContributor]) : appStorageRolesBase
+
+resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: identityName
+  location: location
+  tags: tags
+}
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  name: storageAccountName
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: storageSku
+  }
+  properties: {
+    accessTier: 'Hot'
+    allowSharedKeyAccess: false
+    allowBlobPublicAccess: false
+    allowCrossTenantReplication: false
+    defaultToOAuthAuthentication: true
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    publicNetworkAccess: 'Enabled'
+    networkAcls: {
+      defaultAction: 'Allow'
+      bypass: 'AzureServices'
+    }
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    deleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+    containerDeleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+  }
+}
+
+resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [
+  for name in containerNames: {
+    parent: blobService
+    name: name
+    properties: {
+      publicAccess: 'None'
+    }
+  }
+]
+
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in queueNames: {
+    parent: queueService
+    name: name
+  }
+]
+
+resource workspace 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
+  name: workspaceName
+  location: location
+  tags: tags
+  properties: {
+    sku: {
+      name: 'PerGB2018'
+    }
+    retentionInDays: logRetentionDays
+    workspaceCapping: {
+      dailyQuotaGb: logDailyQuotaGb
+    }
+  }
+}
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
+  name: appInsightsName
+  location: location
+  tags: tags
+  kind: 'web'
+  properties: {
+    Application_Type: 'web'
+    WorkspaceResourceId: workspace.id
+    DisableLocalAuth: true
+    IngestionMode: 'LogAnalytics'
+  }
+}
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    tier: 'FlexConsumption'
+    name: 'FC1'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: functionAppName
+  location: location
+  tags: tags
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identity.id}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    keyVaultReferenceIdentity: identity.id
+    siteConfig: {
+      minTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identity.id
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        instanceMemoryMB: instanceMemoryMB
+        maximumInstanceCount: maximumInstanceCount
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+  }
+  dependsOn: [
+    containers
+    queues
+    appStorageRoleAssignments
+    metricsPublisherRoleAssignment
+  ]
+}
+
+// App settings as their own resource (as Microsoft's Flex Consumption templates do), so that
+// extraAppSettings can be merged in. This replaces the whole set of app settings on every deployment.
+resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
+  parent: functionApp
+  name: 'appsettings'
+  properties: union(extraAppSettings, {
+    AzureWebJobsStorage__accountName: storage.name
+    AzureWebJobsStorage__credential: 'managedidentity'
+    AzureWebJobsStorage__clientId: identity.properties.clientId
+    AZURE_CLIENT_ID: identity.properties.clientId
+    APPLICATIONINSIGHTS_CONNECTION_STRING: appInsights.properties.ConnectionString
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identity.properties.clientId};Authorization=AAD'
+    JOBS_QUEUE: jobsQueueName
+    LEDGER_CONTAINER: 'ledger'
+    RESULTS_CONTAINER: 'results'
+    PAYLOADS_CONTAINER: 'payloads'
+    POISON_ARCHIVE_CONTAINER: 'poison-archive'
+    MAX_ATTEMPTS: string(maxAttempts)
+    SPARK_BACKEND: sparkBackend
+    SPARK_URL: sparkUrl
+    SPARK_LIVY_AUTH: sparkLivyAuth
+    SPARK_LIVY_USER: sparkLivyUser
+    SPARK_LIVY_PASSWORD: livyPasswordReference
+    SPARK_JOB_FILE: effectiveSparkJobFile
+    SPARK_PY_FILES: effectiveSparkPyFiles
+    SPARK_OFFLOAD_THRESHOLD_BYTES: string(sparkOffloadThresholdBytes)
+    SPARK_DATABRICKS_CLUSTER_ID: sparkDatabricksClusterId
+    SPARK_DATABRICKS_AUTH: empty(sparkDatabricksTokenSecretUri) ? 'entra' : 'token'
+    SPARK_DATABRICKS_TOKEN: databricksTokenReference
+  })
+}
+
+// The app identity on the storage account: data-plane roles only (plus the optional control-plane one).
+resource appStorageRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for roleId in appStorageRoles: {
+    name: guid(storage.id, identity.id, roleId)
+    scope: storage
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleId)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+// Entra-authenticated telemetry (DisableLocalAuth: true) needs Monitoring Metrics Publisher.
+resource metricsPublisherRoleAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(appInsights.id, identity.id, roles.monitoringMetricsPublisher)
+  scope: appInsights
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.monitoringMetricsPublisher)
+    principalId: identity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource sparkStorageRoleAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(sparkPrincipalId)) {
+  name: guid(storage.id, sparkPrincipalId, roles.storageBlobDataContributor)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    principalId: sparkPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource deployerStorageRoleAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(deployerPrincipalId)) {
+  name: guid(storage.id, deployerPrincipalId, roles.storageBlobDataContributor)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
+    principalId: deployerPrincipalId
+    principalType: deployerPrincipalType
+  }
+}
+
+output functionAppName string = functionApp.name
+output functionAppHostName string = functionApp.properties.defaultHostName
+output storageAccountName string = storage.name
+output sparkJobsContainer string = sparkJobsContainerName
+output sparkJobFile string = effectiveSparkJobFile
+output sparkPyFiles string = effectiveSparkPyFiles
+output identityName string = identity.name
+output identityClientId string = identity.properties.clientId
+output identityPrincipalId string = identity.properties.principalId
+output appInsightsName string = appInsights.name
+output logAnalyticsWorkspaceName string = workspace.name

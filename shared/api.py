@@ -1,0 +1,177 @@
+"""HTTP handlers: submit a job, read its status and result, health, and poison operations."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import azure.functions as func
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+from shared import poison
+from shared.envelope import ID_RE
+from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.ledger import COMPLETED, Record
+from shared.runtime import Runtime, get_runtime
+from shared.submit import submit, validate_request
+
+log = logging.getLogger("jobs.api")
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body, default=str), status_code=status, mimetype="application/json", headers=headers
+    )
+
+
+def _error(code: int, message: str, **extra: Any) -> func.HttpResponse:
+    return _json(code, {"error": message, **extra})
+
+
+def _guarded(
+    handler: Callable[[func.HttpRequest, Runtime], func.HttpResponse],
+) -> Callable[..., func.HttpResponse]:
+    """Settings problems -> 503 naming the setting; storage outages -> 503; never a stack trace."""
+
+    def wrapper(req: func.HttpRequest) -> func.HttpResponse:
+        try:
+            return handler(req, get_runtime())
+        except SettingsError as exc:
+            return _error(503, str(exc))
+        except AzureError as exc:
+            log.exception("storage error in %s", handler.__name__)
+            return _error(503, f"storage unavailable ({exc.__class__.__name__}); try again later")
+
+    wrapper.__name__ = handler.__name__
+    return wrapper
+
+
+def _status_url(req: func.HttpRequest, job_id: str) -> str:
+    base = req.url.split("/api/", 1)[0]
+    return f"{base}/api/jobs/{job_id}"
+
+
+@_guarded
+def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """POST /api/jobs: 202 {id, status_url}; 400 with problems; 409 if the id exists; 413 too large."""
+    body = req.get_body()
+    if len(body) > MAX_REQUEST_BYTES:
+        return _error(413, f"request body is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
+    try:
+        env = validate_request(rt, data)
+        result = submit(rt, env)
+    except EnvelopeError as exc:
+        return _error(400, "invalid job", problems=exc.problems)
+    except MessageTooLarge as exc:
+        return _error(413, str(exc))
+    url = _status_url(req, env.id)
+    if not result.created:
+        status = result.existing.status if result.existing else "unknown"
+        return _error(409, f"job {env.id} already exists", id=env.id, status=status, status_url=url)
+    return _json(
+        202,
+        {"id": env.id, "status_url": url, "claim_checked": result.claim_checked},
+        headers={"Location": url},
+    )
+
+
+def _record(req: func.HttpRequest, rt: Runtime) -> Record | func.HttpResponse:
+    """The ledger record named by the route's {id}, or the 400/404 answer."""
+    job_id = req.route_params.get("id", "")
+    if not ID_RE.match(job_id):
+        return _error(400, "id: must be 1 to 128 characters of letters, digits, '.', '_', ':', '-'")
+    record = rt.ledger.get(job_id)
+    return _error(404, f"job {job_id} is unknown") if record is None else record
+
+
+@_guarded
+def get_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """GET /api/jobs/{id}: the ledger record."""
+    record = _record(req, rt)
+    return record if isinstance(record, func.HttpResponse) else _json(200, record.data)
+
+
+@_guarded
+def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """GET /api/jobs/{id}/result: the result document; 409 until completed."""
+    record = _record(req, rt)
+    if isinstance(record, func.HttpResponse):
+        return record
+    job_id = req.route_params["id"]
+    if record.status != COMPLETED:
+        return _error(409, f"job {job_id} is {record.status}, not completed", status=record.status)
+    ref = str(record.data.get("result_ref") or "")
+    if not ref:
+        return _json(200, {"id": job_id, "summary": record.data.get("summary", {})})
+    container, _, name = ref.partition("/")
+    try:
+        raw = rt.storage.container(container).get_blob_client(name).download_blob().readall()
+    except ResourceNotFoundError:
+        return _error(404, f"result {ref} of job {job_id} is missing")
+    return func.HttpResponse(raw, status_code=200, mimetype="application/json")
+
+
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    """GET /api/health (anonymous): 200 when settings are valid and storage answers."""
+    try:
+        rt = get_runtime()
+    except SettingsError as exc:
+        return _error(503, str(exc), status="unhealthy")
+    except AzureError as exc:
+        return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
+    try:
+        rt.storage.container(rt.settings.ledger_container).get_container_properties()
+        rt.jobs_queue.get_queue_properties()
+    except AzureError as exc:
+        return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
+    return _json(
+        200, {"status": "ok", "queue": rt.settings.jobs_queue, "storage": rt.settings.storage.describe()}
+    )
+
+
+@_guarded
+def list_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """GET /api/poison: archived poison entries and messages still on the poison queue."""
+    include_done = req.params.get("all", "") in ("1", "true")
+    entries = [vars(e) for e in poison.list_poisoned(rt, include_done=include_done)]
+    return _json(200, {"archived": entries, "on_queue": poison.peek_poison_queue(rt)})
+
+
+@_guarded
+def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false}."""
+    try:
+        body = json.loads(req.get_body() or b"{}")
+    except json.JSONDecodeError:
+        return _error(400, "request body is not JSON")
+    ids = body.get("ids")
+    if not body.get("all") and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        return _error(400, "give ids: [job ids] or all: true")
+    rate = body.get("rate", 10)
+    if not isinstance(rate, int | float) or rate <= 0 or rate > 1000:
+        return _error(400, "rate: must be a number of messages per second in (0, 1000]")
+    report = poison.replay(
+        rt, None if body.get("all") else ids, rate_per_s=float(rate), dry_run=bool(body.get("dry_run"))
+    )
+    return _json(200, report.as_dict())
+
+
+@_guarded
+def purge_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """POST /api/poison/purge {"older_than_days": N, "dry_run": false}."""
+    try:
+        body = json.loads(req.get_body() or b"{}")
+    except json.JSONDecodeError:
+        return _error(400, "request body is not JSON")
+    days = body.get("older_than_days")
+    if not isinstance(days, int | float) or days < 0:
+        return _error(400, "older_than_days: required, a number >= 0")
+    names = poison.purge(rt, float(days), dry_run=bool(body.get("dry_run")))
+    return _json(200, {"dry_run": bool(body.get("dry_run")), "purged": names})

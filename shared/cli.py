@@ -1,0 +1,220 @@
+"""Operator CLI: enqueue jobs, show them, tail results, and work the poison archive.
+
+    python -m shared.cli init        (create queues and containers)
+    python -m shared.cli enqueue --kind aggregate --payload '{"input": ...}'
+    python -m shared.cli show JOB_ID | result JOB_ID | tail
+    python -m shared.cli poison list | peek | replay --all --rate 5 [--dry-run] | purge --older-than-days 30
+
+Settings come from the environment, then from ./local.settings.json (Values), like `func start`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shared import poison
+from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.runtime import Runtime, get_runtime
+from shared.submit import envelope_from_args, submit, validate_request
+
+
+def load_local_settings(path: Path = Path("local.settings.json")) -> None:
+    """Copy Values from local.settings.json into the environment (existing variables win)."""
+    if not path.exists():
+        return
+    values = json.loads(path.read_text(encoding="utf-8")).get("Values", {})
+    for key, value in values.items():
+        os.environ.setdefault(key, str(value))
+
+
+def _print(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def cmd_enqueue(rt: Runtime, args: argparse.Namespace) -> int:
+    if args.file:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        data = json.loads(text)
+        items = data if isinstance(data, list) else [data]
+    else:
+        if not args.kind:
+            print("enqueue: give --file, or --kind with --payload", file=sys.stderr)
+            return 2
+        items = [envelope_from_args(args.kind, json.loads(args.payload or "{}"), args.id)]
+    status = 0
+    for item in items:
+        try:
+            result = submit(rt, validate_request(rt, item))
+        except EnvelopeError as exc:
+            print(f"rejected: {'; '.join(exc.problems)}", file=sys.stderr)
+            status = 1
+            continue
+        except MessageTooLarge as exc:
+            print(f"rejected: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        verb = (
+            "enqueued" if result.created else f"exists ({result.existing.status if result.existing else '?'})"
+        )
+        print(f"{result.envelope.id}\t{verb}{' (claim check)' if result.claim_checked else ''}")
+    return status
+
+
+def cmd_init(rt: Runtime, args: argparse.Namespace) -> int:
+    """Create the queues and containers (get_runtime already did): for a fresh Azurite or account."""
+    s = rt.settings
+    names = [
+        s.jobs_queue,
+        s.poison_queue,
+        s.ledger_container,
+        s.results_container,
+        s.payloads_container,
+        s.poison_archive_container,
+    ]
+    print(f"ready: {', '.join(names)} ({s.storage.describe()})")
+    return 0
+
+
+def cmd_show(rt: Runtime, args: argparse.Namespace) -> int:
+    record = rt.ledger.get(args.id)
+    if record is None:
+        print(f"job {args.id} is unknown", file=sys.stderr)
+        return 1
+    _print(record.data)
+    return 0
+
+
+def cmd_result(rt: Runtime, args: argparse.Namespace) -> int:
+    record = rt.ledger.get(args.id)
+    if record is None or record.status != "completed":
+        print(f"job {args.id} is {record.status if record else 'unknown'}", file=sys.stderr)
+        return 1
+    ref = str(record.data.get("result_ref") or "")
+    if not ref:
+        _print(record.data.get("summary", {}))
+        return 0
+    container, _, name = ref.partition("/")
+    print(rt.storage.container(container).download_blob(name).readall().decode("utf-8"))
+    return 0
+
+
+def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
+    """Print each new result document's summary as it appears (Ctrl-C to stop)."""
+    container = rt.storage.container(rt.settings.results_container)
+    seen = {b.name for b in container.list_blobs()} if not args.from_start else set()
+    try:
+        while True:
+            for blob in container.list_blobs():
+                if blob.name in seen or not blob.name.endswith(".json") or "/" in blob.name:
+                    continue
+                seen.add(blob.name)
+                doc = json.loads(container.download_blob(blob.name).readall())
+                rows = doc.get("rows", [])
+                print(
+                    f"{doc.get('id')}\t{doc.get('engine')}\t{doc.get('input_rows')} rows in\t{len(rows)} groups out"
+                )
+            if args.once:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        entries = poison.list_poisoned(rt, include_done=args.all)
+        print(f"{'job id':40} {'state':22} {'age':>8} {'tries':>5}  reason")
+        for e in entries:
+            print(
+                f"{e.job_id or '(no id)':40} {e.state:22} {_age(e.age_s):>8} {e.attempts:>5}  {e.reason[:100]}"
+            )
+        print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+        return 0
+    if args.action == "peek":
+        _print(poison.peek_poison_queue(rt))
+        return 0
+    if args.action == "purge":
+        if args.older_than_days is None:
+            print("purge: --older-than-days is required", file=sys.stderr)
+            return 2
+        names = poison.purge(rt, args.older_than_days, dry_run=args.dry_run)
+        print(f"{'would purge' if args.dry_run else 'purged'} {len(names)} archive blobs")
+        return 0
+    ids = None if args.all else [i for i in (args.ids or "").split(",") if i]
+    if ids is not None and not ids:
+        print("replay: give --ids a,b,c or --all", file=sys.stderr)
+        return 2
+    report = poison.replay(rt, ids, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar)
+    print(file=sys.stderr)
+    _print(report.as_dict())
+    return 0
+
+
+def _progress_bar(done: int, total: int, job_id: str) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {job_id[:40]:40}")
+    sys.stderr.flush()
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m shared.cli", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", help="create the queues and containers if missing")
+    enqueue = sub.add_parser("enqueue", help="enqueue jobs from a file (object or list) or from arguments")
+    enqueue.add_argument("--file", help="JSON envelope file, or - for stdin")
+    enqueue.add_argument("--kind")
+    enqueue.add_argument("--payload", help="payload as JSON")
+    enqueue.add_argument("--id", help="job id (default: a new UUID)")
+    for name in ("show", "result"):
+        p = sub.add_parser(name, help=f"{name} a job")
+        p.add_argument("id")
+    tail = sub.add_parser("tail", help="print results as they appear")
+    tail.add_argument("--interval", type=float, default=2.0)
+    tail.add_argument("--once", action="store_true")
+    tail.add_argument("--from-start", action="store_true")
+    pois = sub.add_parser("poison", help="list, peek, replay or purge poisoned jobs")
+    pois.add_argument("action", choices=["list", "peek", "replay", "purge"])
+    pois.add_argument("--ids", help="comma-separated job ids (replay)")
+    pois.add_argument("--all", action="store_true", help="replay all / list replayed ones too")
+    pois.add_argument("--rate", type=float, default=10.0, help="replay: messages per second")
+    pois.add_argument("--dry-run", action="store_true")
+    pois.add_argument("--older-than-days", type=float)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    load_local_settings()
+    try:
+        rt = get_runtime()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    commands = {
+        "init": cmd_init,
+        "enqueue": cmd_enqueue,
+        "show": cmd_show,
+        "result": cmd_result,
+        "tail": cmd_tail,
+        "poison": cmd_poison,
+    }
+    return commands[args.command](rt, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Exception classes that decide what happens to a job next.
+
+- PermanentError: retrying cannot help -> poison at once, reason kept.
+- TransientError: may succeed later -> re-enqueue with backoff, poison after MAX_ATTEMPTS.
+- JobBusy / ClaimLost: another invocation owns the job -> raise to the host so the message
+  comes back later (never acknowledge it: the owner may die).
+- Anything else: unexpected -> raise; the host's visibilityTimeout / maxDequeueCount apply.
+"""
+
+from __future__ import annotations
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid. The message names the setting. Fix configuration."""
+
+
+class JobError(Exception):
+    """Base class for errors raised while processing one job."""
+
+
+class PermanentError(JobError):
+    """Retrying cannot help: the job goes to poison now, with this message as its reason."""
+
+    reason_code = "permanent"
+
+
+class EnvelopeError(PermanentError):
+    """The queue message is not a valid job envelope. `problems` lists each field's issue."""
+
+    reason_code = "bad_envelope"
+
+    def __init__(self, problems: list[str], job_id: str | None = None) -> None:
+        self.problems = list(problems)
+        self.job_id = job_id
+        super().__init__("; ".join(self.problems))
+
+
+class UnknownKind(PermanentError):
+    """No handler is registered for the envelope's kind."""
+
+    reason_code = "unknown_kind"
+
+
+class PayloadError(PermanentError):
+    """The payload does not fit the job kind's schema."""
+
+    reason_code = "bad_payload"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class InputDataError(PermanentError):
+    """The input data cannot be processed (e.g. a non-number in a numeric column)."""
+
+    reason_code = "bad_input_data"
+
+
+class InputMissing(PermanentError):
+    """A blob the job refers to (input or claim-check payload) does not exist."""
+
+    reason_code = "input_missing"
+
+
+class NotAvailable(PermanentError):
+    """The job asks for a capability this deployment does not have (e.g. no Spark backend)."""
+
+    reason_code = "not_available"
+
+
+class Expired(PermanentError):
+    """The job is past its expires_at: it is not run."""
+
+    reason_code = "expired"
+
+
+class TransientError(JobError):
+    """May succeed later: retried with backoff, poisoned after MAX_ATTEMPTS."""
+
+    reason_code = "transient"
+
+
+class DownstreamUnavailable(TransientError):
+    """A downstream service answered 429/5xx or timed out."""
+
+
+class StorageThrottled(TransientError):
+    """Storage answered 503/500/429 (server busy)."""
+
+
+class JobBusy(JobError):
+    """Another live invocation owns this job: raise so the host redelivers the message later."""
+
+
+class ClaimLost(JobError):
+    """Our claim on the ledger was taken over (lease expired): raise so the host redelivers."""
+
+
+class MessageTooLarge(Exception):
+    """An envelope is too large even for claim check (API answers 413)."""

@@ -1,0 +1,572 @@
+"""The `aggregate` job kind: payload validation, engine choice, blob I/O and the handler.
+
+The engine itself (pure, over a byte stream) is in `shared.jobs.aggregate_engine`.
+
+Payload::
+
+    {"input": "<container>/<blob path>", "format": "csv" | "jsonl",
+     "group_by": [column, ...],                       # optional, [] = one global group
+     "metrics": [{"op": "count"} | {"op": "count" | "sum" | "mean" | "min" | "max",
+                                    "column": name, "as": output name (optional)}],
+     "engine": "auto" | "inline" | "spark",           # optional, default auto
+     "null_values": ["", "NA"]}                       # optional, default ["", "NA"]
+
+Result blob `<results container>/<job id>.json`: see `result_document`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final, TypeVar
+
+from azure.core import MatchConditions
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
+from azure.storage.blob import BlobClient, ContentSettings
+
+from shared.errors import InputMissing, NotAvailable, PayloadError, StorageThrottled, TransientError
+from shared.jobs.aggregate_engine import (
+    DEFAULT_NULL_VALUES,
+    ENGINES,
+    FORMATS,
+    NUMERIC_OPS,
+    OPS,
+    AggregateResult,
+    AggregateSpec,
+    Engine,
+    Format,
+    MetricSpec,
+    Op,
+    aggregate_stream,
+)
+from shared.jobs.base import Completed, JobContext, Outcome
+from shared.settings import Settings
+from shared.storage import error_code, is_throttled, status_code
+
+KIND: Final = "aggregate"
+MAX_BLOB_PATH: Final = 1024
+MAX_COLUMN_NAME: Final = 256
+MAX_NULL_VALUES: Final = 100
+BLOB_CHUNK_BYTES: Final = 4 * 1024 * 1024
+"""Bytes per ranged GET of the input blob."""
+BLOB_MAX_CONCURRENCY: Final = 4
+"""Ranged GETs in flight ahead of the reader: memory <= (this + 1) * BLOB_CHUNK_BYTES."""
+
+T = TypeVar("T")
+_CONTAINER_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+_TOP_KEYS = ("input", "format", "group_by", "metrics", "engine", "null_values")
+_METRIC_KEYS = ("op", "column", "as")
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def check_blob_path(text: object, field: str) -> list[str]:
+    """Problems with a blob path taken from a message (empty list: safe to use).
+
+    Refuses path tricks: empty, longer than 1024 characters, a leading or doubled '/', a
+    trailing '/', '.' or '..' segments, backslashes and control characters.
+    """
+    if not isinstance(text, str):
+        return [f"{field}: must be a string, got {_json_type(text)}"]
+    if not text:
+        return [f"{field}: must not be empty"]
+    problems: list[str] = []
+    if len(text) > MAX_BLOB_PATH:
+        problems.append(f"{field}: longer than {MAX_BLOB_PATH} characters ({len(text)})")
+    if text.startswith("/"):
+        problems.append(f"{field}: must not start with '/'")
+    if text.endswith("/"):
+        problems.append(f"{field}: must not end with '/'")
+    if "//" in text:
+        problems.append(f"{field}: must not contain '//'")
+    if "\\" in text:
+        problems.append(f"{field}: must not contain a backslash")
+    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in text):
+        problems.append(f"{field}: must not contain control characters")
+    if any(segment in (".", "..") for segment in text.split("/")):
+        problems.append(f"{field}: must not contain '.' or '..' segments")
+    return problems
+
+
+def check_container_name(text: str, field: str) -> list[str]:
+    """Problems with a blob container name (3-63 lower-case letters, digits, single hyphens)."""
+    if _CONTAINER_RE.match(text):
+        return []
+    return [
+        f"{field}: container {_quoted(text)} is not a valid container name "
+        "(3-63 lower-case letters, digits and single hyphens)"
+    ]
+
+
+def parse_aggregate_payload(payload: object) -> AggregateSpec:
+    """Validate an `aggregate` payload (pure); raises PayloadError listing every problem."""
+    if not isinstance(payload, Mapping):
+        raise PayloadError([f"payload: must be an object, got {_json_type(payload)}"])
+    problems: list[str] = []
+    for key in payload:
+        if key not in _TOP_KEYS:
+            problems.append(f"payload{_member(key)}: unknown key (allowed: {', '.join(_TOP_KEYS)})")
+    container, blob = _input(payload, problems)
+    fmt = _choice(payload, "format", FORMATS, None, problems)
+    group_by = _string_list(payload, "group_by", problems, unique=True, column=True)
+    metrics = _metrics(payload.get("metrics"), group_by, problems)
+    engine = _choice(payload, "engine", ENGINES, "auto", problems)
+    null_values = _string_list(payload, "null_values", problems, default=DEFAULT_NULL_VALUES)
+    if len(null_values) > MAX_NULL_VALUES:
+        problems.append(f"payload.null_values: at most {MAX_NULL_VALUES} values")
+    if problems:
+        raise PayloadError(problems)
+    return AggregateSpec(
+        container=container,
+        blob=blob,
+        format=_as_format(fmt),
+        group_by=group_by,
+        metrics=metrics,
+        engine=_as_engine(engine),
+        null_values=null_values,
+    )
+
+
+def _input(payload: Mapping[str, Any], problems: list[str]) -> tuple[str, str]:
+    value = payload.get("input")
+    field = "payload.input"
+    if value is None:
+        problems.append(f"{field}: required ('<container>/<blob path>')")
+        return "", ""
+    if not isinstance(value, str):
+        problems.append(f"{field}: must be a string, got {_json_type(value)}")
+        return "", ""
+    container, sep, blob = value.partition("/")
+    if not sep or not container:
+        problems.append(f"{field}: must be '<container>/<blob path>', got {_quoted(value)}")
+        return "", ""
+    problems.extend(check_container_name(container, field))
+    problems.extend(check_blob_path(blob, f"{field} (blob path)"))
+    return container, blob
+
+
+def _choice(
+    payload: Mapping[str, Any], key: str, allowed: Sequence[str], default: str | None, problems: list[str]
+) -> str:
+    field = f"payload.{key}"
+    value = payload.get(key, default)
+    if value is None:
+        problems.append(f"{field}: required (one of {', '.join(allowed)})")
+        return allowed[0]
+    if not isinstance(value, str):
+        problems.append(f"{field}: must be a string, got {_json_type(value)}")
+        return allowed[0]
+    if value not in allowed:
+        problems.append(f"{field}: {_quoted(value)} is not one of {', '.join(allowed)}")
+        return allowed[0]
+    return value
+
+
+def _string_list(
+    payload: Mapping[str, Any],
+    key: str,
+    problems: list[str],
+    *,
+    default: Sequence[str] = (),
+    unique: bool = False,
+    column: bool = False,
+) -> tuple[str, ...]:
+    field = f"payload.{key}"
+    value = payload.get(key, list(default))
+    if not isinstance(value, list):
+        problems.append(f"{field}: must be a list of strings, got {_json_type(value)}")
+        return ()
+    items: list[str] = []
+    for i, item in enumerate(value):
+        item_problems = _column_problems(item, f"{field}[{i}]") if column else []
+        if not isinstance(item, str):
+            problems.append(f"{field}[{i}]: must be a string, got {_json_type(item)}")
+        elif item_problems:
+            problems.extend(item_problems)
+        elif unique and item in items:
+            problems.append(f"{field}[{i}]: {_quoted(item)} is listed twice")
+        else:
+            items.append(item)
+    return tuple(items)
+
+
+def _column_problems(value: object, field: str) -> list[str]:
+    if not isinstance(value, str):
+        return []
+    if not value:
+        return [f"{field}: a column name must not be empty"]
+    if len(value) > MAX_COLUMN_NAME:
+        return [f"{field}: a column name must be at most {MAX_COLUMN_NAME} characters"]
+    return []
+
+
+def _metrics(value: object, group_by: tuple[str, ...], problems: list[str]) -> tuple[MetricSpec, ...]:
+    field = "payload.metrics"
+    if value is None:
+        problems.append(f"{field}: required (a non-empty list of {{'op': ..., 'column': ...}})")
+        return ()
+    if not isinstance(value, list):
+        problems.append(f"{field}: must be a list, got {_json_type(value)}")
+        return ()
+    if not value:
+        problems.append(f"{field}: must not be empty")
+        return ()
+    metrics: list[MetricSpec] = []
+    names: dict[str, int] = {}
+    for i, item in enumerate(value):
+        metric = _metric(item, f"{field}[{i}]", problems)
+        if metric is None:
+            continue
+        where = f"{field}[{i}]" + (".as" if isinstance(item, Mapping) and "as" in item else "")
+        if metric.name in group_by:
+            problems.append(f"{where}: output name {_quoted(metric.name)} collides with a group_by column")
+        elif metric.name in names:
+            problems.append(
+                f"{where}: output name {_quoted(metric.name)} is already used by {field}[{names[metric.name]}]"
+            )
+        else:
+            names[metric.name] = i
+        metrics.append(metric)
+    return tuple(metrics)
+
+
+def _metric(item: object, field: str, problems: list[str]) -> MetricSpec | None:
+    if not isinstance(item, Mapping):
+        problems.append(f"{field}: must be an object, got {_json_type(item)}")
+        return None
+    before = len(problems)
+    for key in item:
+        if key not in _METRIC_KEYS:
+            problems.append(f"{field}{_member(key)}: unknown key (allowed: {', '.join(_METRIC_KEYS)})")
+    op = item.get("op")
+    if op is None:
+        problems.append(f"{field}.op: required (one of {', '.join(OPS)})")
+    elif not isinstance(op, str):
+        problems.append(f"{field}.op: must be a string, got {_json_type(op)}")
+    elif op not in OPS:
+        problems.append(f"{field}.op: {_quoted(op)} is not one of {', '.join(OPS)}")
+    column = item.get("column")
+    if column is None:
+        if op in NUMERIC_OPS:
+            problems.append(f"{field}.column: required for op {op!r}")
+    elif not isinstance(column, str):
+        problems.append(f"{field}.column: must be a string, got {_json_type(column)}")
+    else:
+        problems.extend(_column_problems(column, f"{field}.column"))
+    name = item.get("as")
+    if name is not None and not isinstance(name, str):
+        problems.append(f"{field}.as: must be a string, got {_json_type(name)}")
+    elif name is not None:
+        problems.extend(_column_problems(name, f"{field}.as"))
+    if len(problems) > before or not isinstance(op, str):
+        return None
+    col = column if isinstance(column, str) else None
+    default = "count" if col is None else f"{op}_{col}"
+    return MetricSpec(op=_as_op(op), column=col, name=name if isinstance(name, str) else default)
+
+
+def _as_op(value: str) -> Op:
+    for op in ("count", "sum", "mean", "min", "max"):
+        if value == op:
+            return op
+    raise ValueError(value)
+
+
+def _as_format(value: str) -> Format:
+    return "jsonl" if value == "jsonl" else "csv"
+
+
+def _as_engine(value: str) -> Engine:
+    for engine in ("auto", "inline", "spark"):
+        if value == engine:
+            return engine
+    raise ValueError(value)
+
+
+MAX_SHOWN: Final = 80
+"""Characters of a name or value shown in a problem (escaped, then cut)."""
+
+
+def _member(key: object) -> str:
+    """`.key` for a plain printable key; `["..."]` (JSON-escaped, cut) for any other key."""
+    if isinstance(key, str) and key.isprintable() and "." not in key and len(key) <= MAX_SHOWN:
+        return f".{key}"
+    if isinstance(key, str | int | float | bool) or key is None:
+        text = json.dumps(key[: MAX_SHOWN + 1] if isinstance(key, str) else key)
+    else:
+        text = f"<{type(key).__name__}>"
+    return f"[{_cut(text)}]"
+
+
+def _quoted(value: str) -> str:
+    """`value` quoted and escaped (repr: printable text), cut to MAX_SHOWN characters."""
+    return _cut(repr(value[: MAX_SHOWN + 1]))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+# --- engine choice and result document ---------------------------------------------------------
+
+
+def choose_engine(spec: AggregateSpec, blob_size: int | None, settings: Settings) -> str:
+    """'inline' or 'spark' (pure). `auto` offloads inputs over the threshold when Spark exists."""
+    if spec.engine != "auto":
+        return spec.engine
+    spark = settings.spark
+    if spark.backend != "none" and blob_size is not None and blob_size > spark.offload_threshold_bytes:
+        return "spark"
+    return "inline"
+
+
+def result_document(job_id: str, result: AggregateResult, engine: str, elapsed_s: float) -> dict[str, Any]:
+    """The result blob's JSON document; the Spark job builds the same shape."""
+    return {
+        "id": job_id,
+        "rows": result.rows,
+        "input_rows": result.input_rows,
+        "engine": engine,
+        "elapsed_s": round(elapsed_s, 3),
+    }
+
+
+# --- blob I/O ----------------------------------------------------------------------------------
+
+
+class BlobStream(io.RawIOBase):
+    """A read-only file over a blob: ranged GETs, a few in flight ahead of the reader.
+
+    Memory is bounded by (max_concurrency + 1) * chunk_size. Every GET after the first is
+    conditional on the first one's ETag, so a blob replaced mid-read fails (transient) instead
+    of mixing two versions. Storage errors are mapped to the job's error classes.
+    """
+
+    def __init__(self, blob: BlobClient, chunk_size: int, max_concurrency: int) -> None:
+        super().__init__()
+        self.blob = blob
+        self.label = f"{blob.container_name}/{blob.blob_name}"
+        self.chunk_size = chunk_size
+        self.size, self.etag, data = _map_errors(self._first_get, self.label)
+        self._current = memoryview(data)
+        self._pos = 0
+        self._next_offset = len(self._current)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, max_concurrency), thread_name_prefix="blob-read")
+        self._ahead: deque[Future[bytes]] = deque()
+        self._max_ahead = max(1, max_concurrency)
+        self._schedule()
+
+    def _first_get(self) -> tuple[int, str | None, bytes]:
+        """Size, ETag and first chunk; an empty blob answers a ranged GET with 416."""
+        try:
+            first = self.blob.download_blob(offset=0, length=self.chunk_size, max_concurrency=1)
+        except HttpResponseError as exc:
+            if status_code(exc) == 416:
+                return 0, None, b""
+            raise
+        data = first.readall()
+        return _total_size(first.properties.content_range, first.size), first.properties.etag, data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to `offset`: the read-ahead restarts there (used to count lines on errors)."""
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = min(max(0, base + offset), self.size)
+        for future in self._ahead:
+            future.cancel()
+        self._ahead.clear()
+        self._current = memoryview(b"")
+        self._next_offset = self._pos
+        self._schedule()
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while not self._current and self._ahead:
+            self._current = memoryview(self._ahead.popleft().result())
+            self._schedule()
+        n = min(len(view), len(self._current))
+        view[:n] = self._current[:n]
+        self._current = self._current[n:]
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            for future in self._ahead:
+                future.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        super().close()
+
+    def _schedule(self) -> None:
+        while len(self._ahead) < self._max_ahead and self._next_offset < self.size:
+            length = min(self.chunk_size, self.size - self._next_offset)
+            self._ahead.append(self._pool.submit(self._get, self._next_offset, length))
+            self._next_offset += length
+
+    def _get(self, offset: int, length: int) -> bytes:
+        def download() -> bytes:
+            downloader = self.blob.download_blob(
+                offset=offset,
+                length=length,
+                etag=self.etag,
+                match_condition=MatchConditions.IfNotModified,
+                max_concurrency=1,
+            )
+            return downloader.readall()
+
+        return _map_errors(download, self.label)
+
+
+def open_blob_stream(
+    blob: BlobClient, chunk_size: int = BLOB_CHUNK_BYTES, max_concurrency: int = BLOB_MAX_CONCURRENCY
+) -> BlobStream:
+    """Open a blob for streaming reads (one GET now); InputMissing if it or its container is absent."""
+    return BlobStream(blob, chunk_size, max_concurrency)
+
+
+def _total_size(content_range: str | None, fallback: int) -> int:
+    """The blob's full size from 'bytes 0-4194303/123456789'."""
+    if content_range and "/" in content_range:
+        total = content_range.rsplit("/", 1)[1]
+        if total.isdigit():
+            return int(total)
+    return fallback
+
+
+def _map_errors(call: Callable[[], T], label: str) -> T:
+    """Run one storage call, turning its failures into the job's error classes."""
+    try:
+        return call()
+    except ResourceNotFoundError as exc:
+        what = "container" if error_code(exc) == "ContainerNotFound" else "blob"
+        raise InputMissing(f"input {label} does not exist ({what} not found)") from None
+    except HttpResponseError as exc:
+        if status_code(exc) == 412:
+            raise TransientError(f"input {label} changed while it was being read") from exc
+        if is_throttled(exc):
+            code = error_code(exc) or status_code(exc)
+            raise StorageThrottled(f"storage busy reading {label}: {code}") from exc
+        raise
+    except AzureError as exc:
+        if is_throttled(exc):
+            raise StorageThrottled(f"storage unreachable reading {label}: {exc.__class__.__name__}") from exc
+        raise
+
+
+def write_result(blob: BlobClient, document: Mapping[str, Any]) -> None:
+    """Upload the result document (overwrite: a re-run of the same job writes the same blob)."""
+    data = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    settings = ContentSettings(content_type="application/json; charset=utf-8")
+    label = f"{blob.container_name}/{blob.blob_name}"
+    try:
+        blob.upload_blob(data, overwrite=True, content_settings=settings)
+    except AzureError as exc:
+        if is_throttled(exc):
+            raise StorageThrottled(f"storage busy writing {label}") from exc
+        raise
+
+
+# --- the handler -------------------------------------------------------------------------------
+
+
+class AggregateHandler:
+    """Group-by aggregation of a CSV / JSON-lines blob into `<results>/<job id>.json`."""
+
+    kind = KIND
+
+    def validate(self, payload: Mapping[str, Any]) -> None:
+        """Raise PayloadError listing every problem; no I/O."""
+        parse_aggregate_payload(payload)
+
+    def run(self, ctx: JobContext) -> Outcome:
+        """Stream the input through the inline engine and write the result document."""
+        spec = parse_aggregate_payload(ctx.payload)
+        if ctx.resume_state is not None:  # offloaded earlier: follow the Spark run, never resubmit blindly
+            from shared.spark import resume
+
+            return resume(ctx, spec)
+        if spec.engine == "spark" and ctx.settings.spark.backend == "none":
+            raise NotAvailable("engine 'spark' is not available: SPARK_BACKEND=none")
+        started = time.monotonic()
+        source = ctx.storage.blob.get_blob_client(spec.container, spec.blob)
+        with open_blob_stream(source) as stream:
+            engine = choose_engine(spec, stream.size, ctx.settings)
+            if engine == "spark":
+                return self.run_spark(ctx, spec, stream.size)
+            result = aggregate_stream(stream, spec)
+        elapsed = time.monotonic() - started
+        container = ctx.settings.results_container
+        name = f"{ctx.job_id}.json"
+        write_result(
+            ctx.storage.blob.get_blob_client(container, name),
+            result_document(ctx.job_id, result, "inline", elapsed),
+        )
+        ctx.log.info(
+            "aggregate %s: %d rows -> %d groups in %.2fs (inline)",
+            spec.input,
+            result.input_rows,
+            result.groups,
+            elapsed,
+        )
+        return Completed(
+            result_ref=f"{container}/{name}",
+            summary={"input_rows": result.input_rows, "groups": result.groups, "engine": "inline"},
+        )
+
+    def run_spark(self, ctx: JobContext, spec: AggregateSpec, blob_size: int) -> Outcome:
+        """Hand the job to the configured Spark backend; the ledger tracks it as `offloaded`."""
+        from shared.spark import offload
+
+        return offload(ctx, spec)
+
+
+HANDLER: Final = AggregateHandler()
+
+__all__ = [
+    "HANDLER",
+    "KIND",
+    "AggregateHandler",
+    "AggregateResult",
+    "AggregateSpec",
+    "BlobStream",
+    "MetricSpec",
+    "aggregate_stream",
+    "check_blob_path",
+    "check_container_name",
+    "choose_engine",
+    "open_blob_stream",
+    "parse_aggregate_payload",
+    "result_document",
+    "write_result",
+]

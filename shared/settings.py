@@ -1,0 +1,295 @@
+"""Typed settings read once from app settings (environment variables), validated at start-up.
+
+Every error names the setting so an operator knows what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.errors import SettingsError
+
+HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
+_NAME_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+
+SPARK_BACKENDS = ("none", "standalone", "livy", "databricks")
+
+
+@dataclass(frozen=True)
+class StorageConnection:
+    """How to reach the storage account (the AzureWebJobsStorage conventions of the host)."""
+
+    connection_string: str | None = None
+    """A full connection string (or UseDevelopmentStorage=true). Mutually exclusive with identity."""
+    account_name: str | None = None
+    """Identity based: `AzureWebJobsStorage__accountName`."""
+    blob_service_uri: str | None = None
+    """Identity based: `AzureWebJobsStorage__blobServiceUri` (derived from account name if unset)."""
+    queue_service_uri: str | None = None
+    """Identity based: `AzureWebJobsStorage__queueServiceUri` (derived from account name if unset)."""
+    client_id: str | None = None
+    """User-assigned managed identity's client id (`AzureWebJobsStorage__clientId`), if any."""
+
+    @property
+    def identity_based(self) -> bool:
+        return self.connection_string is None
+
+    def describe(self) -> str:
+        """A description safe for logs (never the key)."""
+        if self.connection_string is not None:
+            match = re.search(r"AccountName=([^;]+)", self.connection_string)
+            name = match.group(1) if match else "development storage"
+            return f"connection string for account {name}"
+        return f"identity-based connection to {self.blob_service_uri} / {self.queue_service_uri}"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Where and how large work is handed to Spark."""
+
+    backend: str = "none"
+    """`SPARK_BACKEND`: none | standalone | livy | databricks."""
+    url: str = ""
+    """`SPARK_URL`: the submission API's base URL (standalone REST, Livy batches, Databricks host)."""
+    job_file: str = ""
+    """`SPARK_JOB_FILE`: where the cluster finds spark_jobs/aggregate_job.py (path or URL)."""
+    offload_threshold_bytes: int = 4 * 1024**3
+    """`SPARK_OFFLOAD_THRESHOLD_BYTES`: `engine: auto` sends inputs larger than this to Spark."""
+    connect_timeout_s: float = 5.0
+    """`SPARK_CONNECT_TIMEOUT_SECONDS`: TCP connect timeout of the submission client."""
+    read_timeout_s: float = 30.0
+    """`SPARK_READ_TIMEOUT_SECONDS`: read timeout of the submission client."""
+    downstream_timeout_s: float = 10.0
+    """`SPARK_DOWNSTREAM_TIMEOUT_SECONDS`: the submission API's own server-side timeout."""
+    max_submissions: int = 3
+    """`SPARK_MAX_SUBMISSIONS`: submissions per job before it is poisoned."""
+    poll_initial_s: int = 10
+    """`SPARK_POLL_INITIAL_SECONDS`: delay before the first status check; it then grows."""
+    poll_max_s: int = 300
+    """`SPARK_POLL_MAX_SECONDS`: cap of the growing status-check delay."""
+    extra: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Backend-specific `SPARK_*` settings (e.g. SPARK_LIVY_AUTH, SPARK_DATABRICKS_CLUSTER_ID)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All settings of the app. Build with `Settings.from_env()`."""
+
+    storage: StorageConnection
+    """`AzureWebJobsStorage` (connection string) or `AzureWebJobsStorage__*` (identity)."""
+    jobs_queue: str = "jobs"
+    """`JOBS_QUEUE`: the main queue; its poison queue is `<name>-poison`."""
+    ledger_container: str = "ledger"
+    """`LEDGER_CONTAINER`: one JSON blob per job id."""
+    results_container: str = "results"
+    """`RESULTS_CONTAINER`: result documents, `<id>.json`."""
+    payloads_container: str = "payloads"
+    """`PAYLOADS_CONTAINER`: claim-check payloads too large for a queue message."""
+    poison_archive_container: str = "poison-archive"
+    """`POISON_ARCHIVE_CONTAINER`: archived poison messages."""
+    function_timeout_s: float = 600.0
+    """host.json `functionTimeout` (read from the deployed host.json)."""
+    claim_lease_s: float = 600.0
+    """`CLAIM_LEASE_SECONDS`: how long an in-progress claim is honoured (default: functionTimeout,
+    which no live invocation outlives; checkpoints extend it)."""
+    max_attempts: int = 5
+    """`MAX_ATTEMPTS`: transient failures retried by the app before the job is poisoned."""
+    retry_base_s: float = 2.0
+    """`RETRY_BASE_SECONDS`: first backoff ceiling; doubles each attempt (full jitter)."""
+    retry_max_s: float = 300.0
+    """`RETRY_MAX_SECONDS`: cap of the backoff ceiling."""
+    job_ttl_s: float = 7 * 24 * 3600.0
+    """`JOB_TTL_SECONDS`: default expiry after created_at when an envelope has no expires_at."""
+    max_payload_bytes: int = 64 * 1024 * 1024
+    """`MAX_PAYLOAD_BYTES`: largest payload accepted even by claim check (API answers 413)."""
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    """Spark offload settings."""
+
+    @property
+    def poison_queue(self) -> str:
+        return f"{self.jobs_queue}-poison"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, host_json: Path = HOST_JSON) -> Settings:
+        """Read and validate; raises SettingsError naming every bad setting."""
+        src = os.environ if env is None else env
+        problems: list[str] = []
+        reader = _Reader(src, problems)
+        storage = _storage_connection(src, problems)
+        function_timeout = _function_timeout(host_json, problems)
+        spark = SparkSettings(
+            backend=reader.choice("SPARK_BACKEND", "none", SPARK_BACKENDS),
+            url=reader.text("SPARK_URL", ""),
+            job_file=reader.text("SPARK_JOB_FILE", ""),
+            offload_threshold_bytes=reader.integer("SPARK_OFFLOAD_THRESHOLD_BYTES", 4 * 1024**3, 0),
+            connect_timeout_s=reader.number("SPARK_CONNECT_TIMEOUT_SECONDS", 5.0, 0.1),
+            read_timeout_s=reader.number("SPARK_READ_TIMEOUT_SECONDS", 30.0, 0.1),
+            downstream_timeout_s=reader.number("SPARK_DOWNSTREAM_TIMEOUT_SECONDS", 10.0, 0.1),
+            max_submissions=reader.integer("SPARK_MAX_SUBMISSIONS", 3, 1),
+            poll_initial_s=reader.integer("SPARK_POLL_INITIAL_SECONDS", 10, 1),
+            poll_max_s=reader.integer("SPARK_POLL_MAX_SECONDS", 300, 1),
+            extra={k: v for k, v in src.items() if k.startswith("SPARK_")},
+        )
+        settings = cls(
+            storage=storage,
+            jobs_queue=reader.resource_name("JOBS_QUEUE", "jobs", max_len=56),
+            ledger_container=reader.resource_name("LEDGER_CONTAINER", "ledger"),
+            results_container=reader.resource_name("RESULTS_CONTAINER", "results"),
+            payloads_container=reader.resource_name("PAYLOADS_CONTAINER", "payloads"),
+            poison_archive_container=reader.resource_name("POISON_ARCHIVE_CONTAINER", "poison-archive"),
+            function_timeout_s=function_timeout,
+            claim_lease_s=reader.number("CLAIM_LEASE_SECONDS", function_timeout, 1.0),
+            max_attempts=reader.integer("MAX_ATTEMPTS", 5, 1),
+            retry_base_s=reader.number("RETRY_BASE_SECONDS", 2.0, 0.0),
+            retry_max_s=reader.number("RETRY_MAX_SECONDS", 300.0, 0.0),
+            job_ttl_s=reader.number("JOB_TTL_SECONDS", 7 * 24 * 3600.0, 1.0),
+            max_payload_bytes=reader.integer("MAX_PAYLOAD_BYTES", 64 * 1024 * 1024, 1024),
+            spark=spark,
+        )
+        problems.extend(check_spark(settings))
+        if problems:
+            raise SettingsError("invalid settings: " + "; ".join(problems))
+        return settings
+
+
+def check_spark(settings: Settings) -> list[str]:
+    """Problems with the Spark settings, including timeouts that do not nest."""
+    spark = settings.spark
+    if spark.backend == "none":
+        return []
+    problems: list[str] = []
+    if not spark.url:
+        problems.append(f"SPARK_URL is required when SPARK_BACKEND={spark.backend}")
+    if not spark.job_file:
+        problems.append(f"SPARK_JOB_FILE is required when SPARK_BACKEND={spark.backend}")
+    if not spark.downstream_timeout_s < spark.read_timeout_s:
+        problems.append(
+            f"SPARK_DOWNSTREAM_TIMEOUT_SECONDS ({spark.downstream_timeout_s:g}) must be less than "
+            f"SPARK_READ_TIMEOUT_SECONDS ({spark.read_timeout_s:g})"
+        )
+    budget = spark.connect_timeout_s + spark.read_timeout_s
+    if not budget < settings.function_timeout_s:
+        problems.append(
+            f"SPARK_CONNECT_TIMEOUT_SECONDS + SPARK_READ_TIMEOUT_SECONDS ({budget:g}) must be less than "
+            f"host.json functionTimeout ({settings.function_timeout_s:g}s)"
+        )
+    return problems
+
+
+def parse_timespan(text: str) -> float:
+    """Parse a .NET TimeSpan as used in host.json ('00:05:00', '1.00:00:00', '-1') to seconds."""
+    value = text.strip()
+    match = re.fullmatch(r"(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d+))?", value)
+    if not match:
+        raise ValueError(f"not a TimeSpan (expected [d.]hh:mm:ss): {text!r}")
+    days, hours, minutes, seconds, fraction = match.groups()
+    total = int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+    return total + (float(f"0.{fraction}") if fraction else 0.0)
+
+
+def _function_timeout(host_json: Path, problems: list[str]) -> float:
+    if not host_json.exists():
+        return 600.0
+    try:
+        raw = json.loads(host_json.read_text(encoding="utf-8")).get("functionTimeout", "00:30:00")
+    except (OSError, ValueError) as exc:
+        problems.append(f"host.json could not be read ({exc.__class__.__name__})")
+        return 600.0
+    try:
+        return parse_timespan(str(raw))
+    except ValueError as exc:
+        problems.append(f"host.json functionTimeout: {exc}")
+        return 600.0
+
+
+def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageConnection:
+    conn = env.get("AzureWebJobsStorage", "").strip()
+    prefix = "AzureWebJobsStorage__"
+    account = env.get(prefix + "accountName", "").strip() or None
+    blob_uri = env.get(prefix + "blobServiceUri", "").strip() or None
+    queue_uri = env.get(prefix + "queueServiceUri", "").strip() or None
+    client_id = env.get(prefix + "clientId", "").strip() or None
+    if conn:
+        if (
+            conn != "UseDevelopmentStorage=true"
+            and "AccountName=" not in conn
+            and "SharedAccessSignature=" not in conn
+        ):
+            problems.append("AzureWebJobsStorage is not a storage connection string (no AccountName=)")
+        return StorageConnection(connection_string=conn)
+    if account:
+        blob_uri = blob_uri or f"https://{account}.blob.core.windows.net"
+        queue_uri = queue_uri or f"https://{account}.queue.core.windows.net"
+    if not (blob_uri and queue_uri):
+        problems.append(
+            "AzureWebJobsStorage is not set: give a connection string, or AzureWebJobsStorage__accountName, "
+            "or both AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+        )
+        return StorageConnection(connection_string="UseDevelopmentStorage=true")
+    for name, uri in (("blobServiceUri", blob_uri), ("queueServiceUri", queue_uri)):
+        if not uri.startswith(("https://", "http://")):
+            problems.append(f"AzureWebJobsStorage__{name} must be an http(s) URL")
+    return StorageConnection(
+        account_name=account, blob_service_uri=blob_uri, queue_service_uri=queue_uri, client_id=client_id
+    )
+
+
+class _Reader:
+    """Reads typed values, collecting one problem per bad setting."""
+
+    def __init__(self, env: Mapping[str, str], problems: list[str]) -> None:
+        self.env = env
+        self.problems = problems
+
+    def text(self, name: str, default: str) -> str:
+        return self.env.get(name, "").strip() or default
+
+    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
+        value = self.text(name, default).lower()
+        if value not in allowed:
+            self.problems.append(f"{name}={value!r} is not one of {', '.join(allowed)}")
+            return default
+        return value
+
+    def integer(self, name: str, default: int, minimum: int) -> int:
+        raw = self.env.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            self.problems.append(f"{name}={raw!r} is not an integer")
+            return default
+        if value < minimum:
+            self.problems.append(f"{name}={value} must be >= {minimum}")
+            return default
+        return value
+
+    def number(self, name: str, default: float, minimum: float) -> float:
+        raw = self.env.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems.append(f"{name}={raw!r} is not a number")
+            return default
+        if value < minimum:
+            self.problems.append(f"{name}={value:g} must be >= {minimum:g}")
+            return default
+        return value
+
+    def resource_name(self, name: str, default: str, max_len: int = 63) -> str:
+        value = self.text(name, default)
+        if not _NAME_RE.match(value) or len(value) > max_len:
+            self.problems.append(
+                f"{name}={value!r} is not a valid queue/container name "
+                f"(3-{max_len} lower-case letters, digits and single hyphens)"
+            )
+            return default
+        return value

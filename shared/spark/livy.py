@@ -1,0 +1,170 @@
+"""Apache Livy batches: Azure Synapse Spark pools (Entra token) and HDInsight (basic auth).
+
+Livy has no idempotency key, so after a read timeout on create (or a "duplicate name" answer)
+the batch is looked up by its unique name before anything else is tried. A batch id Livy no
+longer knows (404: finished batches are forgotten after a retention period) maps to `unknown`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shared.errors import PermanentError
+from shared.settings import SparkSettings
+from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
+from shared.spark.model import RunStatus, SparkJobRequest, Submission
+from shared.spark.states import livy_status
+
+SYNAPSE_SCOPE = "https://dev.azuresynapse.net/.default"
+_PAGE = 100
+_SIZES = {
+    "SPARK_DRIVER_MEMORY": "driverMemory",
+    "SPARK_DRIVER_CORES": "driverCores",
+    "SPARK_EXECUTOR_MEMORY": "executorMemory",
+    "SPARK_EXECUTOR_CORES": "executorCores",
+    "SPARK_NUM_EXECUTORS": "numExecutors",
+}
+
+
+class LivyBackend:
+    """`SPARK_URL` is the Livy root that `/batches` hangs off (Synapse: .../sparkPools/<pool>)."""
+
+    name = "livy"
+
+    def __init__(
+        self,
+        spark: SparkSettings,
+        clock: Callable[[], float] = time.time,
+        token_provider: Callable[[str], str] | None = None,
+    ) -> None:
+        extra = spark.extra
+        self.batches = spark.url.rstrip("/") + "/batches"
+        self.auth_mode = (extra.get("SPARK_LIVY_AUTH") or "entra").lower()
+        self.scope = extra.get("SPARK_LIVY_SCOPE") or SYNAPSE_SCOPE
+        self.sizes: dict[str, Any] = {}
+        for key, field_name in _SIZES.items():
+            if extra.get(key):
+                value = extra[key]
+                self.sizes[field_name] = (
+                    int(value) if field_name in ("driverCores", "executorCores", "numExecutors") else value
+                )
+        self.clock = clock
+        self._token_provider = token_provider
+        auth: tuple[str, str] | None = None
+        if self.auth_mode == "basic":
+            user, password = extra.get("SPARK_LIVY_USER", ""), extra.get("SPARK_LIVY_PASSWORD", "")
+            if not user or not password:
+                raise PermanentError("SPARK_LIVY_AUTH=basic needs SPARK_LIVY_USER and SPARK_LIVY_PASSWORD")
+            auth = (user, password)
+        elif self.auth_mode not in ("entra", "none"):
+            raise PermanentError(f"SPARK_LIVY_AUTH={self.auth_mode!r} is not one of entra, basic, none")
+        self.http = HttpClient(
+            self.name, spark.connect_timeout_s, spark.read_timeout_s, headers=self._headers, auth=auth
+        )
+        self.http.retry_after_max_s = float(extra.get("SPARK_RETRY_AFTER_MAX_SECONDS") or 10)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"X-Requested-By": "jobs", "Content-Type": "application/json"}
+        if self.auth_mode == "entra":
+            headers["Authorization"] = "Bearer " + self._token(self.scope)
+        return headers
+
+    def _token(self, scope: str) -> str:
+        if self._token_provider is None:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential()
+            self._token_provider = lambda s: str(credential.get_token(s).token)
+        return self._token_provider(scope)
+
+    def create_body(self, job: SparkJobRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "file": job.job_file,
+            "args": list(job.args),
+            "name": job.name,
+            "tags": job.tags,
+            "conf": dict(job.conf),
+            **self.sizes,
+        }
+        if job.py_files:
+            body["pyFiles"] = list(job.py_files)
+        return body
+
+    def submit(self, job: SparkJobRequest) -> Submission:
+        started = self.clock()
+        try:
+            resp = self.http.request("POST", self.batches, json=self.create_body(job), allow=(400, 409))
+        except ReadTimedOut:
+            return self.find(job) or Submission(self.name, None, job.name, started)
+        if resp.status_code in (400, 409):
+            text = scrub(resp.text or "")
+            if "duplicate" in text.lower():  # our earlier, timed-out create went through
+                found = self.find(job)
+                if found is not None:
+                    return found
+            raise PermanentError(f"livy: HTTP {resp.status_code} on POST /batches: {text}")
+        body = json_body(resp, self.name)
+        if body.get("id") is None:
+            raise PermanentError("livy: the create answer has no batch id")
+        return Submission(self.name, str(body["id"]), job.name, started)
+
+    def status(self, submission_id: str) -> RunStatus:
+        resp = self.http.request("GET", f"{self.batches}/{submission_id}", allow=(404,))
+        if resp.status_code == 404:
+            return RunStatus(
+                "unknown", f"Livy no longer knows batch {submission_id} (retention passed?)", "404"
+            )
+        body = json_body(resp, self.name)
+        status = livy_status(body)
+        if status.state == "failed":
+            tail = _log_tail(body.get("log"))
+            if tail:
+                return RunStatus(status.state, f"{status.message}: {tail}", status.raw_state)
+        return status
+
+    def cancel(self, submission_id: str) -> None:
+        self.http.request(
+            "DELETE",
+            f"{self.batches}/{submission_id}",
+            allow=(404,),
+            read_timeout_s=2 * self.http.read_timeout_s,
+        )
+
+    def find(self, job: SparkJobRequest) -> Submission | None:
+        """The newest batch named `job.name` (or tagged with its job id and submission)."""
+        first = json_body(
+            self.http.request("GET", self.batches, params={"from": 0, "size": _PAGE}), self.name
+        )
+        sessions = list(first.get("sessions") or [])
+        total = int(first.get("total") or len(sessions))
+        if total > len(sessions):
+            start = max(0, total - _PAGE)
+            last = json_body(
+                self.http.request("GET", self.batches, params={"from": start, "size": _PAGE}), self.name
+            )
+            sessions += list(last.get("sessions") or [])
+        matches = [s for s in sessions if _is_ours(s, job)]
+        if not matches:
+            return None
+        newest = max(matches, key=lambda s: int(s.get("id") or 0))
+        return Submission(self.name, str(newest["id"]), job.name, self.clock())
+
+
+def _is_ours(batch: Mapping[str, Any], job: SparkJobRequest) -> bool:
+    if batch.get("name") == job.name:
+        return True
+    tags = batch.get("tags") or {}
+    return isinstance(tags, Mapping) and dict(tags) == job.tags
+
+
+def _log_tail(log: Any, lines: int = 5) -> str:
+    if not isinstance(log, list):
+        return ""
+    useful = [str(x).strip() for x in log if str(x).strip() and not str(x).startswith(("stdout:", "stderr:"))]
+    for line in reversed(useful):
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and " " not in head:
+            return scrub(line)
+    return scrub(" | ".join(useful[-lines:]))

@@ -1,0 +1,206 @@
+"""Entry points the aggregate handler calls: hand a job to Spark, and follow it to completion.
+
+- `offload(ctx)`: submit (once) and return `Continue(state, delay_s=poll_initial_s)`.
+- `resume(ctx)`: with `ctx.resume_state`, poll the run and decide (see tracking.decide):
+  wait longer, verify the result and complete, resubmit, or raise PermanentError.
+No function ever waits for Spark: each call makes a few HTTP requests and returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from shared.errors import DownstreamUnavailable, InputDataError, PermanentError
+from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.settings import Settings
+from shared.spark.backends import backend_for
+from shared.spark.model import SparkBackend, SparkJobRequest, Submission
+from shared.spark.results import read_error, read_result, result_blob
+from shared.spark.storage_access import job_storage
+from shared.spark.tracking import (
+    Decision,
+    GiveUp,
+    Limits,
+    OffloadState,
+    Resubmit,
+    Verify,
+    Wait,
+    after_missing_result,
+    decide,
+    resubmitted,
+)
+
+PROGRESS_KEY = "spark_submitting"
+
+
+def limits_for(settings: Settings) -> Limits:
+    spark = settings.spark
+    extra = spark.extra
+    return Limits(
+        max_submissions=spark.max_submissions,
+        poll_initial_s=spark.poll_initial_s,
+        poll_max_s=spark.poll_max_s,
+        confirm_window_s=float(extra.get("SPARK_CONFIRM_WINDOW_SECONDS") or 120),
+        max_run_s=float(extra.get("SPARK_MAX_RUN_SECONDS") or 6 * 3600),
+    )
+
+
+def run_name(job_id: str, submission: int) -> str:
+    """Unique per (job, submission): how a run is found again after a timed-out create."""
+    return f"aggregate-{job_id}-s{submission}"
+
+
+def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
+    """The submission for this job: script, arguments (no secrets) and driver environment."""
+    spark = ctx.settings.spark
+    payload = json.dumps(dict(ctx.payload), sort_keys=True, separators=(",", ":"))
+    encoded = base64.urlsafe_b64encode(payload.encode()).decode()
+    access = job_storage(ctx.settings, str(ctx.payload.get("input", "")))
+    args = [
+        ctx.job_id,
+        encoded,
+        ctx.settings.results_container,
+        "--submission",
+        str(submission),
+        *access.args,
+    ]
+    if spark.extra.get("SPARK_SPLIT_MB"):
+        args += ["--split-mb", spark.extra["SPARK_SPLIT_MB"]]
+    py_files = [p.strip() for p in spark.extra.get("SPARK_PY_FILES", "").split(",") if p.strip()]
+    return SparkJobRequest(
+        job_id=ctx.job_id,
+        submission=submission,
+        name=run_name(ctx.job_id, submission),
+        job_file=spark.job_file,
+        args=args,
+        py_files=py_files,
+        env=access.env,
+    )
+
+
+def offload(ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None) -> Outcome:
+    """Submit the job to Spark; `Continue` to poll it later (or `Completed` if a run already finished).
+
+    `spec` (the parsed AggregateSpec) is not needed: the job receives the validated payload.
+    """
+    del spec
+    results = ctx.storage.container(ctx.settings.results_container)
+    doc = read_result(results, ctx.job_id)
+    if doc is not None:  # an earlier run finished but the ledger never heard of it
+        return _completed(ctx, None, doc)
+    backend = backend or backend_for(ctx.settings)
+    limits = limits_for(ctx.settings)
+    sub = _submit_once(ctx, backend, build_request(ctx, 1))
+    state = OffloadState(backend.name, sub.submission_id, sub.name, sub.submitted_at, submissions=1, polls=0)
+    ctx.log.info("spark: offloaded as %s (%s)", sub.submission_id or "unconfirmed", sub.name)
+    return Continue(state=state.to_dict(), delay_s=limits.poll_initial_s)
+
+
+def resume(
+    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, now: float | None = None
+) -> Outcome:
+    """Check the run saved in `ctx.resume_state` and act on it (never submits while it is live)."""
+    del spec
+    if ctx.resume_state is None:
+        raise PermanentError("spark: resume called without a saved offload state")
+    state = OffloadState.from_dict(ctx.resume_state)
+    backend = backend or backend_for(ctx.settings)
+    if state.backend != backend.name:
+        raise PermanentError(
+            f"spark: the job was offloaded to {state.backend} but SPARK_BACKEND is now {backend.name}"
+        )
+    limits = limits_for(ctx.settings)
+    results = ctx.storage.container(ctx.settings.results_container)
+    if not state.confirmed:
+        found = backend.find(build_request(ctx, state.submissions))
+        if found is not None and found.submission_id:
+            state = replace(state, submission_id=found.submission_id)
+            ctx.log.info(
+                "spark: found run %s for %s after a timed-out create", found.submission_id, state.name
+            )
+    status = backend.status(state.submission_id) if state.submission_id else None
+    permanent = None
+    if status is not None and status.state == "failed":
+        error = read_error(results, ctx.job_id, state.submissions)
+        if error is not None:
+            status = replace(status, message=error.message)
+            permanent = error.message if error.permanent else None
+    decision: Decision = decide(
+        state, status, now=time.time() if now is None else now, limits=limits, permanent_error=permanent
+    )
+    ctx.log.info(
+        "spark: run %s is %s -> %s",
+        state.submission_id,
+        status.state if status else "unconfirmed",
+        type(decision).__name__,
+    )
+    if isinstance(decision, Wait):
+        return Continue(state=decision.state.to_dict(), delay_s=decision.delay_s)
+    doc = read_result(results, ctx.job_id)  # also after a failure: a killed run may have finished writing
+    if doc is not None:
+        return _completed(ctx, state, doc)
+    if isinstance(decision, Verify):
+        decision = after_missing_result(state, limits)
+    return _act_on_failure(ctx, backend, decision, limits)
+
+
+def _act_on_failure(ctx: JobContext, backend: SparkBackend, decision: Decision, limits: Limits) -> Outcome:
+    if not isinstance(decision, Resubmit | GiveUp):
+        raise AssertionError(f"unexpected decision {decision!r}")
+    state = decision.state
+    if decision.cancel and state.submission_id:
+        try:
+            backend.cancel(state.submission_id)
+        except (DownstreamUnavailable, PermanentError) as exc:
+            ctx.log.warning("spark: cancel of %s failed: %s", state.submission_id, exc)
+    if isinstance(decision, GiveUp):
+        message = f"spark run failed after {state.submissions} submission(s): {decision.reason}"
+        if decision.input_error:
+            raise InputDataError(message)
+        raise PermanentError(message)
+    ctx.log.warning(
+        "spark: resubmitting (%s of %s): %s", state.submissions + 1, limits.max_submissions, decision.reason
+    )
+    request = build_request(ctx, state.submissions + 1)
+    sub = _submit_once(ctx, backend, request)
+    new_state = resubmitted(state, sub.submission_id, sub.name, sub.submitted_at)
+    return Continue(state=new_state.to_dict(), delay_s=limits.poll_initial_s)
+
+
+def _submit_once(ctx: JobContext, backend: SparkBackend, request: SparkJobRequest) -> Submission:
+    """Submit, unless an earlier attempt of this call may already have: then look the run up first."""
+    marker = (ctx.progress or {}).get(PROGRESS_KEY)
+    maybe_submitted = isinstance(marker, Mapping) and marker.get("name") == request.name
+    if maybe_submitted or ctx.attempt > 0:
+        found = backend.find(request)
+        if found is not None and found.submission_id:
+            ctx.log.info(
+                "spark: %s already submitted as %s; not submitting again", request.name, found.submission_id
+            )
+            return found
+    ctx.checkpoint(
+        {PROGRESS_KEY: {"name": request.name, "submission": request.submission, "at": time.time()}}
+    )
+    return backend.submit(request)
+
+
+def _completed(ctx: JobContext, state: OffloadState | None, doc: Mapping[str, Any]) -> Completed:
+    rows = doc.get("rows")
+    summary: dict[str, Any] = {
+        "engine": doc.get("engine", "spark"),
+        "input_rows": doc.get("input_rows"),
+        "groups": len(rows) if isinstance(rows, list) else None,
+        "engine_elapsed_s": doc.get("elapsed_s"),
+    }
+    if state is not None:
+        summary.update(
+            backend=state.backend, submission_id=state.submission_id, submissions=state.submissions
+        )
+    return Completed(
+        result_ref=f"{ctx.settings.results_container}/{result_blob(ctx.job_id)}", summary=summary
+    )

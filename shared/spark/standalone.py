@@ -1,0 +1,185 @@
+"""Spark standalone REST submission API (`/v1/submissions/*` on the master's REST port).
+
+The API has no idempotency key: posting the same body twice starts two drivers. So after a read
+timeout on create the run is looked up (master JSON lists drivers; each launched driver's launch
+command, served by its worker's log endpoint, carries `-Dspark.app.name=<unique name>`) and only
+a run that cannot be found is left unconfirmed for the tracking layer to decide about.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from shared.errors import DownstreamUnavailable, PermanentError
+from shared.settings import SparkSettings
+from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
+from shared.spark.model import RunStatus, SparkJobRequest, Submission
+from shared.spark.states import standalone_status
+
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
+_LOOKUP_LIMIT = 25  # newest drivers whose launch command is inspected by `find`
+
+
+def jws_token(secret_b64url: str, now: float) -> str:
+    """An HS256 JWS for Spark's JWSFilter (`spark.master.rest.filters`); the key is base64url."""
+    key = base64.urlsafe_b64decode(secret_b64url + "=" * (-len(secret_b64url) % 4))
+
+    def enc(obj: Mapping[str, Any]) -> bytes:
+        return base64.urlsafe_b64encode(json.dumps(obj, separators=(",", ":")).encode()).rstrip(b"=")
+
+    signing_input = enc({"alg": "HS256", "typ": "JWT"}) + b"." + enc({"iat": int(now), "sub": "jobs"})
+    signature = base64.urlsafe_b64encode(hmac.new(key, signing_input, hashlib.sha256).digest()).rstrip(b"=")
+    return (signing_input + b"." + signature).decode()
+
+
+class StandaloneBackend:
+    """Submits PySpark jobs in cluster mode through the standalone master's REST API."""
+
+    name = "standalone"
+
+    def __init__(self, spark: SparkSettings, clock: Callable[[], float] = time.time) -> None:
+        extra = spark.extra
+        self.url = spark.url.rstrip("/")
+        host = urlparse(self.url).hostname or "127.0.0.1"
+        self.master_url = extra.get("SPARK_MASTER_URL") or f"spark://{host}:7077"
+        self.ui_url = (extra.get("SPARK_MASTER_UI_URL") or "").rstrip("/")
+        self.client_version = extra.get("SPARK_CLIENT_VERSION") or "4.3.0"
+        self.python = extra.get("SPARK_PYTHON") or "python3"
+        self.props = {
+            "spark.driver.memory": extra.get("SPARK_DRIVER_MEMORY") or "1g",
+            "spark.driver.cores": "1",
+            "spark.executor.memory": extra.get("SPARK_EXECUTOR_MEMORY") or "1g",
+            "spark.cores.max": extra.get("SPARK_CORES_MAX") or "2",
+        }
+        self._secret = extra.get("SPARK_REST_AUTH_SECRET") or ""
+        self.clock = clock
+        self.http = HttpClient(
+            self.name, spark.connect_timeout_s, spark.read_timeout_s, headers=self._headers
+        )
+        self.http.retry_after_max_s = float(extra.get("SPARK_RETRY_AFTER_MAX_SECONDS") or 10)
+
+    def _headers(self) -> dict[str, str]:
+        if not self._secret:
+            return {}
+        return {"Authorization": "Bearer " + jws_token(self._secret, self.clock())}
+
+    def create_body(self, job: SparkJobRequest) -> dict[str, Any]:
+        """The CreateSubmissionRequest for a PySpark script (appArgs: script, pyFiles, job args)."""
+        is_url = "://" in job.job_file
+        resource = job.job_file if is_url else "file:" + job.job_file
+        script = job.job_file.rsplit("/", 1)[-1] if is_url else job.job_file
+        props = {
+            "spark.master": self.master_url,
+            "spark.submit.deployMode": "cluster",
+            "spark.app.name": job.name,
+            "spark.driver.supervise": "false",
+            **self.props,
+            "spark.pyspark.python": self.python,
+            "spark.pyspark.driver.python": self.python,
+            "spark.submit.pyFiles": ",".join(job.py_files),
+            **dict(job.conf),
+        }
+        return {
+            "action": "CreateSubmissionRequest",
+            "clientSparkVersion": self.client_version,
+            "appResource": resource,
+            "mainClass": PYTHON_RUNNER,
+            "appArgs": [script, ",".join(job.py_files), *job.args],
+            "environmentVariables": {"SPARK_ENV_LOADED": "1", **dict(job.env)},
+            "sparkProperties": props,
+        }
+
+    def submit(self, job: SparkJobRequest) -> Submission:
+        started = self.clock()
+        try:
+            resp = self.http.request("POST", f"{self.url}/v1/submissions/create", json=self.create_body(job))
+        except ReadTimedOut:
+            found = self.find(job)
+            return found or Submission(self.name, None, job.name, started)
+        body = json_body(resp, self.name)
+        if body.get("success") is not True or not body.get("submissionId"):
+            message = scrub(str(body.get("message") or "no message"))
+            if "ALIVE" in message:  # master recovering or standby
+                raise DownstreamUnavailable(f"standalone: master cannot accept submissions now: {message}")
+            raise PermanentError(f"standalone: master refused the submission: {message}")
+        return Submission(self.name, str(body["submissionId"]), job.name, started)
+
+    def status(self, submission_id: str) -> RunStatus:
+        resp = self.http.request("GET", f"{self.url}/v1/submissions/status/{submission_id}")
+        status = standalone_status(json_body(resp, self.name))
+        if status.state == "failed":
+            tail = self._driver_error(submission_id, status)
+            if tail:
+                return RunStatus(status.state, tail, status.raw_state)
+        return status
+
+    def cancel(self, submission_id: str) -> None:
+        self.http.request("POST", f"{self.url}/v1/submissions/kill/{submission_id}")
+
+    def find(self, job: SparkJobRequest) -> Submission | None:
+        """Look for a driver launched with our app name (needs SPARK_MASTER_UI_URL)."""
+        if not self.ui_url:
+            return None
+        state = json_body(self.http.request("GET", f"{self.ui_url}/json/"), self.name)
+        workers = {str(w.get("id")): str(w.get("webuiaddress") or "") for w in state.get("workers", [])}
+        drivers = list(state.get("activedrivers", [])) + list(state.get("completeddrivers", []))
+        drivers.sort(key=lambda d: str(d.get("id")), reverse=True)  # ids sort by submit time
+        marker = f'"-Dspark.app.name={job.name}"'
+        for driver in drivers[:_LOOKUP_LIMIT]:
+            worker_ui = workers.get(str(driver.get("worker")), "")
+            if worker_ui and marker in self._log_head(worker_ui, str(driver.get("id")), "stderr", 16384):
+                submitted = _starttime(driver) or self.clock()
+                return Submission(self.name, str(driver["id"]), job.name, submitted)
+        return None
+
+    def _log_head(
+        self, worker_ui: str, driver_id: str, log_type: str, length: int, offset: int | None = 0
+    ) -> str:
+        """A slice of a driver's log from its worker's UI; `offset=None` gives the tail."""
+        params: dict[str, Any] = {"driverId": driver_id, "logType": log_type, "byteLength": length}
+        if offset is not None:
+            params["offset"] = offset
+        resp = self.http.request("GET", f"{worker_ui}/log/", params=params, allow=(404,))
+        return "" if resp.status_code == 404 else str(resp.text)
+
+    def _driver_error(self, submission_id: str, status: RunStatus) -> str:
+        """Best effort: the last Python error lines of the driver's stderr (worker log endpoint)."""
+        if not self.ui_url:
+            return status.message
+        try:
+            state = json_body(self.http.request("GET", f"{self.ui_url}/json/"), self.name)
+            drivers = list(state.get("activedrivers", [])) + list(state.get("completeddrivers", []))
+            worker_id = next((d.get("worker") for d in drivers if d.get("id") == submission_id), None)
+            worker_ui = next(
+                (str(w.get("webuiaddress")) for w in state.get("workers", []) if w.get("id") == worker_id), ""
+            )
+            if not worker_ui:
+                return status.message
+            text = self._log_head(worker_ui, submission_id, "stderr", 8192, offset=None)
+        except (DownstreamUnavailable, PermanentError):
+            return status.message
+        return driver_error_from_log(text) or status.message
+
+
+def driver_error_from_log(text: str) -> str:
+    """The most telling line of a driver log tail: the last Python exception line, if any."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and " " not in head:
+            return scrub(line)
+    return ""
+
+
+def _starttime(driver: Mapping[str, Any]) -> float | None:
+    try:
+        return float(driver.get("starttime") or 0) / 1000.0 or None
+    except (TypeError, ValueError):
+        return None

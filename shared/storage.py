@@ -1,0 +1,140 @@
+"""Storage clients from a connection string or an identity, and error-code helpers."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+import requests.adapters
+from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.storage.blob import BlobServiceClient, ContainerClient
+from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
+
+from shared.settings import Settings, StorageConnection
+
+DEV_CONNECTION = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+    "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
+)
+
+# Errors a delete/update of a queue message may meet when another consumer took the message.
+GONE_MESSAGE_CODES = frozenset(
+    {"PopReceiptMismatch", "MessageNotFound", "QueueNotFound", "QueueBeingDeleted"}
+)
+_CLIENT_KW: dict[str, Any] = {"retry_total": 3, "connection_timeout": 10, "read_timeout": 30}
+POOL_SIZE = 64
+"""HTTP connections kept per client: above the host's messages in flight (batchSize + newBatchThreshold)."""
+
+
+def _session() -> requests.Session:
+    """A session whose pool holds a connection for every invocation in flight (the default is 10)."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The storage error code of an SDK exception (e.g. 'BlobAlreadyExists'), if any."""
+    code = getattr(exc, "error_code", None)
+    if code:
+        return str(code)
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    value = headers.get("x-ms-error-code")
+    return str(value) if value else None
+
+
+def status_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "status_code", None)
+    return int(value) if isinstance(value, int) else None
+
+
+def is_throttled(exc: BaseException) -> bool:
+    """True for server-busy / 5xx / connection failures: worth retrying later."""
+    if isinstance(exc, ServiceRequestError | ServiceResponseError):
+        return True
+    status = status_code(exc)
+    return isinstance(exc, HttpResponseError) and status is not None and (status == 429 or status >= 500)
+
+
+@dataclass
+class StorageClients:
+    """The clients the app uses, built once per process and shared by invocations."""
+
+    blob: BlobServiceClient
+    queue_service: QueueServiceClient
+
+    def container(self, name: str) -> ContainerClient:
+        return self.blob.get_container_client(name)
+
+    def queue(self, name: str) -> QueueClient:
+        """A queue client that base64-encodes what it sends (host.json messageEncoding: base64)."""
+        return self.queue_service.get_queue_client(name, message_encode_policy=TextBase64EncodePolicy())
+
+    def raw_queue(self, name: str) -> QueueClient:
+        """A queue client that sends and receives message text unchanged (for poison copies)."""
+        return self.queue_service.get_queue_client(name)
+
+
+def connect(settings: Settings) -> StorageClients:
+    """Build clients for the configured account. No network request is made here."""
+    return clients_for(settings.storage)
+
+
+def clients_for(conn: StorageConnection) -> StorageClients:
+    if conn.connection_string is not None:
+        text = (
+            DEV_CONNECTION
+            if conn.connection_string == "UseDevelopmentStorage=true"
+            else conn.connection_string
+        )
+        return StorageClients(
+            blob=BlobServiceClient.from_connection_string(text, session=_session(), **_CLIENT_KW),
+            queue_service=QueueServiceClient.from_connection_string(text, session=_session(), **_CLIENT_KW),
+        )
+    from azure.identity import DefaultAzureCredential
+
+    credential = DefaultAzureCredential(managed_identity_client_id=conn.client_id)
+    assert conn.blob_service_uri and conn.queue_service_uri  # guaranteed by settings validation
+    return StorageClients(
+        blob=BlobServiceClient(
+            conn.blob_service_uri, credential=credential, session=_session(), **_CLIENT_KW
+        ),
+        queue_service=QueueServiceClient(
+            conn.queue_service_uri, credential=credential, session=_session(), **_CLIENT_KW
+        ),
+    )
+
+
+def ensure_resources(clients: StorageClients, settings: Settings) -> None:
+    """Create queues and containers if missing (start-up / deploy time, never per message)."""
+    from azure.core.exceptions import ResourceExistsError
+
+    for name in (settings.jobs_queue, settings.poison_queue):
+        with contextlib.suppress(ResourceExistsError):
+            clients.queue_service.create_queue(name)
+    for name in (
+        settings.ledger_container,
+        settings.results_container,
+        settings.payloads_container,
+        settings.poison_archive_container,
+    ):
+        with contextlib.suppress(ResourceExistsError):
+            clients.blob.create_container(name)
+
+
+__all__ = [
+    "GONE_MESSAGE_CODES",
+    "AzureError",
+    "StorageClients",
+    "clients_for",
+    "connect",
+    "ensure_resources",
+    "error_code",
+    "is_throttled",
+]

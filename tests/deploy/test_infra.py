@@ -1,0 +1,584 @@
+"""Offline validation of the infrastructure template (infra/main.json, mirrored by infra/main.bicep).
+
+No Bicep compiler and no Azure are available to the tests, so the template is checked by:
+- a JSON schema of the deployment-template structure,
+- parsing every ARM expression and evaluating the whole template for several parameter sets
+  (tests/deploy/armeval.py), then asserting on the resources, role assignments and app settings that
+  the deployment would create, and that dependsOn orders every resource after what it reads,
+- feeding the resulting app settings to the app's own settings validation (identity-based storage),
+- parsing infra/main.bicep (pycep) and checking it declares the same resources, parameters, app
+  settings and outputs as main.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from armeval import (
+    RG_ID,
+    ArmError,
+    Deployed,
+    calls_in,
+    expand,
+    fake_guid,
+    is_expression,
+    parse,
+    walk_strings,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = ROOT / "infra" / "main.json"
+BICEP_PATH = ROOT / "infra" / "main.bicep"
+SCHEMA_PATH = Path(__file__).resolve().parent / "arm_template.schema.json"
+
+ROLE = {
+    "blob_owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
+    "blob_contributor": "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
+    "queue_contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
+    "table_contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
+    "account_contributor": "17d1049b-9a84-46fb-8f53-869881c3d3ab",
+    "metrics_publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
+}
+CONTAINERS = {"ledger", "results", "payloads", "poison-archive", "spark-jobs", "app-package"}
+REQUIRED_SETTINGS = {
+    "AzureWebJobsStorage__accountName",
+    "AzureWebJobsStorage__credential",
+    "AzureWebJobsStorage__clientId",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    "JOBS_QUEUE",
+    "LEDGER_CONTAINER",
+    "RESULTS_CONTAINER",
+    "PAYLOADS_CONTAINER",
+    "POISON_ARCHIVE_CONTAINER",
+    "MAX_ATTEMPTS",
+    "SPARK_BACKEND",
+    "SPARK_URL",
+    "SPARK_LIVY_AUTH",
+    "SPARK_JOB_FILE",
+    "SPARK_OFFLOAD_THRESHOLD_BYTES",
+    "SPARK_DATABRICKS_CLUSTER_ID",
+}
+# Settings Flex Consumption rejects (the runtime comes from functionAppConfig; no content share),
+# and the key-based storage connection.
+FORBIDDEN_SETTINGS = {
+    "FUNCTIONS_WORKER_RUNTIME",
+    "FUNCTIONS_EXTENSION_VERSION",
+    "WEBSITE_RUN_FROM_PACKAGE",
+    "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
+    "WEBSITE_CONTENTSHARE",
+    "WEBSITE_NODE_DEFAULT_VERSION",
+    "SCM_DO_BUILD_DURING_DEPLOYMENT",
+    "ENABLE_ORYX_BUILD",
+    "AzureWebJobsStorage",
+    "APPINSIGHTS_INSTRUMENTATIONKEY",
+}
+# Settings read by the platform / SDKs rather than by shared/settings.py.
+PLATFORM_SETTINGS = {
+    "AzureWebJobsStorage__credential",
+    "AZURE_CLIENT_ID",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+}
+
+PARAM_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {"namePrefix": "jobs"},
+    "livy": {
+        "namePrefix": "qj",
+        "sparkBackend": "livy",
+        "sparkUrl": "https://myws.dev.azuresynapse.net/livyApi/versions/2019-11-01-preview/sparkPools/pool1",
+        "sparkPrincipalId": "11111111-2222-3333-4444-555555555555",
+        "deployerPrincipalId": "66666666-7777-8888-9999-000000000000",
+        "extraAppSettings": {"SPARK_READ_TIMEOUT_SECONDS": "45", "SPARK_BACKEND": "databricks"},
+    },
+    "hdinsight": {
+        "namePrefix": "hdi",
+        "sparkBackend": "livy",
+        "sparkUrl": "https://mycluster.azurehdinsight.net/livy",
+        "sparkLivyAuth": "basic",
+        "sparkLivyUser": "admin",
+        "sparkLivyPasswordSecretUri": "https://kv-jobs.vault.azure.net/secrets/livy-password",
+        "sparkJobFile": "abfss://jobs@hdistore.dfs.core.windows.net/aggregate_job.py",
+        "sparkPyFiles": "abfss://jobs@hdistore.dfs.core.windows.net/aggregate_engine.zip",
+    },
+    "databricks": {
+        "namePrefix": "jobs9prod",
+        "sparkBackend": "databricks",
+        "sparkUrl": "https://adb-123.4.azuredatabricks.net",
+        "sparkDatabricksClusterId": "0101-123456-abcdefgh",
+        "sparkDatabricksTokenSecretUri": "https://kv-jobs.vault.azure.net/secrets/databricks-pat",
+        "grantStorageAccountContributor": True,
+        "maxAttempts": 7,
+        "instanceMemoryMB": 4096,
+    },
+    "standalone": {
+        "namePrefix": "ab",
+        "sparkBackend": "standalone",
+        "sparkUrl": "http://spark-master.internal:6066",
+        "sparkJobFile": "/opt/jobs/aggregate_job.py",
+        "jobsQueueName": "work",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(TEMPLATE_PATH.read_text(encoding="utf-8"))
+    return data
+
+
+def deployment(template: dict[str, Any], case: str) -> tuple[list[Deployed], dict[str, Any]]:
+    return expand(template, PARAM_SETS[case])
+
+
+def one(resources: list[Deployed], type_: str) -> Deployed:
+    found = [r for r in resources if r.type == type_]
+    assert len(found) == 1, f"expected one {type_}, got {[r.name for r in found]}"
+    return found[0]
+
+
+def app_settings(resources: list[Deployed]) -> dict[str, str]:
+    config = one(resources, "Microsoft.Web/sites/config")
+    assert config.name == one(resources, "Microsoft.Web/sites").name + "/appsettings"
+    settings = config.body["properties"]
+    assert all(isinstance(v, str) for v in settings.values()), "app setting values must be strings"
+    return dict(settings)
+
+
+# ------------------------------------------------------------------ structure and expressions
+
+
+def test_template_matches_schema(template: dict[str, Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(template), key=str)
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+
+
+def test_every_expression_parses_and_uses_known_functions(template: dict[str, Any]) -> None:
+    expressions = [s for s in walk_strings(template) if is_expression(s)]
+    assert len(expressions) > 50
+    declared_params = set(template["parameters"])
+    declared_vars = set(template["variables"])
+    used_params: set[str] = set()
+    used_vars: set[str] = set()
+    for text in expressions:
+        node = parse(text)
+        for call in calls_in(node):
+            if call.name == "parameters":
+                used_params.add(call.args[0].value)
+            if call.name == "variables":
+                used_vars.add(call.args[0].value)
+            assert call.name != "listKeys", f"account keys must not be read: {text}"
+    assert used_params <= declared_params, used_params - declared_params
+    assert used_vars <= declared_vars, used_vars - declared_vars
+    assert declared_params - used_params == set(), "unused parameters"
+    assert declared_vars - used_vars == set(), "unused variables"
+
+
+def test_parser_rejects_bad_expressions() -> None:
+    for bad in [
+        "[concat('a', 'b']",
+        "[format('{0}', parameters('x')))]",
+        "[foo('a') bar]",
+        "['unterminated]",
+    ]:
+        with pytest.raises(ArmError):
+            parse(bad)
+    with pytest.raises(ArmError, match="unknown template function"):
+        expand(
+            {
+                "parameters": {},
+                "resources": [{"type": "A.B/c", "apiVersion": "2020-01-01", "name": "[nope()]"}],
+            },
+            {},
+        )
+
+
+def test_parameters_are_checked() -> None:
+    template = json.loads(TEMPLATE_PATH.read_text(encoding="utf-8"))
+    with pytest.raises(ArmError, match="sparkBackend"):
+        expand(template, {"namePrefix": "jobs", "sparkBackend": "synapse"})
+    with pytest.raises(ArmError, match="namePrefix"):
+        expand(template, {})
+    with pytest.raises(ArmError, match="maxLength"):
+        expand(template, {"namePrefix": "waytoolongprefix"})
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_dependencies_order_every_read(template: dict[str, Any], case: str) -> None:
+    resources, _ = deployment(template, case)
+    by_id = {r.id.lower(): r for r in resources}
+    assert len(by_id) == len(resources), "two resources with the same id"
+    copies: dict[str, list[Deployed]] = {}
+    for r in resources:
+        if r.copy_name:
+            copies.setdefault(r.copy_name, []).append(r)
+
+    def direct(r: Deployed) -> set[str]:
+        out: set[str] = set()
+        for dep in r.depends_on:
+            if dep in copies:
+                out |= {c.id.lower() for c in copies[dep]}
+            else:
+                assert dep.lower() in by_id, f"{r.name} dependsOn unknown {dep}"
+                out.add(dep.lower())
+        return out
+
+    def closure(r: Deployed, seen: tuple[str, ...] = ()) -> set[str]:
+        assert r.id.lower() not in seen, f"dependency cycle through {r.name}"
+        deps = direct(r)
+        return deps | {x for d in deps for x in closure(by_id[d], (*seen, r.id.lower()))}
+
+    for r in resources:
+        deps = closure(r)
+        for ref in r.references:
+            if ref.lower() in by_id:
+                assert ref.lower() in deps, f"{r.type} {r.name} reads {ref} without dependsOn"
+        # a child resource (name a/b) comes after its parent (a)
+        if "/" in r.name and not r.type.startswith("Microsoft.Authorization/"):
+            parent_id = r.id.rsplit("/", 2)[0].lower()
+            assert parent_id in deps, f"{r.name} does not depend on its parent"
+        # an extension resource comes after what it is attached to
+        scope = r.body.get("scope")
+        if scope:
+            scope_id = r.id.split("/providers/Microsoft.Authorization/")[0].lower()
+            assert scope_id in deps, f"{r.name} does not depend on its scope {scope}"
+
+
+# ------------------------------------------------------------------ what gets deployed
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_storage_account_refuses_keys(template: dict[str, Any], case: str) -> None:
+    resources, outputs = deployment(template, case)
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    props = account.body["properties"]
+    assert props["allowSharedKeyAccess"] is False
+    assert props["allowBlobPublicAccess"] is False
+    assert props["minimumTlsVersion"] == "TLS1_2"
+    assert props["supportsHttpsTrafficOnly"] is True
+    assert account.body["kind"] == "StorageV2"
+    assert re.fullmatch(r"[a-z0-9]{3,24}", account.name), account.name
+    assert outputs["storageAccountName"] == account.name
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_queues_and_containers(template: dict[str, Any], case: str) -> None:
+    resources, _ = deployment(template, case)
+    account = one(resources, "Microsoft.Storage/storageAccounts").name
+    queue = PARAM_SETS[case].get("jobsQueueName", "jobs")
+    queues = {r.name for r in resources if r.type.endswith("/queueServices/queues")}
+    containers = {r.name for r in resources if r.type.endswith("/blobServices/containers")}
+    assert queues == {f"{account}/default/{queue}", f"{account}/default/{queue}-poison"}
+    assert containers == {f"{account}/default/{c}" for c in CONTAINERS}
+    for r in resources:
+        if r.type.endswith("/containers"):
+            assert r.body["properties"]["publicAccess"] == "None"
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_flex_consumption_function_app(template: dict[str, Any], case: str) -> None:
+    resources, outputs = deployment(template, case)
+    plan = one(resources, "Microsoft.Web/serverfarms")
+    site = one(resources, "Microsoft.Web/sites")
+    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    assert plan.body["sku"] == {"tier": "FlexConsumption", "name": "FC1"}
+    assert plan.body["properties"]["reserved"] is True
+    assert site.body["kind"] == "functionapp,linux"
+    assert len(site.name) <= 60
+    props = site.body["properties"]
+    assert props["serverFarmId"] == plan.id
+    assert props["httpsOnly"] is True
+    assert "appSettings" not in props["siteConfig"], "app settings live in the sites/config resource only"
+    assert site.body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {identity.id: {}}}
+    config = props["functionAppConfig"]
+    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    storage = config["deployment"]["storage"]
+    assert storage["type"] == "blobContainer"
+    assert storage["value"] == f"https://{account.name}.blob.core.windows.net/app-package"
+    assert storage["authentication"] == {
+        "type": "UserAssignedIdentity",
+        "userAssignedIdentityResourceId": identity.id,
+    }
+    scale = config["scaleAndConcurrency"]
+    assert scale["instanceMemoryMB"] == PARAM_SETS[case].get("instanceMemoryMB", 2048)
+    assert "alwaysReady" not in scale, "always-ready instances cost money while idle"
+    assert outputs["functionAppName"] == site.name
+    assert outputs["functionAppHostName"] == f"{site.name}.azurewebsites.net"
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_app_settings_are_identity_based(template: dict[str, Any], case: str) -> None:
+    resources, outputs = deployment(template, case)
+    settings = app_settings(resources)
+    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    client_id = fake_guid("client", identity.id)
+    assert set(settings) >= REQUIRED_SETTINGS, REQUIRED_SETTINGS - set(settings)
+    assert not FORBIDDEN_SETTINGS & set(settings), FORBIDDEN_SETTINGS & set(settings)
+    assert settings["AzureWebJobsStorage__accountName"] == account.name
+    assert settings["AzureWebJobsStorage__credential"] == "managedidentity"
+    assert settings["AzureWebJobsStorage__clientId"] == client_id
+    assert settings["AZURE_CLIENT_ID"] == client_id
+    assert settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == f"ClientId={client_id};Authorization=AAD"
+    assert settings["APPLICATIONINSIGHTS_CONNECTION_STRING"].startswith("InstrumentationKey=")
+    assert outputs["identityClientId"] == client_id
+    for name, value in settings.items():
+        for secret_marker in ("AccountKey=", "SharedAccessSignature=", "sig=", "DefaultEndpointsProtocol="):
+            assert secret_marker not in value, f"{name} carries a secret"
+    params = PARAM_SETS[case]
+    assert settings["JOBS_QUEUE"] == params.get("jobsQueueName", "jobs")
+    assert settings["MAX_ATTEMPTS"] == str(params.get("maxAttempts", 5))
+    assert settings["SPARK_BACKEND"] == params.get("sparkBackend", "none")
+    assert settings["SPARK_URL"] == params.get("sparkUrl", "")
+    assert settings["SPARK_JOB_FILE"] == outputs["sparkJobFile"]
+    assert settings["SPARK_PY_FILES"] == outputs["sparkPyFiles"]
+    secret_uri = params.get("sparkDatabricksTokenSecretUri")
+    expected_token = f"@Microsoft.KeyVault(SecretUri={secret_uri})" if secret_uri else ""
+    assert settings["SPARK_DATABRICKS_TOKEN"] == expected_token
+    assert settings["SPARK_DATABRICKS_AUTH"] == ("token" if secret_uri else "entra")
+    password_uri = params.get("sparkLivyPasswordSecretUri")
+    expected_password = f"@Microsoft.KeyVault(SecretUri={password_uri})" if password_uri else ""
+    assert settings["SPARK_LIVY_PASSWORD"] == expected_password
+    assert settings["SPARK_LIVY_USER"] == params.get("sparkLivyUser", "")
+    for name, value in params.get("extraAppSettings", {}).items():
+        if name not in REQUIRED_SETTINGS:
+            assert settings[name] == value, "extra app settings are passed through"
+    assert (
+        one(resources, "Microsoft.Web/sites").body["properties"]["keyVaultReferenceIdentity"] == identity.id
+    )
+
+
+def test_spark_job_file_defaults_per_backend(template: dict[str, Any]) -> None:
+    _, livy = deployment(template, "livy")
+    assert livy["sparkJobFile"] == (
+        f"abfss://spark-jobs@{livy['storageAccountName']}.dfs.core.windows.net/aggregate_job.py"
+    )
+    _, databricks = deployment(template, "databricks")
+    assert databricks["sparkJobFile"] == "/Workspace/Shared/queue-jobs/aggregate_job.py"
+    _, standalone = deployment(template, "standalone")
+    assert standalone["sparkJobFile"] == "/opt/jobs/aggregate_job.py"
+    _, none = deployment(template, "defaults")
+    assert none["sparkJobFile"] == ""
+    assert livy["sparkPyFiles"] == livy["sparkJobFile"].replace("aggregate_job.py", "aggregate_engine.zip")
+    assert databricks["sparkPyFiles"] == "/Workspace/Shared/queue-jobs/aggregate_engine.zip"
+    assert none["sparkPyFiles"] == ""
+    _, hdinsight = deployment(template, "hdinsight")
+    assert hdinsight["sparkJobFile"] == PARAM_SETS["hdinsight"]["sparkJobFile"]
+    assert hdinsight["sparkPyFiles"] == PARAM_SETS["hdinsight"]["sparkPyFiles"]
+
+
+def test_template_settings_win_over_extra_app_settings(template: dict[str, Any]) -> None:
+    resources, _ = deployment(template, "livy")
+    settings = app_settings(resources)
+    assert settings["SPARK_BACKEND"] == "livy"  # extraAppSettings tried "databricks"
+    assert settings["SPARK_READ_TIMEOUT_SECONDS"] == "45"
+
+
+def _assignments(resources: list[Deployed]) -> list[tuple[str, str, str, str]]:
+    out = []
+    for r in resources:
+        if r.type == "Microsoft.Authorization/roleAssignments":
+            props = r.body["properties"]
+            role = props["roleDefinitionId"].rsplit("/", 1)[1]
+            scope = r.id.split("/providers/Microsoft.Authorization/")[0]
+            out.append((role, props["principalId"], scope, props["principalType"]))
+            assert re.fullmatch(r"[0-9a-f-]{36}", r.name), "role assignment names must be guid()"
+            assert props["roleDefinitionId"].startswith(
+                f"{RG_ID.split('/resourceGroups/')[0]}/providers/Microsoft.Authorization/roleDefinitions/"
+            )
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_role_assignments(template: dict[str, Any], case: str) -> None:
+    resources, _ = deployment(template, case)
+    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    insights = one(resources, "Microsoft.Insights/components")
+    principal = fake_guid("principal", identity.id)
+    params = PARAM_SETS[case]
+    expected = {
+        (ROLE["blob_owner"], principal, account.id, "ServicePrincipal"),
+        (ROLE["queue_contributor"], principal, account.id, "ServicePrincipal"),
+        (ROLE["table_contributor"], principal, account.id, "ServicePrincipal"),
+        (ROLE["metrics_publisher"], principal, insights.id, "ServicePrincipal"),
+    }
+    if params.get("grantStorageAccountContributor"):
+        expected.add((ROLE["account_contributor"], principal, account.id, "ServicePrincipal"))
+    if params.get("sparkPrincipalId"):
+        expected.add((ROLE["blob_contributor"], params["sparkPrincipalId"], account.id, "ServicePrincipal"))
+    if params.get("deployerPrincipalId"):
+        expected.add((ROLE["blob_contributor"], params["deployerPrincipalId"], account.id, "User"))
+    actual = _assignments(resources)
+    assert len(actual) == len(set(actual))
+    assert set(actual) == expected
+
+
+def test_role_assignment_names_are_stable_across_runs(template: dict[str, Any]) -> None:
+    """Re-deploying must update the same assignments, not fail with RoleAssignmentExists."""
+    first = sorted(r.id for r in deployment(template, "livy")[0])
+    second = sorted(r.id for r in deployment(template, "livy")[0])
+    assert first == second
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_telemetry_is_entra_only(template: dict[str, Any], case: str) -> None:
+    resources, _ = deployment(template, case)
+    insights = one(resources, "Microsoft.Insights/components")
+    workspace = one(resources, "Microsoft.OperationalInsights/workspaces")
+    assert insights.body["properties"]["DisableLocalAuth"] is True
+    assert insights.body["properties"]["WorkspaceResourceId"] == workspace.id
+    assert workspace.body["properties"]["workspaceCapping"]["dailyQuotaGb"] == 1
+
+
+# ------------------------------------------------------------------ the app accepts these settings
+
+
+def _host_json(tmp_path: Path) -> Path:
+    real = ROOT / "host.json"
+    if real.exists():
+        return real
+    fallback = tmp_path / "host.json"
+    fallback.write_text(json.dumps({"version": "2.0", "functionTimeout": "00:10:00"}), encoding="utf-8")
+    return fallback
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_app_settings_pass_the_apps_validation(template: dict[str, Any], case: str, tmp_path: Path) -> None:
+    settings_module = pytest.importorskip("shared.settings")
+    resources, _ = deployment(template, case)
+    env = app_settings(resources)
+    parsed = settings_module.Settings.from_env(env, host_json=_host_json(tmp_path))
+    account = one(resources, "Microsoft.Storage/storageAccounts").name
+    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    assert parsed.storage.identity_based
+    assert parsed.storage.connection_string is None
+    assert parsed.storage.account_name == account
+    assert parsed.storage.client_id == fake_guid("client", identity.id)
+    assert parsed.storage.blob_service_uri == f"https://{account}.blob.core.windows.net"
+    assert parsed.storage.queue_service_uri == f"https://{account}.queue.core.windows.net"
+    assert parsed.jobs_queue == PARAM_SETS[case].get("jobsQueueName", "jobs")
+    assert parsed.max_attempts == PARAM_SETS[case].get("maxAttempts", 5)
+    assert parsed.spark.backend == PARAM_SETS[case].get("sparkBackend", "none")
+
+
+def test_every_app_setting_is_read_by_the_app(template: dict[str, Any]) -> None:
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "shared").rglob("*.py")))
+    if "SPARK_BACKEND" not in sources:
+        pytest.skip("shared/settings.py not written yet")
+    resources, _ = deployment(template, "databricks")
+    for name in app_settings(resources):
+        if name in PLATFORM_SETTINGS:
+            continue
+        # backend-specific SPARK_* settings reach the app through Settings.spark.extra
+        if name.startswith("SPARK_") and 'k.startswith("SPARK_")' in sources:
+            continue
+        assert name in sources, f"app setting {name} is not read anywhere in shared/"
+
+
+# ------------------------------------------------------------------ Bicep mirrors the JSON
+
+
+@pytest.fixture(scope="module")
+def bicep() -> dict[str, Any]:
+    pycep = pytest.importorskip("pycep")
+    parsed: dict[str, Any] = pycep.BicepParser().parse(file_path=BICEP_PATH)
+    return parsed
+
+
+def _decorator(spec: dict[str, Any], kind: str) -> Any:
+    for d in spec.get("decorators", []):
+        if d["type"] == kind:
+            return d["argument"]
+    return None
+
+
+def test_bicep_declares_the_same_parameters(bicep: dict[str, Any], template: dict[str, Any]) -> None:
+    assert list(bicep["parameters"]) == list(template["parameters"])
+    for name, spec in bicep["parameters"].items():
+        arm = template["parameters"][name]
+        assert spec["type"] == arm["type"], name
+        assert _decorator(spec, "description") == arm["metadata"]["description"], name
+        assert _decorator(spec, "allowed") == arm.get("allowedValues"), name
+        for bicep_kind, arm_kind in (
+            ("min_length", "minLength"),
+            ("max_length", "maxLength"),
+            ("min_value", "minValue"),
+            ("max_value", "maxValue"),
+        ):
+            assert _decorator(spec, bicep_kind) == arm.get(arm_kind), (name, arm_kind)
+        if not is_expression(arm.get("defaultValue")):
+            assert spec["default"] == arm.get("defaultValue"), name
+
+
+def test_bicep_declares_the_same_resources(bicep: dict[str, Any], template: dict[str, Any]) -> None:
+    bicep_types = sorted((r["type"], r["api_version"]) for r in bicep["resources"].values())
+    arm_types = sorted((r["type"], r["apiVersion"]) for r in template["resources"])
+    assert bicep_types == arm_types
+    assert list(bicep["outputs"]) == list(template["outputs"])
+    assert bicep["variables"]["roles"]["value"] == template["variables"]["roles"]
+    assert bicep["globals"]["scope"]["value"] == "resourceGroup"
+
+
+def test_bicep_app_settings_match(bicep: dict[str, Any], template: dict[str, Any]) -> None:
+    union = bicep["resources"]["appSettings"]["config"]["properties"]["function"]
+    assert union["type"] == "union"
+    assert union["parameters"]["arg_1"] == "extraAppSettings"
+    bicep_settings = union["parameters"]["arg_2"]
+    resources, _ = deployment(template, "defaults")
+    assert list(bicep_settings) == list(app_settings(resources))
+    assert bicep_settings["AzureWebJobsStorage__credential"] == "managedidentity"
+    assert bicep_settings["LEDGER_CONTAINER"] == "ledger"
+    site = bicep["resources"]["functionApp"]["config"]["properties"]
+    assert "appSettings" not in site["siteConfig"], "app settings live in the sites/config resource only"
+    assert site["functionAppConfig"]["runtime"] == {"name": "python", "version": "3.11"}
+    storage = bicep["resources"]["storage"]["config"]["properties"]
+    assert storage["allowSharedKeyAccess"] is False
+
+
+def _bicep_symbols(text: str) -> set[str]:
+    return set(re.findall(r"^(?:param|var|resource|output)\s+([A-Za-z_]\w*)", text, flags=re.M))
+
+
+def test_bicep_references_only_declared_symbols() -> None:
+    text = BICEP_PATH.read_text(encoding="utf-8")
+    code = re.sub(r"(?<!:)//.*", "", text)  # comments, not the // of a URL
+    declared = _bicep_symbols(code)
+    builtins = {"resourceGroup", "environment", "subscription", "tenant", "deployment"}
+    interpolated = set(re.findall(r"\$\{\s*([A-Za-z_]\w*)", code))
+    accessed = set(re.findall(r"\b([A-Za-z_]\w*)\.(?:id|name|properties)\b", code))
+    assert interpolated | accessed <= declared | builtins, (interpolated | accessed) - declared - builtins
+    # every param and var is used somewhere besides its declaration
+    for symbol in re.findall(r"^(?:param|var)\s+([A-Za-z_]\w*)", code, flags=re.M):
+        uses = re.findall(rf"(?<![\w.']){symbol}\b", code)
+        assert len(uses) >= 2, f"{symbol} is declared but never used"
+
+
+def _iter_bicep_strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _iter_bicep_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _iter_bicep_strings(v)
+
+
+def test_bicep_reads_no_keys(bicep: dict[str, Any]) -> None:
+    text = BICEP_PATH.read_text(encoding="utf-8")
+    assert "listKeys" not in text
+    assert "AccountKey" not in text
+    assert not any("list_keys" in s for s in _iter_bicep_strings(bicep["resources"]))

@@ -1,0 +1,32 @@
+"""Counting the fault kind's side effects (see shared.jobs.testing.apply_effect)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from azure.storage.blob import ContainerClient
+
+
+@dataclass
+class Effects:
+    """Per job id: effect applied (0/1), executions that reached the effect, repeats absorbed."""
+
+    applied: Counter[str]
+    runs: Counter[str]
+    repeats: Counter[str]
+
+
+def count_effects(results: ContainerClient) -> Effects:
+    applied: Counter[str] = Counter()
+    runs: Counter[str] = Counter()
+    repeats: Counter[str] = Counter()
+    for blob in results.list_blobs():
+        parts = blob.name.split("/")
+        if parts[0] == "effects" and len(parts) == 2:
+            applied[parts[1].removesuffix(".json")] += 1
+        elif parts[0] == "runs":
+            runs[parts[1]] += 1
+        elif parts[0] == "repeats":
+            repeats[parts[1]] += 1
+    return Effects(applied, runs, repeats)

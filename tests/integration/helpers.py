@@ -1,0 +1,62 @@
+"""Helpers for integration tests against the session's Azurite."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import azure.functions as func
+
+from devstack.azurite import Azurite
+from shared.jobs import noop, testing
+from shared.runtime import Runtime, build_runtime
+from shared.settings import Settings
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+def settings_for(azurite: Azurite, **extra: str) -> Settings:
+    env = {
+        "AzureWebJobsStorage": azurite.connection_string,
+        "JOBS_QUEUE": unique("jobs"),
+        "LEDGER_CONTAINER": unique("ledger"),
+        "RESULTS_CONTAINER": unique("results"),
+        "PAYLOADS_CONTAINER": unique("payloads"),
+        "POISON_ARCHIVE_CONTAINER": unique("archive"),
+        **extra,
+    }
+    return Settings.from_env(env)
+
+
+def runtime_for(azurite: Azurite, handlers: Mapping[str, Any] | None = None, **extra: str) -> Runtime:
+    return build_runtime(
+        settings_for(azurite, **extra), handlers=handlers or {"noop": noop.HANDLER, **testing.HANDLERS}
+    )
+
+
+def message(
+    body: bytes | Mapping[str, Any], dequeue_count: int = 1, msg_id: str | None = None
+) -> func.QueueMessage:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return func.queue.QueueMessage(
+        id=msg_id or uuid.uuid4().hex, body=raw, dequeue_count=dequeue_count, pop_receipt="r"
+    )
+
+
+def drain_raw(rt: Runtime, queue: str) -> list[bytes]:
+    """Receive and delete every visible message of a queue; return decoded bodies."""
+    client = rt.storage.raw_queue(queue)
+    out = []
+    for msg in client.receive_messages(max_messages=32, visibility_timeout=30):
+        out.append(base64.b64decode(msg.content))
+        client.delete_message(msg)
+    return out
+
+
+def queue_length(rt: Runtime, queue: str) -> int:
+    return int(rt.storage.raw_queue(queue).get_queue_properties().approximate_message_count)

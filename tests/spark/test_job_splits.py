@@ -1,0 +1,223 @@
+"""The Spark job's pure parts without a cluster: byte-range splits, partial merge, parity with inline.
+
+`simulate` runs the job's pipeline in-process (plan splits -> whole lines per split -> the engine
+per split -> merge -> finish) exactly as the tasks and the driver do, minus Spark.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import random
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import datagen
+from shared.errors import InputDataError
+from shared.jobs.aggregate import parse_aggregate_payload
+from shared.jobs.aggregate_engine import aggregate_stream
+from spark_jobs import aggregate_job as job
+from tests.spark.helpers import assert_rows_equal
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SALES_METRICS = [
+    {"op": "count"},
+    {"op": "sum", "column": "qty"},
+    {"op": "mean", "column": "price"},
+    {"op": "min", "column": "price"},
+    {"op": "max", "column": "qty", "as": "most"},
+    {"op": "count", "column": "note"},
+]
+
+
+def simulate(
+    data: bytes, payload: dict[str, Any], split_bytes: int, min_splits: int = 1
+) -> tuple[list[Any], int]:
+    spec = job.spec_from_payload(payload)
+    partials = job.Partials.of(spec)
+
+    def read(offset: int, length: int) -> bytes:
+        return data[offset : offset + length]
+
+    header = job.csv_header(read, len(data)) if spec.format == "csv" else b""
+    splits = job.plan_splits(len(header), len(data), split_bytes, min_splits)
+    results = [
+        job.run_split(partials, i, job.split_lines(read, len(data), s, e, i == 0), header)
+        for i, (s, e) in enumerate(splits)
+    ]
+    metas = sorted(job._meta(r) for r in results)
+    try:
+        job._raise_first_error(metas, header.count(b"\n"), spec.format)
+    except job.JobFailure as exc:
+        raise InputDataError(str(exc)) from None
+    merged: dict[Any, Any] = {}
+    for r in results:
+        for key, vec in r.vectors:
+            merged[key] = job.merge(merged[key], vec) if key in merged else vec
+    return partials.finish(merged.items()), sum(m[4] for m in metas)
+
+
+def inline(data: bytes, payload: dict[str, Any]) -> Any:
+    return aggregate_stream(io.BytesIO(data), parse_aggregate_payload(payload))
+
+
+@pytest.fixture(scope="module")
+def sales_csv() -> bytes:
+    return "".join(datagen.csv_lines(20_000, seed=3)).encode()
+
+
+@pytest.fixture(scope="module")
+def sales_jsonl() -> bytes:
+    return "".join(datagen.jsonl_lines(8_000, seed=5)).encode()
+
+
+@pytest.mark.parametrize("split_bytes", [6007, 65_537, 10**8])
+@pytest.mark.parametrize("group_by", [["region"], ["region", "product"], []])
+def test_csv_equals_inline(sales_csv: bytes, split_bytes: int, group_by: list[str]) -> None:
+    payload = {"input": "data/s.csv", "format": "csv", "group_by": group_by, "metrics": SALES_METRICS}
+    rows, input_rows = simulate(sales_csv, payload, split_bytes)
+    want = inline(sales_csv, payload)
+    assert input_rows == want.input_rows
+    assert_rows_equal(rows, want.rows)
+
+
+@pytest.mark.parametrize("split_bytes", [3001, 50_000])
+def test_jsonl_equals_inline(sales_jsonl: bytes, split_bytes: int) -> None:
+    payload = {"input": "data/s.jsonl", "format": "jsonl", "group_by": ["region", "qty"], "metrics": SALES_METRICS[:4],
+               "null_values": ["NA"]}  # fmt: skip
+    rows, input_rows = simulate(sales_jsonl, payload, split_bytes)
+    want = inline(sales_jsonl, payload)
+    assert input_rows == want.input_rows
+    assert_rows_equal(rows, want.rows)
+
+
+def test_bad_number_names_column_value_and_the_same_line_as_inline() -> None:
+    lines = ["k,v"] + [f"g{i % 7},{i * 0.5}" for i in range(5000)]
+    lines[3210] = "g1,12x"
+    bad = ("\n".join(lines) + "\n").encode()
+    payload = {
+        "input": "data/s.csv",
+        "format": "csv",
+        "group_by": ["k"],
+        "metrics": [{"op": "sum", "column": "v"}],
+    }
+    with pytest.raises(InputDataError) as want:
+        inline(bad, payload)
+    with pytest.raises(InputDataError) as got:
+        simulate(bad, payload, 2000)
+    assert str(got.value) == str(want.value)
+    assert "'v'" in str(got.value) and "'12x'" in str(got.value) and "line 3211" in str(got.value)
+
+
+def test_jsonl_column_missing_from_some_splits_is_fine_missing_everywhere_is_an_error() -> None:
+    lines = [b'{"k":"a","v":1}'] + [b'{"k":"b"}'] * 100 + [b'{"k":"a","v":2.5}']
+    data = b"\n".join(lines) + b"\n"
+    payload = {"input": "data/x.jsonl", "format": "jsonl", "group_by": ["k"],
+               "metrics": [{"op": "count"}, {"op": "sum", "column": "v"}]}  # fmt: skip
+    rows, input_rows = simulate(data, payload, 300)
+    assert input_rows == 102
+    assert_rows_equal(rows, inline(data, payload).rows)
+    payload["metrics"] = [{"op": "sum", "column": "w"}]
+    with pytest.raises(InputDataError) as want:
+        inline(data, payload)
+    with pytest.raises(InputDataError) as got:
+        simulate(data, payload, 300)
+    assert str(got.value) == str(want.value)
+
+
+def test_empty_inputs_match_inline() -> None:
+    for data, fmt, group_by in [
+        (b"a,b\n", "csv", []),
+        (b"a,b\n", "csv", ["a"]),
+        (b"", "jsonl", []),
+        (b"\n\n", "jsonl", ["a"]),
+    ]:
+        payload = {
+            "input": "data/x",
+            "format": fmt,
+            "group_by": group_by,
+            "metrics": [{"op": "count"}, {"op": "mean", "column": "b"}],
+        }
+        if fmt == "jsonl" and not group_by:
+            payload["metrics"] = [{"op": "count"}]
+        rows, input_rows = simulate(data, payload, 1)
+        want = inline(data, payload)
+        assert (rows, input_rows) == (want.rows, want.input_rows)
+
+
+def test_missing_csv_column_is_reported_like_inline(sales_csv: bytes) -> None:
+    payload = {"input": "data/s.csv", "format": "csv", "metrics": [{"op": "sum", "column": "nope"}]}
+    with pytest.raises(InputDataError) as want:
+        inline(sales_csv, payload)
+    with pytest.raises(InputDataError) as got:
+        simulate(sales_csv, payload, 5000)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_splits_partition_the_lines_exactly(seed: int) -> None:
+    rnd = random.Random(seed)
+    pieces = [rnd.choice([b"", b"x", b"yy" * rnd.randint(1, 40), b"\r"]) for _ in range(rnd.randint(0, 200))]
+    data = b"\n".join(pieces) + rnd.choice([b"", b"\n", b"tail"])
+    start = rnd.randint(0, min(5, len(data)))
+    splits = job.plan_splits(start, len(data), rnd.randint(1, 64), rnd.randint(1, 8))
+
+    def read(offset: int, length: int) -> bytes:
+        return data[offset : offset + length]
+
+    parts = [job.split_lines(read, len(data), s, e, i == 0) for i, (s, e) in enumerate(splits)]
+    assert b"".join(parts) == data[start:]
+    non_empty = [p for p in parts if p]
+    assert all(p.endswith(b"\n") for p in non_empty[:-1])  # only the part at the end of the data may not
+
+
+def test_plan_splits_covers_the_range() -> None:
+    splits = job.plan_splits(10, 1000, 100, 4)
+    assert splits[0][0] == 10 and splits[-1][1] == 1000
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(splits))
+    assert job.plan_splits(5, 5, 100, 4) == [(5, 5)]
+
+
+def test_global_line_numbers_keep_header_lines() -> None:
+    msg = "bad on line 7: 'x' (see line 1)"
+    assert job.global_line_message(msg, 100, 1) == "bad on line 107: 'x' (see line 1)"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"input": "c1c/a/b.csv", "format": "csv", "metrics": [{"op": "count"}]},
+        {"input": "c1c/x.jsonl", "format": "jsonl", "group_by": ["a", "b"], "engine": "spark",
+         "metrics": [{"op": "sum", "column": "v", "as": "total"}, {"op": "count", "column": "v"}],
+         "null_values": ["-"]},
+    ],
+)  # fmt: skip
+def test_spec_from_payload_matches_the_inline_parser(payload: dict[str, Any]) -> None:
+    assert job.spec_from_payload(payload) == parse_aggregate_payload(payload)
+
+
+def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
+    dest = job.build_engine_zip(REPO_ROOT, tmp_path / "engine.zip")
+    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted([*job.ENGINE_FILES, "shared/jobs/__init__.py"])
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import shared.jobs.aggregate_engine as e; "
+        "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(dest)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_tiny_splits_equal_inline() -> None:
+    data = "".join(datagen.csv_lines(300, seed=11)).encode()
+    payload = {"input": "data/s.csv", "format": "csv", "group_by": ["region"], "metrics": SALES_METRICS}
+    rows, input_rows = simulate(data, payload, 97)
+    want = inline(data, payload)
+    assert input_rows == want.input_rows
+    assert_rows_equal(rows, want.rows)

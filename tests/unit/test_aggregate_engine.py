@@ -1,0 +1,551 @@
+"""The inline aggregate engine (pure, over in-memory streams) against an independent computation.
+
+The reference below uses only the `csv` / `json` modules and dict accumulators.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import random
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shared.jobs.aggregate_engine as engine
+from shared.errors import InputDataError, PermanentError
+from shared.jobs.aggregate import parse_aggregate_payload
+from shared.jobs.aggregate_engine import AggregateSpec, aggregate_stream
+
+# --- an independent computation ----------------------------------------------------------------
+
+
+def reference(
+    records: Iterable[dict[str, Any]],
+    group_by: Sequence[str],
+    metrics: Sequence[dict[str, str]],
+    null_values: Sequence[str] = ("", "NA"),
+) -> list[dict[str, Any]]:
+    """Group-by with SQL semantics over records of strings (None = missing), plain Python."""
+    nulls = set(null_values)
+
+    def value(record: dict[str, Any], column: str) -> str | None:
+        raw = record.get(column)
+        return None if raw is None or raw in nulls else raw
+
+    groups: dict[tuple[str | None, ...], dict[str, Any]] = {}
+    for record in records:
+        key = tuple(value(record, c) for c in group_by)
+        acc = groups.setdefault(key, {"rows": 0, "values": {}})
+        acc["rows"] += 1
+        for m in metrics:
+            if "column" in m:
+                raw = value(record, m["column"])
+                if raw is not None:
+                    number = float(raw) if m["op"] != "count" else 1.0
+                    acc["values"].setdefault((m["op"], m["column"]), []).append(number)
+    if not groups and not group_by:
+        groups[()] = {"rows": 0, "values": {}}
+    out = []
+    for key in sorted(groups, key=lambda k: tuple((v is not None, v or "") for v in k)):
+        acc = groups[key]
+        row: dict[str, Any] = dict(zip(group_by, key, strict=True))
+        for m in metrics:
+            name = m.get("as") or ("count" if "column" not in m else f"{m['op']}_{m['column']}")
+            values = acc["values"].get((m["op"], m.get("column")), [])
+            if m["op"] == "count":
+                row[name] = acc["rows"] if "column" not in m else len(values)
+            elif not values:
+                row[name] = None
+            elif m["op"] == "sum":
+                row[name] = math.fsum(values)
+            elif m["op"] == "mean":
+                row[name] = math.fsum(values) / len(values)
+            else:
+                row[name] = min(values) if m["op"] == "min" else max(values)
+        out.append(row)
+    return out
+
+
+def csv_records(text: str) -> list[dict[str, Any]]:
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+def assert_same(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected, strict=True):
+        assert list(got) == list(want), (got, want)
+        for name, w in want.items():
+            g = got[name]
+            if isinstance(w, float):
+                assert isinstance(g, float), (name, got, want)
+                assert math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-9), (name, got, want)
+            else:
+                assert g == w and type(g) is type(w), (name, got, want)
+
+
+def run(
+    data: bytes | str,
+    group_by: Sequence[str] = (),
+    metrics: Sequence[dict[str, str]] = ({"op": "count"},),
+    fmt: str = "csv",
+    block_size: int = engine.DEFAULT_BLOCK_SIZE,
+    **extra: Any,
+) -> engine.AggregateResult:
+    raw = data.encode() if isinstance(data, str) else data
+    return aggregate_stream(
+        io.BytesIO(raw), make_spec(group_by, metrics, fmt, **extra), block_size=block_size
+    )
+
+
+def make_spec(
+    group_by: Sequence[str], metrics: Sequence[dict[str, str]], fmt: str = "csv", **extra: Any
+) -> AggregateSpec:
+    return parse_aggregate_payload(
+        {"input": "data/in", "format": fmt, "group_by": list(group_by), "metrics": list(metrics), **extra}
+    )
+
+
+ALL_METRICS = [
+    {"op": "count"},
+    {"op": "count", "column": "qty"},
+    {"op": "sum", "column": "qty"},
+    {"op": "mean", "column": "price"},
+    {"op": "min", "column": "price"},
+    {"op": "max", "column": "price", "as": "top"},
+]
+
+
+# --- generated data ----------------------------------------------------------------------------
+
+
+def generated_csv(rows: int, seed: int) -> str:
+    """Sales-like CSV with nulls, NA, quoted fields (commas, quotes, line breaks) and CRLF."""
+    rnd = random.Random(seed)
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, lineterminator="\r\n" if seed % 2 else "\n")
+    writer.writerow(["region", "product", "qty", "price", "note"])
+    regions = ["north", "south", "east, central", 'the "west"', "", "NA", "7"]
+    for _ in range(rows):
+        qty = rnd.choice(["", "NA", str(rnd.randint(-5, 50)), f" {rnd.randint(0, 9)} "])
+        price = rnd.choice(["", "NA", f"{rnd.uniform(0, 500):.2f}", f"{rnd.uniform(-1, 1):.3e}", "0"])
+        note = rnd.choice(["", "plain", "with, comma", 'with "quotes"', "line\nbreak", "NA"])
+        writer.writerow([rnd.choice(regions), f"P{rnd.randrange(12):02d}", qty, price, note])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("block_size", [64, 1000, 4096, 1 << 20])
+@pytest.mark.parametrize("group_by", [(), ("region",), ("region", "product"), ("product", "note")])
+def test_csv_matches_independent_computation(group_by: tuple[str, ...], block_size: int) -> None:
+    text = generated_csv(700, seed=len(group_by) + block_size)
+    result = run(text, group_by, ALL_METRICS, block_size=block_size)
+    records = csv_records(text)
+    assert result.input_rows == len(records) == 700
+    assert_same(result.rows, reference(records, group_by, ALL_METRICS))
+
+
+def test_many_groups_are_combined_across_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "COMBINE_ROWS", 10)
+    rnd = random.Random(3)
+    lines = ["k,v"] + [f"k{rnd.randrange(300)},{rnd.randint(0, 9)}" for _ in range(5000)]
+    text = "\n".join(lines) + "\n"
+    metrics = [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "max", "column": "v"}]
+    result = run(text, ["k"], metrics, block_size=512)
+    assert_same(result.rows, reference(csv_records(text), ["k"], metrics))
+    assert result.groups == 300
+
+
+def test_jsonl_matches_independent_computation() -> None:
+    rnd = random.Random(11)
+    written: list[dict[str, Any]] = []
+    lines = []
+    for i in range(600):
+        record: dict[str, Any] = {
+            "region": rnd.choice(["north", "south", None, "NA", 3, 2.5, True]),
+            "qty": rnd.choice([None, "NA", "", rnd.randint(0, 9), str(rnd.randint(0, 9)), 1.5]),
+            "price": rnd.choice([None, round(rnd.uniform(0, 99), 2), "12.50", -0.0]),
+        }
+        if i % 50 == 0:
+            del record["price"]
+        lines.append(json.dumps(record))
+        as_text = {
+            k: (None if v is None else json.dumps(v) if not isinstance(v, str) else v)
+            for k, v in record.items()
+        }
+        written.append(as_text)
+    text = "\n".join(lines[:300]) + "\n\n" + "\n".join(lines[300:])  # a blank line is skipped
+    for block_size in (100, 4096, 1 << 20):
+        result = run(text, ["region"], ALL_METRICS, fmt="jsonl", block_size=block_size)
+        assert result.input_rows == 600
+        assert_same(result.rows, reference(written, ["region"], ALL_METRICS))
+
+
+# --- semantics, one rule at a time -------------------------------------------------------------
+
+
+def test_count_rows_versus_non_null_values() -> None:
+    text = "k,v\na,1\na,\na,NA\nb,x\n"
+    result = run(text, ["k"], [{"op": "count"}, {"op": "count", "column": "v"}])
+    assert result.rows == [{"k": "a", "count": 3, "count_v": 1}, {"k": "b", "count": 1, "count_v": 1}]
+
+
+def test_count_of_a_column_does_not_need_numbers() -> None:
+    result = run("k,v\na,hello\na,\n", [], [{"op": "count", "column": "v"}])
+    assert result.rows == [{"count_v": 1}]
+
+
+def test_sum_mean_min_max_skip_nulls_and_are_floats() -> None:
+    text = "k,v\na,1\na,\na,4\na,NA\n"
+    metrics = [{"op": "sum", "column": "v"}, {"op": "mean", "column": "v"}]
+    metrics += [{"op": "min", "column": "v"}, {"op": "max", "column": "v"}]
+    result = run(text, ["k"], metrics)
+    assert result.rows == [{"k": "a", "sum_v": 5.0, "mean_v": 2.5, "min_v": 1.0, "max_v": 4.0}]
+    assert all(isinstance(v, float) for k, v in result.rows[0].items() if k != "k")
+
+
+def test_a_group_with_no_values_gives_null_not_zero() -> None:
+    metrics = [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "mean", "column": "v"}]
+    metrics += [{"op": "min", "column": "v"}, {"op": "count", "column": "v"}]
+    result = run("k,v\na,\na,NA\n", ["k"], metrics)
+    assert result.rows == [{"k": "a", "count": 2, "sum_v": None, "mean_v": None, "min_v": None, "count_v": 0}]
+
+
+def test_null_values_are_configurable() -> None:
+    text = "k,v\nNA,1\n-,2\n,3\n"
+    default = run(text, ["k"], [{"op": "sum", "column": "v"}])
+    assert default.rows == [{"k": None, "sum_v": 4.0}, {"k": "-", "sum_v": 2.0}]
+    custom = run(text, ["k"], [{"op": "sum", "column": "v"}], null_values=["-"])
+    assert custom.rows == [{"k": None, "sum_v": 2.0}, {"k": "", "sum_v": 3.0}, {"k": "NA", "sum_v": 1.0}]
+    with pytest.raises(InputDataError, match="'NA'"):
+        run("k,v\na,NA\n", [], [{"op": "sum", "column": "v"}], null_values=[])
+
+
+def test_quoted_empty_and_quoted_na_are_null_too() -> None:
+    result = run('k,v\n"",1\n"NA",2\n"x",3\n', ["k"], [{"op": "sum", "column": "v"}])
+    assert result.rows == [{"k": None, "sum_v": 3.0}, {"k": "x", "sum_v": 3.0}]
+
+
+def test_group_keys_stay_strings_as_written() -> None:
+    text = "k,v\n01,1\n1,2\n1.0,3\n 1,4\n"
+    result = run(text, ["k"], [{"op": "sum", "column": "v"}])
+    assert [r["k"] for r in result.rows] == [" 1", "01", "1", "1.0"]
+
+
+def test_null_keys_form_their_own_group_sorted_first() -> None:
+    text = "a,b,v\nx,,1\n,y,2\n,,3\nx,y,4\n,y,5\n"
+    result = run(text, ["a", "b"], [{"op": "count"}])
+    assert result.rows == [
+        {"a": None, "b": None, "count": 1},
+        {"a": None, "b": "y", "count": 2},
+        {"a": "x", "b": None, "count": 1},
+        {"a": "x", "b": "y", "count": 1},
+    ]
+
+
+def test_sorting_is_by_code_point() -> None:
+    text = "k\nb\nB\nä\na\n"
+    assert [r["k"] for r in run(text, ["k"]).rows] == ["B", "a", "b", "ä"]
+
+
+def test_global_group_over_empty_input_is_one_row() -> None:
+    metrics = [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "count", "column": "v"}]
+    assert run("k,v\n", [], metrics).rows == [{"count": 0, "sum_v": None, "count_v": 0}]
+    assert run("k,v\n", ["k"], metrics).rows == []
+    assert run("", [], metrics, fmt="jsonl").rows == [{"count": 0, "sum_v": None, "count_v": 0}]
+    assert run("", [], metrics, fmt="jsonl").input_rows == 0
+
+
+def test_count_only_reads_no_column() -> None:
+    result = run("a,b\n1,2\n3,4\n\n5,6", [], [{"op": "count"}])
+    assert result.rows == [{"count": 3}] and result.input_rows == 3
+
+
+def test_numbers_with_blanks_signs_and_exponents() -> None:
+    text = "k,v\na, 2 \na,+1.5\na,-1e1\na,.5\n"
+    assert run(text, [], [{"op": "sum", "column": "v"}]).rows == [{"sum_v": -6.0}]
+
+
+def test_a_column_both_grouped_and_summed() -> None:
+    text = "v\n1\n1\n2\n"
+    result = run(text, ["v"], [{"op": "sum", "column": "v", "as": "total"}, {"op": "count"}])
+    assert result.rows == [{"v": "1", "total": 2.0, "count": 2}, {"v": "2", "total": 2.0, "count": 1}]
+
+
+def test_crlf_cr_bom_and_no_final_newline() -> None:
+    for text in ("k,v\r\na,1\r\na,2", "k,v\ra,1\ra,2\r", "\ufeffk,v\na,1\na,2\n"):
+        assert run(text, ["k"], [{"op": "sum", "column": "v"}]).rows == [{"k": "a", "sum_v": 3.0}]
+
+
+def test_quoted_line_breaks_across_block_boundaries() -> None:
+    text = "k,note,v\n" + "".join(f'a,"x\n{"y" * (i % 7)}\n""z""",{i}\n' for i in range(200))
+    for block_size in (16, 50, 333, 1 << 20):
+        result = run(text, ["k"], [{"op": "count"}, {"op": "sum", "column": "v"}], block_size=block_size)
+        assert result.rows == [{"k": "a", "count": 200, "sum_v": float(sum(range(200)))}]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r", "\r\n"])
+def test_a_quoted_line_break_in_the_last_record_without_a_final_newline(newline: str) -> None:
+    text = newline.join(["v,k", "1,a", f'2,"x{newline}y"'])
+    for block_size in (16, 1 << 20):
+        result = run(text, ["k"], [{"op": "count"}, {"op": "sum", "column": "v"}], block_size=block_size)
+        assert result.rows == [
+            {"k": "a", "count": 1, "sum_v": 1.0},
+            {"k": f"x{newline}y", "count": 1, "sum_v": 2.0},
+        ]
+
+
+def test_inputs_read_at_the_same_time_do_not_share_buffers() -> None:
+    """Block buffers are kept for the next input: inputs read at once each get their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [generated_csv(20_000, seed=seed) for seed in range(4)]
+    expected = [reference(csv_records(t), ["region", "product"], ALL_METRICS) for t in texts]
+
+    def one(i: int) -> list[dict[str, Any]]:
+        return run(texts[i % 4], ["region", "product"], ALL_METRICS).rows
+
+    with ThreadPoolExecutor(4) as pool:
+        for i, rows in enumerate(pool.map(one, range(12))):
+            assert_same(rows, expected[i % 4])
+
+
+def test_quote_counting_with_and_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytearray(generated_csv(20_000, seed=7).encode())  # over 256 KiB: several steps
+    with_numpy = engine._quote_counter()
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import fails, as on a cluster without it
+    without = engine._quote_counter()
+    for start, end in [(0, len(data)), (3, 300_001), (10, 10), (len(data) - 5, len(data))]:
+        expected = data.count(b'"', start, end)
+        assert with_numpy(data, start, end) == without(data, start, end) == expected
+
+
+def test_a_record_larger_than_the_block_grows_the_buffer() -> None:
+    text = "k,v\n" + "a" * 5000 + ",1\nb,2\n"
+    result = run(text, ["k"], [{"op": "sum", "column": "v"}], block_size=100)
+    assert [r["sum_v"] for r in result.rows] == [1.0, 2.0]
+
+
+def test_a_record_larger_than_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+    with pytest.raises(InputDataError, match="longer than"):
+        run("k,v\n" + "a" * 5000 + ",1\n", ["k"], block_size=100)
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+class OneWayStream(io.RawIOBase):
+    """A stream that cannot seek (like a socket)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self.inner.readinto(buffer)
+
+
+def bad_number_text() -> str:
+    return (
+        "k,note,v\n" + "a,,1\n" * 3000 + "\n" + 'b,"two\nlines",5\n' + "a,,2\n" * 500 + "b,,12x\n" + "a,,3\n"
+    )
+
+
+@pytest.mark.parametrize("block_size", [64, 1000, 1 << 20])
+def test_non_number_names_column_value_and_line(block_size: int) -> None:
+    spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
+    with pytest.raises(InputDataError) as info:
+        aggregate_stream(io.BytesIO(bad_number_text().encode()), spec, block_size=block_size)
+    assert str(info.value) == "column 'v' has a value that is not a number on line 3505: '12x'"
+    assert isinstance(info.value, PermanentError) and info.value.reason_code == "bad_input_data"
+
+
+def test_non_number_in_a_grouped_numeric_column() -> None:
+    with pytest.raises(InputDataError, match=r"^column 'v' has a value that is not a number on line 3: 'x'$"):
+        run("v\n1\nx\n", ["v"], [{"op": "max", "column": "v"}])
+
+
+def test_line_numbers_without_seeking_count_records() -> None:
+    spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
+    with pytest.raises(InputDataError) as info:
+        aggregate_stream(OneWayStream(bad_number_text().encode()), spec, block_size=1 << 20)
+    assert "on line 3505: '12x'" in str(info.value)  # same block: exact
+    with pytest.raises(InputDataError) as info:
+        aggregate_stream(OneWayStream(bad_number_text().encode()), spec, block_size=1000)
+    assert "on line 3503: '12x'" in str(info.value)  # earlier blank line and line break not seen
+
+
+@pytest.mark.parametrize("block_size", [64, 1000, 4096])
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_the_first_bad_record_is_reported_whatever_finishes_first(
+    block_size: int, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two bad records are in different blocks, parsed at once: they may fail in any order."""
+    monkeypatch.setattr(engine, "PARSE_WORKERS", workers)
+    text = "k,v\n" + "a,1\n" * 2000 + "b,x1\n" + "a,2\n" * 2000 + "c,3,4\n" + "a,3\n" * 100
+    for stream in (io.BytesIO(text.encode()), OneWayStream(text.encode())):
+        with pytest.raises(InputDataError) as info:
+            aggregate_stream(stream, make_spec(["k"], [{"op": "sum", "column": "v"}]), block_size=block_size)
+        assert str(info.value) == "column 'v' has a value that is not a number on line 2002: 'x1'"
+
+
+def test_a_bad_record_before_an_oversized_one_is_reported_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+    text = "k,v\n" + "a,1\n" * 50 + "b,x1\n" + "a,2\n" * 50 + "c" * 5000 + ",1\n"
+    with pytest.raises(InputDataError, match="not a number on line 52: 'x1'"):
+        run(text, ["k"], [{"op": "sum", "column": "v"}], block_size=100)
+
+
+@pytest.mark.parametrize("block_size", [64, 1000, 1 << 20])
+def test_invalid_utf8_in_a_group_key_names_its_line(block_size: int) -> None:
+    data = b"k,v\n" + b"a,1\n" * 3000 + b"\xff\xfe,2\n" + b"b,3\n" * 10
+    with pytest.raises(InputDataError) as info:
+        run(data, ["k"], [{"op": "sum", "column": "v"}], block_size=block_size)
+    assert str(info.value) == (
+        "CSV input is not valid on line 3002: CSV conversion error to string: invalid UTF8 data"
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_results_do_not_depend_on_the_number_of_parsing_threads(
+    workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "PARSE_WORKERS", workers)
+    data = generated_csv(3000, seed=workers)
+    expected = reference(csv_records(data), ["region", "product"], ALL_METRICS)
+    for block_size in (300, 4096, 1 << 20):
+        assert_same(run(data, ["region", "product"], ALL_METRICS, block_size=block_size).rows, expected)
+
+
+def test_missing_columns_are_named() -> None:
+    with pytest.raises(InputDataError) as info:
+        run("k,v\na,1\n", ["region"], [{"op": "sum", "column": "qty"}, {"op": "count", "column": "v"}])
+    assert str(info.value) == "column(s) 'region', 'qty' not in the CSV header (line 1); the header has: k, v"
+
+
+def test_duplicate_header_column() -> None:
+    with pytest.raises(InputDataError, match="'k' appears more than once"):
+        run("k,k\na,b\n", ["k"])
+
+
+def test_empty_csv_has_no_header() -> None:
+    with pytest.raises(InputDataError, match="the input is empty"):
+        run("", ["k"])
+
+
+def test_ragged_row_names_its_line() -> None:
+    with pytest.raises(InputDataError) as info:
+        run("k,v\na,1\n\nb,2,3\n", ["k"])
+    assert str(info.value) == "CSV input is not valid on line 4: Expected 2 columns, got 3: b,2,3"
+
+
+def test_invalid_utf8_is_a_data_error() -> None:
+    with pytest.raises(InputDataError, match="UTF8"):
+        run(b"k,v\n\xff\xfe,1\n", ["k"])
+
+
+def test_jsonl_errors_name_the_line() -> None:
+    cases = {
+        '{"k": "a", "v": 1}\n{"k": "a", "v": "x1"}\n': "column 'v' has a value that is not a number on line 2: 'x1'",
+        '{"k": "a", "v": 1}\n\n{"k": "a", "v": true}\n': "column 'v' has a value that is not a number on line 3: 'true'",
+        '{"k": "a", "v": 1}\n{"k": [1], "v": 1}\n': "column 'k' holds a JSON array on line 2, not a single value",
+        '{"k": {"a": 1}}\n': "column 'k' holds a JSON object on line 1, not a single value",
+        '{"k": "a"}\n[1, 2]\n': "line 2 is not a JSON object",
+        '{"k": "a"}\n{"k": \n': "line 2 is not valid JSON: Expecting value",
+        '{"x": 1}\n{"y": 2}\n': "column(s) 'k', 'v' occur in no line of the JSON-lines input",
+    }
+    for text, expected in cases.items():
+        with pytest.raises(InputDataError) as info:
+            run(text, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl", block_size=8)
+        assert str(info.value) == expected
+
+
+def test_jsonl_numbers_keep_their_text_and_missing_keys_are_null() -> None:
+    text = '{"k": 3, "v": 1.50}\n{"k": 3.10, "v": "2"}\n{"k": "3", "v": null}\n{"k": null}\n{"v": 1e1}\n'
+    result = run(text, ["k"], [{"op": "count"}, {"op": "sum", "column": "v"}], fmt="jsonl")
+    assert result.rows == [
+        {"k": None, "count": 2, "sum_v": 10.0},
+        {"k": "3", "count": 2, "sum_v": 1.5},
+        {"k": "3.10", "count": 1, "sum_v": 2.0},
+    ]
+
+
+def test_jsonl_null_values_apply_to_strings() -> None:
+    text = '{"k": "NA", "v": ""}\n{"k": "", "v": "NA"}\n{"k": "a", "v": 1}\n'
+    result = run(text, ["k"], [{"op": "count"}, {"op": "count", "column": "v"}], fmt="jsonl")
+    assert result.rows == [{"k": None, "count": 2, "count_v": 0}, {"k": "a", "count": 1, "count_v": 1}]
+
+
+def test_jsonl_crlf_and_no_final_newline() -> None:
+    text = '{"k": "a", "v": 1}\r\n{"k": "a", "v": 2}'
+    assert run(text, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl").rows == [{"k": "a", "sum_v": 3.0}]
+
+
+# --- property: random small tables -------------------------------------------------------------
+
+KEYS = st.sampled_from(["a", "b", "a,b", 'q"x', "", "NA", "7", " a", "é", "line\nbreak"])
+NUMBERS = st.one_of(
+    st.sampled_from(["", "NA"]),
+    st.integers(-1000, 1000).map(str),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(repr),
+    st.decimals(-1000, 1000, places=3, allow_nan=False, allow_infinity=False).map(str),
+)
+ROWS = st.lists(st.tuples(KEYS, KEYS, NUMBERS, NUMBERS), max_size=60)
+METRIC = st.sampled_from(
+    [
+        {"op": "count"},
+        {"op": "count", "column": "x"},
+        {"op": "count", "column": "g1"},
+        {"op": "sum", "column": "x"},
+        {"op": "mean", "column": "y"},
+        {"op": "min", "column": "x"},
+        {"op": "max", "column": "y"},
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=ROWS,
+    group_by=st.sampled_from([[], ["g1"], ["g2", "g1"]]),
+    metrics=st.lists(METRIC, min_size=1, max_size=4, unique_by=lambda m: (m["op"], m.get("column"))),
+    block_size=st.sampled_from([16, 100, 1 << 20]),
+    fmt=st.sampled_from(["csv", "jsonl"]),
+    json_numbers=st.booleans(),
+)
+def test_property_engine_equals_independent_computation(
+    rows: list[tuple[str, str, str, str]],
+    group_by: list[str],
+    metrics: list[dict[str, str]],
+    block_size: int,
+    fmt: str,
+    json_numbers: bool,
+) -> None:
+    records = [{"g1": g1, "g2": g2, "x": x, "y": y} for g1, g2, x, y in rows]
+    if fmt == "csv":
+        out = io.StringIO(newline="")
+        writer = csv.DictWriter(out, ["g1", "g2", "x", "y"])
+        writer.writeheader()
+        writer.writerows(records)
+        data = out.getvalue()
+        expected_records = csv_records(data)
+    else:
+
+        def as_json(text: str) -> Any:
+            # integers written as JSON numbers keep their text: 7 -> "7"
+            is_int = json_numbers and text.lstrip("-").isdigit() and str(int(text)) == text
+            return int(text) if is_int else text
+
+        data = "".join(json.dumps({k: as_json(v) for k, v in r.items()}) + "\n" for r in records)
+        expected_records = records
+    result = run(data, group_by, metrics, fmt=fmt, block_size=block_size)
+    assert result.input_rows == len(expected_records)
+    assert_same(result.rows, reference(expected_records, group_by, metrics))

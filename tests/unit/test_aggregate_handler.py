@@ -1,0 +1,317 @@
+"""The aggregate handler's pure parts and its blob edge, with in-memory fakes (no network)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError
+
+from shared.errors import InputMissing, NotAvailable, StorageThrottled, TransientError
+from shared.jobs.aggregate import (
+    HANDLER,
+    AggregateResult,
+    choose_engine,
+    open_blob_stream,
+    parse_aggregate_payload,
+    result_document,
+)
+from shared.jobs.base import Completed, JobContext
+from shared.settings import Settings, SparkSettings, StorageConnection
+
+# --- fakes -------------------------------------------------------------------------------------
+
+
+def http_error(status: int, code: str) -> HttpResponseError:
+    exc = HttpResponseError(message=f"{status} {code}")
+    exc.status_code = status
+    exc.error_code = code
+    return exc
+
+
+def not_found(code: str) -> ResourceNotFoundError:
+    exc = ResourceNotFoundError(message=code)
+    exc.status_code = 404
+    exc.error_code = code
+    return exc
+
+
+@dataclass
+class FakeProperties:
+    etag: str
+    content_range: str | None
+
+
+@dataclass
+class FakeDownload:
+    data: bytes
+    properties: FakeProperties
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def readall(self) -> bytes:
+        return self.data
+
+
+@dataclass
+class FakeBlob:
+    """Just enough of azure.storage.blob.BlobClient: ranged downloads and uploads."""
+
+    container_name: str
+    blob_name: str
+    store: dict[tuple[str, str], bytes]
+    fail_at: dict[int, Exception] = field(default_factory=dict)
+    calls: list[tuple[int, int, str | None]] = field(default_factory=list)
+    uploads: list[dict[str, Any]] = field(default_factory=list)
+    containers: set[str] = field(default_factory=lambda: {"data", "results"})
+
+    def download_blob(self, offset: int, length: int, etag: str | None = None, **_: Any) -> FakeDownload:
+        self.calls.append((offset, length, etag))
+        if offset in self.fail_at:
+            raise self.fail_at.pop(offset)
+        if self.container_name not in self.containers:
+            raise not_found("ContainerNotFound")
+        key = (self.container_name, self.blob_name)
+        if key not in self.store:
+            raise not_found("BlobNotFound")
+        data = self.store[key]
+        if not data:
+            raise http_error(416, "InvalidRange")
+        chunk = data[offset : offset + length]
+        return FakeDownload(
+            chunk, FakeProperties('"etag-1"', f"bytes {offset}-{offset + len(chunk) - 1}/{len(data)}")
+        )
+
+    def upload_blob(self, data: bytes, overwrite: bool = False, **kwargs: Any) -> None:
+        assert overwrite
+        self.store[(self.container_name, self.blob_name)] = data
+        self.uploads.append(kwargs)
+
+
+@dataclass
+class FakeService:
+    store: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    blobs: list[FakeBlob] = field(default_factory=list)
+
+    def get_blob_client(self, container: str, blob: str) -> FakeBlob:
+        client = FakeBlob(container, blob, self.store)
+        self.blobs.append(client)
+        return client
+
+
+@dataclass
+class FakeStorage:
+    blob: FakeService
+
+
+def make_settings(backend: str = "none", threshold: int = 1000) -> Settings:
+    return Settings(
+        storage=StorageConnection(connection_string="UseDevelopmentStorage=true"),
+        spark=SparkSettings(backend=backend, offload_threshold_bytes=threshold),
+    )
+
+
+def make_ctx(payload: dict[str, Any], service: FakeService, settings: Settings | None = None) -> JobContext:
+    saved: list[Any] = []
+    return JobContext(
+        job_id="job-1",
+        kind="aggregate",
+        attempt=1,
+        payload=payload,
+        settings=settings or make_settings(),
+        storage=FakeStorage(service),  # type: ignore[arg-type]
+        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
+        checkpoint=saved.append,
+    )
+
+
+PAYLOAD = {
+    "input": "data/sales.csv",
+    "format": "csv",
+    "group_by": ["k"],
+    "metrics": [{"op": "count"}, {"op": "sum", "column": "v"}],
+}
+
+
+# --- choose_engine and result_document ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "backend", "size", "expected"),
+    [
+        ("auto", "none", 10**12, "inline"),
+        ("auto", "standalone", 1000, "inline"),
+        ("auto", "standalone", 1001, "spark"),
+        ("auto", "livy", None, "inline"),
+        ("inline", "standalone", 10**12, "inline"),
+        ("spark", "none", 1, "spark"),
+    ],
+)
+def test_choose_engine(engine: str, backend: str, size: int | None, expected: str) -> None:
+    spec = parse_aggregate_payload({**PAYLOAD, "engine": engine})
+    assert choose_engine(spec, size, make_settings(backend, threshold=1000)) == expected
+
+
+def test_result_document_shape() -> None:
+    result = AggregateResult(rows=[{"k": "a", "count": 2}], input_rows=2)
+    assert result_document("j1", result, "inline", 0.12345) == {
+        "id": "j1",
+        "rows": [{"k": "a", "count": 2}],
+        "input_rows": 2,
+        "engine": "inline",
+        "elapsed_s": 0.123,
+    }
+
+
+# --- the handler -------------------------------------------------------------------------------
+
+
+def test_run_writes_the_result_document() -> None:
+    service = FakeService({("data", "sales.csv"): b"k,v\na,1\nb,2\na,\n"})
+    outcome = HANDLER.run(make_ctx(PAYLOAD, service))
+    assert outcome == Completed(
+        result_ref="results/job-1.json", summary={"input_rows": 3, "groups": 2, "engine": "inline"}
+    )
+    document = json.loads(service.store[("results", "job-1.json")])
+    assert document["id"] == "job-1" and document["engine"] == "inline" and document["input_rows"] == 3
+    assert document["rows"] == [{"k": "a", "count": 2, "sum_v": 1.0}, {"k": "b", "count": 1, "sum_v": 2.0}]
+    assert isinstance(document["elapsed_s"], float)
+    upload = service.blobs[-1].uploads[0]
+    assert upload["content_settings"].content_type.startswith("application/json")
+    assert len(service.blobs[0].calls) == 1  # a small input is one GET
+
+
+def test_run_again_overwrites_the_same_blob() -> None:
+    service = FakeService({("data", "sales.csv"): b"k,v\na,1\n"})
+    first = HANDLER.run(make_ctx(PAYLOAD, service))
+    second = HANDLER.run(make_ctx(PAYLOAD, service))
+    assert first == second
+    assert [k for k in service.store if k[0] == "results"] == [("results", "job-1.json")]
+
+
+def test_spark_without_backend_is_not_available() -> None:
+    service = FakeService()
+    with pytest.raises(NotAvailable, match=r"^engine 'spark' is not available: SPARK_BACKEND=none$"):
+        HANDLER.run(make_ctx({**PAYLOAD, "engine": "spark"}, service))
+    assert service.blobs == []  # refused before any storage request
+
+
+def test_auto_over_threshold_is_offloaded_to_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shared.spark
+    from shared.jobs.base import Continue
+
+    calls: list[str] = []
+    monkeypatch.setattr(shared.spark, "offload", lambda ctx, spec: calls.append("offload") or Continue({}, 3))
+    monkeypatch.setattr(shared.spark, "resume", lambda ctx, spec: calls.append("resume") or Continue({}, 3))
+    service = FakeService({("data", "sales.csv"): b"k,v\n" + b"a,1\n" * 100})
+    settings = make_settings("standalone", threshold=100)
+    assert isinstance(HANDLER.run(make_ctx(PAYLOAD, service, settings)), Continue)
+    small = make_settings("standalone", threshold=10_000)
+    assert not isinstance(HANDLER.run(make_ctx(PAYLOAD, service, small)), Continue)  # under it: inline
+    resumed = make_ctx(PAYLOAD, service, settings)
+    resumed.resume_state = {"submission_id": "driver-1"}
+    HANDLER.run(resumed)
+    assert calls == ["offload", "resume"]
+
+
+def test_missing_blob_and_container_are_input_missing() -> None:
+    with pytest.raises(InputMissing, match=r"input data/sales.csv does not exist \(blob not found\)"):
+        HANDLER.run(make_ctx(PAYLOAD, FakeService()))
+    with pytest.raises(InputMissing, match=r"input nope/sales.csv does not exist \(container not found\)"):
+        HANDLER.run(make_ctx({**PAYLOAD, "input": "nope/sales.csv"}, FakeService()))
+
+
+def test_bad_payload_is_refused_by_run() -> None:
+    from shared.errors import PayloadError
+
+    with pytest.raises(PayloadError):
+        HANDLER.run(make_ctx({**PAYLOAD, "metrics": []}, FakeService()))
+
+
+# --- the blob stream ---------------------------------------------------------------------------
+
+
+def blob_with(data: bytes) -> FakeBlob:
+    return FakeBlob("data", "big.csv", {("data", "big.csv"): data})
+
+
+def test_stream_reads_in_ranges_with_read_ahead() -> None:
+    data = bytes(range(256)) * 40
+    blob = blob_with(data)
+    with open_blob_stream(blob, chunk_size=1000, max_concurrency=3) as stream:  # type: ignore[arg-type]
+        assert stream.size == len(data)
+        assert stream.read() == data
+    offsets = sorted(c[0] for c in blob.calls)
+    assert offsets == list(range(0, len(data), 1000))
+    assert all(etag == '"etag-1"' for _, _, etag in blob.calls[1:])  # pinned to the first version
+
+
+def read_exactly(stream: io.RawIOBase, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = stream.read(n - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def test_stream_seek_restarts_the_read_ahead() -> None:
+    data = b"0123456789" * 500
+    with open_blob_stream(blob_with(data), chunk_size=64, max_concurrency=2) as stream:  # type: ignore[arg-type]
+        assert read_exactly(stream, 100) == data[:100]  # raw reads may be short
+        assert stream.tell() == 100
+        stream.seek(4000)
+        assert read_exactly(stream, 10) == data[4000:4010]
+        stream.seek(0)
+        assert stream.read() == data
+
+
+def test_empty_blob() -> None:
+    with open_blob_stream(blob_with(b"")) as stream:  # type: ignore[arg-type]
+        assert stream.size == 0 and stream.read() == b""
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (http_error(503, "ServerBusy"), StorageThrottled),
+        (http_error(500, "InternalError"), StorageThrottled),
+        (ServiceRequestError("connection refused"), StorageThrottled),
+        (http_error(412, "ConditionNotMet"), TransientError),
+    ],
+)
+def test_storage_failures_mid_stream(error: Exception, expected: type[Exception]) -> None:
+    blob = blob_with(b"x" * 5000)
+    blob.fail_at[2000] = error
+    with (
+        pytest.raises(expected),
+        open_blob_stream(blob, chunk_size=1000, max_concurrency=2) as stream,  # type: ignore[arg-type]
+    ):
+        stream.read()
+
+
+def test_first_request_failure_is_mapped() -> None:
+    blob = blob_with(b"abc")
+    blob.fail_at[0] = http_error(503, "ServerBusy")
+    with pytest.raises(StorageThrottled, match=r"storage busy reading data/big\.csv: ServerBusy"):
+        open_blob_stream(blob)  # type: ignore[arg-type]
+
+
+def test_forbidden_is_not_hidden() -> None:
+    blob = blob_with(b"abc")
+    blob.fail_at[0] = http_error(403, "AuthorizationFailure")
+    with pytest.raises(HttpResponseError):
+        open_blob_stream(blob)  # type: ignore[arg-type]
+
+
+def test_stream_is_a_readable_binary_file() -> None:
+    with open_blob_stream(blob_with(b"a\nb\n")) as stream:  # type: ignore[arg-type]
+        assert stream.readable() and stream.seekable()
+        assert io.BufferedReader(stream).readline() == b"a\n"
