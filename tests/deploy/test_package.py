@@ -53,16 +53,9 @@ FORBIDDEN_NAMES = {
 }
 SECRET_SUFFIXES = (".pem", ".key", ".pfx", ".p12", ".env", ".publishsettings")
 
-needs_app = pytest.mark.skipif(
-    not all((ROOT / name).exists() for name in ("function_app.py", "host.json", "requirements.txt")),
-    reason="function_app.py / host.json / requirements.txt not written yet",
-)
-
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    if not all((ROOT / name).exists() for name in ("function_app.py", "host.json", "requirements.txt")):
-        pytest.skip("function_app.py / host.json / requirements.txt not written yet")
     out = tmp_path_factory.mktemp("pkg") / "app.zip"
     result = subprocess.run(
         [sys.executable, "-m", "deploy.package", "--out", str(out)],
@@ -78,7 +71,6 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return out, names
 
 
-@needs_app
 def test_zip_has_exactly_the_app(package: tuple[Path, list[str]]) -> None:
     _, names = package
     assert {n.split("/", 1)[0] for n in names} == EXPECTED_TOP_LEVEL
@@ -92,7 +84,6 @@ def test_zip_has_exactly_the_app(package: tuple[Path, list[str]]) -> None:
     assert shared_sources <= set(names), shared_sources - set(names)
 
 
-@needs_app
 def test_zip_has_nothing_forbidden(package: tuple[Path, list[str]]) -> None:
     _, names = package
     for name in names:
@@ -105,7 +96,6 @@ def test_zip_has_nothing_forbidden(package: tuple[Path, list[str]]) -> None:
         assert not parts[-1].startswith("local.settings"), name
 
 
-@needs_app
 def test_zip_matches_collect_and_is_reproducible(package: tuple[Path, list[str]], tmp_path: Path) -> None:
     path, names = package
     assert names == collect(ROOT)
@@ -273,7 +263,6 @@ INDEX_SNIPPET = textwrap.dedent(
 
 
 @pytest.mark.integration
-@needs_app
 def test_unpacked_zip_imports_and_indexes_in_fresh_venv(
     package: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
