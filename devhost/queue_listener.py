@@ -30,6 +30,7 @@ from devhost.queue_ops import (
     renew_message,
     send_create_if_missing,
 )
+from devhost.scheduler import Scheduled, Scheduler
 from devhost.stats import QUEUE_COUNTERS, Stats
 from devhost.storage import QueueClients
 
@@ -77,8 +78,8 @@ class Invocation:
         self.lock = threading.Lock()
         self.finished = False
         self.renew_interval = lease / 2
-        self.renew_timer: threading.Timer | None = None
-        self.timeout_timer: threading.Timer | None = None
+        self.renew_timer: Scheduled | None = None
+        self.timeout_timer: Scheduled | None = None
         self.future: concurrent.futures.Future[Any] | None = None
 
     def claim(self) -> bool:
@@ -125,6 +126,7 @@ class QueueListener:
         self.pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.opts.max_in_flight, thread_name_prefix=f"fn-{self.spec.name}"
         )
+        self.timers = Scheduler(f"timers-{self.queue_name}")
         self._cond = threading.Condition()
         self._in_flight = 0
         self._wake = threading.Event()
@@ -291,11 +293,8 @@ class QueueListener:
         )
         self._finish(inv, action, "function failed")
 
-    def _timer(self, delay: float, fn: Callable[[Invocation], None], inv: Invocation) -> threading.Timer:
-        timer = threading.Timer(delay, fn, (inv,))
-        timer.daemon = True
-        timer.start()
-        return timer
+    def _timer(self, delay: float, fn: Callable[[Invocation], None], inv: Invocation) -> Scheduled:
+        return self.timers.call_later(delay, fn, inv)
 
     def _on_timeout(self, inv: Invocation) -> None:
         if not inv.claim():

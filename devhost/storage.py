@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +33,25 @@ CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
+def _client_options() -> dict[str, Any]:
+    """CLIENT_OPTIONS plus the environment's CA bundle, given once (see `_session`)."""
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    return {**CLIENT_OPTIONS, "connection_verify": bundle} if bundle else dict(CLIENT_OPTIONS)
+
+
 def _session() -> requests.Session:
-    """A pooled session sized for batchSize + newBatchThreshold in flight (requests' default is 10)."""
+    """A pooled session sized for batchSize + newBatchThreshold in flight (requests' default is 10).
+
+    It looks for proxies and .netrc in the environment per request only when some are configured
+    (the lookup cost about a tenth of the CPU per message); the app's shared/storage.py does the
+    same, and the devhost does not import the app's code.
+    """
     session = requests.Session()
+    session.trust_env = (
+        any(name.lower() == "netrc" or name.lower().endswith("_proxy") for name in os.environ)
+        or bool(urllib.request.getproxies())
+        or any(os.path.exists(os.path.expanduser(f)) for f in ("~/.netrc", "~/_netrc"))
+    )
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
@@ -109,14 +127,14 @@ class QueueClients:
     def _create(conn: QueueConnection) -> QueueServiceClient:
         if conn.connection_string is not None:
             return QueueServiceClient.from_connection_string(
-                conn.connection_string, session=_session(), **CLIENT_OPTIONS
+                conn.connection_string, session=_session(), **_client_options()
             )
         from azure.identity import DefaultAzureCredential
 
         credential = DefaultAzureCredential(managed_identity_client_id=conn.client_id)
         assert conn.service_uri is not None
         return QueueServiceClient(
-            conn.service_uri, credential=credential, session=_session(), **CLIENT_OPTIONS
+            conn.service_uri, credential=credential, session=_session(), **_client_options()
         )
 
 
