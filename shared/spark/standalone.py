@@ -25,6 +25,7 @@ from shared.spark.states import standalone_status
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 _LOOKUP_LIMIT = 25  # newest drivers whose launch command is inspected by `find`
+_LAUNCHED = "Launch Command:"  # the first line a worker writes to a driver's stderr when it starts it
 
 
 def jws_token(secret_b64url: str, now: float) -> str:
@@ -124,19 +125,35 @@ class StandaloneBackend:
         self.http.request("POST", f"{self.url}/v1/submissions/kill/{submission_id}")
 
     def find(self, job: SparkJobRequest) -> Submission | None:
-        """Look for a driver launched with our app name (needs SPARK_MASTER_UI_URL)."""
+        """Look for a driver launched with our app name (needs SPARK_MASTER_UI_URL).
+
+        A driver's app name shows only in the launch command its worker writes when it starts it.
+        While a newer driver is active but not started yet, it may be ours: rather than answer
+        "not found" (and let the caller submit twice), this raises DownstreamUnavailable, to look
+        again later.
+        """
         if not self.ui_url:
             return None
         state = json_body(self.http.request("GET", f"{self.ui_url}/json/"), self.name)
         workers = {str(w.get("id")): str(w.get("webuiaddress") or "") for w in state.get("workers", [])}
+        active = {str(d.get("id")) for d in state.get("activedrivers", [])}
         drivers = list(state.get("activedrivers", [])) + list(state.get("completeddrivers", []))
         drivers.sort(key=lambda d: str(d.get("id")), reverse=True)  # ids sort by submit time
         marker = f'"-Dspark.app.name={job.name}"'
+        not_started = []
         for driver in drivers[:_LOOKUP_LIMIT]:
+            driver_id = str(driver.get("id"))
             worker_ui = workers.get(str(driver.get("worker")), "")
-            if worker_ui and marker in self._log_head(worker_ui, str(driver.get("id")), "stderr", 16384):
-                submitted = _starttime(driver) or self.clock()
-                return Submission(self.name, str(driver["id"]), job.name, submitted)
+            head = self._log_head(worker_ui, driver_id, "stderr", 16384) if worker_ui else ""
+            if marker in head:
+                return Submission(self.name, driver_id, job.name, _starttime(driver) or self.clock())
+            if driver_id in active and _LAUNCHED not in head:
+                not_started.append(driver_id)
+        if not_started:
+            raise DownstreamUnavailable(
+                f"standalone: cannot tell yet whether {job.name} was submitted: driver(s) "
+                f"{', '.join(not_started)} have not started; looking again later instead of submitting twice"
+            )
         return None
 
     def _log_head(

@@ -332,7 +332,8 @@ class FakeStandalone(FakeServer):
             return Reply(200, body)
         if path == "/json/":
             drivers = [
-                {"id": sid, "state": d["state"], "worker": "worker-1", "starttime": str(int(d["at"] * 1000)),
+                {"id": sid, "state": d["state"], "worker": d.get("worker", "worker-1") or "None",
+                 "starttime": str(int(d["at"] * 1000)),
                  "mainclass": "org.apache.spark.deploy.PythonRunner"}
                 for sid, d in self.drivers.items()
             ]  # fmt: skip

@@ -17,9 +17,9 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import requests
@@ -27,7 +27,7 @@ import requests
 from bench import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
-from shared.errors import InputDataError
+from shared.errors import DownstreamUnavailable, InputDataError
 from shared.jobs.base import Completed, Continue
 from shared.settings import Settings
 from shared.spark.backends import make_backend
@@ -71,6 +71,9 @@ def stack(azurite: Azurite, spark_cluster: SparkCluster) -> tuple[Settings, Stor
     return settings, storage_for(settings), make_backend(settings.spark)
 
 
+T = TypeVar("T")
+
+
 def independent(data: bytes) -> dict[tuple[str | None, str | None], tuple[int, float]]:
     """count and sum(qty) per (region, product) with a plain csv loop: the reference."""
     out: dict[tuple[str | None, str | None], tuple[int, float]] = {}
@@ -92,6 +95,18 @@ def result_doc(settings: Settings, storage: StorageClients, job_id: str) -> tupl
     blob = storage.blob.get_blob_client(settings.results_container, f"{job_id}.json")
     download = blob.download_blob()
     return json.loads(download.readall()), str(download.properties.etag)
+
+
+def until_determined(call: Callable[[], T], timeout_s: float = 60) -> T:
+    """Retry while the backend cannot tell yet whether a run exists (as the host's retries would)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except DownstreamUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def wait_for(check: Any, timeout_s: float, what: str) -> None:
@@ -122,7 +137,7 @@ def test_end_to_end_equals_inline_and_redelivery_polls_the_same_driver(
     crashed = make_ctx(
         settings, storage, payload, ctx.job_id, attempt=1, progress={"spark_submitting": {"name": name}}
     )
-    again = offload(crashed, backend=backend)
+    again = until_determined(lambda: offload(crashed, backend=backend))
     assert isinstance(again, Continue) and again.state["submission_id"] == sid
 
     done, _ = follow(ctx, polled, backend)

@@ -122,6 +122,28 @@ def test_read_timeout_on_create_finds_the_driver_by_app_name_without_a_second_cr
     assert master.count("GET", "/json/") == 1
 
 
+def test_find_waits_for_a_newer_driver_that_has_not_started(master: FakeStandalone) -> None:
+    b = backend(master)
+    sid = b.submit(JOB).submission_id
+    assert sid is not None
+    launched = master.drivers[sid]["log"]
+    master.drivers[sid].update(state="SUBMITTED", worker=None, log="")  # queued for a worker
+    with pytest.raises(DownstreamUnavailable, match=f"{sid} have not started"):
+        b.find(JOB)
+    master.drivers[sid].update(state="RUNNING", worker="worker-1", log=launched)
+    found = b.find(JOB)
+    assert found is not None and found.submission_id == sid
+
+
+def test_find_ignores_other_started_drivers_and_finished_ones_without_a_log(master: FakeStandalone) -> None:
+    b = backend(master)
+    other = b.submit(SparkJobRequest("other", 1, "aggregate-other-s1", JOB.job_file, [])).submission_id
+    never_ran = b.submit(SparkJobRequest("x", 1, "aggregate-x-s1", JOB.job_file, [])).submission_id
+    assert other and never_ran
+    master.drivers[never_ran].update(state="ERROR", worker=None, log="")
+    assert b.find(JOB) is None
+
+
 def test_read_timeout_when_nothing_was_created_is_unconfirmed(master: FakeStandalone) -> None:
     master.create_delay_s = 1.5
     master.create_forwards = False
