@@ -59,7 +59,7 @@ def _session() -> requests.Session:
     """A session whose pool holds a connection for every invocation in flight (the default is 10).
 
     requests looks for proxies, a CA bundle and .netrc credentials in the environment on every
-    request (`trust_env`), which cost about a tenth of the host's CPU per message. With no proxy
+    request (`trust_env`): 5.5 -> 5.1 ms of the local host's CPU per message (bench). With no proxy
     and no .netrc configured the session skips that; the CA bundle goes in `_client_kwargs`.
     """
     session = requests.Session()
