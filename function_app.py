@@ -22,7 +22,7 @@ def handle_poison(msg: func.QueueMessage) -> None:
 @app.function_name("sweep_poison")
 @app.timer_trigger(arg_name="timer", schedule="*/30 * * * * *", run_on_startup=False)
 def sweep_poison(timer: func.TimerRequest) -> None:
-    poison.sweep_unreadable()
+    poison.sweep()
 
 
 @app.function_name("submit_job")

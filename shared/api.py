@@ -128,7 +128,7 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
         return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
     try:
         rt.storage.container(rt.settings.ledger_container).get_container_properties()
-        rt.jobs_queue.get_queue_properties()
+        rt.storage.queue(rt.settings.jobs_queue).get_queue_properties()
     except AzureError as exc:
         return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
     return _json(

@@ -2,8 +2,8 @@
 
 - PermanentError: retrying cannot help -> poison at once, reason kept.
 - TransientError: may succeed later -> re-enqueue with backoff, poison after MAX_ATTEMPTS.
-- JobBusy / ClaimLost: another invocation owns the job -> raise to the host so the message
-  comes back later (never acknowledge it: the owner may die).
+- ClaimLost: another writer changed our job's record -> the delivery is acknowledged with a
+  re-check message (see processing), never silently.
 - Anything else: unexpected -> raise; the host's visibilityTimeout / maxDequeueCount apply.
 """
 
@@ -89,12 +89,8 @@ class StorageThrottled(TransientError):
     """Storage answered 503/500/429 (server busy)."""
 
 
-class JobBusy(JobError):
-    """Another live invocation owns this job: raise so the host redelivers the message later."""
-
-
 class ClaimLost(JobError):
-    """Our claim on the ledger was taken over (lease expired): raise so the host redelivers."""
+    """Our claim on the ledger was taken over (its lease ended): re-check instead of writing."""
 
 
 class MessageTooLarge(Exception):

@@ -1,31 +1,25 @@
-"""The job ledger: one JSON blob per job id, changed only by conditional writes.
+"""The job ledger: one JSON document per job id, and every change of it.
 
-create  -> If-None-Match: *   (fails if the record exists)
-replace -> If-Match: <etag>   (fails if someone changed it since we read it)
-
-`decide` is the pure state machine that says what a delivery of a job may do.
+- `decide` is the pure state machine that says what a delivery of a job may do.
+- The transitions (`queued`, `claimed`, `renewed`, `progressed`, `completed`, `continued`,
+  `retry_scheduled`, `released`, `poisoned`, `replayed`) are pure functions returning the new
+  record. Nothing else in the app sets a record's fields.
+- `Ledger.write` applies one transition with a conditional write and survives "applied, but the
+  answer was lost": every write carries a `write_id`, and after an error or a conflict the
+  record is read back; finding our own `write_id` means the write happened.
 """
 
 from __future__ import annotations
 
-import json
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import (
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-)
-from azure.storage.blob import ContainerClient, ContentSettings
-
-from shared.envelope import isoformat
-from shared.errors import StorageThrottled
-from shared.storage import error_code, is_throttled
+from shared.documents import Conflict, Document, DocumentChanged, DocumentExists, DocumentStore
+from shared.envelope import Envelope, isoformat
 
 QUEUED = "queued"
 IN_PROGRESS = "in_progress"
@@ -36,27 +30,17 @@ OFFLOADED = "offloaded"
 POISONED = "poisoned"
 STATUSES = (QUEUED, IN_PROGRESS, COMPLETED, FAILED, RETRY_SCHEDULED, OFFLOADED, POISONED)
 HISTORY_LIMIT = 50
-_JSON = ContentSettings(content_type="application/json")
+BODY_KEEP_CHARS = 16_000
 
-
-class RecordExists(Exception):
-    """create() found a record already there."""
-
-
-class RecordChanged(Exception):
-    """replace() lost a race: the record changed (or vanished) since it was read."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """A ledger record as read or written, with the etag that guards the next change."""
-
-    data: dict[str, Any]
-    etag: str
-
-    @property
-    def status(self) -> str:
-        return str(self.data.get("status", ""))
+Record = Document
+"""A ledger record as read or written, with the etag that guards the next change."""
+LedgerStore = DocumentStore
+"""Where records live: `BlobDocuments` over the ledger container, or `MemoryDocuments`."""
+RecordExists = DocumentExists
+RecordChanged = DocumentChanged
+Data = dict[str, Any]
+Change = Callable[[Data | None], Data]
+"""A transition with its arguments bound: the previous record's data (None: no record) -> new data."""
 
 
 class Decision(Enum):
@@ -67,10 +51,10 @@ class Decision(Enum):
     DUPLICATE = "duplicate"  # completed: acknowledge without running
     ALREADY_POISONED = "already_poisoned"  # poisoned: acknowledge (replay resets the ledger)
     STALE = "stale"  # an older message of a job that has moved on: acknowledge
-    BUSY = "busy"  # a live claim by another invocation: raise, the message comes back later
+    BUSY = "busy"  # a live claim by another invocation: re-check when its lease ends
 
 
-def decide(data: dict[str, Any] | None, msg_attempt: int, msg_seq: int | None, now: datetime) -> Decision:
+def decide(data: Mapping[str, Any] | None, msg_attempt: int, msg_seq: int | None, now: datetime) -> Decision:
     """The ledger's state machine for one delivery (pure)."""
     if data is None:
         return Decision.RUN
@@ -90,95 +74,301 @@ def decide(data: dict[str, Any] | None, msg_attempt: int, msg_seq: int | None, n
     return Decision.BUSY if live_claim else Decision.RUN
 
 
-def claim_is_live(data: dict[str, Any], now: datetime) -> bool:
-    """True when the record is in progress under a lease that has not expired."""
-    if data.get("status") != IN_PROGRESS:
-        return False
+def lease_end(data: Mapping[str, Any]) -> datetime | None:
+    """When the record's claim ends (None: no claim)."""
     raw = data.get("lease_until")
-    if not isinstance(raw, str):
-        return False
+    if data.get("status") != IN_PROGRESS or not isinstance(raw, str):
+        return None
     try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00")) > now
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        return False
+        return None
 
 
-def add_history(data: dict[str, Any], event: str, now: datetime, **details: Any) -> None:
-    """Append one event to the record's bounded history."""
-    entry = {"at": isoformat(now), "event": event}
-    entry.update({k: v for k, v in details.items() if v is not None})
-    history = list(data.get("history") or [])
-    history.append(entry)
+def claim_is_live(data: Mapping[str, Any], now: datetime) -> bool:
+    """True when the record is in progress under a lease that has not expired."""
+    end = lease_end(data)
+    return end is not None and end > now
+
+
+# -- transitions (pure) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Who is writing, when, and for which delivery: stamped on records and their history."""
+
+    now: datetime
+    queue_message_id: str | None = None
+    dequeue_count: int | None = None
+    owner: str | None = None
+
+    def msg(self) -> dict[str, Any]:
+        return {"queue_message_id": self.queue_message_id, "dequeue_count": self.dequeue_count}
+
+
+def _next(
+    prev: Data | None,
+    job_id: str,
+    facts: Facts,
+    event: str,
+    *,
+    details: Mapping[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+    **fields: Any,
+) -> Data:
+    """The shared part of every transition: copy, drop, set, stamp, and one history entry."""
+    data: Data = dict(prev) if prev else {"id": job_id, "created_at": isoformat(facts.now)}
+    for key in drop:
+        data.pop(key, None)
+    data.update({k: v for k, v in fields.items() if v is not None})
+    data["updated_at"] = isoformat(facts.now)
+    entry = {"at": isoformat(facts.now), "event": event, **(details or {}), **facts.msg()}
+    history = [*(data.get("history") or []), {k: v for k, v in entry.items() if v is not None}]
     data["history"] = history[-HISTORY_LIMIT:]
+    return data
+
+
+def queued(env: Envelope, facts: Facts) -> Data:
+    """Recorded by the producer after enqueueing, so status answers at once."""
+    return _next(
+        None,
+        env.id,
+        facts,
+        "queued",
+        kind=env.kind,
+        status=QUEUED,
+        attempt=env.attempt,
+        created_at=isoformat(env.created_at),
+        payload_ref=env.payload_ref,
+    )
+
+
+def claimed(prev: Data | None, env: Envelope, facts: Facts, lease_s: float) -> Data:
+    """A delivery takes the job: in progress under a lease owned by `facts.owner`."""
+    data = _next(
+        prev,
+        env.id,
+        facts,
+        "claimed",
+        kind=env.kind,
+        status=IN_PROGRESS,
+        attempt=env.attempt,
+        owner=facts.owner,
+        lease_until=isoformat(facts.now + timedelta(seconds=lease_s)),
+        queue_message_id=facts.queue_message_id,
+        dequeue_count=facts.dequeue_count,
+        details={"attempt": env.attempt, "owner": facts.owner},
+    )
+    if not (prev or {}).get("created_at"):
+        data["created_at"] = isoformat(env.created_at)
+    data.setdefault("started_at", isoformat(facts.now))
+    return data
+
+
+def renewed(prev: Data | None, facts: Facts, lease_s: float) -> Data:
+    """The owner's heartbeat: the lease moves on. Not kept in the history (it would crowd it out)."""
+    if prev is None or prev.get("owner") != facts.owner or prev.get("status") != IN_PROGRESS:
+        raise Conflict("the claim is no longer ours")
+    data = dict(prev)
+    data["lease_until"] = isoformat(facts.now + timedelta(seconds=lease_s))
+    data["renewals"] = int(data.get("renewals", 0)) + 1
+    return data
+
+
+def progressed(prev: Data | None, facts: Facts, progress: Mapping[str, Any], lease_s: float) -> Data:
+    """A handler's checkpoint: progress saved, lease extended."""
+    data = renewed(prev, facts, lease_s)
+    data["progress"] = dict(progress)
+    data["updated_at"] = isoformat(facts.now)
+    return data
+
+
+def completed(
+    prev: Data | None,
+    job_id: str,
+    facts: Facts,
+    attempt: int,
+    result_ref: str,
+    summary: Mapping[str, Any],
+    duration_s: float,
+) -> Data:
+    return _next(
+        prev,
+        job_id,
+        facts,
+        "completed",
+        drop=("lease_until", "continuation", "error"),
+        status=COMPLETED,
+        finished_at=isoformat(facts.now),
+        result_ref=result_ref,
+        summary=dict(summary),
+        duration_s=round(duration_s, 3),
+        details={"attempt": attempt},
+    )
+
+
+def continued(
+    prev: Data | None,
+    job_id: str,
+    facts: Facts,
+    status: str,
+    seq: int,
+    state: Mapping[str, Any],
+    delay_s: int,
+) -> Data:
+    """The work goes on elsewhere; continuation message `seq` checks it after `delay_s`."""
+    return _next(
+        prev,
+        job_id,
+        facts,
+        status,
+        drop=("lease_until",),
+        status=status,
+        continuation={"seq": seq, "state": dict(state)},
+        next_check_at=isoformat(facts.now + timedelta(seconds=delay_s)),
+        details={"seq": seq, "delay_s": delay_s},
+    )
+
+
+def retry_scheduled(
+    prev: Data | None, job_id: str, facts: Facts, attempt: int, error: str, delay_s: int, seq: int | None
+) -> Data:
+    """A transient failure: attempt + 1 runs after `delay_s` (a continuation keeps its state)."""
+    continuation = (prev or {}).get("continuation")
+    data = _next(
+        prev,
+        job_id,
+        facts,
+        "retry_scheduled",
+        drop=("lease_until",),
+        status=RETRY_SCHEDULED,
+        attempt=attempt + 1,
+        error=error,
+        next_run_at=isoformat(facts.now + timedelta(seconds=delay_s)),
+        details={"attempt": attempt, "delay_s": delay_s, "error": error},
+    )
+    if isinstance(continuation, dict) and seq is not None:
+        data["continuation"] = {**continuation, "seq": seq}
+    return data
+
+
+def released(prev: Data | None, job_id: str, facts: Facts, attempt: int, error: str) -> Data:
+    """An unexpected failure: the claim is given up so the next delivery can run at once."""
+    return _next(
+        prev,
+        job_id,
+        facts,
+        "failed",
+        drop=("lease_until",),
+        status=FAILED,
+        error=error,
+        details={"attempt": attempt, "error": error},
+    )
+
+
+def poisoned(
+    prev: Data | None, job_id: str, facts: Facts, reason: str, code: str | None, body: bytes
+) -> Data:
+    """The one writer of `poisoned`: the reason and the body are kept for operators."""
+    text = body.decode("utf-8", errors="replace")
+    if len(text) > BODY_KEEP_CHARS:
+        text = text[:BODY_KEEP_CHARS] + f"... ({len(text)} chars)"
+    return _next(
+        prev,
+        job_id,
+        facts,
+        "poisoned",
+        drop=("lease_until", "reason_code"),
+        status=POISONED,
+        reason=reason,
+        reason_code=code,
+        poisoned_at=isoformat(facts.now),
+        body=text,
+        details={"attempt": (prev or {}).get("attempt"), "reason": reason},
+    )
+
+
+def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
+    """An operator sends the job back: queued at attempt 0, the last reason kept."""
+    last_reason = (prev or {}).get("reason")
+    data = _next(
+        prev,
+        env.id,
+        facts,
+        "replayed",
+        drop=(
+            "reason",
+            "reason_code",
+            "lease_until",
+            "continuation",
+            "owner",
+            "error",
+            "next_run_at",
+            "body",
+        ),
+        kind=env.kind,
+        status=QUEUED,
+        attempt=0,
+        replayed_at=isoformat(facts.now),
+        replay_count=int((prev or {}).get("replay_count", 0)) + 1,
+        last_reason=last_reason,
+    )
+    data["attempt"] = 0
+    if prev is None:
+        data["created_at"] = isoformat(env.created_at)
+    return data
+
+
+# -- the store -------------------------------------------------------------------------------
 
 
 class Ledger:
-    """Reads and conditionally writes records in the ledger container."""
+    """Reads records and applies transitions to them with conditional writes."""
 
-    def __init__(self, container: ContainerClient) -> None:
-        self.container = container
+    def __init__(self, store: DocumentStore) -> None:
+        self.store = store
 
-    def blob_name(self, job_id: str) -> str:
+    @staticmethod
+    def name(job_id: str) -> str:
         return f"{job_id}.json"
 
     def get(self, job_id: str) -> Record | None:
         """One GET; None when the job has no record."""
-        blob = self.container.get_blob_client(self.blob_name(job_id))
-        try:
-            downloader = blob.download_blob()
-            raw = downloader.readall()
-        except ResourceNotFoundError:
-            return None
-        except HttpResponseError as exc:
-            raise _storage_error(exc, "read", job_id) from exc
-        return Record(json.loads(raw), str(downloader.properties.etag))
+        return self.store.read(self.name(job_id))
 
-    def create(self, job_id: str, data: dict[str, Any]) -> Record:
-        """One PUT with If-None-Match: *; RecordExists when a record is there."""
-        blob = self.container.get_blob_client(self.blob_name(job_id))
-        try:
-            props = blob.upload_blob(
-                _dump(data), match_condition=MatchConditions.IfMissing, content_settings=_JSON
-            )
-        except ResourceExistsError:
-            raise RecordExists(job_id) from None
-        except ResourceModifiedError:
-            raise RecordExists(job_id) from None
-        except HttpResponseError as exc:
-            if error_code(exc) in ("BlobAlreadyExists", "ConditionNotMet"):
-                raise RecordExists(job_id) from None
-            raise _storage_error(exc, "create", job_id) from exc
-        return Record(data, str(props["etag"]))
+    def write(
+        self, job_id: str, current: Record | None, change: Change, mine: set[str] | None = None
+    ) -> Record:
+        """Apply `change` to `current` (None: create). Conflict when another writer moved first.
 
-    def replace(self, job_id: str, record: Record, data: dict[str, Any]) -> Record:
-        """One PUT with If-Match: etag; RecordChanged when we lost the race."""
-        blob = self.container.get_blob_client(self.blob_name(job_id))
-        try:
-            props = blob.upload_blob(
-                _dump(data),
-                overwrite=True,
-                etag=record.etag,
-                match_condition=MatchConditions.IfNotModified,
-                content_settings=_JSON,
-            )
-        except (ResourceModifiedError, ResourceNotFoundError):
-            raise RecordChanged(job_id) from None
-        except HttpResponseError as exc:
-            if error_code(exc) in ("ConditionNotMet", "BlobNotFound"):
-                raise RecordChanged(job_id) from None
-            raise _storage_error(exc, "update", job_id) from exc
-        return Record(data, str(props["etag"]))
+        `mine` collects this caller's write ids: when a read-back finds an earlier write of ours
+        that was applied while its answer was lost, the change is applied again on top of it.
+        """
+        mine = set() if mine is None else mine
+        for _ in range(3):
+            data = change(current.data if current is not None else None)
+            token = uuid.uuid4().hex
+            data["write_id"] = token
+            mine.add(token)
+            name = self.name(job_id)
+            try:
+                if current is None:
+                    return self.store.create(name, data)
+                return self.store.replace(name, current, data)
+            except Exception as exc:
+                try:
+                    back = self.store.read(name)
+                except Exception:
+                    raise exc from None
+                if back is not None and back.data.get("write_id") == token:
+                    return back  # applied; only the answer was lost
+                if back is not None and back.data.get("write_id") in mine:
+                    current = back  # an earlier write of ours landed unanswered: build on it
+                    continue
+                raise
+        raise DocumentChanged(f"{job_id}: the record kept changing under our writes")
 
-    def put(self, job_id: str, data: dict[str, Any], current: Record | None) -> Record:
-        """Create when `current` is None, else replace it (both conditional)."""
-        return self.create(job_id, data) if current is None else self.replace(job_id, current, data)
-
-
-def _dump(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _storage_error(exc: HttpResponseError, action: str, job_id: str) -> Exception:
-    if is_throttled(exc):
-        return StorageThrottled(f"ledger {action} of job {job_id} failed: storage busy ({exc.status_code})")
-    return exc
+    def create(self, job_id: str, data: Data) -> Record:
+        """Write a record as given when none exists (tests and tools); RecordExists otherwise."""
+        return self.store.create(self.name(job_id), data)

@@ -1,7 +1,10 @@
 """One queue message's life: parse -> claim -> handler -> complete / retry / continue / poison.
 
 Storage requests on the happy path of a new job: claim (1 conditional create) and complete
-(1 conditional replace); the host adds the delete and a share of the batch receive.
+(1 conditional replace); the host adds the delete and a share of the batch receive. A claim is
+short (`CLAIM_LEASE_SECONDS`) and renewed by a heartbeat while the handler runs, so a dead
+owner's claim ends within one lease. A delivery that meets a live claim, or storage too busy to
+claim, leaves a re-check message and is acknowledged: it never spends the host's dequeue count.
 """
 
 from __future__ import annotations
@@ -9,58 +12,44 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import timedelta
+from functools import partial
+from typing import Any
 
-from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core.exceptions import ResourceNotFoundError
 
+from shared import ledger
 from shared.backoff import retry_delay
-from shared.envelope import Envelope, best_effort_id, body_digest, encode_json, isoformat, parse_body, utcnow
+from shared.documents import Conflict
+from shared.envelope import Envelope, best_effort_id, isoformat, parse_body
 from shared.errors import (
     ClaimLost,
     EnvelopeError,
     Expired,
     InputMissing,
-    JobBusy,
     PermanentError,
     StorageThrottled,
     TransientError,
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.ledger import (
-    COMPLETED,
-    FAILED,
-    IN_PROGRESS,
-    POISONED,
-    RETRY_SCHEDULED,
-    Decision,
-    Record,
-    RecordChanged,
-    RecordExists,
-    add_history,
-    claim_is_live,
-    decide,
-)
+from shared.ledger import Decision, Facts, Record
+from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
+from shared.poison.archive import note_reason
 from shared.runtime import Runtime, get_runtime
-from shared.storage import is_throttled
+from shared.submit import send_job
+from shared.timers import Timer
 
 log = logging.getLogger("jobs.processing")
-BODY_KEEP_CHARS = 16_000
-NEVER_EXPIRE = -1
-
-
-class QueueMessageLike(Protocol):
-    """What the host hands over (azure.functions.QueueMessage satisfies it)."""
-
-    @property
-    def id(self) -> str | None: ...
-    @property
-    def dequeue_count(self) -> int | None: ...
-    def get_body(self) -> bytes: ...
+RECHECK_MARGIN_S = 1
+"""Seconds added to a live claim's remaining lease before its re-check message becomes visible."""
+STORAGE_BUSY_RECHECK_S = 15
+"""Delay of the re-check message left when storage is too busy to claim."""
 
 
 @dataclass(frozen=True)
@@ -87,114 +76,203 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     Processor(rt, env, delivery).run()
 
 
+class ClaimKeeper:
+    """Our claim on one job's record. Every write of this invocation goes through it; a
+    heartbeat renews the lease until `stop()`."""
+
+    def __init__(self, rt: Runtime, job_id: str, owner: str, record: Record, mine: set[str]) -> None:
+        self.rt = rt
+        self.job_id = job_id
+        self.owner = owner
+        self.record = record
+        self.mine = mine
+        self.lost = False
+        self._lock = threading.RLock()
+        self._stopped = False
+        self._timer: Timer | None = None
+
+    def facts(self, delivery: Delivery) -> Facts:
+        return Facts(self.rt.clock(), delivery.message_id, delivery.dequeue_count, self.owner)
+
+    def write(self, change: ledger.Change) -> Record:
+        """Apply one transition to our record; ClaimLost when another writer changed it."""
+        with self._lock:
+            try:
+                self.record = self.rt.ledger.write(self.job_id, self.record, change, self.mine)
+            except Conflict:
+                self.lost = True
+                raise ClaimLost(
+                    f"job {self.job_id}: another invocation took over the ledger record"
+                ) from None
+            return self.record
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._stopped:
+                self._timer = self.rt.timers.call_later(self.rt.settings.heartbeat_s, self._beat)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _beat(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            facts = Facts(self.rt.clock(), owner=self.owner)
+            try:
+                self.write(lambda prev: ledger.renewed(prev, facts, self.rt.settings.claim_lease_s))
+            except ClaimLost:
+                log.warning("job %s: claim lost to another invocation; heartbeat stopped", self.job_id)
+                return
+            except Exception as exc:  # the next beat tries again, well inside the lease
+                log.warning("job %s: claim renewal failed (%s); retrying at the next beat", self.job_id, exc)
+            self._timer = self.rt.timers.call_later(self.rt.settings.heartbeat_s, self._beat)
+
+
 class Processor:
-    """Processes one parsed envelope. Keeps the latest ledger record (and its etag)."""
+    """Processes one parsed envelope."""
 
     def __init__(self, rt: Runtime, env: Envelope, delivery: Delivery) -> None:
         self.rt = rt
         self.env = env
         self.delivery = delivery
         self.owner = rt.new_owner()
-        self.record: Record | None = None
+        self.mine: set[str] = set()
+        self.keeper: ClaimKeeper | None = None
 
-    # -- claim -----------------------------------------------------------------------------
+    def facts(self) -> Facts:
+        return Facts(self.rt.clock(), self.delivery.message_id, self.delivery.dequeue_count, self.owner)
+
+    # -- the life of a delivery -------------------------------------------------------------
 
     def run(self) -> None:
-        decision = self.claim()
+        try:
+            decision = self.claim()
+        except StorageThrottled as exc:
+            self.defer(STORAGE_BUSY_RECHECK_S, "storage_busy", error=str(exc))
+            return
         if decision is None:
             return
-        started = time.monotonic()
+        assert self.keeper is not None
         try:
-            outcome = self.execute(resume=decision is Decision.RESUME)
+            self.run_claimed(self.keeper, decision)
+        except ClaimLost:
+            self.keeper.stop()
+            self.after_claim_lost()
+        finally:
+            self.keeper.stop()
+
+    def run_claimed(self, keeper: ClaimKeeper, decision: Decision) -> None:
+        if self.expired():
+            expired = Expired(f"job expired at {isoformat(self.expiry())} before it could run")
+            self.finish(partial(self.poison, expired))
+            return
+        started = time.monotonic()
+        keeper.start()
+        try:
+            outcome = self.execute(keeper, resume=decision is Decision.RESUME)
+        except ClaimLost:
+            raise
         except PermanentError as exc:
-            self.poison(exc)
+            keeper.stop()
+            self.finish(partial(self.poison, exc))
             return
         except TransientError as exc:
-            self.retry_or_poison(exc)
+            keeper.stop()
+            self.finish(partial(self.retry_or_poison, exc))
             return
-        except (JobBusy, ClaimLost):
+        except Exception as exc:
+            keeper.stop()
+            self.release(exc)
+            raise
+        keeper.stop()
+        if isinstance(outcome, Completed):
+            self.finish(partial(self.complete, outcome, time.monotonic() - started))
+        else:
+            self.finish(partial(self.continue_later, outcome))
+
+    def finish(self, step: Callable[[], None]) -> None:
+        """A last step; when it fails, give the claim up (best effort) and raise for the host's retry."""
+        try:
+            step()
+        except ClaimLost:
             raise
         except Exception as exc:
-            self.record_failure(exc)
+            self.release(exc)
             raise
-        if isinstance(outcome, Completed):
-            self.complete(outcome, time.monotonic() - started)
-        else:
-            self.continue_later(outcome)
+
+    # -- claim -------------------------------------------------------------------------------
 
     def claim(self) -> Decision | None:
-        """Take the job (RUN / RESUME) or return None after acknowledging; raises JobBusy."""
-        env, now = self.env, utcnow()
+        """Take the job (RUN / RESUME), or deal with the delivery and return None."""
+        env, current, decision = self.env, None, Decision.RUN
         for _ in range(3):
+            facts = self.facts()
             try:
-                self.record = self.rt.ledger.create(env.id, self.claimed_data({}, now))
-                return self.run_or_expire(Decision.RUN, now)
-            except RecordExists:
-                pass
-            current = self.rt.ledger.get(env.id)
-            if current is None:
-                continue  # deleted between our create and read: try creating again
-            decision = decide(current.data, env.attempt, env.continuation_seq, now)
-            if decision in (Decision.RUN, Decision.RESUME):
-                try:
-                    self.record = self.rt.ledger.replace(
-                        env.id, current, self.claimed_data(current.data, now)
-                    )
-                except RecordChanged:
-                    continue  # another delivery moved first: read again
-                return self.run_or_expire(decision, now)
-            self.acknowledge(decision, current)
-            return None
-        raise JobBusy(f"job {env.id}: the ledger record kept changing while claiming; will retry")
+                record = self.rt.ledger.write(
+                    env.id,
+                    current,
+                    partial(_claimed, env=env, facts=facts, lease_s=self.rt.settings.claim_lease_s),
+                    self.mine,
+                )
+            except Conflict:
+                current = self.rt.ledger.get(env.id)
+                data = current.data if current is not None else None
+                decision = ledger.decide(data, env.attempt, env.continuation_seq, self.rt.clock())
+                if current is not None and decision not in (Decision.RUN, Decision.RESUME):
+                    self.meet(decision, current)
+                    return None
+                continue
+            self.keeper = ClaimKeeper(self.rt, env.id, self.owner, record, self.mine)
+            return decision
+        self.defer(RECHECK_MARGIN_S, "contended")
+        return None
 
-    def run_or_expire(self, decision: Decision, now: datetime) -> Decision | None:
-        expires = self.env.expires_at or self.env.created_at + timedelta(seconds=self.rt.settings.job_ttl_s)
-        if now > expires:
-            self.poison(Expired(f"job expired at {isoformat(expires)} before it could run"))
-            return None
-        return decision
-
-    def acknowledge(self, decision: Decision, current: Record) -> None:
+    def meet(self, decision: Decision, current: Record) -> None:
+        """A delivery that may not run: acknowledge it, leaving a re-check when a live claim holds it."""
         fields = self.delivery.fields(self.env.attempt)
         if decision is Decision.BUSY:
-            log_decision("busy", self.env.id, owner=current.data.get("owner"), **fields)
-            raise JobBusy(
-                f"job {self.env.id} is in progress by {current.data.get('owner')} until "
-                f"{current.data.get('lease_until')}; the message will come back"
-            )
-        name = {
-            Decision.DUPLICATE: "duplicate",
-            Decision.STALE: "stale",
-            Decision.ALREADY_POISONED: "already_poisoned",
-        }[decision]
-        log_decision(name, self.env.id, status=current.status, **fields)
+            end = ledger.lease_end(current.data)
+            wait = (end - self.rt.clock()).total_seconds() if end else 0.0
+            self.defer(max(1, math.ceil(wait)) + RECHECK_MARGIN_S, "busy", owner=current.data.get("owner"))
+            return
+        log_decision(decision.value, self.env.id, status=current.status, **fields)
 
-    def claimed_data(self, previous: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-        data = dict(previous)
-        data.update(
-            id=self.env.id,
-            kind=self.env.kind,
-            status=IN_PROGRESS,
-            attempt=self.env.attempt,
-            owner=self.owner,
-            lease_until=isoformat(now + timedelta(seconds=self.rt.settings.claim_lease_s)),
-            updated_at=isoformat(now),
-            created_at=data.get("created_at") or isoformat(self.env.created_at),
-            queue_message_id=self.delivery.message_id,
-            dequeue_count=self.delivery.dequeue_count,
+    def defer(self, delay_s: int, why: str, **details: Any) -> None:
+        """Leave a copy of this message for `delay_s`, then acknowledge this one."""
+        self.send_followup(self.env, delay_s)
+        log_decision(
+            why, self.env.id, recheck_in_s=delay_s, **details, **self.delivery.fields(self.env.attempt)
         )
-        data.setdefault("started_at", isoformat(now))
-        add_history(data, "claimed", now, attempt=self.env.attempt, owner=self.owner, **self._msg_fields())
-        return data
 
-    # -- run -------------------------------------------------------------------------------
+    def after_claim_lost(self) -> None:
+        """Another writer moved the record: acknowledge, with a re-check unless the job is settled."""
+        current = self.rt.ledger.get(self.env.id)
+        decision = ledger.decide(
+            current.data if current else None, self.env.attempt, self.env.continuation_seq, self.rt.clock()
+        )
+        if current is not None and decision not in (Decision.RUN, Decision.RESUME):
+            self.meet(decision, current)
+        else:
+            self.defer(RECHECK_MARGIN_S, "claim_lost")
 
-    def execute(self, resume: bool) -> Outcome:
+    def expiry(self) -> Any:
+        return self.env.expires_at or self.env.created_at + timedelta(seconds=self.rt.settings.job_ttl_s)
+
+    def expired(self) -> bool:
+        return bool(self.rt.clock() > self.expiry())
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def execute(self, keeper: ClaimKeeper, resume: bool) -> Outcome:
         handler = self.rt.handlers[self.env.kind]
         payload = load_payload(self.rt, self.env)
         handler.validate(payload)
-        assert self.record is not None
-        continuation = self.record.data.get("continuation") if resume else None
+        record = keeper.record
+        continuation = record.data.get("continuation") if resume else None
         ctx = JobContext(
             job_id=self.env.id,
             kind=self.env.kind,
@@ -205,7 +283,7 @@ class Processor:
             log=logging.LoggerAdapter(logging.getLogger(f"jobs.{self.env.kind}"), {"job_id": self.env.id}),
             checkpoint=self.checkpoint,
             resume_state=continuation.get("state") if isinstance(continuation, dict) else None,
-            progress=self.record.data.get("progress"),
+            progress=record.data.get("progress"),
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
@@ -213,52 +291,44 @@ class Processor:
 
     def checkpoint(self, progress: Mapping[str, Any]) -> None:
         """Save progress in the ledger and extend our claim; ClaimLost if someone took over."""
-        now = utcnow()
-        self.update(
-            progress=dict(progress),
-            lease_until=isoformat(now + timedelta(seconds=self.rt.settings.claim_lease_s)),
-            updated_at=isoformat(now),
+        assert self.keeper is not None
+        facts = self.facts()
+        self.keeper.write(
+            lambda prev: ledger.progressed(prev, facts, progress, self.rt.settings.claim_lease_s)
         )
 
-    # -- outcomes --------------------------------------------------------------------------
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def write(self, change: ledger.Change) -> Record:
+        assert self.keeper is not None
+        return self.keeper.write(change)
 
     def complete(self, outcome: Completed, duration_s: float) -> None:
-        now = utcnow()
-        self.update(
-            status=COMPLETED,
-            finished_at=isoformat(now),
-            updated_at=isoformat(now),
-            result_ref=outcome.result_ref,
-            summary=dict(outcome.summary),
-            duration_s=round(duration_s, 3),
-            lease_until=None,
-            continuation=None,
-            error=None,
-            _event=("completed", {"attempt": self.env.attempt}),
+        facts, env = self.facts(), self.env
+        self.write(
+            lambda prev: ledger.completed(
+                prev, env.id, facts, env.attempt, outcome.result_ref, outcome.summary, duration_s
+            )
         )
-        latency = (now - self.env.created_at).total_seconds()
         log_decision(
             "completed",
-            self.env.id,
+            env.id,
             duration_s=round(duration_s, 3),
-            latency_s=round(latency, 3),
-            **self.delivery.fields(self.env.attempt),
+            latency_s=round((facts.now - env.created_at).total_seconds(), 3),
+            **self.delivery.fields(env.attempt),
         )
 
     def continue_later(self, outcome: Continue) -> None:
         """Enqueue the continuation first, then record it: a crash in between loses nothing."""
-        assert self.record is not None
-        previous = self.record.data.get("continuation")
+        assert self.keeper is not None
+        previous = self.keeper.record.data.get("continuation")
         seq = int(previous.get("seq", 0)) + 1 if isinstance(previous, dict) else 1
         self.send_followup(self.env.with_attempt(self.env.attempt, seq), outcome.delay_s)
-        now = utcnow()
-        self.update(
-            status=outcome.status,
-            continuation={"seq": seq, "state": dict(outcome.state)},
-            next_check_at=isoformat(now + timedelta(seconds=outcome.delay_s)),
-            updated_at=isoformat(now),
-            lease_until=None,
-            _event=(outcome.status, {"seq": seq, "delay_s": outcome.delay_s}),
+        facts = self.facts()
+        self.write(
+            lambda prev: ledger.continued(
+                prev, self.env.id, facts, outcome.status, seq, outcome.state, outcome.delay_s
+            )
         )
         log_decision(
             outcome.status,
@@ -269,61 +339,36 @@ class Processor:
         )
 
     def retry_or_poison(self, exc: TransientError) -> None:
-        settings = self.rt.settings
-        next_attempt = self.env.attempt + 1
+        settings, env = self.rt.settings, self.env
+        next_attempt = env.attempt + 1
         if next_attempt >= settings.max_attempts:
             self.poison(exc, reason=f"gave up after {next_attempt} attempts; last error: {exc}")
             return
         delay = retry_delay(next_attempt, settings.retry_base_s, settings.retry_max_s)
-        assert self.record is not None
-        continuation = self.record.data.get("continuation")
-        seq = None
-        if isinstance(continuation, dict):
-            seq = int(continuation.get("seq", 0)) + 1
-            continuation = {**continuation, "seq": seq}
-        self.send_followup(self.env.with_attempt(next_attempt, seq), delay)
-        now = utcnow()
-        self.update(
-            status=RETRY_SCHEDULED,
-            attempt=next_attempt,
-            error=_describe(exc),
-            next_run_at=isoformat(now + timedelta(seconds=delay)),
-            updated_at=isoformat(now),
-            lease_until=None,
-            continuation=continuation,
-            _event=(
-                "retry_scheduled",
-                {"attempt": self.env.attempt, "delay_s": delay, "error": _describe(exc)},
-            ),
-        )
+        assert self.keeper is not None
+        continuation = self.keeper.record.data.get("continuation")
+        seq = int(continuation.get("seq", 0)) + 1 if isinstance(continuation, dict) else None
+        self.send_followup(env.with_attempt(next_attempt, seq), delay)
+        facts, error = self.facts(), _describe(exc)
+        self.write(lambda prev: ledger.retry_scheduled(prev, env.id, facts, env.attempt, error, delay, seq))
         log_decision(
             "retry_scheduled",
-            self.env.id,
+            env.id,
             delay_s=delay,
-            error=_describe(exc),
+            error=error,
             next_attempt=next_attempt,
             level=logging.WARNING,
-            **self.delivery.fields(self.env.attempt),
+            **self.delivery.fields(env.attempt),
         )
 
     def poison(self, exc: PermanentError | TransientError, reason: str | None = None) -> None:
-        """Copy the body to <queue>-poison (first: nothing is lost), then record the reason."""
+        """Note the reason, copy the body to <queue>-poison (nothing is lost), then record it."""
         text = reason or f"{exc.reason_code}: {exc}"
-        send_poison_copy(self.rt, self.delivery.body, text, self.env.id)
-        now = utcnow()
-        try:
-            self.update(
-                status=POISONED,
-                reason=text,
-                reason_code=exc.reason_code,
-                poisoned_at=isoformat(now),
-                updated_at=isoformat(now),
-                lease_until=None,
-                body=_body_text(self.delivery.body),
-                _event=("poisoned", {"attempt": self.env.attempt, "reason": text}),
-            )
-        except ClaimLost:
-            log.warning("job %s: poisoned, but the ledger moved on meanwhile", self.env.id)
+        send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
+        facts = self.facts()
+        self.write(
+            lambda prev: ledger.poisoned(prev, self.env.id, facts, text, exc.reason_code, self.delivery.body)
+        )
         log_decision(
             "poisoned",
             self.env.id,
@@ -333,59 +378,24 @@ class Processor:
             **self.delivery.fields(self.env.attempt),
         )
 
-    def record_failure(self, exc: BaseException) -> None:
-        """Unexpected error: record it, then the caller re-raises for the host's retry/poison path."""
-        now = utcnow()
-        try:
-            self.update(
-                status=FAILED,
-                error=_describe(exc),
-                updated_at=isoformat(now),
-                lease_until=None,
-                _event=("failed", {"attempt": self.env.attempt, "error": _describe(exc)}),
-            )
-        except Exception:  # keep the original error for the host
-            log.exception("job %s: could not record the failure on the ledger", self.env.id)
+    def release(self, exc: BaseException) -> None:
+        """Unexpected error: give the claim up (best effort) so the host's retry can run at once."""
+        error, facts = _describe(exc), self.facts()
+        if self.keeper is not None and not self.keeper.lost:
+            try:
+                self.write(lambda prev: ledger.released(prev, self.env.id, facts, self.env.attempt, error))
+            except Exception as write_error:  # the claim then ends with its lease
+                log.warning(
+                    "job %s: could not release the claim (%s); it ends with its lease",
+                    self.env.id,
+                    write_error,
+                )
         log_decision(
-            "failed",
-            self.env.id,
-            error=_describe(exc),
-            level=logging.ERROR,
-            **self.delivery.fields(self.env.attempt),
+            "failed", self.env.id, error=error, level=logging.ERROR, **self.delivery.fields(self.env.attempt)
         )
 
-    # -- helpers ---------------------------------------------------------------------------
-
-    def update(self, _event: tuple[str, dict[str, Any]] | None = None, **changes: Any) -> None:
-        """Conditional replace of our record; ClaimLost when someone else changed it."""
-        current = self.record
-        data = dict(current.data) if current else {"id": self.env.id, "kind": self.env.kind}
-        for key, value in changes.items():
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        if _event:
-            add_history(data, _event[0], utcnow(), **_event[1], **self._msg_fields())
-        try:
-            self.record = self.rt.ledger.put(self.env.id, data, current)
-        except (RecordChanged, RecordExists):
-            raise ClaimLost(f"job {self.env.id}: another invocation took over the ledger record") from None
-
     def send_followup(self, env: Envelope, delay_s: int) -> None:
-        try:
-            self.rt.jobs_queue.send_message(
-                encode_json(env), visibility_timeout=delay_s, time_to_live=NEVER_EXPIRE
-            )
-        except AzureError as exc:
-            if is_throttled(exc):
-                raise StorageThrottled(
-                    f"could not enqueue the follow-up of job {env.id}: {exc.__class__.__name__}"
-                ) from exc
-            raise
-
-    def _msg_fields(self) -> dict[str, Any]:
-        return {"queue_message_id": self.delivery.message_id, "dequeue_count": self.delivery.dequeue_count}
+        send_job(self.rt, env, delay_s)
 
 
 def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
@@ -408,22 +418,22 @@ def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
     return payload
 
 
-def send_poison_copy(rt: Runtime, body: bytes, reason: str, job_id: str | None) -> None:
-    """Record the reason by the body's digest, then put a copy of the body on <queue>-poison."""
-    digest = body_digest(body)
-    reason_doc = json.dumps({"reason": reason, "job_id": job_id, "at": isoformat(utcnow())})
-    archive = rt.storage.container(rt.settings.poison_archive_container)
-    archive.upload_blob(f"reasons/{digest}.json", reason_doc, overwrite=True)
+def send_poison_copy(
+    rt: Runtime, body: bytes, reason: str, job_id: str | None, code: str | None, *, under_claim: bool
+) -> None:
+    """Note why (by the body's digest), then put a copy of the body on <queue>-poison."""
+    note_reason(rt.archive, body, reason, job_id, code, under_claim=under_claim, now=rt.clock())
     rt.poison_queue.send_message(base64.b64encode(body).decode("ascii"), time_to_live=NEVER_EXPIRE)
 
 
 def poison_unparsed(rt: Runtime, delivery: Delivery, exc: EnvelopeError) -> None:
-    """A message that is not a valid envelope: poison it at once, with the problems as its reason."""
+    """A message that is not a valid envelope: poison it at once, with the problems as its reason.
+
+    The ledger is left to the poison handler, which never lets such a body change an existing
+    record (its id may belong to another job)."""
     job_id = exc.job_id or best_effort_id(delivery.body)
     reason = f"{exc.reason_code}: {exc}"
-    send_poison_copy(rt, delivery.body, reason, job_id)
-    if job_id is not None:
-        _mark_poisoned(rt, job_id, reason, exc.reason_code, delivery)
+    send_poison_copy(rt, delivery.body, reason, job_id, exc.reason_code, under_claim=False)
     log_decision(
         "poisoned",
         job_id,
@@ -434,42 +444,9 @@ def poison_unparsed(rt: Runtime, delivery: Delivery, exc: EnvelopeError) -> None
     )
 
 
-def _mark_poisoned(rt: Runtime, job_id: str, reason: str, code: str, delivery: Delivery) -> None:
-    """Set a job's record to poisoned unless it completed or is running (best effort)."""
-    now = utcnow()
-    for _ in range(3):
-        current = rt.ledger.get(job_id)
-        if current is not None and (current.status == COMPLETED or claim_is_live(current.data, now)):
-            return
-        data = dict(current.data) if current else {"id": job_id, "created_at": isoformat(now)}
-        data.update(
-            status=POISONED,
-            reason=reason,
-            reason_code=code,
-            poisoned_at=isoformat(now),
-            updated_at=isoformat(now),
-            body=_body_text(delivery.body),
-        )
-        data.pop("lease_until", None)
-        add_history(
-            data,
-            "poisoned",
-            now,
-            reason=reason,
-            queue_message_id=delivery.message_id,
-            dequeue_count=delivery.dequeue_count,
-        )
-        try:
-            rt.ledger.put(job_id, data, current)
-            return
-        except (RecordChanged, RecordExists):
-            continue
+def _claimed(prev: ledger.Data | None, *, env: Envelope, facts: Facts, lease_s: float) -> ledger.Data:
+    return ledger.claimed(prev, env, facts, lease_s)
 
 
 def _describe(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}"[:2000]
-
-
-def _body_text(body: bytes) -> str:
-    text = body.decode("utf-8", errors="replace")
-    return text if len(text) <= BODY_KEEP_CHARS else text[:BODY_KEEP_CHARS] + f"... ({len(text)} chars)"

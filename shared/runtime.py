@@ -1,4 +1,4 @@
-"""The per-process runtime: settings, clients and handlers, built once on first use."""
+"""The per-process runtime: settings, stores, queues, clock and handlers, built once on first use."""
 
 from __future__ import annotations
 
@@ -6,35 +6,60 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from azure.storage.queue import QueueClient
-
+from shared.documents import BlobDocuments, DocumentStore
 from shared.jobs import registry
 from shared.jobs.base import Handler
 from shared.ledger import Ledger
+from shared.messages import QueueSender
 from shared.settings import Settings
 from shared.storage import StorageClients, connect, ensure_resources
 from shared.telemetry import configure_telemetry
+from shared.timers import Clock, ThreadTimers, Timers, system_clock
 
 log = logging.getLogger("jobs.runtime")
 
 
 @dataclass
 class Runtime:
-    """What every invocation shares. Build with `get_runtime()` (or directly in tests)."""
+    """What every invocation shares. Build with `get_runtime()`, `Runtime.over(...)` in tests, or
+    directly with in-memory parts (the deterministic simulation)."""
 
     settings: Settings
     storage: StorageClients
+    """Clients for handlers' own I/O (inputs, results, claim-checked payloads)."""
     handlers: Mapping[str, Handler]
     instance: str
+    ledger: Ledger
+    archive: DocumentStore
+    """The poison archive (see shared/poison/archive.py for its layout)."""
+    jobs_queue: QueueSender
+    poison_queue: Any
+    """Sends copies (`send_message`); the sweeper and operators also peek, receive and delete."""
+    clock: Clock = system_clock
+    timers: Timers = field(default_factory=ThreadTimers)
+    sleep: Callable[[float], None] = time.sleep
 
-    def __post_init__(self) -> None:
-        self.ledger = Ledger(self.storage.container(self.settings.ledger_container))
-        self.jobs_queue: QueueClient = self.storage.queue(self.settings.jobs_queue)
-        self.poison_queue: QueueClient = self.storage.raw_queue(self.settings.poison_queue)
+    @classmethod
+    def over(
+        cls, settings: Settings, storage: StorageClients, handlers: Mapping[str, Handler], instance: str
+    ) -> Runtime:
+        """A runtime on the configured storage account."""
+        return cls(
+            settings=settings,
+            storage=storage,
+            handlers=handlers,
+            instance=instance,
+            ledger=Ledger(BlobDocuments(storage.container(settings.ledger_container))),
+            archive=BlobDocuments(storage.container(settings.poison_archive_container)),
+            jobs_queue=storage.queue(settings.jobs_queue),
+            poison_queue=storage.raw_queue(settings.poison_queue),
+        )
 
     def new_owner(self) -> str:
         """An owner id for one invocation's claim."""
@@ -55,9 +80,7 @@ def build_runtime(
     enable_tests = os.environ.get("ENABLE_TEST_KINDS", "").lower() in ("1", "true", "yes")
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
-    return Runtime(
-        settings=settings, storage=storage, handlers=handlers or registry(enable_tests), instance=instance
-    )
+    return Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
 
 
 def get_runtime() -> Runtime:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shared.errors import SettingsError
 
@@ -92,11 +93,17 @@ class Settings:
     """`PAYLOADS_CONTAINER`: claim-check payloads too large for a queue message."""
     poison_archive_container: str = "poison-archive"
     """`POISON_ARCHIVE_CONTAINER`: archived poison messages."""
-    function_timeout_s: float = 600.0
-    """host.json `functionTimeout` (read from the deployed host.json)."""
-    claim_lease_s: float = 600.0
-    """`CLAIM_LEASE_SECONDS`: how long an in-progress claim is honoured (default: functionTimeout,
-    which no live invocation outlives; checkpoints extend it)."""
+    function_timeout_s: float = 300.0
+    """host.json `functionTimeout` (read from the deployed host.json; 300 s, the Consumption
+    default, when it is not set there)."""
+    max_dequeue_count: int = 5
+    """host.json `extensions.queues.maxDequeueCount` (the sweeper archives messages past it)."""
+    claim_lease_s: float = 30.0
+    """`CLAIM_LEASE_SECONDS`: how long a claim lasts without a heartbeat, so how soon a dead
+    owner's job runs again. Kept alive by the owner's heartbeat while the handler runs."""
+    heartbeat_s: float = 10.0
+    """`CLAIM_HEARTBEAT_SECONDS`: interval of the owner's claim renewal (default: a third of the
+    lease, so two renewals may fail before the claim ends)."""
     max_attempts: int = 5
     """`MAX_ATTEMPTS`: transient failures retried by the app before the job is poisoned."""
     retry_base_s: float = 2.0
@@ -121,7 +128,9 @@ class Settings:
         problems: list[str] = []
         reader = _Reader(src, problems)
         storage = _storage_connection(src, problems)
-        function_timeout = _function_timeout(host_json, problems)
+        host = _host_json(host_json, problems)
+        function_timeout = _function_timeout(host, problems)
+        lease = reader.number("CLAIM_LEASE_SECONDS", 30.0, 3.0)
         spark = SparkSettings(
             backend=reader.choice("SPARK_BACKEND", "none", SPARK_BACKENDS),
             url=reader.text("SPARK_URL", ""),
@@ -143,7 +152,9 @@ class Settings:
             payloads_container=reader.resource_name("PAYLOADS_CONTAINER", "payloads"),
             poison_archive_container=reader.resource_name("POISON_ARCHIVE_CONTAINER", "poison-archive"),
             function_timeout_s=function_timeout,
-            claim_lease_s=reader.number("CLAIM_LEASE_SECONDS", function_timeout, 1.0),
+            max_dequeue_count=_max_dequeue_count(host, problems),
+            claim_lease_s=lease,
+            heartbeat_s=reader.number("CLAIM_HEARTBEAT_SECONDS", lease / 3, 0.5),
             max_attempts=reader.integer("MAX_ATTEMPTS", 5, 1),
             retry_base_s=reader.number("RETRY_BASE_SECONDS", 2.0, 0.0),
             retry_max_s=reader.number("RETRY_MAX_SECONDS", 300.0, 0.0),
@@ -152,6 +163,11 @@ class Settings:
             spark=spark,
         )
         problems.extend(check_spark(settings))
+        if not settings.heartbeat_s <= settings.claim_lease_s / 2:
+            problems.append(
+                f"CLAIM_HEARTBEAT_SECONDS ({settings.heartbeat_s:g}) must be at most half of "
+                f"CLAIM_LEASE_SECONDS ({settings.claim_lease_s:g}), so a failed renewal can be retried in time"
+            )
         if problems:
             raise SettingsError("invalid settings: " + "; ".join(problems))
         return settings
@@ -192,19 +208,35 @@ def parse_timespan(text: str) -> float:
     return total + (float(f"0.{fraction}") if fraction else 0.0)
 
 
-def _function_timeout(host_json: Path, problems: list[str]) -> float:
-    if not host_json.exists():
-        return 600.0
+def _host_json(path: Path, problems: list[str]) -> dict[str, Any]:
+    if not path.exists():
+        return {}
     try:
-        raw = json.loads(host_json.read_text(encoding="utf-8")).get("functionTimeout", "00:30:00")
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         problems.append(f"host.json could not be read ({exc.__class__.__name__})")
-        return 600.0
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _function_timeout(host: Mapping[str, Any], problems: list[str]) -> float:
+    raw = host.get("functionTimeout", "00:05:00")
     try:
         return parse_timespan(str(raw))
     except ValueError as exc:
         problems.append(f"host.json functionTimeout: {exc}")
-        return 600.0
+        return 300.0
+
+
+def _max_dequeue_count(host: Mapping[str, Any], problems: list[str]) -> int:
+    queues = (host.get("extensions") or {}).get("queues") or {}
+    raw = queues.get("maxDequeueCount", 5)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        problems.append(
+            f"host.json extensions.queues.maxDequeueCount: must be a positive integer, got {raw!r}"
+        )
+        return 5
+    return raw
 
 
 def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageConnection:

@@ -8,11 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.envelope import Envelope, claim_check_name, encode_json, fits_queue, isoformat, parse_dict, utcnow
-from shared.errors import EnvelopeError, MessageTooLarge, PayloadError
-from shared.ledger import QUEUED, Record, RecordExists, add_history
-from shared.processing import NEVER_EXPIRE
+from azure.core.exceptions import AzureError
+
+from shared import ledger
+from shared.documents import Conflict
+from shared.envelope import Envelope, claim_check_name, encode_json, fits_queue, parse_dict
+from shared.errors import EnvelopeError, MessageTooLarge, PayloadError, StorageThrottled
+from shared.ledger import Facts, Record
+from shared.messages import NEVER_EXPIRE
 from shared.runtime import Runtime
+from shared.storage import is_throttled
 
 
 @dataclass(frozen=True)
@@ -50,22 +55,25 @@ def submit(rt: Runtime, env: Envelope) -> Submitted:
     if not fits_queue(env):
         env = _claim_check(rt, env)
         checked = True
-    rt.jobs_queue.send_message(encode_json(env), time_to_live=NEVER_EXPIRE)
-    now = utcnow()
-    data: dict[str, Any] = {
-        "id": env.id,
-        "kind": env.kind,
-        "status": QUEUED,
-        "attempt": env.attempt,
-        "created_at": isoformat(env.created_at),
-        "updated_at": isoformat(now),
-    }
-    if env.payload_ref:
-        data["payload_ref"] = env.payload_ref
-    add_history(data, "queued", now)
-    with contextlib.suppress(RecordExists):  # the worker was quicker: its record stands
-        rt.ledger.create(env.id, data)
+    send_job(rt, env)
+    facts = Facts(rt.clock())
+    with contextlib.suppress(Conflict):  # the worker was quicker: its record stands
+        rt.ledger.write(env.id, None, lambda prev: ledger.queued(env, facts))
     return Submitted(env, created=True, claim_checked=checked)
+
+
+def send_job(rt: Runtime, env: Envelope, delay_s: int = 0) -> None:
+    """Put a job message on the jobs queue (never expiring), visible after `delay_s`."""
+    try:
+        rt.jobs_queue.send_message(
+            encode_json(env), visibility_timeout=delay_s or None, time_to_live=NEVER_EXPIRE
+        )
+    except AzureError as exc:
+        if is_throttled(exc):
+            raise StorageThrottled(
+                f"could not enqueue a message of job {env.id}: {exc.__class__.__name__}"
+            ) from exc
+        raise
 
 
 def _claim_check(rt: Runtime, env: Envelope) -> Envelope:

@@ -86,6 +86,10 @@ def _app_dir(workdir: Path) -> Path:
     return target
 
 
+VALID_ENVELOPES = {"permanent failure"}
+"""Bad messages that are valid envelopes: their job is poisoned. The others never touch the ledger."""
+
+
 def _bad_messages(count: int, rng: random.Random) -> list[tuple[str, str | None, str]]:
     """(label, job id or None, raw base64 text) of permanently bad messages."""
     out = []
@@ -274,10 +278,17 @@ class Chaos:
         archived_ids = {e["job_id"] for e in entries if e.get("reason") and e.get("state") == "poisoned"}
         unnamed = sum(1 for e in entries if e["job_id"] is None and e.get("reason"))
         for label, job_id, _ in bad:
-            if job_id is not None and (
-                records.get(job_id, {}).get("status") != "poisoned" or job_id not in archived_ids
-            ):
-                report.problems.append(f"bad message {label!r} ({job_id}) is not poisoned with a reason")
+            if job_id is None:
+                continue
+            if job_id not in archived_ids:
+                report.problems.append(f"bad message {label!r} ({job_id}) is not archived with a reason")
+            status = records.get(job_id, {}).get("status")
+            if label in VALID_ENVELOPES and status != "poisoned":
+                report.problems.append(f"bad message {label!r} ({job_id}) is {status}, not poisoned")
+            if label not in VALID_ENVELOPES and status is not None:  # its id may be another job's
+                report.problems.append(
+                    f"malformed message {label!r} ({job_id}) changed the ledger ({status})"
+                )
         expected_unnamed = sum(1 for _, job_id, _ in bad if job_id is None)
         if unnamed < expected_unnamed:
             report.problems.append(

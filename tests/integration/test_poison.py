@@ -150,7 +150,7 @@ def test_replay_moves_each_job_once_at_the_rate_limit(rt: Runtime) -> None:
 def test_replay_of_selected_ids_skips_completed_and_unknown(rt: Runtime) -> None:
     ids = poison_many(rt, 3, "fix-2")
     rt.storage.container(rt.settings.results_container).upload_blob("fix-2", b"fixed")
-    rt.ledger.replace(ids[0], rt.ledger.get(ids[0]), {**rt.ledger.get(ids[0]).data, "status": "completed"})  # type: ignore[arg-type,union-attr]
+    rt.ledger.write(ids[0], rt.ledger.get(ids[0]), lambda prev: {**(prev or {}), "status": "completed"})
     report = poison.replay(rt, [ids[0], ids[1], "nope"], rate_per_s=1000)
     assert (
         report.skipped_completed == [ids[0]] and report.replayed == [ids[1]] and report.not_found == ["nope"]

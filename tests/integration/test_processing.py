@@ -10,7 +10,6 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared.envelope import isoformat, utcnow
-from shared.errors import JobBusy
 from shared.processing import process_message
 from shared.runtime import Runtime
 from tests.integration.effects import count_effects
@@ -46,15 +45,17 @@ def test_completes_once_and_acknowledges_redelivery(rt: Runtime) -> None:
     assert events == ["claimed", "completed"]
 
 
-def test_live_claim_by_another_owner_raises_and_changes_nothing(rt: Runtime) -> None:
+def test_live_claim_by_another_owner_leaves_a_recheck_and_changes_nothing(rt: Runtime) -> None:
     lease = isoformat(utcnow() + timedelta(minutes=5))
     rt.ledger.create(
         "b1", {"id": "b1", "status": "in_progress", "attempt": 0, "owner": "other", "lease_until": lease}
     )
-    with pytest.raises(JobBusy, match="in progress by other"):
-        process_message(message(job("b1")), rt)
+    process_message(message(job("b1")), rt)  # acknowledged: no dequeue count is spent
     assert rt.ledger.get("b1").data["owner"] == "other"  # type: ignore[union-attr]
     assert effects(rt, "b1") == 0
+    # the delivery left a re-check message, invisible until the claim's lease ends
+    assert queue_length(rt, rt.settings.jobs_queue) == 1
+    assert drain_raw(rt, rt.settings.jobs_queue) == []
 
 
 def test_expired_claim_is_taken_over(rt: Runtime) -> None:

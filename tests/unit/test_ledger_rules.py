@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.envelope import isoformat
-from shared.ledger import HISTORY_LIMIT, Decision, add_history, claim_is_live, decide
+from shared.ledger import HISTORY_LIMIT, Decision, Facts, claim_is_live, decide, released
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = isoformat(NOW + timedelta(minutes=5))
@@ -50,9 +50,10 @@ def test_claim_is_live_only_for_in_progress() -> None:
 
 
 def test_history_is_bounded() -> None:
-    data: dict[str, object] = {}
+    data = None
     for i in range(HISTORY_LIMIT + 10):
-        add_history(data, "claimed", NOW, attempt=i, skipped=None)
+        data = released(data, "j", Facts(NOW, queue_message_id=None), attempt=i, error="e")
+    assert data is not None
     history = data["history"]
     assert isinstance(history, list) and len(history) == HISTORY_LIMIT
-    assert history[-1]["attempt"] == HISTORY_LIMIT + 9 and "skipped" not in history[-1]
+    assert history[-1]["attempt"] == HISTORY_LIMIT + 9 and "queue_message_id" not in history[-1]

@@ -16,7 +16,8 @@ CONN = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2
 def test_defaults_with_a_connection_string() -> None:
     s = Settings.from_env({"AzureWebJobsStorage": CONN})
     assert s.jobs_queue == "jobs" and s.poison_queue == "jobs-poison"
-    assert s.function_timeout_s == 600 and s.claim_lease_s == 600
+    assert s.function_timeout_s == 600 and s.max_dequeue_count == 5
+    assert s.claim_lease_s == 30 and s.heartbeat_s == 10
     assert not s.storage.identity_based
     assert "a2V5" not in s.storage.describe()
 

@@ -1,0 +1,26 @@
+"""Types shared by producers and consumers of queue messages (no app logic here)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+NEVER_EXPIRE = -1
+"""Message time-to-live meaning "never expires" (a job message must not vanish after 7 days)."""
+
+
+class QueueMessageLike(Protocol):
+    """What the host hands a queue trigger (azure.functions.QueueMessage satisfies it)."""
+
+    @property
+    def id(self) -> str | None: ...
+    @property
+    def dequeue_count(self) -> int | None: ...
+    def get_body(self) -> bytes: ...
+
+
+class QueueSender(Protocol):
+    """The sending side of a queue (azure.storage.queue.QueueClient satisfies it)."""
+
+    def send_message(
+        self, content: Any, *, visibility_timeout: int | None = None, time_to_live: int | None = None
+    ) -> Any: ...

@@ -1,0 +1,135 @@
+"""The poison archive's layout, in one place.
+
+In the poison-archive container:
+  jobs/<job id>/<body digest>.json   one entry per distinct poisoned body of a job
+  unparsed/<body digest>.json        bodies with no readable job id
+  reasons/<body digest>.json         why the app itself poisoned a body (written before the copy)
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from shared.documents import Conflict, DocumentStore
+from shared.envelope import body_digest, isoformat
+
+JOBS_PREFIX = "jobs/"
+UNPARSED_PREFIX = "unparsed/"
+REASONS_PREFIX = "reasons/"
+LISTED_STATE = "poisoned"
+"""Entries in this state are listed and replayable; the others are kept for the record."""
+
+
+def entry_name(job_id: str | None, digest: str, parsed: bool = True) -> str:
+    """Entries of valid envelopes go under their job; other bodies under unparsed/ (the id they
+    carry, if any, is kept in the entry but cannot be trusted to be theirs)."""
+    return f"{JOBS_PREFIX}{job_id}/{digest}.json" if job_id and parsed else f"{UNPARSED_PREFIX}{digest}.json"
+
+
+def reason_name(digest: str) -> str:
+    return f"{REASONS_PREFIX}{digest}.json"
+
+
+@dataclass(frozen=True)
+class AppReason:
+    """Why the app poisoned a body, noted before its copy went to the poison queue."""
+
+    reason: str
+    job_id: str | None
+    code: str | None
+    under_claim: bool
+    """True when the app held the job's claim: the body was the job's current message."""
+
+
+def note_reason(
+    archive: DocumentStore,
+    body: bytes,
+    reason: str,
+    job_id: str | None,
+    code: str | None,
+    *,
+    under_claim: bool,
+    now: datetime,
+) -> None:
+    doc = {"reason": reason, "job_id": job_id, "code": code, "under_claim": under_claim, "at": isoformat(now)}
+    archive.upsert(reason_name(body_digest(body)), doc)
+
+
+def read_reason(archive: DocumentStore, digest: str) -> AppReason | None:
+    found = archive.read(reason_name(digest))
+    if found is None or not found.data.get("reason"):
+        return None
+    data = found.data
+    return AppReason(str(data["reason"]), data.get("job_id"), data.get("code"), bool(data.get("under_claim")))
+
+
+def new_entry(
+    body: bytes,
+    job_id: str | None,
+    parsed: bool,
+    state: str,
+    reason: str,
+    *,
+    now: datetime,
+    queue_message_id: str | None,
+    dequeue_count: int | None,
+    record: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "parsed": parsed,
+        "digest": body_digest(body),
+        "state": state,
+        "reason": reason,
+        "queue_message_id": queue_message_id,
+        "dequeue_count": dequeue_count,
+        "archived_at": isoformat(now),
+        "body_b64": base64.b64encode(body).decode("ascii"),
+        "body_bytes": len(body),
+        "history": (record or {}).get("history") or [],
+        "attempt": (record or {}).get("attempt"),
+        "events": [{"at": isoformat(now), "event": state}],
+    }
+
+
+def write_entry(archive: DocumentStore, entry: dict[str, Any]) -> str:
+    """Create the entry; when it exists (the same body archived again), merge into it. Its name."""
+    name = entry_name(entry["job_id"], entry["digest"], bool(entry.get("parsed", True)))
+    try:
+        archive.create(name, entry)
+        return name
+    except Conflict:
+        pass
+    for _ in range(5):
+        old = archive.read(name)
+        if old is None:
+            try:
+                archive.create(name, entry)
+                return name
+            except Conflict:
+                continue
+        merged = {**entry, "events": (old.data.get("events") or []) + entry["events"]}
+        try:
+            archive.replace(name, old, merged)
+            return name
+        except Conflict:
+            continue
+    raise Conflict(f"archive entry {name} kept changing")
+
+
+def set_state(archive: DocumentStore, name: str, state: str, now: datetime) -> None:
+    """Mark an entry (replayed, skipped_completed, ...); a concurrent change is retried."""
+    for _ in range(5):
+        old = archive.read(name)
+        if old is None:
+            return
+        data = {**old.data, "state": state}
+        data["events"] = [*(old.data.get("events") or []), {"at": isoformat(now), "event": state}]
+        try:
+            archive.replace(name, old, data)
+            return
+        except Conflict:
+            continue

@@ -1,0 +1,228 @@
+"""The poison-queue trigger and the sweeper: every poisoned message ends archived and listable.
+
+A `-poison` queue has no poison queue of its own: a handler that keeps failing is never called
+again for that message. So the handler retries storage failures itself before raising, and the
+`sweep_poison` timer archives whatever the host will not hand over any more (bodies that are not
+base64, and messages past maxDequeueCount).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from azure.core.exceptions import AzureError
+
+from shared import ledger
+from shared.documents import Conflict
+from shared.envelope import Envelope, best_effort_id, body_digest, encode_json, parse_body
+from shared.errors import EnvelopeError, JobError
+from shared.ledger import Decision, Facts, Record
+from shared.messages import NEVER_EXPIRE, QueueMessageLike
+from shared.observability import log_decision
+from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
+from shared.runtime import Runtime, get_runtime
+
+log = logging.getLogger("jobs.poison")
+HOST_REASON = "the host moved it after maxDequeueCount failed runs"
+UNREADABLE_REASON = (
+    "body is not valid base64, so the host cannot hand it to any function (messageEncoding: base64)"
+)
+HANDLER_TRIES = 4
+"""Archiving attempts per invocation of handle_poison (backoff 1, 2, 4 s between them)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str
+    """The archive entry's state; only `poisoned` entries are listed and replayable."""
+    reason: str
+    mark: bool = False
+    """The body was the job's current message: its record becomes poisoned."""
+    recheck_at: datetime | None = None
+    """A live claim holds the job: send the message back to the jobs queue for this moment."""
+
+
+def judge(
+    record: dict[str, Any] | None, env: Envelope | None, app: AppReason | None, now: datetime
+) -> Verdict:
+    """What a poisoned body means for its job (pure). Only the job's own current message may
+    poison it: a stale copy, a malformed body carrying its id, or a copy of a completed job may not."""
+    if (
+        env is None
+    ):  # not an envelope: listed for operators; its id may be another job's, so no record changes
+        return Verdict("poisoned", app.reason if app else HOST_REASON)
+    if record is not None and record.get("status") == ledger.COMPLETED:
+        return Verdict("duplicate_of_completed", "a copy of a job that had already completed")
+    if app is not None and app.under_claim:
+        return Verdict("poisoned", app.reason, mark=record is None or record.get("status") != ledger.POISONED)
+    if record is None:
+        return Verdict("poisoned", HOST_REASON, mark=True)
+    decision = ledger.decide(record, env.attempt, env.continuation_seq, now)
+    if decision is Decision.ALREADY_POISONED:
+        return Verdict("poisoned", str(record.get("reason") or HOST_REASON))
+    if decision is Decision.STALE:
+        return Verdict("stale", "an older message of a job that has moved on")
+    if decision is Decision.BUSY:
+        return Verdict(
+            "rechecked",
+            "another invocation held the job's claim; sent back to be re-checked when the claim ends",
+            recheck_at=ledger.lease_end(record),
+        )
+    error = record.get("error")
+    return Verdict("poisoned", f"{HOST_REASON}; last error: {error}" if error else HOST_REASON, mark=True)
+
+
+# -- the poison-queue trigger ---------------------------------------------------------------
+
+
+def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
+    """Archive one poisoned message and settle its job. Never raises because of a body; raises
+    only when storage failed `HANDLER_TRIES` times, so the message comes back (and the sweeper
+    archives it if the host stops handing it over)."""
+    try:
+        body = msg.get_body() or b""
+    except Exception:  # a body the worker could not even hand over
+        body = b""
+    rt = rt or get_runtime()
+    for attempt in range(1, HANDLER_TRIES + 1):
+        try:
+            archive_message(rt, body, msg.id, msg.dequeue_count)
+            return
+        except (AzureError, JobError, Conflict) as exc:
+            if attempt == HANDLER_TRIES:
+                log.error(
+                    "poison message %s: archiving failed %d times (%s); it will come back",
+                    msg.id,
+                    attempt,
+                    exc,
+                )
+                raise
+            log.warning("poison message %s: archiving failed (%s); trying again", msg.id, exc)
+            rt.sleep(2 ** (attempt - 1))
+
+
+def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequeue_count: int | None) -> str:
+    """Archive one poison-queue body, mark or re-check its job as `judge` says. Returns the entry name."""
+    job_id = best_effort_id(body)
+    try:
+        env: Envelope | None = parse_body(body, rt.handlers.keys())
+    except EnvelopeError:
+        env = None
+    app = read_reason(rt.archive, body_digest(body))
+    record = rt.ledger.get(job_id) if job_id else None
+    now = rt.clock()
+    verdict = judge(record.data if record else None, env, app, now)
+    entry = new_entry(
+        body,
+        job_id,
+        env is not None,
+        verdict.state,
+        verdict.reason,
+        now=now,
+        queue_message_id=queue_message_id,
+        dequeue_count=dequeue_count,
+        record=record.data if record else None,
+    )
+    name = write_entry(rt.archive, entry)
+    if verdict.recheck_at is not None and env is not None:
+        delay = max(1, math.ceil((verdict.recheck_at - now).total_seconds()) + 1)
+        rt.jobs_queue.send_message(encode_json(env), visibility_timeout=delay, time_to_live=NEVER_EXPIRE)
+    if job_id is not None and verdict.mark:
+        mark_poisoned(rt, job_id, record, verdict, body)
+    if app is not None:  # used up: a later copy of this body is judged by the ledger alone
+        rt.archive.delete(reason_name(body_digest(body)))
+    log_decision(
+        "archived",
+        job_id,
+        queue_message_id=queue_message_id,
+        dequeue_count=dequeue_count,
+        reason=verdict.reason,
+        state=verdict.state,
+        archive=name,
+        level=logging.WARNING,
+    )
+    return name
+
+
+def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verdict, body: bytes) -> None:
+    facts = Facts(rt.clock())
+    try:
+        rt.ledger.write(
+            job_id, record, lambda prev: ledger.poisoned(prev, job_id, facts, verdict.reason, None, body)
+        )
+    except Conflict:  # someone moved the job meanwhile (completed, replayed, claimed): theirs stands
+        log.warning("job %s: the ledger changed while marking it poisoned; left as it is", job_id)
+
+
+# -- the sweeper ------------------------------------------------------------------------------
+
+
+def sweep(rt: Runtime | None = None, limit: int = 32) -> int:
+    """Archive and remove poison-queue messages the host will not hand to `handle_poison`:
+    bodies that are not base64, and messages dequeued maxDequeueCount times or more.
+
+    Peeks first: nothing is received unless such a message is visible. Every message received is
+    archived here (none is released, which would raise its dequeue count). Returns how many."""
+    rt = rt or get_runtime()
+    queue = rt.poison_queue
+    limit = min(32, limit)
+    max_count = rt.settings.max_dequeue_count
+    if all(
+        _is_base64(str(m.content or "")) and int(m.dequeue_count or 0) < max_count
+        for m in queue.peek_messages(max_messages=limit)
+    ):
+        return 0
+    swept = 0
+    for msg in queue.receive_messages(max_messages=limit, visibility_timeout=60):
+        text = str(msg.content or "")
+        try:
+            if _is_base64(text):
+                archive_message(rt, base64.b64decode(text), msg.id, msg.dequeue_count)
+            else:
+                archive_unreadable(rt, text, msg.id, msg.dequeue_count)
+            queue.delete_message(msg)
+            swept += 1
+        except (AzureError, JobError, Conflict) as exc:  # visible again in 60 s; the next sweep retries
+            log.warning("sweep: poison message %s could not be archived (%s)", msg.id, exc)
+    return swept
+
+
+def archive_unreadable(
+    rt: Runtime, text: str, queue_message_id: str | None, dequeue_count: int | None
+) -> str:
+    body = text.encode("utf-8", errors="surrogateescape")
+    entry = new_entry(
+        body,
+        None,
+        False,
+        "poisoned",
+        UNREADABLE_REASON,
+        now=rt.clock(),
+        queue_message_id=queue_message_id,
+        dequeue_count=dequeue_count,
+        record=None,
+    )
+    name = write_entry(rt.archive, entry)
+    log_decision(
+        "archived",
+        None,
+        queue_message_id=queue_message_id,
+        dequeue_count=dequeue_count,
+        reason=UNREADABLE_REASON,
+        state="poisoned",
+        level=logging.WARNING,
+    )
+    return name
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return False
+    return True

@@ -1,0 +1,201 @@
+"""Operator tools on the poison archive: list, peek, replay, purge."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared import ledger
+from shared.documents import Conflict
+from shared.envelope import best_effort_id, parse_body
+from shared.errors import EnvelopeError
+from shared.ledger import Facts
+from shared.observability import log_decision
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
+from shared.runtime import Runtime
+from shared.submit import send_job
+
+log = logging.getLogger("jobs.poison")
+
+
+@dataclass
+class PoisonEntry:
+    """One archived poison message, as operators see it."""
+
+    name: str
+    job_id: str | None
+    state: str
+    reason: str
+    archived_at: str
+    attempts: int
+    body_bytes: int
+    age_s: float = 0.0
+
+
+@dataclass
+class ReplayReport:
+    """What a replay did (or would do, in a dry run)."""
+
+    replayed: list[str] = field(default_factory=list)
+    skipped_completed: list[str] = field(default_factory=list)
+    skipped_invalid: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "replayed": self.replayed,
+            "skipped_completed": self.skipped_completed,
+            "skipped_invalid": self.skipped_invalid,
+            "not_found": self.not_found,
+        }
+
+
+def list_poisoned(rt: Runtime, include_done: bool = False) -> list[PoisonEntry]:
+    """Archived poison entries (oldest first). Reads blobs only: no message is taken."""
+    now = rt.clock()
+    entries = []
+    for name in _entry_names(rt):
+        found = rt.archive.read(name)
+        data = found.data if found else None
+        if data is None or (not include_done and data.get("state") != LISTED_STATE):
+            continue
+        archived = str(data.get("archived_at", ""))
+        entries.append(
+            PoisonEntry(
+                name=name,
+                job_id=data.get("job_id"),
+                state=str(data.get("state")),
+                reason=str(data.get("reason", "")),
+                archived_at=archived,
+                attempts=sum(1 for e in data.get("history") or [] if e.get("event") == "claimed"),
+                body_bytes=int(data.get("body_bytes", 0)),
+                age_s=_age_s(archived, now),
+            )
+        )
+    return sorted(entries, key=lambda e: e.archived_at)
+
+
+def peek_poison_queue(rt: Runtime, limit: int = 32) -> list[dict[str, Any]]:
+    """Messages still on <queue>-poison (not yet archived), without taking them."""
+    out = []
+    for msg in rt.poison_queue.peek_messages(max_messages=min(32, limit)):
+        text = str(msg.content or "")
+        try:
+            job_id = best_effort_id(base64.b64decode(text, validate=True))
+        except ValueError:
+            job_id = None
+        out.append(
+            {
+                "queue_message_id": msg.id,
+                "job_id": job_id,
+                "inserted_on": str(msg.inserted_on),
+                "dequeue_count": msg.dequeue_count,
+                "chars": len(text),
+            }
+        )
+    return out
+
+
+def replay(
+    rt: Runtime,
+    job_ids: Iterable[str] | None,
+    *,
+    rate_per_s: float = 10.0,
+    dry_run: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ReplayReport:
+    """Send poisoned jobs back to the main queue, at most `rate_per_s` a second.
+
+    Per job: skip if completed; reset the ledger to queued (attempt 0); enqueue; mark the
+    archive entry replayed. Interrupted anywhere, a second run finishes the work: entries not
+    yet marked are replayed again, and the ledger keeps a job from being applied twice.
+    """
+    by_job: dict[str, list[PoisonEntry]] = {}
+    for entry in list_poisoned(rt):
+        if entry.job_id:
+            by_job.setdefault(entry.job_id, []).append(entry)
+    wanted = list(by_job) if job_ids is None else list(dict.fromkeys(job_ids))
+    report = ReplayReport(dry_run=dry_run)
+    interval = 1.0 / rate_per_s if rate_per_s > 0 else 0.0
+    next_at = time.monotonic()
+    for index, job_id in enumerate(wanted, start=1):
+        entries = by_job.get(job_id)
+        if not entries:
+            report.not_found.append(job_id)
+        else:
+            pause = next_at - time.monotonic()
+            if pause > 0:
+                rt.sleep(pause)
+            next_at = max(next_at, time.monotonic()) + interval
+            outcome = replay_one(rt, job_id, [e.name for e in entries], dry_run)
+            getattr(report, outcome).append(job_id)
+        if progress:
+            progress(index, len(wanted), job_id)
+    return report
+
+
+def replay_one(rt: Runtime, job_id: str, names: list[str], dry_run: bool = False) -> str:
+    """Replay one job from its newest archive entry. Returns the report field it belongs in."""
+    docs = [d.data for d in (rt.archive.read(n) for n in names) if d is not None]
+    if not docs:
+        return "not_found"
+    latest = max(docs, key=lambda d: str(d.get("archived_at", "")))
+    body = base64.b64decode(latest.get("body_b64", ""))
+    record = rt.ledger.get(job_id)
+    if record is not None and record.status == ledger.COMPLETED:
+        if not dry_run:
+            _mark(rt, names, "skipped_completed")
+        return "skipped_completed"
+    try:
+        env = parse_body(body, rt.handlers.keys())
+    except EnvelopeError:
+        return "skipped_invalid"
+    if dry_run:
+        return "replayed"
+    facts = Facts(rt.clock())
+    try:
+        rt.ledger.write(job_id, record, lambda prev: ledger.replayed(prev, env, facts))
+    except Conflict:
+        latest_record = rt.ledger.get(job_id)
+        return (
+            "skipped_completed" if latest_record and latest_record.status == ledger.COMPLETED else "not_found"
+        )
+    send_job(rt, env.with_attempt(0))
+    _mark(rt, names, "replayed")
+    log_decision("replayed", job_id, attempt=0)
+    return "replayed"
+
+
+def _mark(rt: Runtime, names: list[str], state: str) -> None:
+    for name in names:
+        set_state(rt.archive, name, state, rt.clock())
+
+
+def purge(rt: Runtime, older_than_days: float, dry_run: bool = False) -> list[str]:
+    """Delete archive entries (and recorded reasons) older than N days. Returns their names."""
+    cutoff = rt.clock() - timedelta(days=older_than_days)
+    doomed = [name for name, modified in rt.archive.names("") if modified and modified < cutoff]
+    if not dry_run:
+        for name in doomed:
+            rt.archive.delete(name)
+    return doomed
+
+
+def _entry_names(rt: Runtime) -> Iterator[str]:
+    for prefix in (JOBS_PREFIX, UNPARSED_PREFIX):
+        for name, _ in rt.archive.names(prefix):
+            yield name
+
+
+def _age_s(stamp: str, now: datetime) -> float:
+    try:
+        return (now - datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return 0.0

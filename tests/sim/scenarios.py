@@ -1,0 +1,179 @@
+"""The paths the simulation runs, and what must hold at the end of every schedule."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from shared import ledger, poison
+from shared.processing import process_message
+from tests.sim.world import Faults, Interleaver, World
+
+
+def job(job_id: str, **payload: object) -> dict[str, object]:
+    return {"id": job_id, "kind": "sim", "payload": payload}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Messages to start with, an optional operator step once things settle, and the end states."""
+
+    name: str
+    setup: Callable[[World], None]
+    expect: dict[str, str]
+    """job id -> completed | poisoned | invalid (a malformed body: listed, refused by replay, no record)."""
+    operator: Callable[[World], None] | None = None
+    expect_before_operator: dict[str, str] = field(default_factory=dict)
+
+
+def _fix_and_replay(world: World) -> None:
+    world.fixed = True
+    world.guarded(lambda: poison.replay(world.rt, ["j1"], rate_per_s=0))
+
+
+def _malformed(world: World) -> None:
+    world.submit(job("b1"))
+    world.submit(json.dumps({"id": "b1", "kind": "sim", "payload": [1]}).encode(), delay_s=1)
+    world.submit(json.dumps({"id": "ghost", "kind": "sim", "payload": "x"}).encode(), delay_s=1)
+
+
+def _long_work_with_duplicate(world: World) -> None:
+    world.submit(job("j1", work_s=45))
+    world.submit(job("j1", work_s=45), delay_s=20)
+
+
+SCENARIOS = [
+    Scenario("new job", lambda w: w.submit(job("j1")), {"j1": "completed"}),
+    Scenario("duplicate delivery", lambda w: [w.submit(job("j1")), w.submit(job("j1"))], {"j1": "completed"}),
+    Scenario("transient retry", lambda w: w.submit(job("j1", transient=1)), {"j1": "completed"}),
+    Scenario(
+        "unexpected error once", lambda w: w.submit(job("j1", unexpected_once=True)), {"j1": "completed"}
+    ),
+    Scenario("permanent error", lambda w: w.submit(job("j1", permanent_until_fix=True)), {"j1": "poisoned"}),
+    Scenario(
+        "host poison after maxDequeueCount",
+        lambda w: w.submit(job("j1", unexpected_always=True)),
+        {"j1": "poisoned"},
+    ),
+    Scenario("offload and continuation", lambda w: w.submit(job("j1", polls=2)), {"j1": "completed"}),
+    Scenario(
+        "poison, fix, replay",
+        lambda w: w.submit(job("j1", permanent_until_fix=True)),
+        {"j1": "completed"},
+        operator=_fix_and_replay,
+        expect_before_operator={"j1": "poisoned"},
+    ),
+    Scenario("long work outlives the claim lease", _long_work_with_duplicate, {"j1": "completed"}),
+    Scenario(
+        "malformed messages carrying job ids",
+        _malformed,
+        {"b1": "completed", "ghost": "invalid"},
+    ),
+]
+
+
+def run_scenario(scenario: Scenario, faults: Faults) -> World:
+    world = World(faults)
+    scenario.setup(world)
+    world.run()
+    if scenario.operator is not None:
+        problems = check(world, scenario.expect_before_operator, replay=False)
+        if problems and faults.injected is None:
+            raise AssertionError(f"{scenario.name}: before the operator step: {problems}")
+        scenario.operator(world)
+        world.run()
+    return world
+
+
+def check(world: World, expect: dict[str, str], replay: bool = True) -> list[str]:
+    """Every promise, checked on the world's state (storage read directly, without faults)."""
+    world.faults.at = None
+    problems: list[str] = []
+    records = {name.removesuffix(".json"): data for name, (data, _, _) in world.ledger_docs.docs.items()}
+    if world.jobs.messages:
+        problems.append(f"{len(world.jobs.messages)} message(s) left on the jobs queue")
+    if world.poison.messages:
+        problems.append(f"{len(world.poison.messages)} message(s) left on the poison queue")
+    if world.clock.pending():
+        problems.append(f"{world.clock.pending()} timer(s) still pending (a heartbeat not stopped)")
+    for job_id, data in records.items():
+        if data.get("status") == ledger.IN_PROGRESS:
+            problems.append(f"{job_id}: left in progress")
+        for entry in data.get("history") or []:
+            owner = world.message_jobs.get(str(entry.get("queue_message_id")))
+            if entry.get("queue_message_id") and owner != job_id:
+                problems.append(f"{job_id}: changed by a message of {owner!r} ({entry.get('event')})")
+    listed = {e.job_id: e for e in poison.list_poisoned(world.rt) if e.name.startswith("jobs/")}
+    unparsed = {e.job_id: e for e in poison.list_poisoned(world.rt) if e.name.startswith("unparsed/")}
+    for job_id, want in expect.items():
+        data = records.get(job_id) or {}
+        status = data.get("status")
+        if want == "completed":
+            if status != ledger.COMPLETED:
+                problems.append(f"{job_id}: {status}, expected completed ({data.get('reason')})")
+            elif not world.effect_applied(job_id):
+                problems.append(f"{job_id}: completed without its effect")
+            if job_id in listed:
+                problems.append(f"{job_id}: completed but still listed as poisoned")
+            continue
+        if world.effect_applied(job_id):
+            problems.append(f"{job_id}: effect applied to a job that did not complete")
+        if want == "invalid":
+            if job_id in records:
+                problems.append(f"{job_id}: a malformed body changed the ledger ({status})")
+            if job_id not in unparsed or not unparsed[job_id].reason:
+                problems.append(f"{job_id}: malformed body not listed with a reason")
+            elif replay:
+                report = poison.replay(world.rt, [job_id], rate_per_s=0)
+                if report.skipped_invalid != [job_id]:
+                    problems.append(f"{job_id}: replay of a malformed body said {report.as_dict()}")
+            continue
+        if status != ledger.POISONED or not data.get("reason"):
+            problems.append(f"{job_id}: {status}, expected poisoned with a reason")
+        if job_id not in listed or not listed[job_id].reason:
+            problems.append(f"{job_id}: not listed in the poison archive with a reason")
+        elif replay:
+            problems.extend(_replayable(world, job_id, want))
+    return problems
+
+
+def _replayable(world: World, job_id: str, want: str) -> list[str]:
+    report = poison.replay(world.rt, [job_id], rate_per_s=0)
+    if report.replayed != [job_id]:
+        return [f"{job_id}: replay said {report.as_dict()}"]
+    world.run()
+    data = world.ledger_docs.docs[f"{job_id}.json"][0]
+    if data.get("status") != ledger.POISONED or not any(
+        e.job_id == job_id for e in poison.list_poisoned(world.rt)
+    ):
+        return [f"{job_id}: after replay {data.get('status')}, expected poisoned again and listed"]
+    return []
+
+
+CONCURRENT = [
+    ("new job", job("j1"), "completed"),
+    ("transient retry", job("j1", transient=1), "completed"),
+    ("unexpected error once", job("j1", unexpected_once=True), "completed"),
+    ("permanent error", job("j1", permanent_until_fix=True), "poisoned"),
+    ("offload and continuation", job("j1", polls=1), "completed"),
+]
+"""Paths run as two deliveries of one job at once (a duplicate send), in every interleaving."""
+
+
+def run_concurrent(
+    body: dict[str, object], prefix: list[int]
+) -> tuple[World, list[tuple[tuple[int, ...], int]]]:
+    """Two copies of `body` received together and run on two threads as `prefix` interleaves
+    them; then the world runs on, one delivery at a time, until nothing is left to happen."""
+    world = World(Faults())
+    world.submit(body)
+    world.submit(body)
+    interleaver = Interleaver(prefix)
+    world.faults.gate = interleaver.gate
+    taken = [world.jobs.take(m, world.rules.lease_s) for m in world.jobs.visible()]
+    interleaver.run([partial(world.deliver, world.jobs, m, process_message) for m in taken])
+    world.faults.gate = None
+    world.run()
+    return world, interleaver.trace
