@@ -16,7 +16,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from devstack.faultproxy import FaultProxy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_RE = re.compile(r"devhost ready http=(\S+)")
@@ -116,8 +119,17 @@ class HostProcess:
             self._log = None
 
 
-def host_env(connection_string: str, settings: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a devhost: the repo's local settings sample plus overrides."""
+def host_env(
+    connection_string: str,
+    settings: Mapping[str, str] | None = None,
+    storage_proxy: FaultProxy | None = None,
+) -> dict[str, str]:
+    """Environment for a devhost: the repo's local settings sample plus overrides.
+
+    With `storage_proxy`, the host's blob and queue requests go through it (devstack/faultproxy.py).
+    """
+    if storage_proxy is not None:
+        connection_string = storage_proxy.route(connection_string)
     sample = json.loads((REPO_ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))["Values"]
     env = {**os.environ, **sample, "AzureWebJobsStorage": connection_string, "PYTHONUNBUFFERED": "1"}
     env.update(settings or {})

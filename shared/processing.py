@@ -129,7 +129,9 @@ class ClaimKeeper:
                 return
             except Exception as exc:  # the next beat tries again, well inside the lease
                 log.warning("job %s: claim renewal failed (%s); retrying at the next beat", self.job_id, exc)
-            self._timer = self.rt.timers.call_later(self.rt.settings.heartbeat_s, self._beat)
+            # the cadence counts from this beat's start: a slow failing renewal does not push the next one out
+            wait = self.rt.settings.heartbeat_s - (self.rt.clock() - facts.now).total_seconds()
+            self._timer = self.rt.timers.call_later(max(0.0, wait), self._beat)
 
 
 class Processor:

@@ -47,7 +47,7 @@ class ThreadTimers:
     """All timers of the process on one daemon thread; callbacks run on a small pool, so one slow
     callback (a storage write retrying) does not hold back the others."""
 
-    def __init__(self, name: str = "jobs-timers", workers: int = 4) -> None:
+    def __init__(self, name: str = "jobs-timers", workers: int = 16) -> None:
         self._name = name
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=name)
         self._heap: list[tuple[float, int, _Entry]] = []

@@ -32,8 +32,14 @@ HOST_REASON = "the host moved it after maxDequeueCount failed runs"
 UNREADABLE_REASON = (
     "body is not valid base64, so the host cannot hand it to any function (messageEncoding: base64)"
 )
-HANDLER_TRIES = 4
-"""Archiving attempts per invocation of handle_poison (backoff 1, 2, 4 s between them)."""
+HANDLER_TRIES = 8
+"""Archiving attempts per invocation of handle_poison, about 1.5 minutes of waiting between them
+(1, 2, 4, 8, 16, 30, 30 s). The host gives a failed `-poison` message back only after its
+10-minute lease, so retrying here is what makes a storage outage of a minute or two harmless."""
+HANDLER_BACKOFF_MAX_S = 30.0
+GIVE_BACK_DELAY_S = 600
+"""A poison message put back after its last allowed dequeue is visible again after this long
+(the cadence the host itself keeps for a failing `-poison` message)."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +88,7 @@ def judge(
 
 def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     """Archive one poisoned message and settle its job. Never raises because of a body; raises
-    only when storage failed `HANDLER_TRIES` times, so the message comes back (and the sweeper
-    archives it if the host stops handing it over)."""
+    only when storage failed `HANDLER_TRIES` times in a row, so the message comes back."""
     try:
         body = msg.get_body() or b""
     except Exception:  # a body the worker could not even hand over
@@ -95,15 +100,33 @@ def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None) -> N
             return
         except (AzureError, JobError, Conflict) as exc:
             if attempt == HANDLER_TRIES:
-                log.error(
-                    "poison message %s: archiving failed %d times (%s); it will come back",
-                    msg.id,
-                    attempt,
-                    exc,
-                )
-                raise
+                give_back(rt, msg, body, exc)
+                return
             log.warning("poison message %s: archiving failed (%s); trying again", msg.id, exc)
-            rt.sleep(2 ** (attempt - 1))
+            rt.sleep(min(HANDLER_BACKOFF_MAX_S, 2.0 ** (attempt - 1)))
+
+
+def give_back(rt: Runtime, msg: QueueMessageLike, body: bytes, exc: Exception) -> None:
+    """Archiving kept failing. Raise, so the host gives the message back after its lease; but at
+    the last dequeue the host would never call us again for it, so put a fresh copy on the poison
+    queue first (visible after `GIVE_BACK_DELAY_S`) and let this one go."""
+    if int(msg.dequeue_count or 0) < rt.settings.max_dequeue_count:
+        log.error(
+            "poison message %s: archiving failed %d times (%s); it will come back", msg.id, HANDLER_TRIES, exc
+        )
+        raise exc
+    rt.poison_queue.send_message(
+        base64.b64encode(body).decode("ascii"),
+        visibility_timeout=GIVE_BACK_DELAY_S,
+        time_to_live=NEVER_EXPIRE,
+    )
+    log.error(
+        "poison message %s: archiving failed %d times at dequeue %s (%s); put back as a new message",
+        msg.id,
+        HANDLER_TRIES,
+        msg.dequeue_count,
+        exc,
+    )
 
 
 def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequeue_count: int | None) -> str:

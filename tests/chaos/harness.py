@@ -2,7 +2,8 @@
 
 Checks at the end: every good job applied exactly once (its side effect counted), every bad one
 in the poison archive with a reason, nothing left in flight. Used by the short test in
-`make test` and by the long run (`make chaos-long`).
+`make test` and by the long run (`make chaos-long`). With `storage_faults`, the hosts reach
+Azurite through a fault-injecting proxy (devstack/faultproxy.py).
 """
 
 from __future__ import annotations
@@ -23,15 +24,28 @@ from typing import Any
 from azure.storage.blob import ContainerClient
 from azure.storage.queue import QueueClient
 
-from devstack.azurite import Azurite, start_azurite
+from devstack.azurite import DEV_ACCOUNT, Azurite, start_azurite
+from devstack.faultproxy import FaultProxy, FaultRule
 from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
 from tests.integration.effects import count_effects
 
 QUEUE = "chaos"
-HOST_JSON_QUEUES = {"batchSize": 16, "newBatchThreshold": 8, "maxPollingInterval": "00:00:01",
-                    "visibilityTimeout": "00:00:01", "maxDequeueCount": 10, "messageEncoding": "base64"}  # fmt: skip
-SETTINGS = {"JOBS_QUEUE": QUEUE, "ENABLE_TEST_KINDS": "1", "MAX_ATTEMPTS": "12", "RETRY_BASE_SECONDS": "0.5",
-            "RETRY_MAX_SECONDS": "4", "CLAIM_LEASE_SECONDS": "6", "DEVHOST_MESSAGE_LEASE_SECONDS": "8"}  # fmt: skip
+SETTINGS = {"JOBS_QUEUE": QUEUE, "ENABLE_TEST_KINDS": "1"}
+"""Production timing: the shipped host.json as it is, and every other setting at its default
+(claim lease and heartbeat, MAX_ATTEMPTS, retry backoff). Only the host's message lease after a
+kill (`ChaosConfig.host_lease_s`) may be shortened."""
+LEDGER_WRITES = rf"^/{DEV_ACCOUNT}/ledger/"
+"""storage_faults: the path of ledger blobs (the hosts' LEDGER_CONTAINER, from the settings sample)."""
+FAULT_ROUNDS = 8
+"""storage_faults: rounds of (pause, 503 burst, pause, unanswered writes), from the start of the run."""
+FAULT_PAUSE_S = (1.0, 3.0)
+LEDGER_BURST_S = (2.0, 4.0)
+"""storage_faults: how long each burst of 503 answers to ledger writes lasts."""
+UNANSWERED_PER_ROUND = 5
+"""storage_faults: conditional ledger writes forwarded but left unanswered, per round."""
+UNANSWERED_CHANCE = 0.3
+"""storage_faults: each conditional ledger write is picked with this chance, so that when writes are
+few, the retries of one write are not all dropped too."""
 
 
 @dataclass
@@ -57,6 +71,12 @@ class ChaosConfig:
     """Each good job sleeps up to this long, so kills meet work in flight."""
     restart_azurite: bool = True
     """Restart Azurite once, when about half the jobs are done."""
+    storage_faults: bool = True
+    """Put a fault-injecting proxy between the hosts and Azurite, and inject on a schedule: bursts of
+    503 on ledger writes, and conditional ledger writes applied but unanswered (see `fault_loop`)."""
+    host_lease_s: float = 600.0
+    """How long a killed host's messages stay invisible (the real host's fixed 10-minute lease).
+    The short run shortens it to 60 s, still longer than the 30-s claim lease as in production."""
     timeout_s: float = 600.0
     seed: int = 1
 
@@ -72,18 +92,6 @@ class ChaosReport:
         width = max(len(k) for k in self.figures)
         lines = [f"  {k:<{width}}  {v}" for k, v in self.figures.items()]
         return "\n".join(lines + [f"  PROBLEM: {p}" for p in self.problems])
-
-
-def _app_dir(workdir: Path) -> Path:
-    target = workdir / "app"
-    target.mkdir(parents=True, exist_ok=True)
-    for name in ("function_app.py", "shared"):
-        if not (target / name).exists():
-            os.symlink(REPO_ROOT / name, target / name)
-    host = json.loads((REPO_ROOT / "host.json").read_text())
-    host["extensions"]["queues"].update(HOST_JSON_QUEUES)
-    (target / "host.json").write_text(json.dumps(host))
-    return target
 
 
 VALID_ENVELOPES = {"permanent failure"}
@@ -121,6 +129,8 @@ class Chaos:
         self.rng = random.Random(cfg.seed)
         self.azurite: Azurite | None = None
         self.hosts: list[HostProcess] = []
+        self.proxy: FaultProxy | None = None
+        self.fault_rng = random.Random(cfg.seed + 1)  # its own: the kill schedule stays as without faults
         self.kills = 0
         self.azurite_restarts = 0
         self.stop = threading.Event()
@@ -128,13 +138,19 @@ class Chaos:
 
     # -- setup -----------------------------------------------------------------------------
 
+    def settings(self) -> dict[str, str]:
+        return {**SETTINGS, "DEVHOST_MESSAGE_LEASE_SECONDS": str(self.cfg.host_lease_s)}
+
     def env(self) -> dict[str, str]:
+        """For the CLI runs (init, replay): straight to Azurite, never through the fault proxy."""
         assert self.azurite is not None
-        return host_env(self.azurite.connection_string, SETTINGS)
+        return host_env(self.azurite.connection_string, self.settings())
 
     def start_host(self, index: int) -> HostProcess:
-        host = HostProcess(self.env(), instance_id=f"host-{index}", log_path=self.workdir / f"host-{index}.log",
-                           extra_args=["--app-dir", str(_app_dir(self.workdir)), "--no-http"])  # fmt: skip
+        assert self.azurite is not None
+        env = host_env(self.azurite.connection_string, self.settings(), storage_proxy=self.proxy)
+        host = HostProcess(env, instance_id=f"host-{index}", log_path=self.workdir / f"host-{index}.log",
+                           extra_args=["--no-http"])  # fmt: skip
         return host.start()
 
     def queue(self, name: str = QUEUE) -> QueueClient:
@@ -160,6 +176,8 @@ class Chaos:
     def run(self) -> ChaosReport:
         cfg = self.cfg
         self.azurite = start_azurite(location=self.workdir / "azurite", log_path=self.workdir / "azurite.log")
+        if cfg.storage_faults:
+            self.proxy = FaultProxy.for_azurite(self.azurite).start()
         started = time.monotonic()
         try:
             subprocess.run([sys.executable, "-m", "shared.cli", "init"], env=self.env(), cwd=REPO_ROOT,
@@ -173,15 +191,22 @@ class Chaos:
             self.hosts = [self.start_host(i) for i in range(cfg.hosts)]
             killer = threading.Thread(target=self.kill_loop, daemon=True)
             killer.start()
+            faults = threading.Thread(target=self.fault_loop, daemon=True)
+            if self.proxy is not None:
+                faults.start()
             duplicates = self.rng.sample(good, max(1, int(cfg.jobs * cfg.duplicate_share)))
             replayed = self.wait(good, bodies, duplicates)
             self.stop.set()
             killer.join(timeout=30)
+            if faults.is_alive():
+                faults.join(timeout=30)
             return self.check(good, bad, duplicates, replayed, time.monotonic() - started)
         finally:
             self.stop.set()
             for host in self.hosts:
                 host.stop(timeout_s=15)
+            if self.proxy:
+                self.proxy.stop()
             if self.azurite:
                 self.azurite.cleanup()
 
@@ -189,6 +214,40 @@ class Chaos:
         lo, hi = self.cfg.kill_every_s
         while not self.stop.wait(self.rng.uniform(lo, hi)):
             self.kill_one()
+
+    def fault_loop(self) -> None:
+        """FAULT_ROUNDS times: a burst of 503 on ledger writes, then a few conditional ledger writes
+        forwarded to Azurite (so applied, if their condition holds) whose answers are dropped."""
+        assert self.proxy is not None
+        pause, rng = FAULT_PAUSE_S, self.fault_rng
+        for _ in range(FAULT_ROUNDS):
+            if self.stop.wait(rng.uniform(*pause)):
+                return
+            burst_s = rng.uniform(*LEDGER_BURST_S)
+            self.proxy.add(FaultRule("error", methods=("PUT",), path=LEDGER_WRITES, service="blob",
+                                     for_s=burst_s, since="set"))  # fmt: skip
+            if self.stop.wait(burst_s + rng.uniform(*pause)):
+                return
+            self.proxy.add(FaultRule("drop_answer", methods=("PUT",), path=LEDGER_WRITES, service="blob",
+                                     has_header=("If-Match", "If-None-Match"), count=UNANSWERED_PER_ROUND,
+                                     chance=UNANSWERED_CHANCE))  # fmt: skip
+
+    def fault_figures(self) -> dict[str, Any]:
+        assert self.proxy is not None
+        rules = self.proxy.rules()
+        bursts = [r for r in rules if r.action == "error"]
+        drops = [r for r in rules if r.action == "drop_answer"]
+        return {
+            "storage requests through the fault proxy": self.proxy.stats()["requests"],
+            "ledger 503 bursts": len(bursts),
+            "ledger writes answered 503": sum(r.injected for r in bursts),
+            "ledger writes applied but unanswered": sum(
+                n for r in drops for status, n in r.dropped_statuses.items() if 200 <= status < 300
+            ),
+            "ledger writes refused by Azurite, answer dropped": sum(
+                n for r in drops for status, n in r.dropped_statuses.items() if status >= 300
+            ),
+        }
 
     def kill_one(self) -> None:
         """Kill a random host with -9 and start it again."""
@@ -301,6 +360,7 @@ class Chaos:
             report.problems.append(f"{len(in_flight)} jobs left in flight: {in_flight[:5]}")
         decisions = self.decisions()
         report.figures = {
+            "timing": f"shipped host.json, default claim settings, host message lease {self.cfg.host_lease_s:.0f} s",
             "good jobs": len(good),
             "applied exactly once (side effects counted)": len(good) - len(not_once),
             "bad messages": len(bad),
@@ -316,8 +376,10 @@ class Chaos:
             "stale messages acknowledged": decisions["stale"],
             "re-executions absorbed by the idempotent effect": sum(effects.repeats.values()),
             "good jobs the host poisoned and the operator replayed": len(replayed),
-            "elapsed": f"{elapsed:.0f} s",
         }
+        if self.proxy is not None:
+            report.figures.update(self.fault_figures())
+        report.figures["elapsed"] = f"{elapsed:.0f} s"
         return report
 
     def decisions(self) -> Counter[str]:
@@ -329,9 +391,10 @@ def run_chaos(cfg: ChaosConfig, workdir: Path) -> ChaosReport:
     return Chaos(cfg, workdir).run()
 
 
-if __name__ == "__main__":  # python -m tests.chaos.harness [jobs]
+if __name__ == "__main__":  # [CHAOS_STORAGE_FAULTS=0] python -m tests.chaos.harness [jobs]
     jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     out = REPO_ROOT / ".devstack" / time.strftime("chaos-%Y%m%d-%H%M%S")
-    result = run_chaos(ChaosConfig(jobs=jobs, timeout_s=3600), out)
+    faults = os.environ.get("CHAOS_STORAGE_FAULTS", "1") == "1"
+    result = run_chaos(ChaosConfig(jobs=jobs, timeout_s=3600, storage_faults=faults), out)
     print(result.text())
     sys.exit(1 if result.problems else 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 
 from shared import ledger, poison
@@ -137,6 +138,24 @@ def check(world: World, expect: dict[str, str], replay: bool = True) -> list[str
         elif replay:
             problems.extend(_replayable(world, job_id, want))
     return problems
+
+
+RECOVERY_LIMIT_S = {"error": 120.0, "lost": 120.0, "crash": 600.0 + 120.0}
+"""The recovery objective: with the host alive, a job settles within 2 minutes of a storage
+fault; after a worker crash, within the host's 10-minute message lease plus those 2 minutes."""
+
+
+def settled_after_fault(world: World, job_id: str) -> float | None:
+    """Simulated seconds from the injected fault to the job's final state (None: no fault, or
+    the job had settled before it)."""
+    data = world.ledger_docs.docs.get(f"{job_id}.json", ({}, 0, None))[0]
+    stamp = data.get("finished_at") or data.get("poisoned_at")
+    if world.faults.injected_at is None or not isinstance(stamp, str):
+        return None
+    seconds = (
+        datetime.fromisoformat(stamp.replace("Z", "+00:00")) - world.faults.injected_at
+    ).total_seconds()
+    return seconds if seconds >= 0 else None
 
 
 def _replayable(world: World, job_id: str, want: str) -> list[str]:

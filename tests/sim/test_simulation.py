@@ -17,7 +17,16 @@ import pytest
 
 from shared import ledger, processing
 from shared.poison import handler
-from tests.sim.scenarios import CONCURRENT, SCENARIOS, Scenario, check, run_concurrent, run_scenario
+from tests.sim.scenarios import (
+    CONCURRENT,
+    RECOVERY_LIMIT_S,
+    SCENARIOS,
+    Scenario,
+    check,
+    run_concurrent,
+    run_scenario,
+    settled_after_fault,
+)
 from tests.sim.world import FAULT_KINDS, Faults, World, schedules
 
 
@@ -25,6 +34,8 @@ from tests.sim.world import FAULT_KINDS, Faults, World, schedules
 class Exploration:
     schedules: int = 0
     failures: list[str] = field(default_factory=list)
+    slowest: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Per fault kind: the longest simulated time from the fault to a job's final state."""
 
 
 def explore(scenarios: list[Scenario], max_calls: int = 200) -> Exploration:
@@ -41,7 +52,16 @@ def explore(scenarios: list[Scenario], max_calls: int = 200) -> Exploration:
                 if at is not None and faults.injected is None:
                     break  # k is past the last call this run made
                 found.schedules += 1
-                problems = check(world, scenario.expect)
+                problems = []
+                for job_id in scenario.expect if kind and not scenario.operator else ():
+                    took = settled_after_fault(world, job_id)  # before check() replays anything
+                    if took is None:
+                        continue
+                    if took > RECOVERY_LIMIT_S[kind]:
+                        problems.append(f"{job_id}: settled {took:.0f} s after the fault")
+                    if took > found.slowest.get(kind, (0.0, ""))[0]:
+                        found.slowest[kind] = (took, f"{scenario.name} | {faults.injected}")
+                problems += check(world, scenario.expect)
                 if problems:
                     found.failures.append(f"{scenario.name} | {faults.injected or 'no fault'}: {problems}")
     return found
@@ -65,8 +85,11 @@ def test_every_fault_at_every_storage_call_of_every_path() -> None:
     print(
         f"\nsimulation: {found.schedules} schedules over {len(SCENARIOS)} paths, {len(found.failures)} failed"
     )
+    for kind, (took, where) in sorted(found.slowest.items()):
+        print(f"  slowest recovery after a {kind}: {took:.0f} s (simulated), {where}")
     assert found.failures == []
     assert found.schedules > 300
+    assert set(found.slowest) == set(FAULT_KINDS)
 
 
 @pytest.mark.parametrize(("name", "body", "want"), CONCURRENT, ids=[c[0] for c in CONCURRENT])
@@ -135,3 +158,15 @@ def test_the_stuck_job_of_issue_9_is_caught_when_its_fix_is_reverted(monkeypatch
     assert any(
         "lost at call 1: ledger.create j1.json" in f and "left in progress" in f for f in found.failures
     )
+
+
+@pytest.mark.parametrize("failures", [6, 8, 40])
+def test_poison_handler_storage_failing_many_times_in_a_row(failures: int) -> None:
+    """Every poison-archive call fails `failures` times in a row from the handler's first one:
+    6 and 8 are absorbed by the handler's own retries (one invocation of up to 8 tries); 40 outlast
+    five invocations (the host gives a failed `-poison` message back only after its 10-minute
+    lease), so at the last dequeue the handler puts a fresh copy back. It ends archived and listed."""
+    scenario = next(s for s in SCENARIOS if s.name == "host poison after maxDequeueCount")
+    world = run_scenario(scenario, Faults(at=1, kind="error", burst=failures, only="archive."))
+    assert world.faults.injections == failures
+    assert check(world, scenario.expect) == []

@@ -112,22 +112,37 @@ applied but its answer is lost (the caller sees an error)."""
 
 @dataclass
 class Faults:
-    """Counts storage calls; injects one fault at call number `at` (1-based)."""
+    """Counts storage calls; injects a fault at call number `at` (1-based), and at the `burst - 1`
+    calls after it. With `only`, calls are counted only when their label starts with it."""
 
     at: int | None = None
     kind: str = "error"
+    burst: int = 1
+    only: str | None = None
     calls: list[str] = field(default_factory=list)
     injected: str | None = None
+    injections: int = 0
     gate: Callable[[], None] | None = None
     """Called at every storage call before anything else (the interleaving scheduler's yield point)."""
+    clock: Callable[[], datetime] | None = None
+    injected_at: datetime | None = None
 
     def before(self, op: str, name: str) -> Callable[[], None] | None:
         if self.gate is not None:
             self.gate()
-        self.calls.append(f"{op} {name}")
-        if self.at is None or len(self.calls) != self.at:
+        label = f"{op} {name}"
+        if self.only is None or label.startswith(self.only):
+            self.calls.append(label)
+        else:
             return None
-        self.injected = f"{self.kind} at call {self.at}: {op} {name}"
+        if self.at is None or not self.at <= len(self.calls) < self.at + self.burst:
+            return None
+        self.injections += 1
+        if self.injected is None:
+            self.injected = f"{self.kind} at call {self.at}: {label}" + (
+                f" (x{self.burst})" if self.burst > 1 else ""
+            )
+            self.injected_at = self.clock() if self.clock else None
         if self.kind == "crash":
             raise SimCrash(self.injected)
         if self.kind == "error":
@@ -315,6 +330,7 @@ class World:
     def __init__(self, faults: Faults, settings_env: Mapping[str, str] | None = None) -> None:
         self.clock = FakeClock()
         self.faults = faults
+        faults.clock = self.clock
         self.rules = HostRules.shipped()
         env = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", **(settings_env or {})}
         self.settings = Settings.from_env(env)  # the defaults: what ships
