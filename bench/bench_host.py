@@ -153,8 +153,20 @@ class CpuMeter:
         return CpuUse(consumer - self._start[0], azurite - self._start[1], busy)
 
 
+def child_pids(parent: int) -> list[int]:
+    """Processes whose parent is `parent` (/proc on Linux; [] elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text(encoding="ascii").rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(stat.parent.name))
+    return found
+
+
 def host_pids(hosts: Sequence[HostProcess]) -> list[int | None]:
-    return [h.process.pid for h in hosts if h.process is not None]
+    """The host processes and their worker processes (the function app runs in the worker)."""
+    pids = [h.process.pid for h in hosts if h.process is not None]
+    return [*pids, *(child for pid in pids for child in child_pids(pid))]
 
 
 def make_app_dir(root: Path, queues: dict[str, Any]) -> Path:

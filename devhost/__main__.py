@@ -20,11 +20,13 @@ from devhost.config import (
     load_host_options,
     load_settings_values,
     settings_http_port,
+    sync_thread_count,
 )
 from devhost.host import Host
-from devhost.loader import load_functions
+from devhost.logs import setup_logging
 from devhost.stats import Stats
 from devhost.storage import RequestCounter
+from devhost.supervisor import Worker, WorkerStartError
 
 SHUTDOWN_GRACE_SECONDS = 30.0
 DEFAULT_PORT = 7071
@@ -45,21 +47,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def setup_logging(instance_id: str, level: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    safe_id = instance_id.replace("%", "%%")
-    handler.setFormatter(
-        logging.Formatter(
-            f"%(asctime)s.%(msecs)03d %(levelname)s [{safe_id}] %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S"
-        )
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    # The SDK logs every HTTP request at INFO; the real host does not show those.
-    logging.getLogger("azure").setLevel(max(level, logging.WARNING))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     app_dir: Path = args.app_dir.resolve()
@@ -75,22 +62,35 @@ def main(argv: list[str] | None = None) -> int:
         else:
             apply_settings({}, os.environ)
         options = load_host_options(app_dir, os.environ)
+        threads = sync_thread_count(os.environ)
         setup_logging(instance_id, options.log_level)
         counter = None
         if args.count_requests:
             counter = RequestCounter(os.environ)
             counter.install()
         os.chdir(app_dir)  # like func start: the worker runs in the app folder
-        specs = load_functions(app_dir)
         port = (
             None if args.no_http else (args.port if args.port is not None else settings_port or DEFAULT_PORT)
         )
-        host = Host(app_dir, options, specs, dict(os.environ), Stats(instance_id, counter), port)
     except ConfigError as exc:
         print(f"devhost: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    worker = Worker(app_dir, threads, options.function_timeout, instance_id, options.log_level, counter)
+    try:
+        worker.start()  # the worker imports function_app.py and indexes it
+        host = Host(worker, options, dict(os.environ), Stats(instance_id, counter), port)
+    except ConfigError as exc:
+        worker.stop()
+        print(f"devhost: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except WorkerStartError as exc:
+        worker.stop()
+        print(f"devhost: error: the function app failed to load in the worker process:\n{exc}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return 1
     except Exception:
-        print("devhost: error: start-up failed (function app import, or HTTP port):", file=sys.stderr)
+        worker.stop()
+        print("devhost: error: start-up failed (HTTP port?):", file=sys.stderr)
         traceback.print_exc()
         return 1
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     host.start()
-    names = ",".join(spec.name for spec in specs)
+    names = ",".join(spec.name for spec in worker.specs)
     print(f"devhost ready http={host.http_url or 'none'} functions={names}", flush=True)
     while not stop.wait(0.5):
         pass
@@ -119,5 +119,5 @@ if __name__ == "__main__":
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Threads of timed-out or unfinished invocations cannot be stopped or joined: leave without them.
+    # Threads of unfinished HTTP requests or timers cannot be joined: leave without them.
     os._exit(code)

@@ -45,6 +45,17 @@ def parse_timespan(text: str) -> float:
     return -seconds if negative else seconds
 
 
+def format_timespan(seconds: float) -> str:
+    """Seconds as a .NET TimeSpan string, as the host prints functionTimeout ("00:05:00")."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    fraction = seconds - whole
+    if fraction > 0:
+        text += f"{fraction:.7f}"[1:]
+    return f"{days}.{text}" if days else text
+
+
 def parse_duration(value: object) -> float:
     """host.json duration: a TimeSpan string, or a number of milliseconds (int or digit string)."""
     if isinstance(value, bool):
@@ -209,6 +220,23 @@ def load_host_options(app_dir: Path, environ: Mapping[str, str], cpu_count: int 
         route_prefix=("api" if prefix is None else str(prefix)).strip("/"),
         lease_seconds=lease,
     )
+
+
+THREAD_COUNT_SETTING = "PYTHON_THREADPOOL_THREAD_COUNT"
+
+
+def sync_thread_count(environ: Mapping[str, str], cpu_count: int | None = None) -> int:
+    """Threads of the worker's pool for sync functions: the app setting, else min(32, cpus + 4)."""
+    raw = environ.get(THREAD_COUNT_SETTING)
+    if raw is None or not raw.strip():
+        return min(32, (cpu_count or os.cpu_count() or 1) + 4)
+    try:
+        count = int(raw.strip())
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ConfigError(f"app setting {THREAD_COUNT_SETTING} must be a positive integer (got {raw!r})")
+    return count
 
 
 _SETTING_REF = re.compile(r"%([^%]+)%")

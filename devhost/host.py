@@ -1,4 +1,7 @@
-"""Wires the indexed functions to queue listeners, the HTTP server and timers; start and stop."""
+"""Wires the indexed functions to queue listeners, the HTTP server and timers; start and stop.
+
+The functions themselves run in the worker process (devhost.supervisor, devhost.worker).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +9,15 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from devhost.config import ConfigError, HostOptions, resolve_setting_refs
 from devhost.http_server import HttpApp, build_http_functions, make_server, serve_in_thread
-from devhost.invoker import EventLoopThread, PreparedCall, resolve_queue_outputs, send_queue_outputs
+from devhost.invoker import QueueOutput, resolve_queue_outputs, send_queue_outputs
 from devhost.loader import FunctionSpec
 from devhost.queue_listener import QueueListener, QueueTarget
 from devhost.stats import Stats
 from devhost.storage import QueueClients, resolve_queue_connection
+from devhost.supervisor import Worker
 from devhost.timers import TimerRunner
 
 log = logging.getLogger("devhost")
@@ -46,24 +48,21 @@ def queue_target(spec: FunctionSpec, environ: dict[str, str]) -> QueueTarget:
 class Host:
     def __init__(
         self,
-        app_dir: Path,
+        worker: Worker,
         options: HostOptions,
-        specs: list[FunctionSpec],
         environ: dict[str, str],
         stats: Stats,
         port: int | None,
     ) -> None:
-        self.app_dir = app_dir
+        self.worker = worker
         self.options = options
-        self.specs = specs
+        self.specs = specs = worker.specs
         self.stats = stats
+        stats.provide("worker", worker.snapshot)
         self.clients = QueueClients(environ)
-        self.loop = EventLoopThread()
         encoding = options.queues.message_encoding
         self.listeners = [
-            QueueListener(
-                queue_target(s, environ), options, self.clients, stats, self.loop, self.notify, app_dir
-            )
+            QueueListener(queue_target(s, environ), options, self.clients, stats, worker, self.notify)
             for s in specs
             if s.kind == "queue"
         ]
@@ -71,14 +70,7 @@ class Host:
         for spec in (s for s in specs if s.kind == "timer"):
             outputs = resolve_queue_outputs(spec, environ)
             self.timers.append(
-                TimerRunner(
-                    spec,
-                    environ,
-                    stats,
-                    self.loop,
-                    app_dir,
-                    self._output_sender(outputs) if outputs else None,
-                )
+                TimerRunner(spec, environ, stats, worker, self._output_sender(outputs) if outputs else None)
             )
         http_functions = build_http_functions(specs, environ)
         for fn in http_functions:
@@ -89,17 +81,16 @@ class Host:
             options.route_prefix,
             stats,
             self.clients,
-            self.loop,
+            worker,
             encoding,
             self.notify,
-            app_dir,
         )
         self.server = make_server(self.http_app, port) if port is not None else None
 
-    def _output_sender(self, outputs: list[Any]) -> Callable[[PreparedCall, Any], int]:
-        def send(prepared: PreparedCall, result: Any) -> int:
+    def _output_sender(self, outputs: list[QueueOutput]) -> Callable[[dict[str, list[bytes]]], int]:
+        def send(bodies: dict[str, list[bytes]]) -> int:
             return send_queue_outputs(
-                outputs, prepared, result, self.clients, self.options.queues.message_encoding, self.notify
+                outputs, bodies, self.clients, self.options.queues.message_encoding, self.notify
             )
 
         return send
@@ -126,16 +117,18 @@ class Host:
         q = self.options.queues
         log.info(
             "host started: batchSize=%d newBatchThreshold=%d maxPollingInterval=%.1fs "
-            "visibilityTimeout=%.1fs maxDequeueCount=%d messageEncoding=%s lease=%.0fs functionTimeout=%s",
+            "visibilityTimeout=%.1fs maxDequeueCount=%d messageEncoding=%s lease=%.0fs functionTimeout=%s "
+            "worker threads=%d",
             q.batch_size, q.new_batch_threshold, q.max_polling_interval, q.visibility_timeout,
             q.max_dequeue_count, q.message_encoding, self.options.lease_seconds,
-            self.options.function_timeout,
+            self.options.function_timeout, self.worker.threads,
         )  # fmt: skip
         for listener in self.listeners:
             log.info("queue trigger %s -> queue '%s'", listener.spec.name, listener.queue_name)
 
     def stop(self, grace: float = 30.0) -> bool:
-        """Stop polling and timers, wait for in-flight invocations (up to `grace` s), stop HTTP."""
+        """Stop polling and timers, wait for in-flight invocations (up to `grace` s), stop HTTP and
+        the worker process."""
         deadline = time.monotonic() + grace
         for listener in self.listeners:
             listener.stop_polling()
@@ -146,6 +139,7 @@ class Host:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        self.worker.stop()
         if not idle:
             log.error("shutdown: invocations still running after %.0fs; exiting anyway", grace)
         return idle

@@ -7,27 +7,22 @@ import logging
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import azure.functions as func
 
 from devhost.config import resolve_setting_refs
-from devhost.invoker import (
-    EventLoopThread,
-    QueueOutput,
-    call_function,
-    prepare_call,
-    resolve_queue_outputs,
-    send_queue_outputs,
-)
+from devhost.invoker import QueueOutput, resolve_queue_outputs, send_queue_outputs
+from devhost.ipc import error_text, failure_details
 from devhost.loader import FunctionSpec
 from devhost.stats import Stats
 from devhost.storage import QueueClients
+from devhost.supervisor import Worker
 
 log = logging.getLogger("devhost.http")
 
@@ -148,19 +143,17 @@ class HttpApp:
         route_prefix: str,
         stats: Stats,
         clients: QueueClients | None,
-        loop: EventLoopThread,
+        worker: Worker,
         encoding: str,
         notify: Callable[[str], None],
-        app_dir: Path,
     ) -> None:
         self.functions = functions
         self.prefix = "/" + route_prefix.strip("/") if route_prefix.strip("/") else ""
         self.stats = stats
         self.clients = clients
-        self.loop = loop
+        self.worker = worker
         self.encoding = encoding
         self.notify = notify
-        self.app_dir = app_dir
         self.counters = {
             f.spec.name: stats.section("http", f.spec.name, ("requests", "errors")) for f in functions
         }
@@ -183,36 +176,37 @@ class HttpApp:
             if fn.methods is not None and method not in fn.methods:
                 allowed |= fn.methods
                 continue
-            request = func.HttpRequest(
-                method, url, headers=headers, params=dict(parse_qsl(parts.query, keep_blank_values=True)),
-                route_params=route_params, body=body,
-            )  # fmt: skip
-            return self._invoke(fn, request)
+            params = dict(parse_qsl(parts.query, keep_blank_values=True))
+            return self._invoke(fn, method, url, (method, url, headers, params, route_params, body))
         if allowed:
             return text_reply(405, "Method Not Allowed", {"Allow": ", ".join(sorted(allowed))})
         return text_reply(404, "Not Found")
 
-    def _invoke(self, fn: HttpFunction, request: func.HttpRequest) -> Reply:
+    def _invoke(self, fn: HttpFunction, method: str, url: str, payload: tuple[Any, ...]) -> Reply:
+        """Run the function in the worker (payload: what func.HttpRequest is built from)."""
         counters = self.counters[fn.spec.name]
         counters.incr("requests")
         started = time.monotonic()
         try:
-            prepared = prepare_call(fn.spec, request, self.app_dir)
-            result = call_function(fn.spec, prepared.kwargs, self.loop, lambda _f: None)
-            named = [b.name for b in fn.spec.outputs if b.type == "http" and b.name != "$return"]
-            reply = to_reply(prepared.outs[named[0]].get() if named else result)
+            outcome = self.worker.invoke(fn.spec.name, str(uuid.uuid4()), payload)
+            if outcome.http is None:
+                raise RuntimeError("the worker sent no HTTP response")
+            reply = Reply(*outcome.http)
             if fn.outputs:
                 if self.clients is None:
                     raise RuntimeError("queue output binding without a storage connection")
-                send_queue_outputs(fn.outputs, prepared, result, self.clients, self.encoding, self.notify)
+                send_queue_outputs(
+                    fn.outputs, outcome.queue_outputs, self.clients, self.encoding, self.notify
+                )
         except Exception as exc:
             counters.incr("errors")
-            log.error("Executed 'Functions.%s' (Failed, %s %s): %s: %s", fn.spec.name, request.method,
-                      request.url, type(exc).__name__, exc, exc_info=exc)  # fmt: skip
-            return text_reply(500, f"Function '{fn.spec.name}' failed: {type(exc).__name__}")
+            log.error("Executed 'Functions.%s' (Failed, %s %s): %s%s", fn.spec.name, method, url,
+                      error_text(exc), failure_details(exc))  # fmt: skip
+            name = getattr(exc, "type_name", type(exc).__name__)
+            return text_reply(500, f"Function '{fn.spec.name}' failed: {name}")
         elapsed_ms = (time.monotonic() - started) * 1000
         log.info("Executed 'Functions.%s' (Succeeded, %s %s -> %d, Duration=%.0fms)", fn.spec.name,
-                 request.method, urlsplit(request.url).path, reply.status, elapsed_ms)  # fmt: skip
+                 method, urlsplit(url).path, reply.status, elapsed_ms)  # fmt: skip
         return reply
 
 

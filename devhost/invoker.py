@@ -1,4 +1,4 @@
-"""Calling user functions: sync or async, with `func.Out` output parameters and queue outputs."""
+"""Function calls: arguments and `func.Out` parameters (worker side), queue outputs (host side)."""
 
 from __future__ import annotations
 
@@ -100,29 +100,35 @@ class PreparedCall:
     outs: dict[str, OutValue[Any]]
 
 
-def prepare_call(spec: FunctionSpec, trigger_value: Any, app_dir: Path) -> PreparedCall:
+def prepare_call(
+    spec: FunctionSpec, trigger_value: Any, app_dir: Path, invocation_id: str | None = None
+) -> PreparedCall:
     outs: dict[str, OutValue[Any]] = {b.name: OutValue() for b in spec.outputs if b.name != "$return"}
     kwargs: dict[str, Any] = {spec.trigger.name: trigger_value, **outs}
     if spec.wants_context:
-        kwargs["context"] = Context(spec.name, str(app_dir))
+        kwargs["context"] = Context(spec.name, str(app_dir), invocation_id or str(uuid.uuid4()))
     return PreparedCall(kwargs, outs)
 
 
-def call_function(
-    spec: FunctionSpec, kwargs: dict[str, Any], loop: EventLoopThread, on_future: Callable[[Any], None]
-) -> Any:
-    """Run the function in the calling thread (sync) or on the loop thread (async), blocking."""
-    if spec.is_async:
-        future = loop.submit(spec.func(**kwargs))
-        on_future(future)
-        return future.result()
-    return spec.func(**kwargs)
+def output_value(name: str, prepared: PreparedCall, return_value: Any) -> Any:
+    """The value of output binding `name`: the return value for `$return`, else the `func.Out`."""
+    return return_value if name == "$return" else prepared.outs[name].get()
+
+
+def queue_output_bodies(
+    spec: FunctionSpec, prepared: PreparedCall, return_value: Any
+) -> dict[str, list[bytes]]:
+    """Message bodies per queue output binding, as the worker hands them to the host."""
+    return {
+        b.name: message_bodies(output_value(b.name, prepared, return_value))
+        for b in spec.outputs
+        if b.type == "queue"
+    }
 
 
 def send_queue_outputs(
     outputs: list[QueueOutput],
-    prepared: PreparedCall,
-    return_value: Any,
+    bodies: dict[str, list[bytes]],
     clients: QueueClients,
     encoding: str,
     notify: Callable[[str], None],
@@ -130,13 +136,11 @@ def send_queue_outputs(
     """After a successful call, write queue output bindings (creating queues) and wake listeners."""
     sent = 0
     for out in outputs:
-        name = out.binding.name
-        value = return_value if name == "$return" else prepared.outs[name].get()
-        bodies = message_bodies(value)
-        if not bodies:
+        messages = bodies.get(out.binding.name) or []
+        if not messages:
             continue
         queue = clients.queue(out.connection, out.queue_name)
-        for body in bodies:
+        for body in messages:
             send_create_if_missing(queue, encode_body(body, encoding))
             sent += 1
         notify(out.queue_name)

@@ -32,21 +32,30 @@ class Binding:
 
 @dataclass
 class FunctionSpec:
-    """One indexed function: its trigger, its output bindings and the user callable."""
+    """One indexed function: its trigger, its output bindings and (in the worker) the user callable."""
 
     name: str
-    func: Callable[..., Any]
+    func: Callable[..., Any] | None
     trigger: Binding
     outputs: list[Binding] = field(default_factory=list)
     wants_context: bool = False
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+    is_async: bool = False
 
     @property
     def kind(self) -> str:
         return {"queueTrigger": "queue", "httpTrigger": "http", "timerTrigger": "timer"}[self.trigger.type]
+
+    def describe(self) -> tuple[str, list[dict[str, Any]], bool, bool]:
+        """What the worker sends the host after indexing: no callable, only plain data."""
+        raws = [self.trigger.raw, *(b.raw for b in self.outputs)]
+        return self.name, raws, self.wants_context, self.is_async
+
+
+def spec_from_description(described: tuple[str, list[dict[str, Any]], bool, bool]) -> FunctionSpec:
+    """The host's copy of a function the worker indexed (`func` is None: calls go to the worker)."""
+    name, raws, wants_context, is_async = described
+    trigger, *outputs = [_binding(raw) for raw in raws]
+    return FunctionSpec(name, None, trigger, outputs, wants_context, is_async)
 
 
 def _binding(raw_json: str | dict[str, Any]) -> Binding:
@@ -113,7 +122,16 @@ def index_functions(app: FunctionRegister) -> list[FunctionSpec]:
         for b in [trigger, *outputs]:
             if b.name != "$return" and b.name not in params:
                 raise ConfigError(f"function {name}: binding {b.name!r} is not a parameter of the function")
-        specs.append(FunctionSpec(name, user_fn, trigger, outputs, wants_context="context" in params))
+        specs.append(
+            FunctionSpec(
+                name,
+                user_fn,
+                trigger,
+                outputs,
+                wants_context="context" in params,
+                is_async=inspect.iscoroutinefunction(user_fn),
+            )
+        )
     return specs
 
 

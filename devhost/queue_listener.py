@@ -11,16 +11,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from azure.functions.queue import QueueMessage as FuncQueueMessage
 from azure.storage.queue import QueueMessage
 
 from devhost import decisions
 from devhost.config import HostOptions
 from devhost.decisions import Action, RenewOutcome
-from devhost.invoker import EventLoopThread, QueueOutput, call_function, prepare_call, send_queue_outputs
+from devhost.invoker import QueueOutput, send_queue_outputs
+from devhost.ipc import FunctionTimeout, error_text, failure_details
 from devhost.loader import FunctionSpec
 from devhost.queue_ops import (
     delete_message,
@@ -33,6 +32,7 @@ from devhost.queue_ops import (
 from devhost.scheduler import Scheduled, Scheduler
 from devhost.stats import QUEUE_COUNTERS, Stats
 from devhost.storage import QueueClients
+from devhost.supervisor import Worker
 
 log = logging.getLogger("devhost.queue")
 
@@ -53,16 +53,17 @@ def _utc(value: datetime | None) -> datetime | None:
     return value
 
 
-def to_function_message(message: QueueMessage, body: bytes) -> FuncQueueMessage:
-    """The complete message object the Python worker passes to the function."""
-    return FuncQueueMessage(  # type: ignore[no-untyped-call]
-        id=message.id,
-        body=body,
-        dequeue_count=int(message.dequeue_count or 0),
-        expiration_time=_utc(message.expires_on),
-        insertion_time=_utc(message.inserted_on),
-        time_next_visible=_utc(message.next_visible_on),
-        pop_receipt=message.pop_receipt,
+def queue_payload(message: QueueMessage, body: bytes) -> tuple[Any, ...]:
+    """The trigger metadata the host sends the worker; it builds azure.functions.queue.QueueMessage
+    (id, body, dequeue_count, expiration_time, insertion_time, time_next_visible, pop_receipt)."""
+    return (
+        message.id,
+        body,
+        int(message.dequeue_count or 0),
+        _utc(message.expires_on),
+        _utc(message.inserted_on),
+        _utc(message.next_visible_on),
+        message.pop_receipt,
     )
 
 
@@ -79,8 +80,6 @@ class Invocation:
         self.finished = False
         self.renew_interval = lease / 2
         self.renew_timer: Scheduled | None = None
-        self.timeout_timer: Scheduled | None = None
-        self.future: concurrent.futures.Future[Any] | None = None
 
     def claim(self) -> bool:
         """Take ownership of completion; stops renewal. False if someone already completed it."""
@@ -88,9 +87,8 @@ class Invocation:
             if self.finished:
                 return False
             self.finished = True
-            for timer in (self.renew_timer, self.timeout_timer):
-                if timer is not None:
-                    timer.cancel()
+            if self.renew_timer is not None:
+                self.renew_timer.cancel()
             return True
 
 
@@ -101,9 +99,8 @@ class QueueListener:
         options: HostOptions,
         clients: QueueClients,
         stats: Stats,
-        loop: EventLoopThread,
+        worker: Worker,
         notify: Callable[[str], None],
-        app_dir: Path,
         rng: random.Random | None = None,
     ) -> None:
         self.target = target
@@ -112,12 +109,10 @@ class QueueListener:
         self.poison_name = decisions.poison_queue_name(target.queue_name)
         self.opts = options.queues
         self.lease = options.lease_seconds
-        self.function_timeout = options.function_timeout
         self.clients = clients
         self.queue = clients.queue(target.connection, target.queue_name)
-        self.loop = loop
+        self.worker = worker
         self.notify = notify
-        self.app_dir = app_dir
         self.rng = rng or random.Random()
         self.counters = stats.section("queues", target.queue_name, QUEUE_COUNTERS, function=self.spec.name)
         self.counters.gauges["in_flight"] = lambda: self.in_flight
@@ -252,32 +247,21 @@ class QueueListener:
 
         with inv.lock:
             inv.renew_timer = self._timer(inv.renew_interval, self._renew, inv)
-            if self.function_timeout is not None:
-                inv.timeout_timer = self._timer(self.function_timeout, self._on_timeout, inv)
         invocation_id = str(uuid.uuid4())
-        prepared = prepare_call(self.spec, to_function_message(inv.message, body), self.app_dir)
         log.info("Executing 'Functions.%s' (Reason='New queue message detected on '%s'.', Id=%s, "
                  "MessageId=%s, DequeueCount=%d)", self.spec.name, self.queue_name, invocation_id,
                  inv.message_id, inv.dequeue_count)  # fmt: skip
         self.counters.incr("invocations")
         started = time.monotonic()
-        error: BaseException | None = None
-        result: Any = None
+        error: Exception | None = None
         try:
-            result = call_function(self.spec, prepared.kwargs, self.loop, lambda f: setattr(inv, "future", f))
-        except BaseException as exc:
+            outcome = self.worker.invoke(self.spec.name, invocation_id, queue_payload(inv.message, body))
+            sent = send_queue_outputs(self.target.outputs, outcome.queue_outputs, self.clients,
+                                      self.opts.message_encoding, self.notify)  # fmt: skip
+            self.counters.incr("output_messages", sent)
+        except Exception as exc:
             error = exc
-        if not inv.claim():
-            log.warning("'Functions.%s' (Id=%s) returned after its timeout; its result is discarded",
-                        self.spec.name, invocation_id)  # fmt: skip
-            return
-        if error is None:
-            try:
-                sent = send_queue_outputs(self.target.outputs, prepared, result, self.clients,
-                                          self.opts.message_encoding, self.notify)  # fmt: skip
-                self.counters.incr("output_messages", sent)
-            except Exception as exc:
-                error = exc
+        inv.claim()
         elapsed_ms = (time.monotonic() - started) * 1000
         if error is None:
             self.counters.incr("successes")
@@ -285,9 +269,11 @@ class QueueListener:
                      self.spec.name, invocation_id, elapsed_ms)  # fmt: skip
         else:
             self.counters.incr("failures")
-            log.error("Executed 'Functions.%s' (Failed, Id=%s, Duration=%.0fms, DequeueCount=%d): %s: %s",
-                      self.spec.name, invocation_id, elapsed_ms, inv.dequeue_count,
-                      type(error).__name__, error, exc_info=error)  # fmt: skip
+            if isinstance(error, FunctionTimeout):
+                self.counters.incr("timeouts")
+            log.error("Executed 'Functions.%s' (Failed, Id=%s, Duration=%.0fms, DequeueCount=%d): %s%s",
+                      self.spec.name, invocation_id, elapsed_ms, inv.dequeue_count, error_text(error),
+                      failure_details(error))  # fmt: skip
         action = decisions.after_call(
             error is None, inv.dequeue_count, self.opts.max_dequeue_count, has_poison
         )
@@ -295,20 +281,6 @@ class QueueListener:
 
     def _timer(self, delay: float, fn: Callable[[Invocation], None], inv: Invocation) -> Scheduled:
         return self.timers.call_later(delay, fn, inv)
-
-    def _on_timeout(self, inv: Invocation) -> None:
-        if not inv.claim():
-            return
-        self.counters.incr("timeouts")
-        self.counters.incr("failures")
-        log.error("TIMEOUT: 'Functions.%s' on message %s exceeded functionTimeout (%.0fs); counted as a "
-                  "failure. Its thread cannot be stopped and keeps running (the real host would restart "
-                  "the worker process).", self.spec.name, inv.message_id, self.function_timeout)  # fmt: skip
-        if inv.future is not None:
-            inv.future.cancel()
-        has_poison = self.poison_name is not None
-        action = decisions.after_call(False, inv.dequeue_count, self.opts.max_dequeue_count, has_poison)
-        self._finish(inv, action, "function timed out")
 
     def _renew(self, inv: Invocation) -> None:
         with inv.lock:

@@ -56,6 +56,12 @@ class Stats:
         self.started = time.time()
         self._lock = threading.Lock()
         self._sections: dict[str, dict[str, Counters]] = {"queues": {}, "http": {}, "timers": {}}
+        self._providers: dict[str, Callable[[], Any]] = {}
+
+    def provide(self, key: str, fn: Callable[[], Any]) -> None:
+        """Serve `fn()` as `key` in every snapshot (e.g. the worker process's state)."""
+        with self._lock:
+            self._providers[key] = fn
 
     def section(self, kind: str, key: str, names: tuple[str, ...] = (), **static: Any) -> Counters:
         counters = Counters(self._lock, static, names)
@@ -75,6 +81,7 @@ class Stats:
             }
             for kind, entries in self._sections.items():
                 out[kind] = {key: {**c.static, **c.values} for key, c in entries.items()}
+            providers = dict(self._providers)
             gauges = {
                 (kind, key): c.gauges
                 for kind, entries in self._sections.items()
@@ -83,6 +90,8 @@ class Stats:
         for (kind, key), funcs in gauges.items():
             for name, fn in funcs.items():
                 out[kind][key][name] = fn()
+        for key, provider in providers.items():
+            out[key] = provider()
         if self.requests is not None:
             out["storage_requests"] = self.requests.snapshot()
         return out

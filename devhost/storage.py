@@ -158,7 +158,11 @@ def _endpoints_from_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class RequestCounter:
-    """Counts storage HTTP requests made by any azure SDK client (sync RequestsTransport) in-process."""
+    """Counts storage HTTP requests made by any azure SDK client (sync RequestsTransport) in-process.
+
+    The worker process counts its own (the app's) requests and sends them to the host with each
+    result; the host adds them to its counter.
+    """
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self._endpoints = _endpoints_from_environ(environ)
@@ -180,6 +184,20 @@ class RequestCounter:
         with self._lock:
             per = self._counts.setdefault(service, {})
             per[method.upper()] = per.get(method.upper(), 0) + 1
+
+    def take(self) -> dict[str, dict[str, int]]:
+        """The counts so far, and start again from zero (the worker sends them to the host)."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        return counts
+
+    def add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
+        """Add counts taken in another process (the worker's requests, by service and method)."""
+        with self._lock:
+            for service, per_method in counts.items():
+                per = self._counts.setdefault(service, {})
+                for method, n in per_method.items():
+                    per[method] = per.get(method, 0) + n
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -5,18 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
-
-from azure.functions.timer import TimerRequest
 
 from devhost.config import ConfigError, parse_timespan, resolve_setting_refs
-from devhost.invoker import EventLoopThread, PreparedCall, call_function, prepare_call
+from devhost.ipc import error_text, failure_details
 from devhost.loader import FunctionSpec
 from devhost.stats import Stats
+from devhost.supervisor import Worker
 
 log = logging.getLogger("devhost.timer")
 
@@ -127,17 +125,15 @@ class TimerRunner:
         spec: FunctionSpec,
         environ: dict[str, str],
         stats: Stats,
-        loop: EventLoopThread,
-        app_dir: Path,
-        send_outputs: Callable[[PreparedCall, Any], Any] | None = None,
+        worker: Worker,
+        send_outputs: Callable[[dict[str, list[bytes]]], int] | None = None,
     ) -> None:
         self.spec = spec
         self.send_outputs = send_outputs
         text = resolve_setting_refs(str(spec.trigger.get("schedule", "")), environ, f"function {spec.name}")
         self.schedule = parse_schedule(text)
         self.run_on_startup = bool(spec.trigger.get("runOnStartup", False))
-        self.loop = loop
-        self.app_dir = app_dir
+        self.worker = worker
         self.counters = stats.section("timers", spec.name, ("runs", "failures", "past_due"), schedule=text)
         self._stop = threading.Event()
         self._busy = threading.Lock()
@@ -177,28 +173,24 @@ class TimerRunner:
             if self._stop.is_set():
                 return
             now = datetime.now(UTC)
-            timer = TimerRequest(
-                past_due=past_due,
-                schedule_status={
-                    "Last": last.isoformat() if last else None,
-                    "Next": following.isoformat(),
-                    "LastUpdated": now.isoformat(),
-                },
-                schedule={"AdjustForDST": True},
-            )
+            status = {
+                "Last": last.isoformat() if last else None,
+                "Next": following.isoformat(),
+                "LastUpdated": now.isoformat(),
+            }
+            payload = (past_due, status, {"AdjustForDST": True})  # what TimerRequest is built from
             self.counters.incr("runs")
             if past_due:
                 self.counters.incr("past_due")
             started = time.monotonic()
             try:
-                prepared = prepare_call(self.spec, timer, self.app_dir)
-                result = call_function(self.spec, prepared.kwargs, self.loop, lambda _f: None)
+                outcome = self.worker.invoke(self.spec.name, str(uuid.uuid4()), payload)
                 if self.send_outputs is not None:
-                    self.send_outputs(prepared, result)
+                    self.send_outputs(outcome.queue_outputs)
             except Exception as exc:
                 self.counters.incr("failures")
-                log.error("Executed 'Functions.%s' (Failed): %s: %s", self.spec.name, type(exc).__name__, exc,
-                          exc_info=exc)  # fmt: skip
+                log.error("Executed 'Functions.%s' (Failed): %s%s", self.spec.name, error_text(exc),
+                          failure_details(exc))  # fmt: skip
                 return
             log.info("Executed 'Functions.%s' (Succeeded, timer, past_due=%s, Duration=%.0fms)",
                      self.spec.name, past_due, (time.monotonic() - started) * 1000)  # fmt: skip

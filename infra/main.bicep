@@ -336,6 +336,10 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     AZURE_CLIENT_ID: identity.properties.clientId
     APPLICATIONINSIGHTS_CONNECTION_STRING: appInsights.properties.ConnectionString
     APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identity.properties.clientId};Authorization=AAD'
+    // The Python worker runs the sync functions of all triggers on one thread pool, by default
+    // min(32, vCPUs + 4) threads. 24 = host.json batchSize 16 + newBatchThreshold 8: every message the
+    // host fetches for process_job can run at once (the work waits on storage and Spark, not the CPU).
+    PYTHON_THREADPOOL_THREAD_COUNT: '24'
     JOBS_QUEUE: jobsQueueName
     LEDGER_CONTAINER: 'ledger'
     RESULTS_CONTAINER: 'results'

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
+    AzureError,
     HttpResponseError,
     ResourceExistsError,
     ResourceModifiedError,
@@ -92,8 +93,8 @@ class BlobDocuments:
             raw = downloader.readall()
         except ResourceNotFoundError:
             return None
-        except HttpResponseError as exc:
-            raise _storage_error(exc, "read", name) from exc
+        except AzureError as exc:
+            raise storage_failure(exc, "read", name) from exc
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -112,7 +113,9 @@ class BlobDocuments:
         except HttpResponseError as exc:
             if error_code(exc) in ("BlobAlreadyExists", "ConditionNotMet"):
                 raise DocumentExists(name) from None
-            raise _storage_error(exc, "create", name) from exc
+            raise storage_failure(exc, "create", name) from exc
+        except AzureError as exc:
+            raise storage_failure(exc, "create", name) from exc
         return Document(data, str(props["etag"]))
 
     def replace(self, name: str, current: Document, data: dict[str, Any]) -> Document:
@@ -129,7 +132,9 @@ class BlobDocuments:
         except HttpResponseError as exc:
             if error_code(exc) in ("ConditionNotMet", "BlobNotFound"):
                 raise DocumentChanged(name) from None
-            raise _storage_error(exc, "update", name) from exc
+            raise storage_failure(exc, "update", name) from exc
+        except AzureError as exc:
+            raise storage_failure(exc, "update", name) from exc
         return Document(data, str(props["etag"]))
 
     def upsert(self, name: str, data: dict[str, Any]) -> Document:
@@ -137,8 +142,8 @@ class BlobDocuments:
             props = self.container.get_blob_client(name).upload_blob(
                 dump(data), overwrite=True, content_settings=_JSON
             )
-        except HttpResponseError as exc:
-            raise _storage_error(exc, "write", name) from exc
+        except AzureError as exc:
+            raise storage_failure(exc, "write", name) from exc
         return Document(data, str(props["etag"]))
 
     def delete(self, name: str) -> None:
@@ -167,7 +172,22 @@ class MemoryDocuments:
         self._version = 0
 
     def _gate(self, op: str, name: str) -> Callable[[], None] | None:
-        return self.before(f"{self.label}.{op}", name) if self.before else None
+        if not self.before:
+            return None
+        try:
+            after = self.before(f"{self.label}.{op}", name)
+        except AzureError as exc:
+            raise storage_failure(exc, op, name) from exc
+        if after is None:
+            return None
+
+        def answer_lost() -> None:
+            try:
+                after()
+            except AzureError as exc:
+                raise storage_failure(exc, op, name) from exc
+
+        return answer_lost
 
     def _store(self, name: str, data: dict[str, Any]) -> Document:
         self._version += 1
@@ -229,7 +249,9 @@ class MemoryDocuments:
         yield from found
 
 
-def _storage_error(exc: HttpResponseError, action: str, name: str) -> Exception:
+def storage_failure(exc: AzureError, action: str, name: str) -> Exception:
+    """StorageThrottled for what may pass (5xx, 429, timeouts, connection errors); else `exc`."""
     if is_throttled(exc):
-        return StorageThrottled(f"{action} of {name} failed: storage busy ({exc.status_code})")
+        status = getattr(exc, "status_code", None) or exc.__class__.__name__
+        return StorageThrottled(f"{action} of {name} failed: storage busy ({status})")
     return exc

@@ -24,6 +24,9 @@ DECISIONS = (
     "replayed",
     "archived",
     "already_poisoned",
+    "storage_busy",
+    "contended",
+    "claim_lost",
 )
 
 

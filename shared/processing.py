@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -90,9 +90,6 @@ class ClaimKeeper:
         self._lock = threading.RLock()
         self._stopped = False
         self._timer: Timer | None = None
-
-    def facts(self, delivery: Delivery) -> Facts:
-        return Facts(self.rt.clock(), delivery.message_id, delivery.dequeue_count, self.owner)
 
     def write(self, change: ledger.Change) -> Record:
         """Apply one transition to our record; ClaimLost when another writer changed it."""
@@ -261,7 +258,7 @@ class Processor:
         else:
             self.defer(RECHECK_MARGIN_S, "claim_lost")
 
-    def expiry(self) -> Any:
+    def expiry(self) -> datetime:
         return self.env.expires_at or self.env.created_at + timedelta(seconds=self.rt.settings.job_ttl_s)
 
     def expired(self) -> bool:

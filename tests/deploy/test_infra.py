@@ -91,6 +91,7 @@ PLATFORM_SETTINGS = {
     "AZURE_CLIENT_ID",
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    "PYTHON_THREADPOOL_THREAD_COUNT",  # the Python worker's thread pool for sync functions
 }
 
 PARAM_SETS: dict[str, dict[str, Any]] = {
@@ -361,6 +362,18 @@ def test_app_settings_are_identity_based(template: dict[str, Any], case: str) ->
     assert (
         one(resources, "Microsoft.Web/sites").body["properties"]["keyVaultReferenceIdentity"] == identity.id
     )
+
+
+def test_worker_thread_pool_fits_the_queue_concurrency(template: dict[str, Any]) -> None:
+    """PYTHON_THREADPOOL_THREAD_COUNT = batchSize + newBatchThreshold of host.json, in the template
+    and in local.settings.sample.json: every message the host fetches can run at once."""
+    queues = json.loads((ROOT / "host.json").read_text(encoding="utf-8"))["extensions"]["queues"]
+    expected = str(queues["batchSize"] + queues["newBatchThreshold"])
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))["Values"]
+    assert sample["PYTHON_THREADPOOL_THREAD_COUNT"] == expected
+    for case in PARAM_SETS:
+        settings = app_settings(deployment(template, case)[0])
+        assert settings["PYTHON_THREADPOOL_THREAD_COUNT"] == expected, case
 
 
 def test_spark_job_file_defaults_per_backend(template: dict[str, Any]) -> None:

@@ -159,8 +159,8 @@ def test_two_instances_process_each_message_once(scenario: Scenario) -> None:
     numbers = sorted(json.loads(s["body"])["n"] for s in starts)
     assert numbers == list(range(20))  # each exactly once
     assert all(s["dequeue_count"] == 1 for s in starts)
-    by_pid = {s["pid"] for s in starts}
-    assert by_pid == {a.proc.pid, b.proc.pid}, "both instances should have taken work"
+    by_pid = {s["pid"] for s in starts}  # the functions run in each host's worker process
+    assert by_pid == {a.stats()["worker"]["pid"], b.stats()["worker"]["pid"]}, "both should have taken work"
     total_deletes = sum(h.stats()["queues"][scenario.jobs_queue]["deletes"] for h in (a, b))
     assert total_deletes == 20
     assert a.stop() == 0 and b.stop() == 0
@@ -222,12 +222,103 @@ def test_function_timeout_counts_as_failure(scenario: Scenario) -> None:
     assert copies[0].content == raw
     start = scenario.records("process_job", "start")
     assert len(start) == 1
-    assert not scenario.records("process_job", "end")  # moved while the call was still running
     counts = host.stats()["queues"][scenario.jobs_queue]
     assert (counts["timeouts"], counts["failures"], counts["poison_moves"]) == (1, 1, 1)
     assert counts["in_flight"] == 0
-    assert "TIMEOUT" in host.log()
-    wait_for(lambda: scenario.records("process_job", "end"), 5, "the abandoned call to end by itself")
+    assert "Timeout value of 00:00:02 exceeded by function 'Functions.process_job'" in host.log()
+    time.sleep(max(0.0, start[0]["time"] + 4 + 1.0 - time.time()))
+    assert not scenario.records("process_job", "end"), "the timed-out call was killed with its worker"
+    assert host.stop() == 0
+
+
+def test_timeout_restarts_the_worker_and_fails_its_other_invocations(scenario: Scenario) -> None:
+    """Like the real host: the worker process is restarted; every invocation in it fails."""
+    app = scenario.copy_app(functionTimeout="00:00:02")
+    q = scenario.queue(scenario.jobs_queue)
+    q.create_queue()
+    host = scenario.start(app_dir=app)
+    first_pid = host.stats()["worker"]["pid"]
+    # "slow" passes its 2 s timeout at t=2 and would write its end record at t=3. "other" is sent
+    # at t=1 through the HTTP output binding (which wakes the listener) and runs t=1 to t=2.5: in
+    # flight at the restart, within its own timeout. Both sleep on their first delivery only.
+    q.send_message(b64({"action": "sleep", "seconds": 3, "first_delivery_only": True, "name": "slow"}))
+    slow_start = wait_for(lambda: scenario.records("process_job", "start"), 10, "slow to start")[0]
+    time.sleep(max(0.0, slow_start["time"] + 1.0 - time.time()))
+    other = {"action": "sleep", "seconds": 1.5, "first_delivery_only": True, "name": "other"}
+    assert host.post("/api/jobs", json.dumps(other).encode())[0] == 202
+    ends = wait_for(
+        lambda: len(e := scenario.records("process_job", "end")) >= 2 and e, 20, "both redelivered"
+    )
+    wait_for(lambda: queue_is_empty(q), 5, "both deleted")
+    starts = scenario.records("process_job", "start")
+    for name in ("slow", "other"):
+        runs = [s for s in starts if json.loads(s["body"])["name"] == name]
+        assert [r["dequeue_count"] for r in runs] == [1, 2]  # failed once, came back with + 1
+        assert runs[0]["pid"] == first_pid and runs[1]["pid"] != first_pid  # a new worker process
+    assert sorted(e["dequeue_count"] for e in ends) == [2, 2]
+    # The slow call would have written its end record 3 s after it started: it never does.
+    time.sleep(max(0.0, slow_start["time"] + 3 + 1.0 - time.time()))
+    assert [e["dequeue_count"] for e in scenario.records("process_job", "end")] == [2, 2]
+    stats = host.stats()
+    counts = stats["queues"][scenario.jobs_queue]
+    assert (counts["timeouts"], counts["failures"], counts["releases"], counts["deletes"]) == (1, 2, 2, 2)
+    worker = stats["worker"]
+    assert (worker["restarts"], worker["timeouts"], worker["crashes"]) == (1, 1, 0)
+    assert worker["pid"] != first_pid
+    log = host.log()
+    assert "Timeout value of 00:00:02 exceeded by function 'Functions.process_job'" in log
+    assert "2 invocation(s) in flight in it fail (1 timed out)" in log
+    assert "WorkerProcessRestarted" in log
+    assert host.stop() == 0
+
+
+def test_shared_thread_pool_limits_concurrency(scenario: Scenario) -> None:
+    """PYTHON_THREADPOOL_THREAD_COUNT (from local.settings.json) sizes the worker's one pool."""
+    app = scenario.copy_app()
+    (app / "local.settings.json").write_text(json.dumps({"Values": {"PYTHON_THREADPOOL_THREAD_COUNT": "2"}}))
+    q = scenario.queue(scenario.jobs_queue)
+    q.create_queue()
+    for i in range(6):
+        q.send_message(b64({"action": "overlap", "n": i}))
+    host = scenario.start(app_dir=app)
+    wait_for(lambda: len(scenario.records("process_job", "end")) == 6, 30, "six calls")
+    entries = scenario.records("process_job", "overlap")
+    assert len(entries) == 6
+    assert max(e["running"] for e in entries) == 2  # 6 fetched (batch 4 + 2), 2 threads
+    assert {e["threads"] for e in entries} == {"2"}  # the setting reached the worker's environment
+    assert host.stats()["worker"]["threads"] == 2
+    assert host.stop() == 0
+
+
+def test_worker_that_dies_is_restarted(scenario: Scenario) -> None:
+    q = scenario.queue(scenario.jobs_queue)
+    q.create_queue()
+    host = scenario.start()
+    first_pid = host.stats()["worker"]["pid"]
+    dying = q.send_message(b64({"action": "exit", "first_delivery_only": True}))
+    wait_for(lambda: scenario.records("process_job", "end"), 20, "the message to come back and succeed")
+    runs = scenario.records("process_job", "start")
+    assert [r["dequeue_count"] for r in runs] == [1, 2] and {r["id"] for r in runs} == {dying.id}
+    assert runs[0]["pid"] == first_pid and runs[1]["pid"] != first_pid
+    second_pid = runs[1]["pid"]
+    later = q.send_message(b64({"action": "ok"}))
+    done = wait_for(
+        lambda: [e for e in scenario.records("process_job", "end") if e["id"] == later.id], 10, "later"
+    )
+    assert done[0]["pid"] == second_pid
+    # An HTTP request whose worker dies gets a 500; the next worker serves the next request.
+    status, body = host.get("/api/boom?exit=1")
+    assert status == 500 and b"WorkerProcessRestarted" in body
+    assert host.get("/api/jobs/x/result")[0] == 200
+    worker = host.stats()["worker"]
+    assert (worker["restarts"], worker["crashes"], worker["timeouts"]) == (2, 2, 0)
+    assert worker["pid"] not in (first_pid, second_pid)
+    counts = host.stats()["queues"][scenario.jobs_queue]
+    assert (counts["failures"], counts["releases"], counts["deletes"]) == (1, 1, 2)
+    log = host.log()
+    assert f"The worker process (pid {first_pid}) exited unexpectedly (exit code 3)" in log
+    assert "1 invocation(s) in flight in it fail (0 timed out)" in log
+    assert "exited unexpectedly (exit code 4)" in log
     assert host.stop() == 0
 
 

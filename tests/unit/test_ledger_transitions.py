@@ -11,6 +11,7 @@ from azure.core.exceptions import ServiceResponseError
 from shared import ledger
 from shared.documents import Conflict, DocumentChanged, MemoryDocuments
 from shared.envelope import Envelope, isoformat
+from shared.errors import StorageThrottled
 from shared.ledger import Decision, Facts, Ledger
 from shared.poison import judge
 from shared.poison.archive import AppReason
@@ -103,7 +104,7 @@ def test_an_earlier_unanswered_write_of_ours_is_built_on() -> None:
     mine: set[str] = set()
     first = book.write("j1", None, lambda prev: ledger.claimed(prev, ENV, FACTS, 30), mine)
     store.before = _lose_then_fail_read()
-    with pytest.raises(ServiceResponseError):  # a renewal: applied, answer lost, and the read-back failed too
+    with pytest.raises(StorageThrottled):  # a renewal: applied, answer lost, and the read-back failed too
         book.write("j1", first, lambda prev: ledger.renewed(prev, FACTS, 30), mine)
     store.before = None
     done = book.write("j1", first, lambda prev: ledger.completed(prev, "j1", FACTS, 0, "", {}, 1.0), mine)

@@ -1,6 +1,8 @@
 """Test app for devhost: records every call into the JSONL file named by DEVHOST_TEST_RECORD.
 
-Queue bodies are JSON commands: {"action": "ok" | "fail" | "sleep", "seconds": float}.
+Queue bodies are JSON commands: {"action": "ok" | "fail" | "sleep" | "exit" | "overlap", "seconds": float,
+"first_delivery_only": bool}. "exit" ends the worker process (os._exit); "overlap" counts the calls
+running at once; "first_delivery_only" makes "sleep" and "exit" act only at dequeue count 1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import azure.functions as func
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 _lock = threading.Lock()
+_overlap = threading.Condition()
+_running = 0
 
 
 def record(**fields: Any) -> None:
@@ -38,11 +42,31 @@ def process_job(msg: func.QueueMessage) -> None:
     )
     command = json.loads(body)
     action = command.get("action", "ok")
+    if command.get("first_delivery_only") and msg.dequeue_count > 1:
+        action = "ok"
     if action == "sleep":
         time.sleep(float(command.get("seconds", 1)))
     elif action == "fail":
         raise RuntimeError("asked to fail")
-    record(fn="process_job", event="end", id=msg.id)
+    elif action == "exit":
+        os._exit(3)
+    elif action == "overlap":
+        overlap(msg.id)
+    record(fn="process_job", event="end", id=msg.id, dequeue_count=msg.dequeue_count)
+
+
+def overlap(message_id: str) -> None:
+    """Record how many calls run at once; wait (up to 5 s) for a second one, then stay 0.3 s more."""
+    global _running
+    with _overlap:
+        _running += 1
+        record(fn="process_job", event="overlap", id=message_id, running=_running,
+               threads=os.environ.get("PYTHON_THREADPOOL_THREAD_COUNT"))  # fmt: skip
+        _overlap.notify_all()
+        _overlap.wait_for(lambda: _running >= 2, timeout=5)
+    time.sleep(0.3)
+    with _overlap:
+        _running -= 1
 
 
 @app.queue_trigger(arg_name="msg", queue_name="%POISON_WATCH_QUEUE%", connection="AzureWebJobsStorage")
@@ -70,6 +94,8 @@ def submit_job(req: func.HttpRequest, out: func.Out[str]) -> func.HttpResponse:
 
 @app.route(route="boom", methods=["GET"])
 def boom(req: func.HttpRequest) -> func.HttpResponse:
+    if req.params.get("exit"):
+        os._exit(4)  # the worker process dies in the middle of the request
     raise ValueError("boom")
 
 
