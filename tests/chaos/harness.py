@@ -30,10 +30,12 @@ from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
 from tests.integration.effects import count_effects
 
 QUEUE = "chaos"
-SETTINGS = {"JOBS_QUEUE": QUEUE, "ENABLE_TEST_KINDS": "1"}
-"""Production timing: the shipped host.json as it is, and every other setting at its default
-(claim lease and heartbeat, MAX_ATTEMPTS, retry backoff). Only the host's message lease after a
-kill (`ChaosConfig.host_lease_s`) may be shortened."""
+SETTINGS = {"JOBS_QUEUE": QUEUE, "ENABLE_TEST_KINDS": "1", "MAX_ATTEMPTS": "12"}
+"""Production timing: the shipped host.json as it is, and the claim lease, heartbeat and retry
+backoff at their defaults. Only the host's message lease after a kill (`ChaosConfig.host_lease_s`)
+may be shortened. MAX_ATTEMPTS is raised from 5: each attempt of a good job fails with
+probability `transient_rate` (0.2), drawn from the job id and attempt, so with 5 attempts one
+good job in 3,125 would be poisoned by design, and again after every replay."""
 LEDGER_WRITES = rf"^/{DEV_ACCOUNT}/ledger/"
 """storage_faults: the path of ledger blobs (the hosts' LEDGER_CONTAINER, from the settings sample)."""
 FAULT_ROUNDS = 8
