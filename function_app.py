@@ -1,10 +1,19 @@
 """The function app: wiring only. Each function hands its call to the `shared` package."""
 
+import os
+
 import azure.functions as func
 
 from shared import api, poison, processing
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+# Every 15 minutes in Azure: on Flex Consumption each run wakes an instance, which then polls both
+# queues until it scales in, so a short period would keep an idle app awake for good (README: what an
+# idle deployment costs). What the sweeper archives (poison bodies that are not base64) is rare, and
+# `poison peek` shows it meanwhile. Local stacks set POISON_SWEEP_SCHEDULE (local.settings.sample.json:
+# every 30 s) so that a demo or a test sees such a message archived quickly.
+SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 * * * *"
 
 
 @app.function_name("process_job")
@@ -20,7 +29,7 @@ def handle_poison(msg: func.QueueMessage) -> None:
 
 
 @app.function_name("sweep_poison")
-@app.timer_trigger(arg_name="timer", schedule="*/30 * * * * *", run_on_startup=False)
+@app.timer_trigger(arg_name="timer", schedule=SWEEP_SCHEDULE, run_on_startup=False)
 def sweep_poison(timer: func.TimerRequest) -> None:
     poison.sweep()
 

@@ -22,6 +22,8 @@ usage() {
   cat <<'USAGE'
 Usage: deploy/deploy.sh --resource-group RG --location REGION --name-prefix PREFIX [options]
 
+Needs the Azure CLI 2.60.0 or later (Flex Consumption), logged in with az login.
+
 Required:
   --resource-group RG            resource group (created if missing)
   --location REGION              Azure region offering Flex Consumption (e.g. swedencentral)
@@ -97,6 +99,7 @@ SKIP_INFRA=0
 SKIP_SPARK_JOB=0
 SKIP_CODE=0
 DEPLOY_RETRIES=${DEPLOY_RETRIES:-6}
+MIN_AZ_VERSION=2.60.0
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -171,7 +174,12 @@ fi
 
 cd "$REPO"
 require_tool az "install the Azure CLI and run az login"
+# Microsoft's Flex Consumption documentation names Azure CLI 2.60.0 as the minimum. Older versions
+# post `config-zip` to Kudu's /api/zipdeploy, which Flex Consumption does not have (its deployments
+# go through the OneDeploy endpoint into the deployment container).
+require_az_version "$MIN_AZ_VERSION" "Flex Consumption deployments (az functionapp deployment source config-zip) need it"
 note "deploy ${NAME_PREFIX} to resource group ${RESOURCE_GROUP} (${LOCATION}); spark backend: ${SPARK_BACKEND}"
+[[ "$DRY_RUN" == 1 ]] && note "a real run first checks that the Azure CLI is ${MIN_AZ_VERSION} or later (az version)"
 
 if [[ -n "$SUBSCRIPTION" ]]; then
   run az account set --subscription "$SUBSCRIPTION"

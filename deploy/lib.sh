@@ -103,3 +103,46 @@ require_tool() {
   [[ "$DRY_RUN" == 1 ]] && return 0
   command -v "$1" >/dev/null 2>&1 || die "$1 not found on PATH${2:+ ($2)}"
 }
+
+# version_ge A B: true when dotted version A >= B (numeric per part; missing parts are 0).
+version_ge() {
+  local -a a b
+  local i n x y
+  IFS=. read -r -a a <<<"$1"
+  IFS=. read -r -a b <<<"$2"
+  n=${#a[@]}
+  ((${#b[@]} > n)) && n=${#b[@]}
+  for ((i = 0; i < n; i++)); do
+    x=${a[i]:-0}
+    y=${b[i]:-0}
+    x=${x%%[!0-9]*}
+    y=${y%%[!0-9]*}
+    ((10#${x:-0} > 10#${y:-0})) && return 0
+    ((10#${x:-0} < 10#${y:-0})) && return 1
+  done
+  return 0
+}
+
+# azure_cli_version: the installed Azure CLI's version, from `az version` (JSON, CLI 2.11+) or,
+# failing that, from the first line of `az --version`. Prints nothing when neither can be read.
+azure_cli_version() {
+  local out version
+  out=$(az version --output json 2>/dev/null) || out=""
+  version=$(printf '%s\n' "$out" | sed -n 's/^[[:space:]{]*"azure-cli"[[:space:]]*:[[:space:]]*"\([0-9][0-9.]*\)".*/\1/p' | head -n 1)
+  if [[ -z "$version" ]]; then
+    out=$(az --version 2>/dev/null) || out=""
+    version=$(printf '%s\n' "$out" | sed -n 's/^azure-cli[[:space:]]\{1,\}\([0-9][0-9.]*\).*/\1/p' | head -n 1)
+  fi
+  printf '%s' "$version"
+}
+
+# require_az_version MIN WHY: stop unless the Azure CLI is at least MIN (real runs only, like
+# require_tool: a dry run runs nothing).
+require_az_version() {
+  [[ "$DRY_RUN" == 1 ]] && return 0
+  local min=$1 why=$2 found
+  found=$(azure_cli_version)
+  [[ -n "$found" ]] || die "could not read the Azure CLI version (az version / az --version); Azure CLI $min or later is required: $why"
+  version_ge "$found" "$min" && return 0
+  die "Azure CLI $found found, $min or later required: $why. Upgrade with 'az upgrade', or install the current CLI from Microsoft's package repository (https://learn.microsoft.com/cli/azure/install-azure-cli); a distribution's own azure-cli package (e.g. Debian's) is usually too old"
+}

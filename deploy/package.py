@@ -1,12 +1,15 @@
 """Build the zip that is deployed to the function app: `python -m deploy.package --out dist/app.zip`.
 
-The content is the repository minus what `.funcignore` excludes (gitignore syntax, the same file
-`func azure functionapp publish` honours), i.e. function_app.py, host.json, requirements.txt and
-shared/**. Dependencies are not vendored: the deployment asks for a remote build, which installs
-requirements.txt on the platform's Linux image (see deploy/deploy.sh and docs/deploy.md).
+The content is the repository minus what `.funcignore` excludes (gitignore syntax, read with the
+pathspec library; the same file `func azure functionapp publish` honours), i.e. function_app.py,
+host.json, requirements.txt and shared/**. Dependencies are not vendored: the deployment asks for a
+remote build, which installs requirements.txt on the platform's Linux image (see deploy/deploy.sh
+and docs/deploy.md).
 
-The build fails when a required file is missing or an included file looks like it holds a secret
-(a private key, a storage account key, a SAS signature), and it is reproducible: entries are sorted
+The build fails when a required file is missing, when a file outside that layout would be included
+(.funcignore is a deny-list, see its header: a new top-level file must be listed there), or when an
+included file looks like it holds a secret (a private key, a storage account key, a SAS signature,
+a key or certificate file, a data file named like a secret). It is reproducible: entries are sorted
 and carry a fixed timestamp, so the same tree gives byte-identical zips (same SHA-256).
 """
 
@@ -22,8 +25,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    import pathspec
+except ImportError:  # pragma: no cover - exercised by hand
+    sys.exit("package: error: the pathspec package is needed: pip install -r requirements-dev.txt")
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ("function_app.py", "host.json", "requirements.txt")
+APP_FOLDERS = ("shared",)
+"""The only folder that ships: with REQUIRED, the whole allowed top level of the zip."""
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 # The storage emulator's published development key (devstoreaccount1) is not a secret.
@@ -36,7 +46,9 @@ _SECRET_CONTENT = (
 )
 _SECRET_NAMES = re.compile(
     r"(^|/)(\.env(\..*)?|local\.settings.*\.json|id_(rsa|ed25519|ecdsa)\S*|\.databrickscfg|\.netrc|\.pypirc)$"
-    r"|\.(pem|key|pfx|p12|jks|keystore|kdbx|publishsettings)$",
+    r"|\.(pem|key|pfx|p12|crt|cer|jks|keystore|kdbx|publishsettings|env)$"
+    # a data file named like a secret (code is judged by its content, e.g. shared/credentials.py)
+    r"|(^|/)[^/]*(secret|credential)[^/]*(?<!\.py)$",
     re.IGNORECASE,
 )
 
@@ -48,85 +60,14 @@ class PackageError(Exception):
 # --------------------------------------------------------------------------- .funcignore
 
 
-@dataclass(frozen=True)
-class IgnoreRule:
-    pattern: str
-    regex: re.Pattern[str]
-    negate: bool
-    dir_only: bool
+def parse_ignore(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
+    """The rules of a .funcignore / .gitignore file (gitignore semantics, by pathspec)."""
+    return pathspec.GitIgnoreSpec.from_lines(list(lines))
 
 
-def _translate(glob: str) -> str:
-    """gitignore glob (no leading/trailing slash) -> regex body."""
-    out: list[str] = []
-    i, n = 0, len(glob)
-    while i < n:
-        c = glob[i]
-        if glob.startswith("**/", i) and (i == 0 or glob[i - 1] == "/"):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("/**", i) and i + 3 == n:
-            out.append("/.*")
-            i += 3
-        elif glob.startswith("**", i) and i + 2 == n and (i == 0 or glob[i - 1] == "/"):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            j = glob.find("]", i + 2)
-            if j == -1:
-                out.append(re.escape(c))
-                i += 1
-                continue
-            body = glob[i + 1 : j]
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            out.append(f"[{body.replace(chr(92), chr(92) * 2)}]")
-            i = j + 1
-        elif c == "\\" and i + 1 < n:
-            out.append(re.escape(glob[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return "".join(out)
-
-
-def parse_ignore(lines: Iterable[str]) -> list[IgnoreRule]:
-    """Rules of a .funcignore / .gitignore file, in order."""
-    rules: list[IgnoreRule] = []
-    for raw in lines:
-        line = raw.rstrip("\n").rstrip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        if negate or line.startswith("\\"):
-            line = line[1:]
-        dir_only = line.endswith("/")
-        body = line.rstrip("/")
-        anchored = "/" in body
-        body = body.lstrip("/")
-        if not body:
-            continue
-        prefix = "^" if anchored else "^(?:.*/)?"
-        rules.append(IgnoreRule(raw.strip(), re.compile(prefix + _translate(body) + "$"), negate, dir_only))
-    return rules
-
-
-def is_ignored(rules: Sequence[IgnoreRule], path: str, is_dir: bool) -> bool:
+def is_ignored(rules: pathspec.GitIgnoreSpec, path: str, is_dir: bool) -> bool:
     """Whether `path` (relative, forward slashes) itself is excluded; the last matching rule wins."""
-    ignored = False
-    for rule in rules:
-        if rule.dir_only and not is_dir:
-            continue
-        if rule.regex.match(path):
-            ignored = not rule.negate
-    return ignored
+    return bool(rules.match_file(path + "/" if is_dir else path))
 
 
 def collect(root: Path = ROOT, ignore_file: str = ".funcignore") -> list[str]:
@@ -161,6 +102,15 @@ def collect(root: Path = ROOT, ignore_file: str = ".funcignore") -> list[str]:
 # --------------------------------------------------------------------------- checks and build
 
 
+def unexpected_files(files: Iterable[str]) -> list[str]:
+    """Included files outside the app's layout (REQUIRED at the top level, APP_FOLDERS below it)."""
+    return [
+        rel
+        for rel in files
+        if rel not in REQUIRED and not any(rel.startswith(folder + "/") for folder in APP_FOLDERS)
+    ]
+
+
 def secret_findings(root: Path, files: Iterable[str]) -> list[str]:
     """'path: reason' for each included file that looks like it holds a secret."""
     findings = []
@@ -193,6 +143,12 @@ def build(out: Path, root: Path = ROOT) -> Package:
     missing = [name for name in REQUIRED if name not in files]
     if missing:
         raise PackageError(f"required file(s) missing from the package: {', '.join(missing)}")
+    unexpected = unexpected_files(files)
+    if unexpected:
+        raise PackageError(
+            "refusing to package files outside function_app.py, host.json, requirements.txt and "
+            "shared/ (list them in .funcignore, which has no allow-list):\n  " + "\n  ".join(unexpected)
+        )
     findings = secret_findings(root, files)
     if findings:
         raise PackageError("refusing to package secret-looking content:\n  " + "\n  ".join(findings))

@@ -100,10 +100,10 @@ param sparkPyFiles string = ''
 @description('Further app settings as name-value pairs (e.g. SPARK_READ_TIMEOUT_SECONDS, SPARK_DATABRICKS_NEW_CLUSTER). The settings this template sets itself take precedence. Settings changed outside this template are replaced on the next deployment, so put them here.')
 param extraAppSettings object = {}
 
-@description('Optional object id of the Spark service identity (Synapse workspace / HDInsight / Databricks access connector) that reads the job file and payloads and writes results: gets Storage Blob Data Contributor.')
+@description('Optional object id of the Spark service identity (Synapse workspace / HDInsight / Databricks access connector) that reads the job file and inputs and writes results: gets Storage Blob Data Reader on the spark-jobs and inputs containers and Storage Blob Data Contributor on the results container.')
 param sparkPrincipalId string = ''
 
-@description('Optional object id of whoever runs deploy/deploy_spark_job.sh: gets Storage Blob Data Contributor to upload the job file with --auth-mode login.')
+@description('Optional object id of whoever runs deploy/deploy_spark_job.sh: gets Storage Blob Data Contributor on the spark-jobs container to upload the job file with --auth-mode login.')
 param deployerPrincipalId string = ''
 
 @description('Principal type of deployerPrincipalId.')
@@ -126,6 +126,7 @@ var appInsightsName = '${namePrefix}-appi-${suffix}'
 var workspaceName = '${namePrefix}-log-${suffix}'
 var deploymentContainerName = 'app-package'
 var sparkJobsContainerName = 'spark-jobs'
+var inputContainerName = 'inputs'
 var sparkJobBlobName = 'aggregate_job.py'
 var sparkEngineZipName = 'aggregate_engine.zip'
 var databricksJobFolder = '/Workspace/Shared/queue-jobs'
@@ -133,13 +134,71 @@ var queueNames = [
   jobsQueueName
   '${jobsQueueName}-poison'
 ]
-var containerNames = [
-  'ledger'
-  'results'
-  'payloads'
-  'poison-archive'
-  sparkJobsContainerName
-  deploymentContainerName
+// Every container, and the data role each principal gets on it ('' = none). Roles are scoped to the
+// container, not the account: the app identity can touch only what it uses.
+// - app: the app's own documents (Contributor), the job inputs (Reader: INPUT_CONTAINERS), and what
+//   the Functions host and the platform need with identity-based AzureWebJobsStorage (Owner, as
+//   documented for host storage): azure-webjobs-hosts (host id, singleton and timer locks, timer
+//   schedule status), azure-webjobs-secrets (function keys) and the Flex Consumption deployment
+//   container (the package the platform uploads and each instance downloads, with this identity).
+//   Created here so their roles can be scoped to them; the host uses them as they are.
+// - spark: the Spark service reads the job file and the inputs and writes results.
+// - deployer: deploy/deploy_spark_job.sh uploads the job file.
+var containerSpecs = [
+  {
+    container: 'ledger'
+    app: roles.storageBlobDataContributor
+    spark: ''
+    deployer: ''
+  }
+  {
+    container: 'results'
+    app: roles.storageBlobDataContributor
+    spark: roles.storageBlobDataContributor
+    deployer: ''
+  }
+  {
+    container: 'payloads'
+    app: roles.storageBlobDataContributor
+    spark: ''
+    deployer: ''
+  }
+  {
+    container: 'poison-archive'
+    app: roles.storageBlobDataContributor
+    spark: ''
+    deployer: ''
+  }
+  {
+    container: inputContainerName
+    app: roles.storageBlobDataReader
+    spark: roles.storageBlobDataReader
+    deployer: ''
+  }
+  {
+    container: sparkJobsContainerName
+    app: ''
+    spark: roles.storageBlobDataReader
+    deployer: roles.storageBlobDataContributor
+  }
+  {
+    container: 'azure-webjobs-hosts'
+    app: roles.storageBlobDataOwner
+    spark: ''
+    deployer: ''
+  }
+  {
+    container: 'azure-webjobs-secrets'
+    app: roles.storageBlobDataOwner
+    spark: ''
+    deployer: ''
+  }
+  {
+    container: deploymentContainerName
+    app: roles.storageBlobDataOwner
+    spark: ''
+    deployer: ''
+  }
 ]
 var livyJobFolder = 'abfss://${sparkJobsContainerName}@${storageAccountName}.dfs.${environment().suffixes.storage}'
 var defaultJobFolder = sparkBackend == 'livy' ? livyJobFolder : (sparkBackend == 'databricks' ? databricksJobFolder : '')
@@ -154,15 +213,16 @@ var livyPasswordReference = empty(sparkLivyPasswordSecretUri) ? '' : '@Microsoft
 var roles = {
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
   storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
+  storageBlobDataReader: '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1'
   storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
   storageAccountContributor: '17d1049b-9a84-46fb-8f53-869881c3d3ab'
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
 }
-// What the Functions host (identity-based AzureWebJobsStorage) and the app's own clients need.
+// Account-wide roles of the app identity, only where a narrower scope cannot be named in advance:
+// the host writes diagnostic events to a new table every month (AzureFunctionsDiagnosticEvents<yyyymm>);
+// the app keeps no data in tables. Blob and queue roles are per container and per queue (below).
 var appStorageRolesBase = [
-  roles.storageBlobDataOwner
-  roles.storageQueueDataContributor
   roles.storageTableDataContributor
 ]
 var appStorageRoles = grantStorageAccountContributor ? concat(appStorageRolesBase, [roles.storageAccountContributor]) : appStorageRolesBase
@@ -213,9 +273,9 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
 }
 
 resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [
-  for name in containerNames: {
+  for spec in containerSpecs: {
     parent: blobService
-    name: name
+    name: spec.container
     properties: {
       publicAccess: 'None'
     }
@@ -320,6 +380,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     containers
     queues
     appStorageRoleAssignments
+    appContainerRoleAssignments
+    appQueueRoleAssignments
     metricsPublisherRoleAssignment
   ]
 }
@@ -336,6 +398,9 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     AZURE_CLIENT_ID: identity.properties.clientId
     APPLICATIONINSIGHTS_CONNECTION_STRING: appInsights.properties.ConnectionString
     APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identity.properties.clientId};Authorization=AAD'
+    // With host.json "telemetryMode": "OpenTelemetry": the worker exports its own logs and traces
+    // (shared/telemetry.py) and the host stops forwarding them, so nothing arrives twice.
+    PYTHON_ENABLE_OPENTELEMETRY: 'true'
     // The Python worker runs the sync functions of all triggers on one thread pool, by default
     // min(32, vCPUs + 4) threads. 24 = host.json batchSize 16 + newBatchThreshold 8: every message the
     // host fetches for process_job can run at once (the work waits on storage and Spark, not the CPU).
@@ -345,6 +410,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     RESULTS_CONTAINER: 'results'
     PAYLOADS_CONTAINER: 'payloads'
     POISON_ARCHIVE_CONTAINER: 'poison-archive'
+    INPUT_CONTAINERS: inputContainerName
     MAX_ATTEMPTS: string(maxAttempts)
     SPARK_BACKEND: sparkBackend
     SPARK_URL: sparkUrl
@@ -360,13 +426,40 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
   })
 }
 
-// The app identity on the storage account: data-plane roles only (plus the optional control-plane one).
+// The app identity on the storage account: the account-wide roles above (plus the optional control-plane one).
 resource appStorageRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   for roleId in appStorageRoles: {
     name: guid(storage.id, identity.id, roleId)
     scope: storage
     properties: {
       roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleId)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+// The app identity on each container it uses (containerSpecs: app).
+resource appContainerRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (spec, i) in containerSpecs: if(!empty(spec.app)) {
+    name: guid(containers[i].id, identity.id, spec.app)
+    scope: containers[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', spec.app)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+// The app identity on each queue: the host's queue triggers receive, and move poison messages to
+// <queue>-poison; the app sends, and the sweeper peeks, receives and deletes.
+resource appQueueRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (queueName, i) in queueNames: {
+    name: guid(queues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: queues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
       principalId: identity.properties.principalId
       principalType: 'ServicePrincipal'
     }
@@ -384,30 +477,35 @@ resource metricsPublisherRoleAssignment 'Microsoft.Authorization/roleAssignments
   }
 }
 
-resource sparkStorageRoleAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(sparkPrincipalId)) {
-  name: guid(storage.id, sparkPrincipalId, roles.storageBlobDataContributor)
-  scope: storage
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
-    principalId: sparkPrincipalId
-    principalType: 'ServicePrincipal'
+resource sparkContainerRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (spec, i) in containerSpecs: if(!empty(sparkPrincipalId) && !empty(spec.spark)) {
+    name: guid(containers[i].id, sparkPrincipalId, spec.spark)
+    scope: containers[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', spec.spark)
+      principalId: sparkPrincipalId
+      principalType: 'ServicePrincipal'
+    }
   }
-}
+]
 
-resource deployerStorageRoleAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(deployerPrincipalId)) {
-  name: guid(storage.id, deployerPrincipalId, roles.storageBlobDataContributor)
-  scope: storage
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
-    principalId: deployerPrincipalId
-    principalType: deployerPrincipalType
+resource deployerContainerRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (spec, i) in containerSpecs: if(!empty(deployerPrincipalId) && !empty(spec.deployer)) {
+    name: guid(containers[i].id, deployerPrincipalId, spec.deployer)
+    scope: containers[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', spec.deployer)
+      principalId: deployerPrincipalId
+      principalType: deployerPrincipalType
+    }
   }
-}
+]
 
 output functionAppName string = functionApp.name
 output functionAppHostName string = functionApp.properties.defaultHostName
 output storageAccountName string = storage.name
 output sparkJobsContainer string = sparkJobsContainerName
+output inputContainer string = inputContainerName
 output sparkJobFile string = effectiveSparkJobFile
 output sparkPyFiles string = effectiveSparkPyFiles
 output identityName string = identity.name

@@ -12,10 +12,11 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from shared import poison
 from shared.envelope import ID_RE
-from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record
+from shared.limits import BlobTooLarge, read_capped, result_limit_bytes
 from shared.runtime import Runtime, get_runtime
-from shared.submit import submit, validate_request
+from shared.submit import SubmissionBusy, submit, validate_request
 
 log = logging.getLogger("jobs.api")
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
@@ -41,7 +42,7 @@ def _guarded(
             return handler(req, get_runtime())
         except SettingsError as exc:
             return _error(503, str(exc))
-        except AzureError as exc:
+        except (AzureError, StorageThrottled) as exc:
             log.exception("storage error in %s", handler.__name__)
             return _error(503, f"storage unavailable ({exc.__class__.__name__}); try again later")
 
@@ -56,7 +57,11 @@ def _status_url(req: func.HttpRequest, job_id: str) -> str:
 
 @_guarded
 def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """POST /api/jobs: 202 {id, status_url}; 400 with problems; 409 if the id exists; 413 too large."""
+    """POST /api/jobs: 202 {id, status_url}; 400 with problems (the app's own fields `attempt` and
+    `continuation_seq` included); 409 if the id exists; 413 too large; 503 to retry.
+
+    Exactly one request per id gets 202 (the ledger's conditional create decides); the same
+    request retried after an error finishes the send and gets 202 (see shared/submit.py)."""
     body = req.get_body()
     if len(body) > MAX_REQUEST_BYTES:
         return _error(413, f"request body is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}")
@@ -71,10 +76,21 @@ def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
         return _error(400, "invalid job", problems=exc.problems)
     except MessageTooLarge as exc:
         return _error(413, str(exc))
+    except SubmissionBusy as exc:
+        retry = str(exc.retry_after_s)
+        return _json(503, {"error": str(exc), "retry_after_s": exc.retry_after_s}, {"Retry-After": retry})
     url = _status_url(req, env.id)
     if not result.created:
         status = result.existing.status if result.existing else "unknown"
-        return _error(409, f"job {env.id} already exists", id=env.id, status=status, status_url=url)
+        what = "already exists" if result.same_request else "already exists (from another request)"
+        return _error(
+            409,
+            f"job {env.id} {what}",
+            id=env.id,
+            status=status,
+            status_url=url,
+            same_request=result.same_request,
+        )
     return _json(
         202,
         {"id": env.id, "status_url": url, "claim_checked": result.claim_checked},
@@ -100,7 +116,11 @@ def get_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
 
 @_guarded
 def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """GET /api/jobs/{id}/result: the result document; 409 until completed."""
+    """GET /api/jobs/{id}/result: the result document; 409 until completed.
+
+    A document is served up to the size MAX_GROUPS allows (`result_limit_bytes`); a larger one
+    (a Spark run with more groups) is not read: 502 naming its size, the limit and the blob.
+    """
     record = _record(req, rt)
     if isinstance(record, func.HttpResponse):
         return record
@@ -111,10 +131,20 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     if not ref:
         return _json(200, {"id": job_id, "summary": record.data.get("summary", {})})
     container, _, name = ref.partition("/")
+    limit = result_limit_bytes(rt.settings.max_groups)
     try:
-        raw = rt.storage.container(container).get_blob_client(name).download_blob().readall()
+        raw = read_capped(rt.storage.container(container).get_blob_client(name), limit)
     except ResourceNotFoundError:
         return _error(404, f"result {ref} of job {job_id} is missing")
+    except BlobTooLarge as big:
+        return _error(
+            502,
+            f"result {ref} of job {job_id} is {big.size} bytes, more than this API serves ({limit} bytes: "
+            "MAX_GROUPS x 512 bytes a row + 64 KiB); read the blob from storage directly",
+            result_ref=ref,
+            result_bytes=big.size,
+            limit_bytes=limit,
+        )
     return func.HttpResponse(raw, status_code=200, mimetype="application/json")
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from shared import poison
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
 from shared.runtime import Runtime, get_runtime
-from shared.submit import envelope_from_args, submit, validate_request
+from shared.submit import SubmissionBusy, envelope_from_args, submit, validate_request
 
 
 def load_local_settings(path: Path = Path("local.settings.json")) -> None:
@@ -56,7 +56,7 @@ def cmd_enqueue(rt: Runtime, args: argparse.Namespace) -> int:
             print(f"rejected: {'; '.join(exc.problems)}", file=sys.stderr)
             status = 1
             continue
-        except MessageTooLarge as exc:
+        except (MessageTooLarge, SubmissionBusy) as exc:
             print(f"rejected: {exc}", file=sys.stderr)
             status = 1
             continue

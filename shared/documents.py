@@ -34,6 +34,10 @@ _JSON = ContentSettings(content_type="application/json")
 class Conflict(Exception):
     """A conditional write lost: the document exists (create) or changed (replace)."""
 
+    read_back: bool = False
+    """True when `current` holds the document as read right after the conflict."""
+    current: Document | None = None
+
 
 class DocumentExists(Conflict):
     """create() found a document already there."""

@@ -23,6 +23,9 @@ QUEUE_MESSAGE_LIMIT = 65536
 _FIELDS = frozenset(
     {"id", "kind", "payload", "payload_ref", "attempt", "created_at", "expires_at", "continuation_seq"}
 )
+APP_FIELDS = ("attempt", "continuation_seq")
+"""Fields only the app sets, on the messages it sends itself (retries, continuations, re-checks,
+replays). A producer (the API, the CLI's `enqueue`) that gives one is refused."""
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,24 @@ def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envel
 
 
 def parse_dict(
-    data: object, known_kinds: Collection[str] | None = None, *, require_id: bool = True
+    data: object,
+    known_kinds: Collection[str] | None = None,
+    *,
+    require_id: bool = True,
+    producer: bool = False,
 ) -> Envelope:
-    """Validate a decoded JSON value as an envelope; EnvelopeError lists every problem."""
+    """Validate a decoded JSON value as an envelope; EnvelopeError lists every problem.
+
+    `producer=True` for what a producer submits: the app's own fields (`APP_FIELDS`) are refused
+    there. Messages on the queue are parsed without it, since the app's retries, continuations,
+    re-checks and replays carry them."""
     if not isinstance(data, dict):
         raise EnvelopeError([f"message: expected a JSON object, got {_type_name(data)}"])
     problems: list[str] = []
     for key in sorted(set(data) - _FIELDS):
         problems.append(f"{_field(key)}: unknown field")
+    refused = [key for key in APP_FIELDS if producer and key in data]
+    problems.extend(f"{key}: set by the app, not by producers" for key in refused)
     job_id = _parse_id(data, problems, require_id)
     kind = data.get("kind")
     if kind is None:
@@ -123,11 +136,11 @@ def parse_dict(
         problems.append(f"payload: must be an object, got {_type_name(payload)}")
     elif payload_ref is not None:
         problems.extend(check_payload_ref(payload_ref))
-    attempt = data.get("attempt", 0)
+    attempt = 0 if "attempt" in refused else data.get("attempt", 0)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or not 0 <= attempt <= 1000:
         problems.append(f"attempt: must be an integer from 0 to 1000, got {_short(attempt)}")
         attempt = 0
-    seq = data.get("continuation_seq")
+    seq = None if "continuation_seq" in refused else data.get("continuation_seq")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
         problems.append(f"continuation_seq: must be a positive integer, got {_short(seq)}")
         seq = None

@@ -69,6 +69,20 @@ class NotAvailable(PermanentError):
     reason_code = "not_available"
 
 
+class InputRefused(PermanentError):
+    """The job names an input it may not read: one of the app's or the host's own containers,
+    or a container outside `INPUT_CONTAINERS`. Nothing is read from it."""
+
+    reason_code = "input_refused"
+
+
+class LimitExceeded(PermanentError):
+    """The job is over a configured bound on its work (e.g. `MAX_GROUPS`, `MAX_PAYLOAD_BYTES`);
+    the message names the setting and what to do."""
+
+    reason_code = "over_limit"
+
+
 class Expired(PermanentError):
     """The job is past its expires_at: it is not run."""
 

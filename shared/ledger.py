@@ -1,9 +1,9 @@
 """The job ledger: one JSON document per job id, and every change of it.
 
 - `decide` is the pure state machine that says what a delivery of a job may do.
-- The transitions (`queued`, `claimed`, `renewed`, `progressed`, `completed`, `continued`,
-  `retry_scheduled`, `released`, `poisoned`, `replayed`) are pure functions returning the new
-  record. Nothing else in the app sets a record's fields.
+- The transitions (`queued`, `send_resumed`, `sent`, `send_failed`, `claimed`, `renewed`,
+  `progressed`, `completed`, `continued`, `retry_scheduled`, `released`, `poisoned`, `replayed`)
+  are pure functions returning the new record. Nothing else in the app sets a record's fields.
 - `Ledger.write` applies one transition with a conditional write and survives "applied, but the
   answer was lost": every write carries a `write_id`, and after an error or a conflict the
   record is read back; finding our own `write_id` means the write happened.
@@ -129,8 +129,15 @@ def _next(
     return data
 
 
-def queued(env: Envelope, facts: Facts) -> Data:
-    """Recorded by the producer after enqueueing, so status answers at once."""
+SEND_MARKERS = ("send_pending", "send_lease_until")
+"""Fields of a `queued` record whose message may not be on the queue yet (see `queued`)."""
+
+
+def queued(env: Envelope, facts: Facts, *, request: str, submitter: str, send_lease_s: float) -> Data:
+    """Written by the producer (conditional create) BEFORE it sends the job's message: the create
+    decides which request owns the job. Until `sent`, `send_pending` says the message may not be
+    on the queue; `submitter` (the request) has until `send_lease_until` to send it, after which
+    the same request (`request`: its digest) retried may take the send over (`send_resumed`)."""
     return _next(
         None,
         env.id,
@@ -141,6 +148,65 @@ def queued(env: Envelope, facts: Facts) -> Data:
         attempt=env.attempt,
         created_at=isoformat(env.created_at),
         payload_ref=env.payload_ref,
+        request_digest=request,
+        submitter=submitter,
+        send_pending=True,
+        send_lease_until=isoformat(facts.now + timedelta(seconds=send_lease_s)),
+    )
+
+
+def send_is_pending(data: Mapping[str, Any] | None) -> bool:
+    """True for a `queued` record whose producer has not yet confirmed its message is on the queue."""
+    return data is not None and data.get("status") == QUEUED and data.get("send_pending") is True
+
+
+def send_lease_end(data: Mapping[str, Any]) -> datetime | None:
+    """When the pending send's owner loses it (None: no pending send, or no readable lease)."""
+    raw = data.get("send_lease_until")
+    if not send_is_pending(data) or not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _pending_of(prev: Data | None, submitter: str | None) -> Data:
+    if prev is None or not send_is_pending(prev):
+        raise Conflict("no send is pending on this record")
+    if submitter is not None and prev.get("submitter") != submitter:
+        raise Conflict("the pending send belongs to another request")
+    return prev
+
+
+def send_resumed(prev: Data | None, job_id: str, facts: Facts, submitter: str, send_lease_s: float) -> Data:
+    """The same request, retried, takes over a pending send whose lease has ended."""
+    _pending_of(prev, None)
+    return _next(
+        prev,
+        job_id,
+        facts,
+        "send_resumed",
+        submitter=submitter,
+        send_lease_until=isoformat(facts.now + timedelta(seconds=send_lease_s)),
+        details={"submitter": submitter},
+    )
+
+
+def sent(prev: Data | None, job_id: str, facts: Facts, submitter: str) -> Data:
+    """The submitter's message is on the queue: the marker goes."""
+    return _next(_pending_of(prev, submitter), job_id, facts, "sent", drop=SEND_MARKERS)
+
+
+def send_failed(prev: Data | None, job_id: str, facts: Facts, submitter: str, error: str) -> Data:
+    """The submitter could not send: its lease ends now, so a retry takes the send over at once."""
+    return _next(
+        _pending_of(prev, submitter),
+        job_id,
+        facts,
+        "send_failed",
+        send_lease_until=isoformat(facts.now),
+        details={"error": error},
     )
 
 
@@ -151,6 +217,7 @@ def claimed(prev: Data | None, env: Envelope, facts: Facts, lease_s: float) -> D
         env.id,
         facts,
         "claimed",
+        drop=SEND_MARKERS,  # a delivery is here: the producer's message was sent
         kind=env.kind,
         status=IN_PROGRESS,
         attempt=env.attempt,
@@ -306,6 +373,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
             "error",
             "next_run_at",
             "body",
+            *SEND_MARKERS,
         ),
         kind=env.kind,
         status=QUEUED,
@@ -366,6 +434,8 @@ class Ledger:
                 if back is not None and back.data.get("write_id") in mine:
                     current = back  # an earlier write of ours landed unanswered: build on it
                     continue
+                if isinstance(exc, Conflict):  # the caller decides on what we read: no second GET
+                    exc.read_back, exc.current = True, back
                 raise
         raise DocumentChanged(f"{job_id}: the record kept changing under our writes")
 

@@ -32,12 +32,14 @@ from shared.errors import (
     EnvelopeError,
     Expired,
     InputMissing,
+    LimitExceeded,
     PermanentError,
     StorageThrottled,
     TransientError,
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.ledger import Decision, Facts, Record
+from shared.limits import BlobTooLarge, read_capped
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
 from shared.poison.archive import note_reason
@@ -217,8 +219,8 @@ class Processor:
                     partial(_claimed, env=env, facts=facts, lease_s=self.rt.settings.claim_lease_s),
                     self.mine,
                 )
-            except Conflict:
-                current = self.rt.ledger.get(env.id)
+            except Conflict as conflict:
+                current = conflict.current if conflict.read_back else self.rt.ledger.get(env.id)
                 data = current.data if current is not None else None
                 decision = ledger.decide(data, env.attempt, env.continuation_seq, self.rt.clock())
                 if current is not None and decision not in (Decision.RUN, Decision.RESUME):
@@ -398,15 +400,25 @@ class Processor:
 
 
 def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
-    """The inline payload, or the claim-checked one from the payloads container."""
+    """The inline payload, or the claim-checked one from the payloads container.
+
+    A claim-checked payload is read only up to MAX_PAYLOAD_BYTES (a larger blob is refused from
+    its size, never read whole): the limit the API applies when it writes one.
+    """
     if env.payload_ref is None:
         return env.payload or {}
     blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(env.payload_ref)
+    limit = rt.settings.max_payload_bytes
     try:
-        raw = blob.download_blob().readall()
+        raw = read_capped(blob, limit)
     except ResourceNotFoundError:
         raise InputMissing(
             f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} does not exist (dangling claim check)"
+        ) from None
+    except BlobTooLarge as big:
+        raise LimitExceeded(
+            f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} is {big.size} bytes, "
+            f"over MAX_PAYLOAD_BYTES={limit}: not read"
         ) from None
     try:
         payload = json.loads(raw)

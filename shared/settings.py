@@ -14,16 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import SettingsError
+from shared.limits import check_input_containers
 
 HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
 _NAME_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
 
 SPARK_BACKENDS = ("none", "standalone", "livy", "databricks")
+DEFAULT_MAX_GROUPS = 50_000
 
 
 @dataclass(frozen=True)
 class StorageConnection:
-    """How to reach the storage account (the AzureWebJobsStorage conventions of the host)."""
+    """How to reach the storage account: the host's `AzureWebJobsStorage` settings, read as the
+    Functions documentation names them ("Connecting to host storage with an identity" and "Common
+    properties for identity-based connections")."""
 
     connection_string: str | None = None
     """A full connection string (or UseDevelopmentStorage=true). Mutually exclusive with identity."""
@@ -34,11 +38,35 @@ class StorageConnection:
     queue_service_uri: str | None = None
     """Identity based: `AzureWebJobsStorage__queueServiceUri` (derived from account name if unset)."""
     client_id: str | None = None
-    """User-assigned managed identity's client id (`AzureWebJobsStorage__clientId`), if any."""
+    """`AzureWebJobsStorage__clientId`. With `credential` managedidentity: the user-assigned
+    identity's client id (default `AZURE_CLIENT_ID`; neither: the system-assigned identity). Without
+    `credential` (local development): the app registration of a service principal."""
+    credential: str | None = None
+    """`AzureWebJobsStorage__credential`: "managedidentity", or None for local development (the
+    developer's own identity, or a service principal with tenantId, clientId and clientSecret)."""
+    managed_identity_resource_id: str | None = None
+    """`AzureWebJobsStorage__managedIdentityResourceId`: the user-assigned identity by resource id."""
+    tenant_id: str | None = None
+    """`AzureWebJobsStorage__tenantId` (local development): the service principal's tenant, also the
+    tenant the developer identity signs in to."""
+    client_secret: str | None = field(default=None, repr=False)
+    """`AzureWebJobsStorage__clientSecret` (local development only; never in Azure)."""
 
     @property
     def identity_based(self) -> bool:
         return self.connection_string is None
+
+    def describe_identity(self) -> str:
+        """Which identity the connection uses (safe for logs: ids only, never a secret)."""
+        if self.credential == "managedidentity":
+            if self.managed_identity_resource_id:
+                return f"user-assigned managed identity {self.managed_identity_resource_id}"
+            if self.client_id:
+                return f"user-assigned managed identity (client id {self.client_id})"
+            return "system-assigned managed identity"
+        if self.client_secret:
+            return f"service principal {self.client_id} in tenant {self.tenant_id}"
+        return "developer identity (Azure CLI, VS Code, shared token cache, or a managed identity)"
 
     def describe(self) -> str:
         """A description safe for logs (never the key)."""
@@ -46,7 +74,10 @@ class StorageConnection:
             match = re.search(r"AccountName=([^;]+)", self.connection_string)
             name = match.group(1) if match else "development storage"
             return f"connection string for account {name}"
-        return f"identity-based connection to {self.blob_service_uri} / {self.queue_service_uri}"
+        return (
+            f"identity-based connection to {self.blob_service_uri} / {self.queue_service_uri} "
+            f"as {self.describe_identity()}"
+        )
 
 
 @dataclass(frozen=True)
@@ -114,6 +145,19 @@ class Settings:
     """`JOB_TTL_SECONDS`: default expiry after created_at when an envelope has no expires_at."""
     max_payload_bytes: int = 64 * 1024 * 1024
     """`MAX_PAYLOAD_BYTES`: largest payload accepted even by claim check (API answers 413)."""
+    max_groups: int = DEFAULT_MAX_GROUPS
+    """`MAX_GROUPS`: distinct groups an inline aggregate job may have; past it `engine: auto` goes
+    to Spark when a backend is configured, otherwise the job is poisoned naming this setting.
+    Measured worst case (`python -m bench.bench_groups`, 2 cores, every row its own group, group_by
+    of a 32- and a 10-character column, count + count/sum/mean/min/max of one column), RSS of a
+    worker process of ~120 MB after its imports: 50,000 groups completed peak at 238 MB (CSV) /
+    214 MB (JSON lines), a job's own ~118 / ~94 MB; refusing a 1M-row input at the cap peaks at
+    313-324 MB (~200 MB of its own: two 4 MiB blocks of distinct keys grouped at once, which no
+    cap shrinks). 100,000: 283 MB completed, 374 MB refusing; 200,000: 379 MB completed."""
+    input_containers: tuple[str, ...] | None = None
+    """`INPUT_CONTAINERS`: comma-separated containers jobs may read; None (unset): any container
+    that is not internal. The app's and the host's own containers are never readable (see
+    `shared.limits.input_refusal`), and listing one here is a settings error."""
     spark: SparkSettings = field(default_factory=SparkSettings)
     """Spark offload settings."""
 
@@ -160,9 +204,12 @@ class Settings:
             retry_max_s=reader.number("RETRY_MAX_SECONDS", 300.0, 0.0),
             job_ttl_s=reader.number("JOB_TTL_SECONDS", 7 * 24 * 3600.0, 1.0),
             max_payload_bytes=reader.integer("MAX_PAYLOAD_BYTES", 64 * 1024 * 1024, 1024),
+            max_groups=reader.integer("MAX_GROUPS", DEFAULT_MAX_GROUPS, 1),
+            input_containers=_input_containers(src, problems),
             spark=spark,
         )
         problems.extend(check_spark(settings))
+        problems.extend(check_input_containers(settings.input_containers or (), settings))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(
                 f"CLAIM_HEARTBEAT_SECONDS ({settings.heartbeat_s:g}) must be at most half of "
@@ -239,13 +286,43 @@ def _max_dequeue_count(host: Mapping[str, Any], problems: list[str]) -> int:
     return raw
 
 
+def _input_containers(env: Mapping[str, str], problems: list[str]) -> tuple[str, ...] | None:
+    """`INPUT_CONTAINERS`: None when unset; each name must be a valid container name."""
+    raw = env.get("INPUT_CONTAINERS", "").strip()
+    if not raw:
+        return None
+    names = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
+    if not names:
+        problems.append("INPUT_CONTAINERS lists no container names (leave it unset to allow any)")
+    for name in names:
+        if not _NAME_RE.match(name) and not name.startswith("$"):
+            problems.append(
+                f"INPUT_CONTAINERS: {name[:80]!r} is not a valid container name "
+                "(3-63 lower-case letters, digits and single hyphens)"
+            )
+    return names
+
+
 def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageConnection:
+    """`AzureWebJobsStorage` as a connection string, or its identity-based settings.
+
+    Identity based (Functions documentation): `__accountName`, or `__blobServiceUri` and
+    `__queueServiceUri` (the host and the app use both services); `__serviceUri` is the single-service
+    form, read as the blob service. `__credential=managedidentity` with `__clientId` or
+    `__managedIdentityResourceId` (neither: `AZURE_CLIENT_ID`, then the system-assigned identity);
+    without `__credential` (local development): `__tenantId`, `__clientId` and `__clientSecret` of a
+    service principal, or else the developer's own identity.
+    """
     conn = env.get("AzureWebJobsStorage", "").strip()
     prefix = "AzureWebJobsStorage__"
-    account = env.get(prefix + "accountName", "").strip() or None
-    blob_uri = env.get(prefix + "blobServiceUri", "").strip() or None
-    queue_uri = env.get(prefix + "queueServiceUri", "").strip() or None
-    client_id = env.get(prefix + "clientId", "").strip() or None
+
+    def get(name: str) -> str | None:
+        return env.get(prefix + name, "").strip() or None
+
+    account = get("accountName")
+    blob_uri = get("blobServiceUri")
+    queue_uri = get("queueServiceUri")
+    service_uri = get("serviceUri")
     if conn:
         if (
             conn != "UseDevelopmentStorage=true"
@@ -254,20 +331,76 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         ):
             problems.append("AzureWebJobsStorage is not a storage connection string (no AccountName=)")
         return StorageConnection(connection_string=conn)
+    blob_uri = blob_uri or service_uri
     if account:
         blob_uri = blob_uri or f"https://{account}.blob.core.windows.net"
         queue_uri = queue_uri or f"https://{account}.queue.core.windows.net"
     if not (blob_uri and queue_uri):
-        problems.append(
-            "AzureWebJobsStorage is not set: give a connection string, or AzureWebJobsStorage__accountName, "
-            "or both AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
-        )
+        if service_uri:
+            problems.append(
+                "AzureWebJobsStorage__serviceUri names a single service (read as the blob service), but "
+                "the host and the app use blobs and queues: set AzureWebJobsStorage__accountName, or "
+                "AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+            )
+        else:
+            problems.append(
+                "AzureWebJobsStorage is not set: give a connection string, or AzureWebJobsStorage__accountName, "
+                "or both AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+            )
         return StorageConnection(connection_string="UseDevelopmentStorage=true")
     for name, uri in (("blobServiceUri", blob_uri), ("queueServiceUri", queue_uri)):
         if not uri.startswith(("https://", "http://")):
             problems.append(f"AzureWebJobsStorage__{name} must be an http(s) URL")
+
+    raw_credential = get("credential")
+    credential = raw_credential.lower() if raw_credential else None
+    client_id = get("clientId")
+    resource_id = get("managedIdentityResourceId")
+    tenant_id = get("tenantId")
+    secret = get("clientSecret")
+    if credential == "managedidentity":
+        if client_id and resource_id:
+            problems.append(
+                "AzureWebJobsStorage__clientId and AzureWebJobsStorage__managedIdentityResourceId both name "
+                "the managed identity: set one of them"
+            )
+        if secret:
+            problems.append(
+                "AzureWebJobsStorage__clientSecret is for local development without AzureWebJobsStorage__credential; "
+                "a managed identity has no secret: remove it"
+            )
+        if not (client_id or resource_id):
+            client_id = env.get("AZURE_CLIENT_ID", "").strip() or None  # documented default
+    elif credential == "managedidentityasfederatedidentity":
+        problems.append(
+            "AzureWebJobsStorage__credential=managedidentityasfederatedidentity (storage in another tenant) "
+            "is not supported by this app: use managedidentity with an identity of the account's tenant"
+        )
+    elif raw_credential is not None:
+        problems.append(
+            f"AzureWebJobsStorage__credential={raw_credential[:40]!r} is not supported: set managedidentity, "
+            "or leave it unset for local development"
+        )
+    else:
+        if secret and not (tenant_id and client_id):
+            problems.append(
+                "AzureWebJobsStorage__clientSecret needs AzureWebJobsStorage__tenantId and "
+                "AzureWebJobsStorage__clientId (a service principal, local development only)"
+            )
+        if resource_id:
+            problems.append(
+                "AzureWebJobsStorage__managedIdentityResourceId is read only with "
+                "AzureWebJobsStorage__credential=managedidentity"
+            )
     return StorageConnection(
-        account_name=account, blob_service_uri=blob_uri, queue_service_uri=queue_uri, client_id=client_id
+        account_name=account,
+        blob_service_uri=blob_uri,
+        queue_service_uri=queue_uri,
+        client_id=client_id,
+        credential=credential,
+        managed_identity_resource_id=resource_id if credential == "managedidentity" else None,
+        tenant_id=tenant_id,
+        client_secret=secret if credential is None else None,
     )
 
 

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 import requests.adapters
+from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 from shared.settings import Settings, StorageConnection
+
+log = logging.getLogger("jobs.storage")
 
 DEV_CONNECTION = (
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
@@ -129,6 +133,38 @@ def connect(settings: Settings) -> StorageClients:
     return clients_for(settings.storage)
 
 
+def credential_for(conn: StorageConnection) -> TokenCredential:
+    """The token credential the identity-based `AzureWebJobsStorage__*` settings name.
+
+    - `credential=managedidentity`: that managed identity only (by `managedIdentityResourceId`, or
+      `clientId`; neither: the system-assigned one), as the Functions host reads it; no other source
+      of tokens is tried.
+    - no `credential` (local development): a service principal with `tenantId`, `clientId` and
+      `clientSecret`; otherwise the developer's identity (Azure CLI, VS Code, shared token cache, a
+      managed identity with `clientId`), in the tenant `tenantId` when given.
+    """
+    from azure.identity import ClientSecretCredential, DefaultAzureCredential, ManagedIdentityCredential
+
+    if conn.credential == "managedidentity":
+        if conn.managed_identity_resource_id:
+            return ManagedIdentityCredential(
+                identity_config={"resource_id": conn.managed_identity_resource_id}
+            )
+        return ManagedIdentityCredential(client_id=conn.client_id)
+    if conn.client_secret and conn.tenant_id and conn.client_id:
+        return ClientSecretCredential(conn.tenant_id, conn.client_id, conn.client_secret)
+    kwargs: dict[str, Any] = {}
+    if conn.client_id:
+        kwargs["managed_identity_client_id"] = conn.client_id
+    if conn.tenant_id:
+        kwargs.update(
+            shared_cache_tenant_id=conn.tenant_id,
+            visual_studio_code_tenant_id=conn.tenant_id,
+            additionally_allowed_tenants=[conn.tenant_id],
+        )
+    return DefaultAzureCredential(**kwargs)
+
+
 def clients_for(conn: StorageConnection) -> StorageClients:
     if conn.connection_string is not None:
         text = (
@@ -142,9 +178,7 @@ def clients_for(conn: StorageConnection) -> StorageClients:
                 text, session=_session(), **_client_kwargs()
             ),
         )
-    from azure.identity import DefaultAzureCredential
-
-    credential = DefaultAzureCredential(managed_identity_client_id=conn.client_id)
+    credential = credential_for(conn)
     assert conn.blob_service_uri and conn.queue_service_uri  # guaranteed by settings validation
     return StorageClients(
         blob=BlobServiceClient(
@@ -156,21 +190,47 @@ def clients_for(conn: StorageConnection) -> StorageClients:
     )
 
 
-def ensure_resources(clients: StorageClients, settings: Settings) -> None:
-    """Create queues and containers if missing (start-up / deploy time, never per message)."""
+def _not_permitted(exc: HttpResponseError) -> bool:
+    """403: the identity may use the resource but not create it (roles scoped to it)."""
+    return status_code(exc) == 403 or (error_code(exc) or "").startswith("Authorization")
+
+
+def ensure_resources(clients: StorageClients, settings: Settings) -> list[str]:
+    """Create queues and containers if missing (start-up / deploy time, never per message).
+
+    With identity-based storage the deployment creates them (infra/main.bicep) and the app's roles
+    are scoped to each queue and container, which may not allow creating one: such a refusal is
+    logged and skipped (a missing resource then fails its first real use, naming it). Returns the
+    names that could not be checked that way.
+    """
     from azure.core.exceptions import ResourceExistsError
 
+    skipped: list[str] = []
+
+    def attempt(name: str, create: Callable[[str], Any]) -> None:
+        try:
+            with contextlib.suppress(ResourceExistsError):
+                create(name)
+        except HttpResponseError as exc:
+            if not _not_permitted(exc):
+                raise
+            skipped.append(name)
+            log.warning(
+                "storage: not permitted to create %s (%s); expecting the deployment to have created it",
+                name,
+                error_code(exc) or status_code(exc),
+            )
+
     for name in (settings.jobs_queue, settings.poison_queue):
-        with contextlib.suppress(ResourceExistsError):
-            clients.queue_service.create_queue(name)
+        attempt(name, clients.queue_service.create_queue)
     for name in (
         settings.ledger_container,
         settings.results_container,
         settings.payloads_container,
         settings.poison_archive_container,
     ):
-        with contextlib.suppress(ResourceExistsError):
-            clients.blob.create_container(name)
+        attempt(name, clients.blob.create_container)
+    return skipped
 
 
 __all__ = [
@@ -179,6 +239,7 @@ __all__ = [
     "StorageClients",
     "clients_for",
     "connect",
+    "credential_for",
     "ensure_resources",
     "error_code",
     "is_throttled",

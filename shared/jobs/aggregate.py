@@ -12,6 +12,11 @@ Payload::
      "null_values": ["", "NA"]}                       # optional, default ["", "NA"]
 
 Result blob `<results container>/<job id>.json`: see `result_document`.
+
+Least privilege and bounded work: the input's container is checked before anything is read
+(`shared.limits.input_refusal`: never the app's or the host's own containers; only
+`INPUT_CONTAINERS` when set), and an inline run stops at `MAX_GROUPS` groups: `engine: auto` then
+goes to Spark when a backend is configured, otherwise the job is poisoned naming the limit.
 """
 
 from __future__ import annotations
@@ -25,11 +30,20 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
+import pyarrow as pa
 from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, ContentSettings
 
-from shared.errors import InputMissing, NotAvailable, PayloadError, StorageThrottled, TransientError
+from shared.errors import (
+    InputMissing,
+    InputRefused,
+    LimitExceeded,
+    NotAvailable,
+    PayloadError,
+    StorageThrottled,
+    TransientError,
+)
 from shared.jobs.aggregate_engine import (
     DEFAULT_NULL_VALUES,
     ENGINES,
@@ -42,9 +56,12 @@ from shared.jobs.aggregate_engine import (
     Format,
     MetricSpec,
     Op,
+    TooManyGroups,
     aggregate_stream,
+    aggregate_table,
 )
 from shared.jobs.base import Completed, JobContext, Outcome
+from shared.limits import input_refusal, is_host_container, result_limit_bytes
 from shared.settings import Settings
 from shared.storage import error_code, is_throttled, status_code
 
@@ -146,7 +163,13 @@ def _input(payload: Mapping[str, Any], problems: list[str]) -> tuple[str, str]:
     if not sep or not container:
         problems.append(f"{field}: must be '<container>/<blob path>', got {_quoted(value)}")
         return "", ""
-    problems.extend(check_container_name(container, field))
+    if is_host_container(container):  # needs no settings: refused here, at validation
+        problems.append(
+            f"{field}: container {_quoted(container)} belongs to the Functions host "
+            "(azure-webjobs-* and $-prefixed containers are never job input)"
+        )
+    else:
+        problems.extend(check_container_name(container, field))
     problems.extend(check_blob_path(blob, f"{field} (blob path)"))
     return container, blob
 
@@ -332,6 +355,36 @@ def _json_type(value: object) -> str:
 # --- engine choice and result document ---------------------------------------------------------
 
 
+def check_input(spec: AggregateSpec, settings: Settings) -> None:
+    """InputRefused when the settings forbid reading the input's container (pure, no I/O).
+
+    The reason names the field and the rule, never anything stored in the container.
+    """
+    refusal = input_refusal(spec.container, settings)
+    if refusal is not None:
+        raise InputRefused(refusal)
+
+
+def spark_takes_over(spec: AggregateSpec, settings: Settings) -> bool:
+    """True when an inline run that reaches MAX_GROUPS goes to Spark instead (pure)."""
+    return spec.engine == "auto" and settings.spark.backend != "none"
+
+
+def too_many_groups(spec: AggregateSpec, settings: Settings, exc: TooManyGroups) -> LimitExceeded:
+    """The permanent error of an inline run past MAX_GROUPS: the limit and what to do."""
+    spark = (
+        "configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
+        if settings.spark.backend == "none"
+        else "use engine 'auto' or 'spark' (a Spark backend is configured)"
+    )
+    grouped = ", ".join(spec.group_by)
+    return LimitExceeded(
+        f"the input has more than MAX_GROUPS={settings.max_groups} groups "
+        f"(group_by: {_cut(grouped) or 'none'}; {exc.seen} found before stopping): "
+        f"narrow group_by, raise MAX_GROUPS, or {spark}"
+    )
+
+
 def choose_engine(spec: AggregateSpec, blob_size: int | None, settings: Settings) -> str:
     """'inline' or 'spark' (pure). `auto` offloads inputs over the threshold when Spark exists."""
     if spec.engine != "auto":
@@ -351,6 +404,54 @@ def result_document(job_id: str, result: AggregateResult, engine: str, elapsed_s
         "engine": engine,
         "elapsed_s": round(elapsed_s, 3),
     }
+
+
+RESULT_BATCH_ROWS: Final = 8192
+"""Result rows turned into Python objects at a time while the document is written."""
+
+
+def result_json(
+    job_id: str,
+    table: pa.Table,
+    input_rows: int,
+    engine: str,
+    elapsed_s: float,
+    max_bytes: int | None = None,
+) -> bytes:
+    """The bytes of `result_document` (compact JSON, UTF-8), `RESULT_BATCH_ROWS` rows at a time.
+
+    The same bytes as json.dumps of the whole document, without ever holding every row as Python
+    objects. Over `max_bytes`, LimitExceeded is raised as soon as the text passes it.
+    """
+
+    def dumps(value: object) -> bytes:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    out = io.BytesIO()
+    out.write(dumps({"id": job_id})[:-1] + b',"rows":[')
+    first = True
+    for batch in table.to_batches(max_chunksize=RESULT_BATCH_ROWS):
+        if batch.num_rows == 0:
+            continue
+        if not first:
+            out.write(b",")
+        out.write(dumps(batch.to_pylist())[1:-1])
+        first = False
+        if max_bytes is not None and out.tell() > max_bytes:
+            raise _result_too_large(out.tell(), max_bytes, done=False)
+    rest = {"input_rows": input_rows, "engine": engine, "elapsed_s": round(elapsed_s, 3)}
+    out.write(b"]," + dumps(rest)[1:])
+    if max_bytes is not None and out.tell() > max_bytes:
+        raise _result_too_large(out.tell(), max_bytes, done=True)
+    return out.getvalue()
+
+
+def _result_too_large(size: int, limit: int, done: bool) -> LimitExceeded:
+    return LimitExceeded(
+        f"the result document would be {'' if done else 'more than '}{size} bytes, over the {limit} "
+        "that MAX_GROUPS allows (MAX_GROUPS x 512 bytes a row + 64 KiB): long group keys or many "
+        "metrics; narrow group_by or the metrics, or raise MAX_GROUPS"
+    )
 
 
 # --- blob I/O ----------------------------------------------------------------------------------
@@ -484,11 +585,15 @@ def _map_errors(call: Callable[[], T], label: str) -> T:
         raise
 
 
-def write_result(blob: BlobClient, document: Mapping[str, Any]) -> None:
-    """Upload the result document (overwrite: a re-run of the same job writes the same blob)."""
-    data = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    settings = ContentSettings(content_type="application/json; charset=utf-8")
+def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
+    """Upload the result document, or its bytes from `result_json` (overwrite: a re-run of the
+    same job writes the same blob)."""
+    if isinstance(document, bytes):
+        data = document
+    else:
+        data = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     label = f"{blob.container_name}/{blob.blob_name}"
+    settings = ContentSettings(content_type="application/json; charset=utf-8")
     try:
         blob.upload_blob(data, overwrite=True, content_settings=settings)
     except AzureError as exc:
@@ -512,6 +617,7 @@ class AggregateHandler:
     def run(self, ctx: JobContext) -> Outcome:
         """Stream the input through the inline engine and write the result document."""
         spec = parse_aggregate_payload(ctx.payload)
+        check_input(spec, ctx.settings)  # before any read, and before any Spark run is followed
         if ctx.resume_state is not None:  # offloaded earlier: follow the Spark run, never resubmit blindly
             from shared.spark import resume
 
@@ -520,35 +626,51 @@ class AggregateHandler:
             raise NotAvailable("engine 'spark' is not available: SPARK_BACKEND=none")
         started = time.monotonic()
         source = ctx.storage.blob.get_blob_client(spec.container, spec.blob)
+        settings = ctx.settings
+        over_cap = False
         with open_blob_stream(source) as stream:
-            engine = choose_engine(spec, stream.size, ctx.settings)
+            size = stream.size
+            engine = choose_engine(spec, size, settings)
             if engine == "spark":
-                return self.run_spark(ctx, spec, stream.size)
-            result = aggregate_stream(stream, spec)
+                return self.run_spark(ctx, spec, size, "engine" if spec.engine == "spark" else "size")
+            try:
+                table, input_rows = aggregate_table(stream, spec, max_groups=settings.max_groups)
+            except TooManyGroups as exc:
+                if not spark_takes_over(spec, settings):
+                    raise too_many_groups(spec, settings, exc) from None
+                over_cap = True  # offload once the stream and the partial aggregates are gone
+        if over_cap:
+            ctx.log.info(
+                "aggregate %s: more than MAX_GROUPS=%d groups after %.2fs inline: handing it to Spark",
+                spec.input,
+                settings.max_groups,
+                time.monotonic() - started,
+            )
+            return self.run_spark(ctx, spec, size, "max_groups")
         elapsed = time.monotonic() - started
-        container = ctx.settings.results_container
+        container = settings.results_container
         name = f"{ctx.job_id}.json"
-        write_result(
-            ctx.storage.blob.get_blob_client(container, name),
-            result_document(ctx.job_id, result, "inline", elapsed),
-        )
+        limit = result_limit_bytes(settings.max_groups)
+        data = result_json(ctx.job_id, table, input_rows, "inline", elapsed, max_bytes=limit)
+        groups = table.num_rows
+        del table
+        write_result(ctx.storage.blob.get_blob_client(container, name), data)
         ctx.log.info(
-            "aggregate %s: %d rows -> %d groups in %.2fs (inline)",
-            spec.input,
-            result.input_rows,
-            result.groups,
-            elapsed,
+            "aggregate %s: %d rows -> %d groups in %.2fs (inline)", spec.input, input_rows, groups, elapsed
         )
         return Completed(
             result_ref=f"{container}/{name}",
-            summary={"input_rows": result.input_rows, "groups": result.groups, "engine": "inline"},
+            summary={"input_rows": input_rows, "groups": groups, "engine": "inline"},
         )
 
-    def run_spark(self, ctx: JobContext, spec: AggregateSpec, blob_size: int) -> Outcome:
-        """Hand the job to the configured Spark backend; the ledger tracks it as `offloaded`."""
+    def run_spark(self, ctx: JobContext, spec: AggregateSpec, blob_size: int, reason: str) -> Outcome:
+        """Hand the job to the configured Spark backend; the ledger tracks it as `offloaded`.
+
+        `reason` (engine | size | max_groups) is kept in the offload state on the ledger.
+        """
         from shared.spark import offload
 
-        return offload(ctx, spec)
+        return offload(ctx, spec, reason=reason)
 
 
 HANDLER: Final = AggregateHandler()
@@ -564,9 +686,11 @@ __all__ = [
     "aggregate_stream",
     "check_blob_path",
     "check_container_name",
+    "check_input",
     "choose_engine",
     "open_blob_stream",
     "parse_aggregate_payload",
     "result_document",
+    "result_json",
     "write_result",
 ]

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from shared.errors import InputDataError
+from shared.errors import InputDataError, LimitExceeded
 
 Op = Literal["count", "sum", "mean", "min", "max"]
 Format = Literal["csv", "jsonl"]
@@ -65,6 +65,15 @@ PARSE_WORKERS: Final = 2
 """CSV blocks parsed at once, each on a thread of its own (the machines have 2 cores)."""
 KEPT_BUFFERS: Final = PARSE_WORKERS + 1
 """Block buffers kept between inputs: what one input of the default block size uses."""
+
+
+class TooManyGroups(LimitExceeded):
+    """The input has more distinct groups than `limit` (`seen` is how many were counted when it
+    was noticed: more than the limit, not necessarily all of them)."""
+
+    def __init__(self, limit: int, seen: int) -> None:
+        self.limit, self.seen = limit, seen
+        super().__init__(f"the input has more than {limit} groups ({seen} found before stopping)")
 
 
 class ByteStream(Protocol):
@@ -113,7 +122,10 @@ class AggregateResult:
 
 
 def aggregate_stream(
-    stream: ByteStream, spec: AggregateSpec, block_size: int = DEFAULT_BLOCK_SIZE
+    stream: ByteStream,
+    spec: AggregateSpec,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    max_groups: int | None = None,
 ) -> AggregateResult:
     """Group-by aggregate of a CSV / JSON-lines byte stream, in bounded memory.
 
@@ -122,9 +134,25 @@ def aggregate_stream(
     Values in `spec.null_values` are null. Group keys are strings as written; a null key is
     its own group, sorted first. A non-number in a numeric metric's column, or a missing
     column, raises InputDataError naming the column (and the value and line).
+
+    More than `max_groups` distinct groups (None: no limit) raises TooManyGroups as soon as the
+    partial aggregates show it, so memory stays bounded by the limit, not by the input.
     """
+    table, input_rows = aggregate_table(stream, spec, block_size, max_groups)
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return AggregateResult(rows=rows, input_rows=input_rows)
+
+
+def aggregate_table(
+    stream: ByteStream,
+    spec: AggregateSpec,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    max_groups: int | None = None,
+) -> tuple[pa.Table, int]:
+    """`aggregate_stream`'s result as an Arrow table (its rows' columns, in order), and the number
+    of input rows: what the handler serialises a batch at a time (see `result_json`)."""
     plan = _Plan.of(spec)
-    acc = _Accumulator(plan)
+    acc = _Accumulator(plan, max_groups)
     if spec.format == "csv":
         partials = _csv_partials(stream, plan, spec.null_values, block_size)
         with contextlib.closing(partials):
@@ -135,7 +163,7 @@ def aggregate_stream(
         with contextlib.closing(tables):
             for table in tables:
                 acc.add(table)
-    return AggregateResult(rows=acc.result_rows(spec.metrics), input_rows=acc.input_rows)
+    return acc.result_table(spec.metrics), acc.input_rows
 
 
 # --- what to compute ---------------------------------------------------------------------------
@@ -198,10 +226,18 @@ class _Plan:
 
 
 class _Accumulator:
-    """Partial aggregates of the blocks seen so far, combined when they grow."""
+    """Partial aggregates of the blocks seen so far, combined when they grow.
 
-    def __init__(self, plan: _Plan) -> None:
+    `pending_rows` counts every partial row held (the combined ones too); they are combined when
+    that passes twice the groups found so far, or COMBINE_ROWS. With `max_groups` the floor is
+    max_groups + 1 when that is smaller, and a combine that finds more groups than the limit
+    raises TooManyGroups: rows held stay below 2 * max_groups + one block's partials, and an
+    input of distinct keys is stopped once about max_groups rows are held.
+    """
+
+    def __init__(self, plan: _Plan, max_groups: int | None = None) -> None:
         self.plan = plan
+        self.max_groups = max_groups
         self.key_names = [f"k{i}" for i in range(len(plan.keys))]
         self.partials: list[pa.Table] = []
         self.pending_rows = 0
@@ -234,7 +270,11 @@ class _Accumulator:
         self.input_rows += input_rows
         self.partials.append(partial)
         self.pending_rows += partial.num_rows
-        if self.pending_rows > max(COMBINE_ROWS, 2 * self.combined_rows):
+        limit = self.max_groups
+        if limit is not None and partial.num_rows > limit:
+            raise TooManyGroups(limit, partial.num_rows)
+        floor = COMBINE_ROWS if limit is None else min(COMBINE_ROWS, limit + 1)
+        if self.pending_rows > max(floor, 2 * self.combined_rows):
             self._combine()
 
     def _ordered(self, table: pa.Table) -> pa.Table:
@@ -253,6 +293,8 @@ class _Accumulator:
             self.partials = [out.rename_columns(final_names)]
         self.combined_rows = self.partials[0].num_rows if self.partials else 0
         self.pending_rows = self.combined_rows
+        if self.max_groups is not None and self.combined_rows > self.max_groups:
+            raise TooManyGroups(self.max_groups, self.combined_rows)
 
     def _final(self) -> pa.Table:
         if not self.partials:
@@ -269,6 +311,11 @@ class _Accumulator:
 
     def result_rows(self, metrics: Sequence[MetricSpec]) -> list[dict[str, Any]]:
         """The final rows: group columns, then each metric by name; sorted, nulls first."""
+        rows: list[dict[str, Any]] = self.result_table(metrics).to_pylist()
+        return rows
+
+    def result_table(self, metrics: Sequence[MetricSpec]) -> pa.Table:
+        """The final rows as a table: group columns, then each metric by name; sorted, nulls first."""
         table = self._final()
         out: dict[str, pa.Array | pa.ChunkedArray] = {
             name: table[key] for name, key in zip(self.plan.keys, self.key_names, strict=True)
@@ -280,8 +327,7 @@ class _Accumulator:
             keys = [(k, "ascending", "at_start") for k in self.plan.keys]
             order = pc.sort_indices(result, sort_keys=keys)
             result = result.take(order)
-        rows: list[dict[str, Any]] = result.to_pylist()
-        return rows
+        return result
 
     def _metric_column(self, table: pa.Table, metric: MetricSpec) -> pa.ChunkedArray:
         if metric.column is None:

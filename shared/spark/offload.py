@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from shared.errors import DownstreamUnavailable, InputDataError, PermanentError
+from shared.errors import DownstreamUnavailable, InputDataError, InputRefused, PermanentError
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.model import SparkBackend, SparkJobRequest, Submission
@@ -56,11 +57,19 @@ def run_name(job_id: str, submission: int) -> str:
 
 
 def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
-    """The submission for this job: script, arguments (no secrets) and driver environment."""
+    """The submission for this job: script, arguments (no secrets) and driver environment.
+
+    InputRefused when the settings forbid the input's container: no run is ever submitted (or
+    looked up) for it.
+    """
     spark = ctx.settings.spark
     payload = json.dumps(dict(ctx.payload), sort_keys=True, separators=(",", ":"))
     encoded = base64.urlsafe_b64encode(payload.encode()).decode()
-    access = job_storage(ctx.settings, str(ctx.payload.get("input", "")))
+    input_ref = str(ctx.payload.get("input", ""))
+    refusal = input_refusal(input_ref.partition("/")[0], ctx.settings)
+    if refusal is not None:
+        raise InputRefused(refusal)
+    access = job_storage(ctx.settings, input_ref)
     args = [
         ctx.job_id,
         encoded,
@@ -83,21 +92,29 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
     )
 
 
-def offload(ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None) -> Outcome:
+def offload(
+    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, reason: str = ""
+) -> Outcome:
     """Submit the job to Spark; `Continue` to poll it later (or `Completed` if a run already finished).
 
     `spec` (the parsed AggregateSpec) is not needed: the job receives the validated payload.
+    `reason` (engine | size | max_groups) is kept in the offload state, so the ledger says why.
     """
     del spec
+    request = build_request(ctx, 1)  # refuses a forbidden input before any request
     results = ctx.storage.container(ctx.settings.results_container)
-    doc = read_result(results, ctx.job_id)
+    doc = read_result(results, ctx.job_id, _result_limit(ctx))
     if doc is not None:  # an earlier run finished but the ledger never heard of it
         return _completed(ctx, None, doc)
     backend = backend or backend_for(ctx.settings)
     limits = limits_for(ctx.settings)
-    sub = _submit_once(ctx, backend, build_request(ctx, 1))
-    state = OffloadState(backend.name, sub.submission_id, sub.name, sub.submitted_at, submissions=1, polls=0)
-    ctx.log.info("spark: offloaded as %s (%s)", sub.submission_id or "unconfirmed", sub.name)
+    sub = _submit_once(ctx, backend, request)
+    state = OffloadState(
+        backend.name, sub.submission_id, sub.name, sub.submitted_at, submissions=1, polls=0, reason=reason
+    )
+    ctx.log.info(
+        "spark: offloaded as %s (%s; reason: %s)", sub.submission_id or "unconfirmed", sub.name, reason or "-"
+    )
     return Continue(state=state.to_dict(), delay_s=limits.poll_initial_s)
 
 
@@ -141,7 +158,7 @@ def resume(
     )
     if isinstance(decision, Wait):
         return Continue(state=decision.state.to_dict(), delay_s=decision.delay_s)
-    doc = read_result(results, ctx.job_id)  # also after a failure: a killed run may have finished writing
+    doc = read_result(results, ctx.job_id, _result_limit(ctx))  # a killed run may have finished writing
     if doc is not None:
         return _completed(ctx, state, doc)
     if isinstance(decision, Verify):
@@ -189,6 +206,11 @@ def _submit_once(ctx: JobContext, backend: SparkBackend, request: SparkJobReques
     return backend.submit(request)
 
 
+def _result_limit(ctx: JobContext) -> int:
+    """Result documents up to this size are read whole; larger ones only at their two ends."""
+    return result_limit_bytes(ctx.settings.max_groups)
+
+
 def _completed(ctx: JobContext, state: OffloadState | None, doc: Mapping[str, Any]) -> Completed:
     rows = doc.get("rows")
     summary: dict[str, Any] = {
@@ -197,10 +219,14 @@ def _completed(ctx: JobContext, state: OffloadState | None, doc: Mapping[str, An
         "groups": len(rows) if isinstance(rows, list) else None,
         "engine_elapsed_s": doc.get("elapsed_s"),
     }
+    if "result_bytes" in doc:  # too large to read whole (more groups than MAX_GROUPS allows)
+        summary["result_bytes"] = doc["result_bytes"]
     if state is not None:
         summary.update(
             backend=state.backend, submission_id=state.submission_id, submissions=state.submissions
         )
+        if state.reason:
+            summary["offload_reason"] = state.reason
     return Completed(
         result_ref=f"{ctx.settings.results_container}/{result_blob(ctx.job_id)}", summary=summary
     )

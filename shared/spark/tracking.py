@@ -25,6 +25,9 @@ class OffloadState:
     submitted_at: float
     submissions: int = 1
     polls: int = 0
+    reason: str = ""
+    """Why the job went to Spark: engine (the payload asked), size (over
+    SPARK_OFFLOAD_THRESHOLD_BYTES) or max_groups (an inline run passed MAX_GROUPS)."""
 
     @property
     def confirmed(self) -> bool:
@@ -45,6 +48,7 @@ class OffloadState:
                 submitted_at=float(data["submitted_at"]),
                 submissions=int(data.get("submissions", 1)),
                 polls=int(data.get("polls", 0)),
+                reason=str(data.get("reason") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PermanentError(

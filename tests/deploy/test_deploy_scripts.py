@@ -30,6 +30,9 @@ APP_NAME = "jobs-func-abc123"
 ACCOUNT = "stjobsabc123"
 DEPLOYER = "0d0d0d0d-1111-2222-3333-444444444444"
 TOKEN = "eyJ0eXAiOiJKV1Qi.fake-entra-token.sig"
+AZ_VERSION = "2.67.0"  # what the stand-in az reports unless AZ_STUB_VERSION says otherwise
+MIN_AZ_VERSION = "2.60.0"
+VERSION_CALL = ["az", "version", "--output", "json"]
 
 RECORDER = r"""#!{python}
 import json, os, sys
@@ -46,6 +49,11 @@ if name == "curl":
             entry["body"] = json.loads(Path(args[i + 1][1:]).read_text())
 with open(os.environ["RECORD_LOG"], "a") as f:
     f.write(json.dumps(entry) + "\n")
+if name == "az" and args[:1] == ["version"]:
+    version = os.environ.get("AZ_STUB_VERSION", "{az_version}")
+    doc = {{"azure-cli": version, "azure-cli-core": version, "azure-cli-telemetry": "1.1.0", "extensions": {{}}}}
+    print(json.dumps(doc, indent=None if os.environ.get("AZ_STUB_COMPACT") else 2))
+    sys.exit(0)
 joined = " ".join(args)
 answers = {{
     "functionAppName.value": "{app}",
@@ -65,7 +73,12 @@ def tools(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = RECORDER.format(
-        python=sys.executable, app=APP_NAME, account=ACCOUNT, deployer=DEPLOYER, token=TOKEN
+        python=sys.executable,
+        app=APP_NAME,
+        account=ACCOUNT,
+        deployer=DEPLOYER,
+        token=TOKEN,
+        az_version=AZ_VERSION,
     )
     for name in ("az", "curl", "scp", "databricks"):
         path = bin_dir / name
@@ -74,11 +87,14 @@ def tools(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def run(script: Path, args: list[str], tools: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run(
+    script: Path, args: list[str], tools: Path, tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": f"{tools}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "RECORD_LOG": str(tmp_path / "calls.jsonl"),
+        **(extra_env or {}),
     }
     return subprocess.run(
         ["bash", str(script), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
@@ -282,11 +298,90 @@ def test_real_run_runs_what_the_dry_run_printed_and_is_repeatable(tools: Path, t
         real = run(DEPLOY, args, tools, tmp_path)
         assert real.returncode == 0, real.stdout + real.stderr
         recorded = [[str(e["tool"]), *map(str, e["args"])] for e in calls(tmp_path)]
-        assert recorded == expected
+        assert recorded[0] == VERSION_CALL, "the CLI version is checked before anything else"
+        assert recorded[1:] == expected
         assert _substitute(commands(real.stdout)) == _substitute(commands(dry.stdout))
         assert package.exists()
         runs.append((recorded, package.read_bytes()))
     assert runs[0] == runs[1], "a second run must issue the same commands and deploy the same zip"
+
+
+# ------------------------------------------------------------------ the Azure CLI version
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["az-version-indented", "az-version-one-line"])
+@pytest.mark.parametrize(
+    ("version", "accepted"),
+    [
+        ("2.45.0", False),
+        ("2.59.1", False),
+        ("2.60.0", True),
+        ("2.67.0", True),
+        ("2.100.0", True),
+        ("3.0.0", True),
+    ],
+)
+def test_azure_cli_version_is_checked_first(
+    tools: Path, tmp_path: Path, version: str, accepted: bool, compact: bool
+) -> None:
+    env = {"AZ_STUB_VERSION": version, **({"AZ_STUB_COMPACT": "1"} if compact else {})}
+    result = run(DEPLOY, [*BASE, "--skip-infra", "--skip-code"], tools, tmp_path, env)
+    recorded = [[str(e["tool"]), *map(str, e["args"])] for e in calls(tmp_path)]
+    assert recorded[0] == VERSION_CALL
+    if accepted:
+        assert result.returncode == 0, result.stderr
+        assert len(recorded) > 1
+    else:
+        assert result.returncode == 2
+        assert recorded == [VERSION_CALL], "nothing runs with a CLI that is too old"
+        assert f"Azure CLI {version} found, {MIN_AZ_VERSION} or later required" in result.stderr
+        assert "az upgrade" in result.stderr
+        assert "Flex Consumption" in result.stderr
+
+
+def _fixed_az(tools: Path, tmp_path: Path, body: str) -> None:
+    """Replace the stand-in az by a shell script (an older CLI, or one that prints nonsense)."""
+    counter = tmp_path / "az-calls"
+    (tools / "az").write_text(f'#!/bin/sh\necho "$*" >> {counter}\n{body}')
+
+
+def test_a_cli_without_az_version_is_read_from_az_dash_dash_version(tools: Path, tmp_path: Path) -> None:
+    # `az version` appeared in 2.11; older releases only print a table with `az --version`.
+    _fixed_az(
+        tools,
+        tmp_path,
+        'case "$1" in\n'
+        "  version) echo \"az: 'version' is not in the 'az' command group.\" >&2; exit 2 ;;\n"
+        '  --version) printf "azure-cli                         2.9.1 *\\n\\ncore                              2.9.1 *\\n" ;;\n'
+        "  *) exit 0 ;;\n"
+        "esac\n",
+    )
+    result = run(DEPLOY, [*BASE, "--skip-infra", "--skip-code"], tools, tmp_path)
+    assert result.returncode == 2
+    assert f"Azure CLI 2.9.1 found, {MIN_AZ_VERSION} or later required" in result.stderr
+    assert (tmp_path / "az-calls").read_text().splitlines() == ["version --output json", "--version"]
+
+
+def test_an_unreadable_cli_version_stops_the_deployment(tools: Path, tmp_path: Path) -> None:
+    _fixed_az(tools, tmp_path, "echo 'something unexpected'\n")
+    result = run(DEPLOY, [*BASE, "--skip-infra", "--skip-code"], tools, tmp_path)
+    assert result.returncode == 2
+    assert "could not read the Azure CLI version" in result.stderr
+    assert MIN_AZ_VERSION in result.stderr
+
+
+def test_a_dry_run_names_the_cli_minimum_without_calling_az(tools: Path, tmp_path: Path) -> None:
+    result = run(DEPLOY, [*BASE, "--dry-run"], tools, tmp_path, {"AZ_STUB_VERSION": "2.45.0"})
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path) == []
+    assert f"# a real run first checks that the Azure CLI is {MIN_AZ_VERSION} or later" in result.stdout
+
+
+def test_the_minimum_matches_the_docs() -> None:
+    script = DEPLOY.read_text(encoding="utf-8")
+    assert f"MIN_AZ_VERSION={MIN_AZ_VERSION}\n" in script
+    docs = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    assert f"Azure CLI {MIN_AZ_VERSION}" in docs
 
 
 def test_databricks_upload_uses_an_entra_token_it_never_prints(tools: Path, tmp_path: Path) -> None:

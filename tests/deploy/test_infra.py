@@ -13,6 +13,7 @@ No Bicep compiler and no Azure are available to the tests, so the template is ch
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -46,12 +47,16 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "arm_template.schema.json"
 ROLE = {
     "blob_owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
     "blob_contributor": "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
+    "blob_reader": "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1",
     "queue_contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
     "table_contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
     "account_contributor": "17d1049b-9a84-46fb-8f53-869881c3d3ab",
     "metrics_publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
 }
-CONTAINERS = {"ledger", "results", "payloads", "poison-archive", "spark-jobs", "app-package"}
+APP_CONTAINERS = {"ledger", "results", "payloads", "poison-archive"}
+HOST_CONTAINERS = {"azure-webjobs-hosts", "azure-webjobs-secrets", "app-package"}
+"""The Functions host's own containers (identity-based AzureWebJobsStorage) and the Flex deployment one."""
+CONTAINERS = APP_CONTAINERS | HOST_CONTAINERS | {"inputs", "spark-jobs"}
 REQUIRED_SETTINGS = {
     "AzureWebJobsStorage__accountName",
     "AzureWebJobsStorage__credential",
@@ -63,6 +68,8 @@ REQUIRED_SETTINGS = {
     "RESULTS_CONTAINER",
     "PAYLOADS_CONTAINER",
     "POISON_ARCHIVE_CONTAINER",
+    "INPUT_CONTAINERS",
+    "PYTHON_ENABLE_OPENTELEMETRY",
     "MAX_ATTEMPTS",
     "SPARK_BACKEND",
     "SPARK_URL",
@@ -342,6 +349,8 @@ def test_app_settings_are_identity_based(template: dict[str, Any], case: str) ->
         for secret_marker in ("AccountKey=", "SharedAccessSignature=", "sig=", "DefaultEndpointsProtocol="):
             assert secret_marker not in value, f"{name} carries a secret"
     params = PARAM_SETS[case]
+    assert settings["INPUT_CONTAINERS"] == "inputs" == outputs["inputContainer"]
+    assert settings["PYTHON_ENABLE_OPENTELEMETRY"] == "true"
     assert settings["JOBS_QUEUE"] == params.get("jobsQueueName", "jobs")
     assert settings["MAX_ATTEMPTS"] == str(params.get("maxAttempts", 5))
     assert settings["SPARK_BACKEND"] == params.get("sparkBackend", "none")
@@ -417,6 +426,14 @@ def _assignments(resources: list[Deployed]) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def _container_id(account: Deployed, name: str) -> str:
+    return f"{account.id}/blobServices/default/containers/{name}"
+
+
+def _queue_id(account: Deployed, name: str) -> str:
+    return f"{account.id}/queueServices/default/queues/{name}"
+
+
 @pytest.mark.parametrize("case", sorted(PARAM_SETS))
 def test_role_assignments(template: dict[str, Any], case: str) -> None:
     resources, _ = deployment(template, case)
@@ -425,21 +442,83 @@ def test_role_assignments(template: dict[str, Any], case: str) -> None:
     insights = one(resources, "Microsoft.Insights/components")
     principal = fake_guid("principal", identity.id)
     params = PARAM_SETS[case]
+    queue = params.get("jobsQueueName", "jobs")
+    app = "ServicePrincipal"
     expected = {
-        (ROLE["blob_owner"], principal, account.id, "ServicePrincipal"),
-        (ROLE["queue_contributor"], principal, account.id, "ServicePrincipal"),
-        (ROLE["table_contributor"], principal, account.id, "ServicePrincipal"),
-        (ROLE["metrics_publisher"], principal, insights.id, "ServicePrincipal"),
+        # account-wide: tables only (the host's monthly diagnostic-events tables)
+        (ROLE["table_contributor"], principal, account.id, app),
+        (ROLE["metrics_publisher"], principal, insights.id, app),
+        # per queue, per container
+        (ROLE["queue_contributor"], principal, _queue_id(account, queue), app),
+        (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-poison"), app),
+        (ROLE["blob_reader"], principal, _container_id(account, "inputs"), app),
     }
+    expected |= {
+        (ROLE["blob_contributor"], principal, _container_id(account, c), app) for c in APP_CONTAINERS
+    }
+    expected |= {(ROLE["blob_owner"], principal, _container_id(account, c), app) for c in HOST_CONTAINERS}
     if params.get("grantStorageAccountContributor"):
-        expected.add((ROLE["account_contributor"], principal, account.id, "ServicePrincipal"))
+        expected.add((ROLE["account_contributor"], principal, account.id, app))
     if params.get("sparkPrincipalId"):
-        expected.add((ROLE["blob_contributor"], params["sparkPrincipalId"], account.id, "ServicePrincipal"))
+        spark = params["sparkPrincipalId"]
+        expected |= {
+            (ROLE["blob_reader"], spark, _container_id(account, "spark-jobs"), app),
+            (ROLE["blob_reader"], spark, _container_id(account, "inputs"), app),
+            (ROLE["blob_contributor"], spark, _container_id(account, "results"), app),
+        }
     if params.get("deployerPrincipalId"):
-        expected.add((ROLE["blob_contributor"], params["deployerPrincipalId"], account.id, "User"))
+        deployer = params["deployerPrincipalId"]
+        expected.add((ROLE["blob_contributor"], deployer, _container_id(account, "spark-jobs"), "User"))
     actual = _assignments(resources)
     assert len(actual) == len(set(actual))
     assert set(actual) == expected
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_no_blob_or_queue_role_on_the_whole_account(template: dict[str, Any], case: str) -> None:
+    resources, _ = deployment(template, case)
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    for role, principal, scope, _ in _assignments(resources):
+        if scope == account.id:
+            assert role in (ROLE["table_contributor"], ROLE["account_contributor"]), (role, principal)
+        elif scope.startswith(account.id):
+            assert "/containers/" in scope or "/queues/" in scope, scope
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_the_app_identity_reaches_what_the_app_and_the_host_use(
+    template: dict[str, Any], case: str, tmp_path: Path
+) -> None:
+    """Derived from the settings the app reads, not from the template's own lists."""
+    resources, _ = deployment(template, case)
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    principal = fake_guid("principal", identity.id)
+    parsed = Settings.from_env(app_settings(resources), host_json=_host_json(tmp_path))
+    deployment_container = one(resources, "Microsoft.Web/sites").body["properties"]["functionAppConfig"]
+    deployment_container = deployment_container["deployment"]["storage"]["value"].rsplit("/", 1)[1]
+    write = {
+        parsed.ledger_container,
+        parsed.results_container,
+        parsed.payloads_container,
+        parsed.poison_archive_container,
+    }
+    read = set(parsed.input_containers or ())
+    host = {"azure-webjobs-hosts", "azure-webjobs-secrets", deployment_container}
+    created = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/blobServices/containers")}
+    assert write | read | host <= created, "every container the identity needs is created by the template"
+    mine = {(role, scope) for role, who, scope, _ in _assignments(resources) if who == principal}
+    for name in write:
+        assert (ROLE["blob_contributor"], _container_id(account, name)) in mine, name
+    for name in read:
+        assert (ROLE["blob_reader"], _container_id(account, name)) in mine, name
+        assert (ROLE["blob_contributor"], _container_id(account, name)) not in mine, "inputs are read-only"
+    for name in host:
+        assert (ROLE["blob_owner"], _container_id(account, name)) in mine, name
+    for name in (parsed.jobs_queue, parsed.poison_queue):
+        assert (ROLE["queue_contributor"], _queue_id(account, name)) in mine, name
+    blob_scopes = {scope for role, scope in mine if "/containers/" in scope}
+    assert blob_scopes == {_container_id(account, c) for c in write | read | host}, "nothing else"
 
 
 def test_role_assignment_names_are_stable_across_runs(template: dict[str, Any]) -> None:
@@ -480,6 +559,8 @@ def test_app_settings_pass_the_apps_validation(template: dict[str, Any], case: s
     identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
     assert parsed.storage.identity_based
     assert parsed.storage.connection_string is None
+    assert parsed.storage.credential == "managedidentity"
+    assert parsed.input_containers == ("inputs",)
     assert parsed.storage.account_name == account
     assert parsed.storage.client_id == fake_guid("client", identity.id)
     assert parsed.storage.blob_service_uri == f"https://{account}.blob.core.windows.net"
@@ -594,3 +675,59 @@ def test_bicep_reads_no_keys(bicep: dict[str, Any]) -> None:
     assert "listKeys" not in text
     assert "AccountKey" not in text
     assert not any("list_keys" in s for s in _iter_bicep_strings(bicep["resources"]))
+
+
+# ------------------------------------------------------------------ the app runs with what the template sets
+
+
+def test_deployed_settings_and_host_json_export_every_log_once(template: dict[str, Any]) -> None:
+    """host.json telemetryMode + PYTHON_ENABLE_OPENTELEMETRY: the host stops forwarding the worker's
+    logs and the app exports them (shared/telemetry.py), so each record arrives once."""
+    from shared.telemetry import host_telemetry_mode, telemetry_plan
+
+    settings = app_settings(deployment(template, "defaults")[0])
+    assert host_telemetry_mode(ROOT / "host.json") == "OpenTelemetry"
+    plan = telemetry_plan(
+        settings["APPLICATIONINSIGHTS_CONNECTION_STRING"],
+        settings,
+        in_worker=True,
+        host_mode=host_telemetry_mode(ROOT / "host.json"),
+    )
+    assert (plan.export, plan.logs) == (True, True), plan.reason
+    assert "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" not in settings, (
+        "the worker would configure it twice"
+    )
+
+
+class _Refuses:
+    """Queue/blob service stand-in whose create calls fail like a role scoped to the resource."""
+
+    def __init__(self, status: int, code: str) -> None:
+        self.status, self.code, self.calls = status, code, []
+
+    def _fail(self, name: str) -> None:
+        from azure.core.exceptions import HttpResponseError
+
+        self.calls.append(name)
+        exc = HttpResponseError(message=f"{self.code} on {name}")
+        exc.status_code = self.status
+        exc.error_code = self.code
+        raise exc
+
+    create_queue = _fail
+    create_container = _fail
+
+
+def test_start_up_tolerates_roles_scoped_to_each_resource(caplog: pytest.LogCaptureFixture) -> None:
+    from shared.storage import StorageClients, ensure_resources
+
+    settings = Settings.from_env({"AzureWebJobsStorage__accountName": "acct"}, host_json=ROOT / "host.json")
+    refusing = _Refuses(403, "AuthorizationPermissionMismatch")
+    clients = StorageClients(blob=refusing, queue_service=refusing)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="jobs.storage"):
+        skipped = ensure_resources(clients, settings)
+    assert skipped == ["jobs", "jobs-poison", "ledger", "results", "payloads", "poison-archive"]
+    assert "not permitted to create ledger" in caplog.text
+    broken = _Refuses(500, "InternalError")
+    with pytest.raises(Exception, match="InternalError"):
+        ensure_resources(StorageClients(blob=broken, queue_service=broken), settings)  # type: ignore[arg-type]

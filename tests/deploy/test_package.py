@@ -149,7 +149,27 @@ def test_funcignore_rules_on_a_synthetic_tree(tmp_path: Path) -> None:
             "new_top_level.py": "",
         },
     )
+    # .funcignore is a deny-list (Core Tools cannot read an allow-list safely, see
+    # tests/deploy/test_funcignore.py): a new top-level file and a data file named like a secret
+    # are collected, and the build refuses both instead of shipping them.
     assert collect(tmp_path) == [
+        "function_app.py",
+        "host.json",
+        "new_top_level.py",
+        "requirements.txt",
+        "shared/__init__.py",
+        "shared/client-secret.json",
+        "shared/credentials.py",
+        "shared/data.json",
+        "shared/sub/mod.py",
+    ]
+    with pytest.raises(PackageError, match=r"outside function_app\.py.*\n  new_top_level\.py"):
+        build(tmp_path / "out.zip", tmp_path)
+    (tmp_path / "new_top_level.py").unlink()
+    with pytest.raises(PackageError, match=r"shared/client-secret\.json: secret-looking file name"):
+        build(tmp_path / "out.zip", tmp_path)
+    (tmp_path / "shared" / "client-secret.json").unlink()
+    assert build(tmp_path / "out.zip", tmp_path).files == (
         "function_app.py",
         "host.json",
         "requirements.txt",
@@ -157,10 +177,11 @@ def test_funcignore_rules_on_a_synthetic_tree(tmp_path: Path) -> None:
         "shared/credentials.py",
         "shared/data.json",
         "shared/sub/mod.py",
-    ]
+    )
 
 
 def test_ignore_matcher_follows_gitignore_semantics() -> None:
+    """parse_ignore / is_ignored are pathspec's gitignore rules (last match wins, dir-only rules)."""
     rules = parse_ignore(["/*", "!/keep/", "*.log", "!important.log", "build/", "a/**/z", "doc/*.txt"])
     assert is_ignored(rules, "top.py", is_dir=False)
     assert not is_ignored(rules, "keep", is_dir=True)

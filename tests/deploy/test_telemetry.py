@@ -1,4 +1,4 @@
-"""shared.telemetry without any network: no connection string -> not configured; log context fields."""
+"""shared.telemetry without any network: what the app exports next to the host, quiet SDK loggers, log context fields."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import io
 import logging
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +137,174 @@ def test_install_log_context_adds_one_filter_per_handler() -> None:
 )
 def test_parse_authentication_string(value: str | None, expected: str | None) -> None:
     assert parse_authentication_string(value) == expected
+
+
+# ------------------------------------------------------------------ what the app exports, and what the host does
+
+
+CONN = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://x.in.applicationinsights.azure.com/"
+OTEL_ENV = {"PYTHON_ENABLE_OPENTELEMETRY": "true"}
+
+
+@pytest.mark.parametrize(
+    ("conn", "env", "in_worker", "host_mode", "export", "logs"),
+    [
+        (None, OTEL_ENV, True, "OpenTelemetry", False, False),
+        ("  ", {}, False, "", False, False),
+        # outside the Functions host nobody else sends anything
+        (CONN, {}, False, "", True, True),
+        (CONN, OTEL_ENV, False, "OpenTelemetry", True, True),
+        # the deployed configuration: the worker streams its own logs, the host drops its copies
+        (CONN, OTEL_ENV, True, "OpenTelemetry", True, True),
+        (CONN, {"PYTHON_ENABLE_OPENTELEMETRY": "1"}, True, "openTelemetry", True, True),
+        # the host forwards the worker's logs: exporting them too would send each one twice
+        (CONN, {}, True, "OpenTelemetry", True, False),
+        (CONN, OTEL_ENV, True, "", True, False),
+        (CONN, OTEL_ENV, True, "ApplicationInsights", True, False),
+        (CONN, {"PYTHON_ENABLE_OPENTELEMETRY": "false"}, True, "OpenTelemetry", True, False),
+        # the worker configures the distro itself: a second configuration would export twice
+        (
+            CONN,
+            {"PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true", **OTEL_ENV},
+            True,
+            "OpenTelemetry",
+            False,
+            False,
+        ),
+    ],
+)
+def test_telemetry_plan(
+    conn: str | None, env: dict[str, str], in_worker: bool, host_mode: str, export: bool, logs: bool
+) -> None:
+    plan = telemetry.telemetry_plan(conn, env, in_worker=in_worker, host_mode=host_mode)
+    assert (plan.export, plan.logs) == (export, logs), plan.reason
+
+
+def test_host_json_asks_for_opentelemetry(tmp_path: Path) -> None:
+    assert telemetry.host_telemetry_mode(ROOT / "host.json") == "OpenTelemetry"
+    assert telemetry.host_telemetry_mode(tmp_path / "missing.json") == ""
+    (tmp_path / "host.json").write_text('{"version": "2.0"}')
+    assert telemetry.host_telemetry_mode(tmp_path / "host.json") == ""
+    (tmp_path / "host.json").write_text("not json")
+    assert telemetry.host_telemetry_mode(tmp_path / "host.json") == ""
+
+
+def test_only_the_functions_worker_counts_as_in_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in telemetry.WORKER_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert telemetry.in_functions_worker() is False
+    monkeypatch.setitem(sys.modules, "azure_functions_worker", types.ModuleType("azure_functions_worker"))
+    assert telemetry.in_functions_worker() is True
+
+
+@pytest.fixture
+def sdk_loggers() -> Iterator[None]:
+    """Restore the levels, handlers and filters of the loggers these tests touch."""
+    names = [*telemetry.AZURE_SDK_LOGGERS, "jobs", "test.telemetry.app"]
+    saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in names}
+    for name in telemetry.AZURE_SDK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    yield
+    for name, (level, handlers) in saved.items():
+        lg = logging.getLogger(name)
+        lg.setLevel(level)
+        lg.handlers[:] = handlers
+
+
+def test_azure_sdk_loggers_are_quieted(sdk_loggers: None) -> None:
+    http = logging.getLogger("azure.core.pipeline.policies.http_logging_policy")
+    assert http.isEnabledFor(logging.INFO) or logging.getLogger().level > logging.INFO
+    changed = telemetry.quiet_azure_sdk_loggers()
+    assert set(changed) == set(telemetry.AZURE_SDK_LOGGERS)
+    assert not http.isEnabledFor(logging.INFO)  # each request's headers: not a user log any more
+    assert http.isEnabledFor(logging.WARNING)
+    assert not logging.getLogger("azure.storage.blob._shared.policies").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("azure.identity._credentials.managed_identity").isEnabledFor(logging.INFO)
+    assert telemetry.quiet_azure_sdk_loggers() == [], "idempotent"
+
+
+def test_an_explicit_azure_log_level_is_kept(sdk_loggers: None) -> None:
+    logging.getLogger("azure").setLevel(logging.DEBUG)  # someone is investigating
+    assert telemetry.quiet_azure_sdk_loggers() == []
+    assert logging.getLogger("azure.core.pipeline.policies.http_logging_policy").isEnabledFor(logging.DEBUG)
+
+
+def test_the_runtime_build_quiets_the_sdk_loggers(sdk_loggers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared import runtime
+    from shared.settings import Settings
+
+    monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
+    settings = Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
+    runtime.build_runtime(settings, create_resources=False, handlers={})
+    assert logging.getLogger("azure").level == logging.WARNING
+    assert not logging.getLogger("azure.core.pipeline.policies.http_logging_policy").isEnabledFor(
+        logging.INFO
+    )
+
+
+class _FakeDistro:
+    """Stands in for azure.monitor.opentelemetry: records the call, adds a handler like the distro."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def module(self) -> types.ModuleType:
+        module = types.ModuleType("azure.monitor.opentelemetry")
+        module.configure_azure_monitor = self.configure  # type: ignore[attr-defined]
+        return module
+
+    def configure(self, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+        if not kwargs.get("disable_logging"):
+            handler = type("LoggingHandler", (logging.Handler,), {"emit": lambda self, record: None})()
+            logging.getLogger(kwargs.get("logger_name") or None).addHandler(handler)
+
+
+@pytest.fixture
+def distro(monkeypatch: pytest.MonkeyPatch, sdk_loggers: None) -> _FakeDistro:
+    fake = _FakeDistro()
+    monkeypatch.setitem(sys.modules, "azure.monitor.opentelemetry", fake.module())
+    monkeypatch.setattr(telemetry, "_configured", False)
+    return fake
+
+
+def _otel_handlers(name: str) -> list[logging.Handler]:
+    return [h for h in logging.getLogger(name).handlers if type(h).__name__ == "LoggingHandler"]
+
+
+def test_deployed_configuration_exports_logs_from_the_app(distro: _FakeDistro) -> None:
+    env = {**OTEL_ENV, "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "ClientId=abc;Authorization=AAD"}
+    assert telemetry.configure_telemetry(CONN, logger_name="test.telemetry.app", env=env, in_worker=True)
+    [call] = distro.calls
+    assert call["disable_logging"] is False
+    assert call["logger_name"] == "test.telemetry.app"
+    assert type(call["credential"]).__name__ == "ManagedIdentityCredential"
+    [handler] = _otel_handlers("test.telemetry.app")
+    assert handler in logging.getLogger("azure").handlers, "SDK warnings go the same way"
+    assert any(isinstance(f, JobContextFilter) for f in handler.filters)
+    exporter_record = logging.LogRecord(
+        "azure.monitor.opentelemetry.exporter.x", logging.WARNING, "", 0, "", (), None
+    )
+    assert not handler.filter(exporter_record), "the exporter's own records are not exported"
+    # a second call (another runtime build) configures nothing more
+    assert telemetry.configure_telemetry(CONN, logger_name="test.telemetry.app", env=env, in_worker=True)
+    assert len(distro.calls) == 1
+
+
+def test_host_forwarded_logs_are_not_exported_again(distro: _FakeDistro) -> None:
+    assert telemetry.configure_telemetry(CONN, logger_name="test.telemetry.app", env={}, in_worker=True)
+    [call] = distro.calls
+    assert call["disable_logging"] is True
+    assert "credential" not in call
+    assert _otel_handlers("test.telemetry.app") == []
+    assert _otel_handlers("azure") == []
+
+
+def test_worker_configured_distro_is_not_configured_twice(distro: _FakeDistro) -> None:
+    env = {"PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true"}
+    assert (
+        telemetry.configure_telemetry(CONN, logger_name="test.telemetry.app", env=env, in_worker=True)
+        is False
+    )
+    assert distro.calls == []
+    assert logging.getLogger("azure").level == logging.WARNING, "the SDK loggers are quieted all the same"

@@ -207,7 +207,11 @@ def test_auto_over_threshold_is_offloaded_to_spark(monkeypatch: pytest.MonkeyPat
     from shared.jobs.base import Continue
 
     calls: list[str] = []
-    monkeypatch.setattr(shared.spark, "offload", lambda ctx, spec: calls.append("offload") or Continue({}, 3))
+    monkeypatch.setattr(
+        shared.spark,
+        "offload",
+        lambda ctx, spec, reason: calls.append(f"offload:{reason}") or Continue({}, 3),
+    )
     monkeypatch.setattr(shared.spark, "resume", lambda ctx, spec: calls.append("resume") or Continue({}, 3))
     service = FakeService({("data", "sales.csv"): b"k,v\n" + b"a,1\n" * 100})
     settings = make_settings("standalone", threshold=100)
@@ -217,7 +221,7 @@ def test_auto_over_threshold_is_offloaded_to_spark(monkeypatch: pytest.MonkeyPat
     resumed = make_ctx(PAYLOAD, service, settings)
     resumed.resume_state = {"submission_id": "driver-1"}
     HANDLER.run(resumed)
-    assert calls == ["offload", "resume"]
+    assert calls == ["offload:size", "resume"]
 
 
 def test_missing_blob_and_container_are_input_missing() -> None:
@@ -315,3 +319,71 @@ def test_stream_is_a_readable_binary_file() -> None:
     with open_blob_stream(blob_with(b"a\nb\n")) as stream:  # type: ignore[arg-type]
         assert stream.readable() and stream.seekable()
         assert io.BufferedReader(stream).readline() == b"a\n"
+
+
+# --- least privilege and the group cap ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("container", ["ledger", "results", "payloads", "poison-archive"])
+def test_an_internal_input_is_refused_before_any_request(container: str) -> None:
+    from shared.errors import InputRefused
+
+    service = FakeService({(container, "x.csv"): b"k,v\nsecret,1\n"})
+    with pytest.raises(InputRefused, match=rf"^payload.input: container '{container}' is this app's "):
+        HANDLER.run(make_ctx({**PAYLOAD, "input": f"{container}/x.csv"}, service))
+    assert service.blobs == []
+
+
+def test_input_containers_narrow_what_the_handler_reads() -> None:
+    from dataclasses import replace
+
+    from shared.errors import InputRefused
+
+    service = FakeService({("data", "sales.csv"): b"k,v\na,1\n", ("other", "x.csv"): b"k,v\na,1\n"})
+    settings = replace(make_settings(), input_containers=("data",))
+    assert isinstance(HANDLER.run(make_ctx(PAYLOAD, service, settings)), Completed)
+    with pytest.raises(InputRefused, match="is not in INPUT_CONTAINERS"):
+        HANDLER.run(make_ctx({**PAYLOAD, "input": "other/x.csv"}, service, settings))
+
+
+MANY = b"k,v\n" + b"".join(b"key%d,1\n" % i for i in range(4))
+
+
+def test_over_max_groups_without_spark_is_a_permanent_error() -> None:
+    from dataclasses import replace
+
+    from shared.errors import LimitExceeded
+
+    service = FakeService({("data", "sales.csv"): MANY})
+    settings = replace(make_settings(), max_groups=3)
+    with pytest.raises(LimitExceeded) as info:
+        HANDLER.run(make_ctx(PAYLOAD, service, settings))
+    assert str(info.value) == (
+        "the input has more than MAX_GROUPS=3 groups (group_by: k; 4 found before stopping): "
+        "narrow group_by, raise MAX_GROUPS, or configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
+    )
+    assert not [k for k in service.store if k[0] == "results"]  # no result written
+    exact = replace(make_settings(), max_groups=4)
+    assert HANDLER.run(make_ctx(PAYLOAD, service, exact)).summary["groups"] == 4  # type: ignore[union-attr]
+
+
+def test_over_max_groups_goes_to_spark_when_it_may(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    import shared.spark
+    from shared.errors import LimitExceeded
+    from shared.jobs.base import Continue
+
+    calls: list[str] = []
+    monkeypatch.setattr(
+        shared.spark,
+        "offload",
+        lambda ctx, spec, reason: calls.append(reason) or Continue({"reason": reason}, 3),
+    )
+    service = FakeService({("data", "sales.csv"): MANY})
+    settings = replace(make_settings("standalone", threshold=10**9), max_groups=3)
+    outcome = HANDLER.run(make_ctx(PAYLOAD, service, settings))
+    assert isinstance(outcome, Continue) and calls == ["max_groups"]
+    with pytest.raises(LimitExceeded, match=r"MAX_GROUPS=3 .*use engine 'auto' or 'spark'"):
+        HANDLER.run(make_ctx({**PAYLOAD, "engine": "inline"}, service, settings))
+    assert calls == ["max_groups"]

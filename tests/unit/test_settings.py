@@ -102,3 +102,174 @@ def test_timespan(text: str, seconds: float) -> None:
 def test_bad_timespan() -> None:
     with pytest.raises(ValueError):
         parse_timespan("5 minutes")
+
+
+# ------------------------------------------------------------------ identity-based AzureWebJobsStorage
+
+ACCOUNT_URIS = {
+    "AzureWebJobsStorage__blobServiceUri": "https://acct.blob.core.windows.net",
+    "AzureWebJobsStorage__queueServiceUri": "https://acct.queue.core.windows.net",
+}
+
+
+def _problems(env: dict[str, str]) -> str:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(env)
+    return str(info.value)
+
+
+def test_managed_identity_with_client_id_as_the_template_sets_it() -> None:
+    s = Settings.from_env(
+        {
+            "AzureWebJobsStorage__accountName": "acct",
+            "AzureWebJobsStorage__credential": "managedidentity",
+            "AzureWebJobsStorage__clientId": "cid",
+            "AZURE_CLIENT_ID": "other",
+        }
+    ).storage
+    assert (s.credential, s.client_id, s.managed_identity_resource_id) == ("managedidentity", "cid", None)
+    assert "user-assigned managed identity (client id cid)" in s.describe()
+
+
+def test_credential_value_is_case_insensitive() -> None:
+    s = Settings.from_env({**ACCOUNT_URIS, "AzureWebJobsStorage__credential": "ManagedIdentity"}).storage
+    assert s.credential == "managedidentity"
+
+
+def test_managed_identity_defaults_to_azure_client_id_then_system_assigned() -> None:
+    base = {**ACCOUNT_URIS, "AzureWebJobsStorage__credential": "managedidentity"}
+    assert Settings.from_env({**base, "AZURE_CLIENT_ID": "env-cid"}).storage.client_id == "env-cid"
+    system = Settings.from_env(base).storage
+    assert system.client_id is None and system.describe_identity() == "system-assigned managed identity"
+
+
+def test_managed_identity_by_resource_id() -> None:
+    rid = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/id"
+    s = Settings.from_env(
+        {
+            **ACCOUNT_URIS,
+            "AzureWebJobsStorage__credential": "managedidentity",
+            "AzureWebJobsStorage__managedIdentityResourceId": rid,
+            "AZURE_CLIENT_ID": "not-used-with-a-resource-id",
+        }
+    ).storage
+    assert s.managed_identity_resource_id == rid and s.client_id is None
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        (
+            {
+                "AzureWebJobsStorage__credential": "managedidentity",
+                "AzureWebJobsStorage__clientId": "a",
+                "AzureWebJobsStorage__managedIdentityResourceId": "/x",
+            },
+            "both name the managed identity",
+        ),
+        (
+            {
+                "AzureWebJobsStorage__credential": "managedidentity",
+                "AzureWebJobsStorage__clientSecret": "s3cr3t",
+            },
+            "a managed identity has no secret",
+        ),
+        (
+            {"AzureWebJobsStorage__credential": "azurecli"},
+            "AzureWebJobsStorage__credential='azurecli' is not supported",
+        ),
+        (
+            {"AzureWebJobsStorage__credential": "managedidentityasfederatedidentity"},
+            "managedidentityasfederatedidentity (storage in another tenant) is not supported",
+        ),
+        ({"AzureWebJobsStorage__clientSecret": "s3cr3t"}, "needs AzureWebJobsStorage__tenantId"),
+        (
+            {"AzureWebJobsStorage__managedIdentityResourceId": "/x"},
+            "read only with AzureWebJobsStorage__credential",
+        ),
+    ],
+)
+def test_identity_settings_that_do_not_fit_are_named(env: dict[str, str], fragment: str) -> None:
+    text = _problems({**ACCOUNT_URIS, **env})
+    assert fragment in text
+    assert "s3cr3t" not in text
+
+
+def test_service_principal_for_local_development() -> None:
+    s = Settings.from_env(
+        {
+            **ACCOUNT_URIS,
+            "AzureWebJobsStorage__tenantId": "tid",
+            "AzureWebJobsStorage__clientId": "app",
+            "AzureWebJobsStorage__clientSecret": "s3cr3t",
+        }
+    ).storage
+    assert (s.credential, s.tenant_id, s.client_id, s.client_secret) == (None, "tid", "app", "s3cr3t")
+    assert "s3cr3t" not in repr(s) and "s3cr3t" not in s.describe()
+    assert "service principal app in tenant tid" in s.describe()
+
+
+def test_service_uri_is_the_blob_service_and_needs_a_queue_service() -> None:
+    text = _problems({"AzureWebJobsStorage__serviceUri": "https://acct.blob.core.windows.net"})
+    assert "AzureWebJobsStorage__serviceUri names a single service" in text
+    s = Settings.from_env(
+        {
+            "AzureWebJobsStorage__serviceUri": "https://custom.blob.example",
+            "AzureWebJobsStorage__queueServiceUri": "https://custom.queue.example",
+        }
+    ).storage
+    assert (s.blob_service_uri, s.queue_service_uri) == (
+        "https://custom.blob.example",
+        "https://custom.queue.example",
+    )
+    explicit = Settings.from_env(
+        {**ACCOUNT_URIS, "AzureWebJobsStorage__serviceUri": "https://ignored.blob.example"}
+    ).storage
+    assert explicit.blob_service_uri == ACCOUNT_URIS["AzureWebJobsStorage__blobServiceUri"]
+
+
+def test_connection_string_wins_over_identity_settings() -> None:
+    s = Settings.from_env({"AzureWebJobsStorage": CONN, "AzureWebJobsStorage__credential": "bogus"}).storage
+    assert s.connection_string == CONN and s.credential is None
+
+
+# ------------------------------------------------------------------ the credential those settings give
+
+
+def _credential(env: dict[str, str]) -> object:
+    from shared.storage import credential_for
+
+    return credential_for(Settings.from_env({**ACCOUNT_URIS, **env}).storage)
+
+
+def test_managed_identity_credential_is_the_only_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    from azure.identity import ManagedIdentityCredential
+
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", "would-be-used-by-DefaultAzureCredential")
+    cred = _credential(
+        {"AzureWebJobsStorage__credential": "managedidentity", "AzureWebJobsStorage__clientId": "cid"}
+    )
+    assert isinstance(cred, ManagedIdentityCredential)
+    by_resource = _credential(
+        {
+            "AzureWebJobsStorage__credential": "managedidentity",
+            "AzureWebJobsStorage__managedIdentityResourceId": "/r",
+        }
+    )
+    assert isinstance(by_resource, ManagedIdentityCredential)
+
+
+def test_local_development_credentials() -> None:
+    from azure.identity import ClientSecretCredential, DefaultAzureCredential
+
+    sp = _credential(
+        {
+            "AzureWebJobsStorage__tenantId": "00000000-0000-0000-0000-000000000001",
+            "AzureWebJobsStorage__clientId": "00000000-0000-0000-0000-000000000002",
+            "AzureWebJobsStorage__clientSecret": "s3cr3t",
+        }
+    )
+    assert isinstance(sp, ClientSecretCredential)
+    developer = _credential({"AzureWebJobsStorage__tenantId": "00000000-0000-0000-0000-000000000001"})
+    assert isinstance(developer, DefaultAzureCredential)
+    assert isinstance(_credential({}), DefaultAzureCredential)

@@ -1,0 +1,162 @@
+"""POST /api/jobs against a real Azurite, through the API's own handler: the producer's fields
+refused, one 202 per id under concurrency, and a retried POST finishing a failed send."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.core.exceptions import ServiceResponseError
+
+from devstack.azurite import Azurite
+from shared import api, cli
+from shared.processing import process_message
+from shared.runtime import Runtime
+from tests.integration.helpers import drain_raw, message, queue_length, runtime_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rt(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    runtime = runtime_for(azurite)
+    monkeypatch.setattr(api, "get_runtime", lambda: runtime)
+    yield runtime
+
+
+def post(body: Any) -> tuple[int, dict[str, Any]]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = func.HttpRequest(method="POST", url="http://localhost/api/jobs", body=raw, headers={}, params={})
+    resp = api.submit_job(req)
+    return resp.status_code, json.loads(resp.get_body())
+
+
+def get(job_id: str) -> tuple[int, dict[str, Any]]:
+    req = func.HttpRequest(
+        method="GET", url=f"http://localhost/api/jobs/{job_id}", body=b"", route_params={"id": job_id}
+    )
+    resp = api.get_job(req)
+    return resp.status_code, json.loads(resp.get_body())
+
+
+def noop(job_id: str, **payload: Any) -> dict[str, Any]:
+    return {"id": job_id, "kind": "noop", "payload": payload}
+
+
+class FlakySender:
+    """The jobs queue, with its next `fail` sends failing: before reaching the queue, or (lost)
+    after the message is on it."""
+
+    def __init__(self, inner: Any, fail: int = 1, lost: bool = False) -> None:
+        self.inner, self.fail, self.lost, self.sent = inner, fail, lost, 0
+
+    def send_message(self, content: Any, **kwargs: Any) -> Any:
+        if self.fail > 0:
+            self.fail -= 1
+            if self.lost:
+                self.inner.send_message(content, **kwargs)
+                self.sent += 1
+            raise ServiceResponseError("injected: the queue did not answer")
+        self.sent += 1
+        return self.inner.send_message(content, **kwargs)
+
+
+@pytest.mark.parametrize("field", ["attempt", "continuation_seq"])
+def test_a_producer_setting_the_apps_fields_gets_400_naming_them(rt: Runtime, field: str) -> None:
+    status, body = post({**noop("p1"), field: 1})
+    assert status == 400 and body["problems"] == [f"{field}: set by the app, not by producers"], body
+    status, body = post({**noop("p1"), "attempt": 0, "continuation_seq": 1})
+    assert status == 400 and len(body["problems"]) == 2
+    assert queue_length(rt, rt.settings.jobs_queue) == 0 and rt.ledger.get("p1") is None
+
+
+def test_the_cli_refuses_them_too(rt: Runtime, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps([{**noop("c1"), "attempt": 3}, noop("c2")]))
+    args = argparse.Namespace(file=str(job_file), kind=None, payload=None, id=None)
+    assert cli.cmd_enqueue(rt, args) == 1
+    out = capsys.readouterr()
+    assert "rejected: attempt: set by the app, not by producers" in out.err and "c2\tenqueued" in out.out
+    assert rt.ledger.get("c1") is None and queue_length(rt, rt.settings.jobs_queue) == 1
+
+
+def test_two_posts_of_one_id_at_once_one_202_one_409_one_message(rt: Runtime) -> None:
+    ids = [f"twin-{i}" for i in range(8)]
+    for job_id in ids:
+        barrier = threading.Barrier(2)
+        answers: list[tuple[int, dict[str, Any]]] = []
+
+        def go(
+            job_id: str = job_id, barrier: threading.Barrier = barrier, answers: list[Any] = answers
+        ) -> None:
+            barrier.wait()
+            answers.append(post(noop(job_id, note=job_id)))
+
+        threads = [threading.Thread(target=go) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(a[0] for a in answers) == [202, 409], answers
+        conflict = next(body for status, body in answers if status == 409)
+        assert conflict["same_request"] is True and conflict["status"] in ("queued", "in_progress")
+    bodies = [json.loads(b) for b in drain_raw(rt, rt.settings.jobs_queue)]
+    assert sorted(b["id"] for b in bodies) == ids  # exactly one message per id
+    for job_id in ids:
+        record = rt.ledger.get(job_id)
+        assert record is not None and "send_pending" not in record.data
+
+
+def test_a_retried_post_after_a_failed_send_completes_the_job(rt: Runtime) -> None:
+    rt.jobs_queue = FlakySender(rt.jobs_queue)
+    status, body = post(noop("r1", note="x"))
+    assert status == 503 and "storage unavailable" in body["error"]
+    status, record = get("r1")  # what GET shows meanwhile: queued, its message not sent yet
+    assert status == 200 and record["status"] == "queued" and record["send_pending"] is True
+    assert [h["event"] for h in record["history"]] == ["queued", "send_failed"]
+    assert queue_length(rt, rt.settings.jobs_queue) == 0
+    status, body = post(noop("r1", note="other"))  # another request with the id: refused
+    assert status == 409 and body["same_request"] is False
+    started = time.monotonic()
+    status, body = post(noop("r1", note="x"))  # the same request: takes the send over at once
+    assert status == 202 and body["id"] == "r1" and time.monotonic() - started < 5
+    status, record = get("r1")
+    assert record["status"] == "queued" and "send_pending" not in record
+    bodies = drain_raw(rt, rt.settings.jobs_queue)
+    assert len(bodies) == 1 and json.loads(bodies[0])["attempt"] == 0
+    process_message(message(bodies[0]), rt)
+    status, record = get("r1")
+    assert record["status"] == "completed" and record["summary"] == {"note": "x"}
+    assert post(noop("r1", note="x"))[0] == 409  # once more: the job is there, nothing sent
+    assert queue_length(rt, rt.settings.jobs_queue) == 0
+
+
+def test_a_retry_after_the_worker_took_the_job_is_409_with_its_status(rt: Runtime) -> None:
+    rt.jobs_queue = FlakySender(rt.jobs_queue, lost=True)  # sent, but the answer is lost
+    assert post(noop("w1"))[0] == 503
+    (sent,) = drain_raw(rt, rt.settings.jobs_queue)
+    process_message(message(sent), rt)  # the worker runs it before the producer retries
+    status, body = post(noop("w1"))
+    assert status == 409 and body["status"] == "completed" and body["same_request"] is True
+    assert queue_length(rt, rt.settings.jobs_queue) == 0 and rt.jobs_queue.sent == 1  # type: ignore[attr-defined]
+
+
+def test_a_claim_checked_payload_survives_a_failed_send(rt: Runtime) -> None:
+    rt.jobs_queue = FlakySender(rt.jobs_queue)
+    big = noop("big-1", note="x" * 80_000)
+    assert post(big)[0] == 503
+    status, body = post(big)
+    assert status == 202 and body["claim_checked"] is True
+    (sent,) = drain_raw(rt, rt.settings.jobs_queue)
+    envelope = json.loads(sent)
+    assert "payload" not in envelope and envelope["payload_ref"].startswith("big-1/")
+    process_message(message(sent), rt)
+    record = rt.ledger.get("big-1")
+    assert record is not None and record.status == "completed"

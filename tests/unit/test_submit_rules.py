@@ -1,0 +1,110 @@
+"""What a producer may send, and the pure transitions of a producer's record (no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared import ledger
+from shared.documents import Conflict
+from shared.envelope import Envelope, isoformat, parse_dict
+from shared.errors import EnvelopeError
+from shared.ledger import Decision, Facts
+from shared.submit import request_digest
+
+KINDS = {"noop"}
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+ENV = Envelope(id="j1", kind="noop", created_at=NOW, payload={"a": 1})
+FACTS = Facts(NOW)
+
+
+def problems(data: dict[str, object], producer: bool) -> list[str]:
+    try:
+        parse_dict(data, KINDS, require_id=False, producer=producer)
+    except EnvelopeError as exc:
+        return exc.problems
+    return []
+
+
+@pytest.mark.parametrize("field", ["attempt", "continuation_seq"])
+@pytest.mark.parametrize("value", [0, 1, 7, "x", None])
+def test_a_producer_may_not_set_the_apps_fields(field: str, value: object) -> None:
+    found = problems({"kind": "noop", "payload": {}, field: value}, producer=True)
+    assert found == [f"{field}: set by the app, not by producers"]
+
+
+def test_both_fields_are_named_with_the_other_problems() -> None:
+    found = problems({"kind": "nope", "payload": {}, "attempt": 1, "continuation_seq": 2}, producer=True)
+    assert "attempt: set by the app, not by producers" in found
+    assert "continuation_seq: set by the app, not by producers" in found
+    assert any(p.startswith("kind:") for p in found) and len(found) == 3
+
+
+def test_the_queue_side_still_reads_the_apps_own_messages() -> None:
+    env = parse_dict({"id": "j", "kind": "noop", "payload": {}, "attempt": 2, "continuation_seq": 3}, KINDS)
+    assert (env.attempt, env.continuation_seq) == (2, 3)
+
+
+def test_the_same_request_has_the_same_digest_whatever_its_time() -> None:
+    later = replace(ENV, created_at=NOW + timedelta(minutes=5))
+    assert request_digest(later) == request_digest(ENV)
+    assert request_digest(replace(ENV, payload={"a": 2})) != request_digest(ENV)
+    assert request_digest(replace(ENV, expires_at=NOW)) != request_digest(ENV)
+    assert request_digest(replace(ENV, payload={"b": 1, "a": 1})) == request_digest(
+        replace(ENV, payload={"a": 1, "b": 1})
+    )
+
+
+def queued() -> ledger.Data:
+    return ledger.queued(ENV, FACTS, request="d1", submitter="r1", send_lease_s=30)
+
+
+def test_the_producers_record_is_pending_until_sent() -> None:
+    data = queued()
+    assert data["status"] == ledger.QUEUED and ledger.send_is_pending(data)
+    assert ledger.send_lease_end(data) == NOW + timedelta(seconds=30)
+    assert ledger.decide(data, 0, None, NOW) is Decision.RUN  # a delivery may take it at once
+    done = ledger.sent(data, "j1", FACTS, "r1")
+    assert not ledger.send_is_pending(done) and ledger.send_lease_end(done) is None
+    assert done["request_digest"] == "d1" and [h["event"] for h in done["history"]] == ["queued", "sent"]
+
+
+def test_only_the_submitter_clears_or_releases_its_send() -> None:
+    with pytest.raises(Conflict):
+        ledger.sent(queued(), "j1", FACTS, "r2")
+    with pytest.raises(Conflict):
+        ledger.send_failed(queued(), "j1", FACTS, "r2", "boom")
+    with pytest.raises(Conflict):
+        ledger.sent(ledger.sent(queued(), "j1", FACTS, "r1"), "j1", FACTS, "r1")
+
+
+def test_a_failed_send_ends_the_lease_and_a_retry_takes_it_over() -> None:
+    failed = ledger.send_failed(
+        queued(), "j1", Facts(NOW + timedelta(seconds=1)), "r1", "StorageThrottled: x"
+    )
+    assert ledger.send_lease_end(failed) == NOW + timedelta(seconds=1) and ledger.send_is_pending(failed)
+    later = Facts(NOW + timedelta(seconds=2))
+    resumed = ledger.send_resumed(failed, "j1", later, "r2", 30)
+    assert resumed["submitter"] == "r2" and ledger.send_lease_end(resumed) == later.now + timedelta(
+        seconds=30
+    )
+    assert "send_pending" not in ledger.sent(resumed, "j1", later, "r2")
+    with pytest.raises(Conflict):
+        ledger.send_resumed(ledger.sent(resumed, "j1", later, "r2"), "j1", later, "r3", 30)
+
+
+def test_a_delivery_claim_drops_the_markers_and_keeps_who_submitted() -> None:
+    claimed = ledger.claimed(queued(), ENV, Facts(NOW, "m1", 1, "host/a"), lease_s=30)
+    assert not any(key in claimed for key in ledger.SEND_MARKERS)
+    assert claimed["submitter"] == "r1" and claimed["request_digest"] == "d1"
+    assert claimed["created_at"] == isoformat(NOW)
+    with pytest.raises(Conflict):  # the submitter's late clear: the delivery is there already
+        ledger.sent(claimed, "j1", FACTS, "r1")
+
+
+def test_a_replay_drops_the_markers() -> None:
+    poisoned = ledger.poisoned(queued(), "j1", FACTS, "x", "bad_input_data", b"{}")
+    replayed = ledger.replayed(poisoned, ENV, FACTS)
+    assert replayed["status"] == ledger.QUEUED and not ledger.send_is_pending(replayed)
