@@ -150,8 +150,8 @@ def test_two_instances_process_each_message_once(scenario: Scenario) -> None:
     q.create_queue()
     a = scenario.start(instance="a")
     b = scenario.start(instance="b")
-    for i in range(20):
-        q.send_message(b64({"action": "sleep", "seconds": 0.3, "n": i}))
+    for i in range(20):  # 1 s each: one host alone needs ~4 s, while the other polls at least every 1 s
+        q.send_message(b64({"action": "sleep", "seconds": 1.0, "n": i}))
     wait_for(lambda: len(scenario.records("process_job", "end")) >= 20, 30, "20 calls")
     wait_for(lambda: queue_is_empty(q), 10, "all messages deleted")
     time.sleep(1.0)
