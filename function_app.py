@@ -5,6 +5,7 @@ import os
 import azure.functions as func
 
 from shared import api, poison, processing
+from shared.console import routes as console_routes
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -74,3 +75,11 @@ def poison_replay(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="poison/purge", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
 def poison_purge(req: func.HttpRequest) -> func.HttpResponse:
     return api.purge_poison(req)
+
+
+# -- console (issue 12): pages and JSON under /api/console; the app authorises (Easy Auth principal
+# with an allowed role or group in Azure; open on the local host) and checks CSRF on every POST.
+@app.function_name("console")
+@app.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
+def console(req: func.HttpRequest) -> func.HttpResponse:
+    return console_routes.handle(req)

@@ -88,8 +88,15 @@ def dump(data: dict[str, Any]) -> bytes:
 class BlobDocuments:
     """Documents as JSON blobs in one container."""
 
-    def __init__(self, container: ContainerClient) -> None:
+    def __init__(
+        self, container: ContainerClient, metadata: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    ) -> None:
         self.container = container
+        self.metadata = metadata
+        """Blob metadata derived from each document, set by the same write (listings return it)."""
+
+    def _meta(self, data: dict[str, Any]) -> dict[str, str] | None:
+        return self.metadata(data) if self.metadata is not None else None
 
     def read(self, name: str) -> Document | None:
         try:
@@ -110,7 +117,10 @@ class BlobDocuments:
     def create(self, name: str, data: dict[str, Any]) -> Document:
         try:
             props = self.container.get_blob_client(name).upload_blob(
-                dump(data), match_condition=MatchConditions.IfMissing, content_settings=_JSON
+                dump(data),
+                match_condition=MatchConditions.IfMissing,
+                content_settings=_JSON,
+                metadata=self._meta(data),
             )
         except (ResourceExistsError, ResourceModifiedError):
             raise DocumentExists(name) from None
@@ -130,6 +140,7 @@ class BlobDocuments:
                 etag=current.etag,
                 match_condition=MatchConditions.IfNotModified,
                 content_settings=_JSON,
+                metadata=self._meta(data),
             )
         except (ResourceModifiedError, ResourceNotFoundError):
             raise DocumentChanged(name) from None
@@ -144,7 +155,7 @@ class BlobDocuments:
     def upsert(self, name: str, data: dict[str, Any]) -> Document:
         try:
             props = self.container.get_blob_client(name).upload_blob(
-                dump(data), overwrite=True, content_settings=_JSON
+                dump(data), overwrite=True, content_settings=_JSON, metadata=self._meta(data)
             )
         except AzureError as exc:
             raise storage_failure(exc, "write", name) from exc

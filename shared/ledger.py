@@ -388,6 +388,34 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
     return data
 
 
+# -- console (issue 12): operator edits and listing metadata ----------------------------------
+
+
+def edited(prev: Data | None, job_id: str, facts: Facts, by: str, changes: list[str], digest: str) -> Data:
+    """An operator changed a poisoned job's envelope before replaying it (the original stays in
+    the poison archive; `digest` names the edited body). Applied just before `replayed`."""
+    if prev is None or prev.get("status") != POISONED:
+        raise Conflict(f"job {job_id} is not poisoned: only a poisoned job's envelope may be edited")
+    return _next(
+        prev,
+        job_id,
+        facts,
+        "edited",
+        edit_count=int(prev.get("edit_count", 0)) + 1,
+        details={"by": by, "changes": list(changes)[:20], "digest": digest},
+    )
+
+
+LISTED_FIELDS = ("status", "kind", "created_at", "updated_at")
+"""Record fields copied into blob metadata by the write that sets them: one listing request then
+returns them for up to 5,000 jobs (the console's jobs page)."""
+
+
+def listing_metadata(data: Mapping[str, Any]) -> dict[str, str]:
+    """Blob metadata for a record: ASCII values only (statuses, kinds and stamps are)."""
+    return {key: str(data[key]) for key in LISTED_FIELDS if isinstance(data.get(key), str)}
+
+
 # -- the store -------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("jobs")
@@ -27,6 +28,7 @@ DECISIONS = (
     "storage_busy",
     "contended",
     "claim_lost",
+    "console_action",
 )
 
 
@@ -47,6 +49,13 @@ class DecisionCounter:
 
 
 COUNTER = DecisionCounter()
+_LISTENERS: list[Callable[[str, dict[str, Any]], None]] = []
+
+
+def add_listener(listener: Callable[[str, dict[str, Any]], None]) -> None:
+    """Call `listener(decision, fields)` on every decision of this process (the console's metrics)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
 
 
 def log_decision(
@@ -69,4 +78,9 @@ def log_decision(
         "attempt": attempt,
     }
     record.update(fields)
+    for listener in _LISTENERS:
+        try:
+            listener(decision, record)
+        except Exception:  # metrics must never fail a decision
+            logger.debug("decision listener failed", exc_info=True)
     logger.log(level, json.dumps(record, default=str, ensure_ascii=False), extra=record)

@@ -25,6 +25,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from shared import ledger
 from shared.backoff import retry_delay
+from shared.console import metrics as console_metrics
 from shared.documents import Conflict
 from shared.envelope import Envelope, best_effort_id, isoformat, parse_body
 from shared.errors import (
@@ -70,12 +71,13 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     """The queue trigger's body. Returns to acknowledge; raises to have the host retry."""
     rt = rt or get_runtime()
     delivery = Delivery(msg.id, msg.dequeue_count, msg.get_body())
-    try:
-        env = parse_body(delivery.body, rt.handlers.keys())
-    except EnvelopeError as exc:
-        poison_unparsed(rt, delivery, exc)
-        return
-    Processor(rt, env, delivery).run()
+    with console_metrics.RECORDER.running():  # console: jobs in flight (memory only)
+        try:
+            env = parse_body(delivery.body, rt.handlers.keys())
+        except EnvelopeError as exc:
+            poison_unparsed(rt, delivery, exc)
+            return
+        Processor(rt, env, delivery).run()
 
 
 class ClaimKeeper:

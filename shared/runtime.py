@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.console import metrics
 from shared.documents import BlobDocuments, DocumentStore
 from shared.jobs import registry
 from shared.jobs.base import Handler
-from shared.ledger import Ledger
+from shared.ledger import Ledger, listing_metadata
 from shared.messages import QueueSender
 from shared.settings import Settings
 from shared.storage import StorageClients, connect, ensure_resources
@@ -55,7 +56,9 @@ class Runtime:
             storage=storage,
             handlers=handlers,
             instance=instance,
-            ledger=Ledger(BlobDocuments(storage.container(settings.ledger_container))),
+            ledger=Ledger(
+                BlobDocuments(storage.container(settings.ledger_container), metadata=listing_metadata)
+            ),
             archive=BlobDocuments(storage.container(settings.poison_archive_container)),
             jobs_queue=storage.queue(settings.jobs_queue),
             poison_queue=storage.raw_queue(settings.poison_queue),
@@ -80,7 +83,9 @@ def build_runtime(
     enable_tests = os.environ.get("ENABLE_TEST_KINDS", "").lower() in ("1", "true", "yes")
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
-    return Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
+    runtime = Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
+    metrics.install(runtime.archive, instance)  # console counters: flushed on a timer, never per message
+    return runtime
 
 
 def get_runtime() -> Runtime:

@@ -165,6 +165,14 @@ class Settings:
     def poison_queue(self) -> str:
         return f"{self.jobs_queue}-poison"
 
+    # -- console (issue 12) --
+    @property
+    def parked_queue(self) -> str:
+        """Where operators move poisoned messages aside (the console's "park")."""
+        return f"{self.jobs_queue}-parked"
+
+    # -- end console --
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, host_json: Path = HOST_JSON) -> Settings:
         """Read and validate; raises SettingsError naming every bad setting."""

@@ -221,7 +221,7 @@ def ensure_resources(clients: StorageClients, settings: Settings) -> list[str]:
                 error_code(exc) or status_code(exc),
             )
 
-    for name in (settings.jobs_queue, settings.poison_queue):
+    for name in (settings.jobs_queue, settings.poison_queue, settings.parked_queue):
         attempt(name, clients.queue_service.create_queue)
     for name in (
         settings.ledger_container,

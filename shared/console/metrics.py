@@ -1,0 +1,218 @@
+"""Overview counters: counted in memory per process, flushed on a timer to one blob per instance
+per hour, so they add no storage request per message.
+
+Blob: `console/metrics/<YYYY-MM-DDTHH>/<instance>.json` in the poison-archive container, holding
+per-minute counts (completed, retried, poisoned), a latency histogram per minute (enqueue to
+completion, `LATENCY_BOUNDS_S`) and the instance's jobs in flight. A refresh of the overview lists
+two hour prefixes and reads their blobs: 2 + (blobs of the last two hours) requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.documents import DocumentStore
+from shared.envelope import isoformat, utcnow
+from shared.observability import add_listener
+
+log = logging.getLogger("jobs.console.metrics")
+
+PREFIX = "console/metrics/"
+FLUSH_S = 60.0
+"""How often a process writes its counters (one upsert, only when something changed)."""
+WINDOW_MIN = 60
+"""The overview shows the last hour, minute by minute."""
+LATENCY_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+"""Upper bounds of the latency bins; one more bin holds everything slower."""
+COUNTED = {"completed": "completed", "retry_scheduled": "retried", "poisoned": "poisoned"}
+SERIES = ("completed", "retried", "poisoned")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def minute_key(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M")
+
+
+def hour_key(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H")
+
+
+def blob_name(hour: str, instance: str) -> str:
+    return f"{PREFIX}{hour}/{_SAFE.sub('_', instance)}.json"
+
+
+def bin_index(latency_s: float) -> int:
+    """The histogram bin of one latency."""
+    for index, bound in enumerate(LATENCY_BOUNDS_S):
+        if latency_s <= bound:
+            return index
+    return len(LATENCY_BOUNDS_S)
+
+
+def percentile(hist: list[int], q: float) -> float | None:
+    """The upper bound of the bin holding quantile `q` (None: no samples; inf: the overflow bin)."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for index, count in enumerate(hist):
+        seen += count
+        if seen >= rank and count:
+            return LATENCY_BOUNDS_S[index] if index < len(LATENCY_BOUNDS_S) else float("inf")
+    return float("inf")
+
+
+def _new_minute() -> dict[str, Any]:
+    return {"completed": 0, "retried": 0, "poisoned": 0, "latency": [0] * (len(LATENCY_BOUNDS_S) + 1)}
+
+
+class Recorder:
+    """This process's counters. Thread-safe; `on_decision` is an observability listener."""
+
+    def __init__(self, clock: Callable[[], datetime] = utcnow) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self.minutes: dict[str, dict[str, Any]] = {}
+        self.in_flight = 0
+        self._dirty: set[str] = set()
+        self.flushes = 0
+
+    def on_decision(self, decision: str, fields: Mapping[str, Any]) -> None:
+        name = COUNTED.get(decision)
+        if name is None:
+            return
+        now = self.clock()
+        with self._lock:
+            minute = self.minutes.setdefault(minute_key(now), _new_minute())
+            minute[name] += 1
+            latency = fields.get("latency_s")
+            if name == "completed" and isinstance(latency, int | float) and latency >= 0:
+                minute["latency"][bin_index(float(latency))] += 1
+            self._dirty.add(hour_key(now))
+            oldest = minute_key(now - timedelta(hours=2))
+            for key in [k for k in self.minutes if k < oldest]:
+                del self.minutes[key]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Counts one job delivery in flight while the block runs."""
+        with self._lock:
+            self.in_flight += 1
+            self._dirty.add(hour_key(self.clock()))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self._dirty.add(hour_key(self.clock()))
+
+    def document(self, hour: str, instance: str) -> dict[str, Any]:
+        """What this process writes (and what a refresh served by it uses, unflushed)."""
+        with self._lock:
+            minutes = {
+                k: {**v, "latency": list(v["latency"])} for k, v in self.minutes.items() if k.startswith(hour)
+            }
+            return {
+                "instance": instance,
+                "hour": hour,
+                "written_at": isoformat(self.clock()),
+                "in_flight": self.in_flight,
+                "minutes": minutes,
+            }
+
+    def flush(self, store: DocumentStore, instance: str) -> int:
+        """Write the hours that changed since the last flush: one upsert each. Returns how many."""
+        with self._lock:
+            hours, self._dirty = sorted(self._dirty), set()
+        for hour in hours:
+            try:
+                store.upsert(blob_name(hour, instance), self.document(hour, instance))
+            except Exception:
+                with self._lock:
+                    self._dirty.add(hour)
+                raise
+        self.flushes += len(hours)
+        return len(hours)
+
+
+RECORDER = Recorder()
+_install_lock = threading.Lock()
+_installed: dict[str, Any] = {}
+
+
+def install(store: DocumentStore, instance: str, period_s: float = FLUSH_S) -> None:
+    """Count this process's decisions and flush them every `period_s` (once per process)."""
+    with _install_lock:
+        if _installed:
+            return
+        _installed.update(store=store, instance=instance)
+        add_listener(RECORDER.on_decision)
+
+        def loop() -> None:
+            stop = threading.Event()
+            while not stop.wait(period_s):
+                try:
+                    RECORDER.flush(store, instance)
+                except Exception as exc:  # the next period tries again
+                    log.warning("console metrics: flush failed (%s); retrying next period", exc)
+
+        threading.Thread(target=loop, name="console-metrics", daemon=True).start()
+
+
+def installed_instance() -> str | None:
+    """This process's instance name when counting is installed (its blob is read live, not from storage)."""
+    value = _installed.get("instance")
+    return str(value) if value else None
+
+
+# -- reading (pure) ---------------------------------------------------------------------------
+
+
+def merge(docs: list[Mapping[str, Any]], now: datetime, stale_after_s: float = 3 * FLUSH_S) -> dict[str, Any]:
+    """The overview's figures from instance documents: per-minute series over the last hour,
+    latency p50/p95 over the hour, and jobs in flight (instances heard from recently)."""
+    keys = [minute_key(now - timedelta(minutes=WINDOW_MIN - 1 - i)) for i in range(WINDOW_MIN)]
+    series = {name: [0] * WINDOW_MIN for name in SERIES}
+    hist = [0] * (len(LATENCY_BOUNDS_S) + 1)
+    index = {key: i for i, key in enumerate(keys)}
+    latest: dict[str, tuple[datetime, int]] = {}
+    for doc in docs:
+        for key, minute in (doc.get("minutes") or {}).items():
+            slot = index.get(key)
+            if slot is None or not isinstance(minute, Mapping):
+                continue
+            for name in SERIES:
+                series[name][slot] += int(minute.get(name, 0))
+            for i, count in enumerate(minute.get("latency") or []):
+                if i < len(hist):
+                    hist[i] += int(count)
+        try:
+            written = datetime.fromisoformat(str(doc.get("written_at", "")).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        instance = str(doc.get("instance", ""))
+        if (now - written).total_seconds() <= stale_after_s and (
+            instance not in latest or latest[instance][0] < written
+        ):
+            latest[instance] = (written, int(doc.get("in_flight", 0)))
+    in_flight = sum(count for _, count in latest.values())
+    return {
+        "minutes": keys,
+        "series": series,
+        "latency_hist": hist,
+        "latency_p50_s": percentile(hist, 0.5),
+        "latency_p95_s": percentile(hist, 0.95),
+        "in_flight": in_flight,
+    }
+
+
+def hours_to_read(now: datetime) -> list[str]:
+    """The hour prefixes covering the last `WINDOW_MIN` minutes."""
+    return sorted({hour_key(now - timedelta(minutes=WINDOW_MIN - 1)), hour_key(now)})

@@ -1,0 +1,248 @@
+"""HTML of the console's pages, server-rendered; charts are inline SVG (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from shared.console.assets import CSS, JS
+from shared.console.queries import JobView, Page, PoisonView
+from shared.ledger import COMPLETED, POISONED, STATUSES
+from shared.poison import PoisonEntry
+
+COLORS = {"completed": "#1a7f37", "retried": "#bf8700", "poisoned": "#cf222e"}
+
+
+def layout(title: str, body: str, base: str, csrf: str, who: str) -> str:
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<meta name=csrf content='{escape(csrf)}'><meta name=base content='{escape(base)}'>"
+        f"<title>{escape(title)} · jobs console</title><style>{CSS}</style></head><body>"
+        f"<nav><a href='{base}'>Overview</a><a href='{base}/jobs'>Jobs</a><a href='{base}/poison'>Poison</a>"
+        f"<span class=who>{escape(who)}</span></nav><main><h1>{escape(title)}</h1>"
+        f"<p id=status></p>{body}</main><script>{JS}</script></body></html>"
+    )
+
+
+def fmt_s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "> 1 h"
+    return f"≤ {value:g} s"
+
+
+def svg_lines(
+    title: str, labels: Sequence[str], series: Mapping[str, Sequence[int]], width: int = 560
+) -> str:
+    """A line chart of per-minute counts: one polyline per series, an axis with the peak."""
+    height, pad = 160, 28
+    peak = max([1, *(max(values, default=0) for values in series.values())])
+    n = max(1, len(labels) - 1)
+    parts = [
+        f"<svg class=chart-svg data-chart='{escape(title)}' width={width} height={height} "
+        f"viewBox='0 0 {width} {height}' role=img aria-label='{escape(title)}'>",
+        f"<text x={pad} y=14 font-size=12>{escape(title)} (peak {peak}/min)</text>",
+        f"<line x1={pad} y1={height - pad} x2={width - 6} y2={height - pad} stroke='#8c959f'/>",
+        f"<line x1={pad} y1={20} x2={pad} y2={height - pad} stroke='#8c959f'/>",
+    ]
+    for name, values in series.items():
+        points = " ".join(
+            f"{pad + i * (width - pad - 6) / n:.1f},{height - pad - v * (height - pad - 24) / peak:.1f}"
+            for i, v in enumerate(values)
+        )
+        parts.append(
+            f"<polyline class='series' data-series='{escape(name)}' data-total='{sum(values)}' fill=none "
+            f"stroke='{COLORS.get(name, '#0969da')}' stroke-width=2 points='{points}'/>"
+        )
+    if labels:
+        parts.append(f"<text x={pad} y={height - 8} font-size=10>{escape(labels[0][-5:])}</text>")
+        parts.append(f"<text x={width - 40} y={height - 8} font-size=10>{escape(labels[-1][-5:])}</text>")
+    parts.append("</svg>")
+    legend = "".join(
+        f"<span style='color:{COLORS.get(k, '#0969da')}'>■ {escape(k)} {sum(v)}</span>"
+        for k, v in series.items()
+    )
+    return f"<div class=chart>{''.join(parts)}<div class=legend>{legend}</div></div>"
+
+
+def svg_bars(title: str, labels: Sequence[str], values: Sequence[int], width: int = 420) -> str:
+    """A bar chart (the latency histogram)."""
+    height, pad = 160, 24
+    peak = max([1, *values])
+    step = (width - pad) / max(1, len(values))
+    parts = [
+        f"<svg class=chart-svg data-chart='{escape(title)}' width={width} height={height} "
+        f"viewBox='0 0 {width} {height}' role=img aria-label='{escape(title)}'>",
+        f"<text x=4 y=14 font-size=12>{escape(title)}</text>",
+    ]
+    for i, value in enumerate(values):
+        h = value * (height - 2 * pad - 10) / peak
+        x = pad + i * step
+        parts.append(
+            f"<rect class=bar data-value={value} x={x:.1f} y={height - pad - h:.1f} width={step * 0.8:.1f} "
+            f"height={h:.1f} fill='#0969da'><title>{escape(labels[i])}: {value}</title></rect>"
+        )
+        if i % 3 == 0:
+            parts.append(f"<text x={x:.1f} y={height - 8} font-size=9>{escape(labels[i])}</text>")
+    parts.append("</svg>")
+    return f"<div class=chart>{''.join(parts)}</div>"
+
+
+def overview_fragment(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
+    depth = figures.get("depth") or {}
+    cards = [
+        ("jobs queue", depth.get("jobs")),
+        ("poison queue", depth.get("poison")),
+        ("parked queue", depth.get("parked")),
+        ("in flight", figures.get("in_flight")),
+        ("latency p50 (1 h)", fmt_s(figures.get("latency_p50_s"))),
+        ("latency p95 (1 h)", fmt_s(figures.get("latency_p95_s"))),
+    ]
+    card_html = "".join(
+        f"<div class=card data-card='{escape(k)}'>{escape(k)}<b>{escape('-' if v is None else str(v))}</b></div>"
+        for k, v in cards
+    )
+    labels = [*(f"≤{b:g}s" for b in bounds), "more"]
+    return (
+        f"<div class=cards>{card_html}</div><div class=charts>"
+        + svg_lines("jobs per minute, last hour", figures.get("minutes", []), figures.get("series", {}))
+        + svg_bars("enqueue-to-completion latency, last hour", labels, figures.get("latency_hist", []))
+        + "</div>"
+    )
+
+
+def overview_page(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
+    return (
+        f"<div id=overview>{overview_fragment(figures, bounds)}</div>"
+        "<p class=muted>Refreshes every 5 s. Counters are kept in memory by each instance and written "
+        "once a minute; queue depths are approximate.</p>"
+    )
+
+
+def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str) -> str:
+    options = "".join(
+        f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
+    )
+    form = (
+        f"<form method=get action='{base}/jobs'>id <input name=id value='{escape(id_part)}'> "
+        f"status <select name=status>{options}</select> kind <input name=kind value='{escape(kind)}' size=10> "
+        "<button>Find</button></form>"
+    )
+    rows = "".join(
+        f"<tr><td><a href='{base}/jobs/{quote(r.id)}'>{escape(r.id)}</a></td><td>{escape(r.status)}</td>"
+        f"<td>{escape(r.kind)}</td><td>{escape(r.created_at)}</td><td>{escape(r.updated_at)}</td></tr>"
+        for r in page.rows
+    )
+    query = {"status": status, "kind": kind, "id": id_part}
+
+    def link(n: int, text: str) -> str:
+        return f"<a href='{base}/jobs?{escape(urlencode({**query, 'page': n}))}'>{text}</a>"
+
+    pager = (
+        (link(page.page - 1, "← newer") + " " if page.page > 1 else "")
+        + f"page {page.page} of {page.pages} ({page.total} jobs)"
+        + (" " + link(page.page + 1, "older →") if page.page < page.pages else "")
+    )
+    return (
+        f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th><th>status</th><th>kind</th><th>created</th>"
+        f"<th>updated</th></tr>{rows}</table>"
+    )
+
+
+def _facts(facts: Mapping[str, Any]) -> str:
+    return ", ".join(
+        f"{escape(k)}={escape(json.dumps(v) if not isinstance(v, str) else v)}" for k, v in facts.items()
+    )
+
+
+def job_page(view: JobView, base: str, job_id: str) -> str:
+    record = view.record
+    status = str(record.get("status", ""))
+    items = "".join(
+        f"<li data-event='{escape(t['event'])}'><span class=muted>{escape(t['at'])}</span> "
+        f"<span class=ev>{escape(t['event'])}</span> <span class=facts>{_facts(t['facts'])}</span></li>"
+        for t in view.timeline
+    )
+    result = ""
+    if status == COMPLETED:
+        result = (
+            f"<h2>Result</h2><pre id=summary>{escape(json.dumps(record.get('summary', {}), indent=2))}</pre>"
+            f"<p><a id=result-link href='{base}/jobs/{quote(job_id)}/result'>the result document</a></p>"
+        )
+    editor = ""
+    if status == POISONED and view.envelope_text is not None:
+        editor = (
+            "<h2>Edit before replay</h2><p class=muted>The original stays in the poison archive; the change "
+            "is recorded in the job's history. The id must stay the same.</p>"
+            f"<textarea id=envelope data-job='{escape(job_id)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
+            "<button id=validate onclick=\"editAction('validate')\">Validate</button>"
+            "<button id=replay-edited onclick=\"editAction('replay-edited')\">Replay edited</button>"
+            "<ul id=problems></ul>"
+        )
+    reason = record.get("reason") or record.get("last_reason")
+    return (
+        f"<p>status <b id=job-status>{escape(status)}</b> · kind {escape(str(record.get('kind', '')))}"
+        + (f" · reason <span id=reason class=bad>{escape(str(reason))}</span>" if reason else "")
+        + f"</p><h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
+        f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
+        f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
+        f"<h2>Record</h2><pre id=record>{escape(json.dumps(record, indent=2))}</pre>"
+    )
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
+
+
+def _entries_table(table_id: str, entries: list[PoisonEntry], base: str) -> str:
+    rows = "".join(
+        f"<tr><td><input type=checkbox class=pick data-job='{escape(e.job_id or '')}' data-name='{escape(e.name)}'></td>"
+        + (
+            f"<td><a href='{base}/jobs/{quote(e.job_id)}'>{escape(e.job_id)}</a></td>"
+            if e.job_id
+            else "<td>-</td>"
+        )
+        + f"<td class=reason>{escape(e.reason)}</td><td>{_age(e.age_s)}</td><td>{e.attempts}</td></tr>"
+        for e in entries
+    )
+    return (
+        f"<table id={table_id}><tr><th><input type=checkbox onclick=\"pickAll('{table_id}', this.checked)\"></th>"
+        f"<th>job</th><th>reason</th><th>age</th><th>attempts</th></tr>{rows}</table>"
+    )
+
+
+def poison_page(view: PoisonView, base: str) -> str:
+    queue_rows = "".join(
+        f"<tr><td>{escape(str(m.get('job_id') or '-'))}</td><td>{escape(str(m.get('queue_message_id')))}</td>"
+        f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
+        for m in view.on_queue
+    )
+    return (
+        f"<h2>Archived ({len(view.archived)})</h2>"
+        "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay onclick='replaySelected()'>Replay selected</button>"
+        "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
+        "<p><button id=park onclick=\"entriesAction('park','archived')\">Park selected</button>"
+        "<button id=delete onclick=\"entriesAction('delete','archived','Delete {n} archive entries for good?')\">"
+        "Delete selected</button> purge older than <input id=days value=30 size=3> days "
+        "<button id=purge onclick='purge()'>Purge</button></p>"
+        + _entries_table("archived", view.archived, base)
+        + f"<h2>Parked ({len(view.parked)})</h2>"
+        "<p><button id=unpark onclick=\"entriesAction('unpark','parked')\">Unpark selected</button></p>"
+        + _entries_table("parked", view.parked, base)
+        + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
+        "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"
+        f"{queue_rows}</table>"
+    )
+
+
+def message_page(text: str) -> str:
+    return f"<p class=bad>{escape(text)}</p>"

@@ -1,0 +1,290 @@
+"""What the console's pages show, read from storage with a bounded number of requests.
+
+- Overview: 3 queue-properties requests (jobs, poison, parked), 1 listing per hour prefix (2) and
+  one read per instance blob of those hours (the serving process's own counters are in memory).
+- Jobs: the ledger is listed with blob metadata (status, kind, stamps set by the write that changes
+  a record), 5,000 jobs per listing request and no read per job: ceil(jobs / 5,000) requests for a
+  snapshot (20 at 100,000 jobs), kept `SNAPSHOT_TTL_S` so paging and filtering cost nothing more.
+  Finding a job by id is one read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core.exceptions import ResourceNotFoundError
+
+from shared import poison
+from shared.console import metrics
+from shared.limits import BlobTooLarge, read_capped
+from shared.poison.archive import JOBS_PREFIX
+from shared.runtime import Runtime
+
+LIST_PAGE = 5000
+"""Blobs one listing request returns at most (the service's maximum)."""
+SNAPSHOT_TTL_S = 15.0
+PAGE_SIZE = 50
+PAYLOAD_SHOW_BYTES = 256 * 1024
+
+
+# -- overview ---------------------------------------------------------------------------------
+
+
+def queue_depth(rt: Runtime, name: str) -> int | None:
+    try:
+        count = rt.storage.raw_queue(name).get_queue_properties().approximate_message_count
+    except ResourceNotFoundError:
+        return None
+    return int(count or 0)
+
+
+def overview(rt: Runtime) -> dict[str, Any]:
+    """Queue depths and the last hour's counters from every instance."""
+    now = rt.clock()
+    own = metrics.installed_instance()
+    docs: list[Mapping[str, Any]] = []
+    for hour in metrics.hours_to_read(now):
+        if own is not None:
+            docs.append(metrics.RECORDER.document(hour, own))
+        for name, _ in rt.archive.names(f"{metrics.PREFIX}{hour}/"):
+            if own is not None and name == metrics.blob_name(hour, own):
+                continue
+            found = rt.archive.read(name)
+            if found is not None:
+                docs.append(found.data)
+    figures = metrics.merge(docs, now)
+    figures["depth"] = {
+        "jobs": queue_depth(rt, rt.settings.jobs_queue),
+        "poison": queue_depth(rt, rt.settings.poison_queue),
+        "parked": queue_depth(rt, rt.settings.parked_queue),
+    }
+    figures["instances_read"] = len(docs)
+    return figures
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job as its blob listing shows it."""
+
+    id: str
+    status: str
+    kind: str
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[JobRow]
+    page: int
+    pages: int
+    total: int
+
+
+def rows_from_listing(items: Iterable[Any]) -> list[JobRow]:
+    """JobRows from listed blobs (`name`, `metadata`); blobs that are not job records are skipped."""
+    rows = []
+    for item in items:
+        name = str(item.name)
+        if "/" in name or not name.endswith(".json"):
+            continue
+        meta = item.metadata or {}
+        modified = getattr(item, "last_modified", None)
+        stamp = modified.isoformat() if modified is not None else ""
+        rows.append(
+            JobRow(
+                id=name[: -len(".json")],
+                status=str(meta.get("status", "unknown")),
+                kind=str(meta.get("kind", "")),
+                created_at=str(meta.get("created_at", stamp)),
+                updated_at=str(meta.get("updated_at", stamp)),
+            )
+        )
+    return rows
+
+
+def filter_rows(rows: Iterable[JobRow], status: str = "", kind: str = "", id_part: str = "") -> list[JobRow]:
+    """Rows matching the filters, newest first (by creation, then id)."""
+    found = [
+        r
+        for r in rows
+        if (not status or r.status == status) and (not kind or r.kind == kind) and (id_part in r.id)
+    ]
+    return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
+
+
+def paginate(rows: list[JobRow], page: int, size: int = PAGE_SIZE) -> Page:
+    """Page `page` (1-based, clamped to what exists) of `rows`."""
+    pages = max(1, -(-len(rows) // size))
+    page = min(max(1, page), pages)
+    return Page(rows[(page - 1) * size : page * size], page, pages, len(rows))
+
+
+def listing_requests(jobs: int) -> int:
+    """Listing requests one snapshot of `jobs` records takes."""
+    return max(1, -(-jobs // LIST_PAGE))
+
+
+class JobSnapshots:
+    """The ledger's listing, kept `ttl_s` per container (page turns and filters reuse it)."""
+
+    def __init__(self, ttl_s: float = SNAPSHOT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, list[JobRow]]] = {}
+
+    def rows(self, container: Any, fresh: bool = False) -> list[JobRow]:
+        key = str(getattr(container, "container_name", id(container)))
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit and not fresh and self.clock() - hit[0] < self.ttl_s:
+                return hit[1]
+        items: list[Any] = []
+        pages = container.list_blobs(include=["metadata"], results_per_page=LIST_PAGE).by_page()
+        for page in pages:
+            items.extend(page)
+        rows = rows_from_listing(items)
+        with self._lock:
+            self._cache[key] = (self.clock(), rows)
+        return rows
+
+
+SNAPSHOTS = JobSnapshots()
+
+
+def jobs_page(
+    rt: Runtime, status: str = "", kind: str = "", id_part: str = "", page: int = 1, fresh: bool = False
+) -> Page:
+    rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
+    return paginate(filter_rows(rows, status, kind, id_part), page)
+
+
+# -- one job ----------------------------------------------------------------------------------
+
+
+TIMELINE_FIELDS = (
+    "queue_message_id",
+    "dequeue_count",
+    "attempt",
+    "owner",
+    "delay_s",
+    "seq",
+    "error",
+    "reason",
+    "by",
+    "changes",
+    "submitter",
+)
+
+
+def timeline(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """History entries as timeline rows: when, what, and the facts each carries."""
+    return [
+        {
+            "at": str(entry.get("at", "")),
+            "event": str(entry.get("event", "")),
+            "facts": {k: entry[k] for k in TIMELINE_FIELDS if entry.get(k) not in (None, "", [])},
+        }
+        for entry in history
+    ]
+
+
+@dataclass
+class JobView:
+    record: dict[str, Any]
+    timeline: list[dict[str, Any]]
+    envelope: dict[str, Any] | None
+    """The newest archived (poisoned) body as JSON, when there is one: what the editor opens."""
+    envelope_text: str | None
+    payload: Any
+    payload_note: str
+    archive_names: list[str]
+
+
+def archived_bodies(rt: Runtime, job_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) of the job's poison archive entries, newest first."""
+    found = []
+    for name, _ in rt.archive.names(f"{JOBS_PREFIX}{job_id}/"):
+        doc = rt.archive.read(name)
+        if doc is not None:
+            found.append((name, doc.data))
+    return sorted(found, key=lambda item: str(item[1].get("archived_at", "")), reverse=True)
+
+
+def job_view(rt: Runtime, job_id: str) -> JobView | None:
+    record = rt.ledger.get(job_id)
+    if record is None:
+        return None
+    entries = archived_bodies(rt, job_id)
+    envelope: dict[str, Any] | None = None
+    text: str | None = None
+    if entries:
+        raw = base64.b64decode(str(entries[0][1].get("body_b64", "")))
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            parsed = json.loads(text)
+            envelope = parsed if isinstance(parsed, dict) else None
+        except json.JSONDecodeError:
+            envelope = None
+    payload, note = _payload(rt, record.data, envelope)
+    return JobView(
+        record=record.data,
+        timeline=timeline(record.data.get("history") or []),
+        envelope=envelope,
+        envelope_text=json.dumps(envelope, indent=2) if envelope is not None else text,
+        payload=payload,
+        payload_note=note,
+        archive_names=[name for name, _ in entries],
+    )
+
+
+def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any] | None) -> tuple[Any, str]:
+    if envelope is not None and "payload" in envelope:
+        return envelope["payload"], "from the archived message"
+    ref = record.get("payload_ref") or (envelope or {}).get("payload_ref")
+    if isinstance(ref, str) and ref:
+        blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(ref)
+        try:
+            raw = read_capped(blob, PAYLOAD_SHOW_BYTES)
+        except ResourceNotFoundError:
+            return None, f"claim-checked payload {ref} is missing"
+        except BlobTooLarge as big:
+            return None, f"claim-checked payload {ref} is {big.size} bytes: read it from storage"
+        try:
+            return json.loads(raw), f"claim-checked: {rt.settings.payloads_container}/{ref}"
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None, f"claim-checked payload {ref} is not JSON"
+    return None, "an inline payload travels in the message and is not kept in the ledger"
+
+
+# -- poison -----------------------------------------------------------------------------------
+
+
+@dataclass
+class PoisonView:
+    archived: list[poison.PoisonEntry]
+    parked: list[poison.PoisonEntry]
+    on_queue: list[dict[str, Any]]
+
+
+def poison_view(rt: Runtime) -> PoisonView:
+    """Archived entries (one read each), parked ones, and up to 32 messages still on the poison queue."""
+    entries = poison.list_poisoned(rt, include_done=True)
+    return PoisonView(
+        archived=[e for e in entries if e.state == "poisoned"],
+        parked=[e for e in entries if e.state == PARKED],
+        on_queue=poison.peek_poison_queue(rt),
+    )
+
+
+PARKED = "parked"

@@ -1,0 +1,239 @@
+"""GET/POST /api/console/{*path}: authorise, check CSRF on changes, dispatch, answer.
+
+Pages: `` (overview), `jobs`, `jobs/<id>`, `jobs/<id>/result`, `poison`; `fragment/overview` (the
+refreshed charts); JSON: `data/overview`, `data/jobs`, `data/jobs/<id>`, `data/poison`; changes
+(POST, CSRF token): `action/<replay|park|unpark|delete|purge|validate|replay-edited>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import azure.functions as func
+from azure.core.exceptions import AzureError
+
+from shared import api
+from shared.console import actions, metrics, pages, queries
+from shared.console.security import (
+    Denied,
+    Principal,
+    authorize,
+    check_csrf,
+    cookie_token,
+    new_token,
+    set_cookie,
+)
+from shared.envelope import ID_RE
+from shared.errors import SettingsError, StorageThrottled
+from shared.runtime import Runtime, get_runtime
+
+log = logging.getLogger("jobs.console")
+SAFE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+@dataclasses.dataclass
+class Call:
+    req: func.HttpRequest
+    path: str
+    base: str
+    principal: Principal
+    headers: dict[str, str]
+
+
+def base_path(url: str) -> str:
+    """The console's root path as the browser sees it (`/api/console`)."""
+    path = urlsplit(url).path
+    index = path.lower().find("/console")
+    return path[: index + len("/console")] if index >= 0 else "/api/console"
+
+
+def _json(status: int, body: Any) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body, default=str),
+        status_code=status,
+        mimetype="application/json",
+        headers=dict(SAFE_HEADERS),
+    )
+
+
+def handle(req: func.HttpRequest, env: Mapping[str, str] | None = None) -> func.HttpResponse:
+    headers = {k.lower(): v for k, v in req.headers.items()}
+    path = str(req.route_params.get("path") or "").strip("/")
+    try:
+        principal = authorize(headers, os.environ if env is None else env)
+    except Denied as denied:
+        return _json(denied.status, {"error": str(denied)})
+    call = Call(req, path, base_path(req.url), principal, headers)
+    try:
+        if req.method == "POST":
+            return _post(call)
+        if req.method != "GET":
+            return _json(405, {"error": f"{req.method} is not supported; pages are GETs, changes POSTs"})
+        return _get(call)
+    except SettingsError as exc:
+        return _json(503, {"error": str(exc)})
+    except (AzureError, StorageThrottled) as exc:
+        log.exception("console: storage error on %s", path)
+        return _json(503, {"error": f"storage unavailable ({exc.__class__.__name__}); try again later"})
+
+
+# -- pages and data ---------------------------------------------------------------------------
+
+
+def _html(call: Call, title: str, body: str, status: int = 200) -> func.HttpResponse:
+    token = cookie_token(call.headers)
+    headers = dict(SAFE_HEADERS)
+    if token is None:
+        token = new_token()
+        headers["Set-Cookie"] = set_cookie(token, urlsplit(call.req.url).scheme == "https")
+    who = f"{call.principal.name} ({call.principal.how})"
+    return func.HttpResponse(
+        pages.layout(title, body, call.base, token, who),
+        status_code=status,
+        mimetype="text/html",
+        headers=headers,
+    )
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value or default)
+    except ValueError:
+        return default
+
+
+def _get(call: Call) -> func.HttpResponse:
+    rt = get_runtime()
+    parts = call.path.split("/") if call.path else []
+    params = call.req.params
+    if not parts:
+        return _html(call, "Overview", pages.overview_page(queries.overview(rt), metrics.LATENCY_BOUNDS_S))
+    if parts == ["fragment", "overview"]:
+        body = pages.overview_fragment(queries.overview(rt), metrics.LATENCY_BOUNDS_S)
+        return func.HttpResponse(body, status_code=200, mimetype="text/html", headers=dict(SAFE_HEADERS))
+    if parts[0] == "data":
+        return _data(rt, parts[1:], params)
+    if parts[0] == "jobs" and len(parts) == 1:
+        status, kind, id_part = params.get("status", ""), params.get("kind", ""), params.get("id", "").strip()
+        page = queries.jobs_page(
+            rt, status, kind, id_part, _int(params.get("page"), 1), params.get("fresh") == "1"
+        )
+        return _html(call, "Jobs", pages.jobs_page(page, call.base, status, kind, id_part))
+    if parts[0] == "jobs" and len(parts) in (2, 3) and ID_RE.match(parts[1]):
+        job_id = parts[1]
+        if len(parts) == 3 and parts[2] == "result":
+            return api.get_result(
+                func.HttpRequest(
+                    "GET", call.req.url, headers={}, params={}, route_params={"id": job_id}, body=b""
+                )
+            )
+        view = queries.job_view(rt, job_id)
+        if view is None:
+            return _html(call, f"Job {job_id}", pages.message_page(f"job {job_id} is unknown"), 404)
+        return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
+    if parts == ["poison"]:
+        return _html(call, "Poison", pages.poison_page(queries.poison_view(rt), call.base))
+    return _html(call, "Not found", pages.message_page(f"no console page at {call.path}"), 404)
+
+
+def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.HttpResponse:
+    if parts == ["overview"]:
+        return _json(200, queries.overview(rt))
+    if parts == ["jobs"]:
+        page = queries.jobs_page(
+            rt,
+            params.get("status", ""),
+            params.get("kind", ""),
+            params.get("id", ""),
+            _int(params.get("page"), 1),
+        )
+        return _json(200, dataclasses.asdict(page))
+    if len(parts) == 2 and parts[0] == "jobs" and ID_RE.match(parts[1]):
+        view = queries.job_view(rt, parts[1])
+        if view is None:
+            return _json(404, {"error": f"job {parts[1]} is unknown"})
+        return _json(200, dataclasses.asdict(view))
+    if parts == ["poison"]:
+        return _json(200, dataclasses.asdict(queries.poison_view(rt)))
+    return _json(404, {"error": "unknown data route"})
+
+
+# -- changes ----------------------------------------------------------------------------------
+
+
+def _post(call: Call) -> func.HttpResponse:
+    refusal = check_csrf("POST", call.headers, call.req.url)
+    if refusal is not None:
+        log.warning("console: refused a change to %s: %s", call.path, refusal)
+        return _json(403, {"error": refusal})
+    parts = call.path.split("/")
+    if len(parts) != 2 or parts[0] != "action" or parts[1] not in ACTIONS:
+        return _json(404, {"error": f"unknown action {call.path}; known: {', '.join(sorted(ACTIONS))}"})
+    try:
+        body = json.loads(call.req.get_body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _json(400, {"error": "request body is not JSON"})
+    if not isinstance(body, dict):
+        return _json(400, {"error": "request body must be a JSON object"})
+    try:
+        return _json(200, ACTIONS[parts[1]](get_runtime(), body, call.principal.name))
+    except actions.ActionRefused as refused:
+        return _json(refused.status, {"error": str(refused), "problems": refused.problems})
+
+
+def _rate(body: Mapping[str, Any]) -> float:
+    rate = body.get("rate", 10)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1000:
+        raise actions.ActionRefused(
+            "rate: jobs per second in (0, 1000]", ["rate: jobs per second in (0, 1000]"]
+        )
+    return float(rate)
+
+
+def _days(body: Mapping[str, Any]) -> float:
+    days = body.get("older_than_days")
+    if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+        raise actions.ActionRefused("older_than_days: a number >= 0", ["older_than_days: a number >= 0"])
+    return float(days)
+
+
+def _job_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
+    job_id, text = body.get("job_id"), body.get("envelope")
+    problems = []
+    if not isinstance(job_id, str) or not ID_RE.match(job_id):
+        problems.append("job_id: a job id")
+    if not isinstance(text, str):
+        problems.append("envelope: the edited envelope as JSON text")
+    if problems:
+        raise actions.ActionRefused("; ".join(problems), problems)
+    assert isinstance(job_id, str) and isinstance(text, str)
+    return job_id, text
+
+
+def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
+    job_id, text = _job_and_text(body)
+    checked = actions.check_edit(rt, job_id, text)
+    return {"valid": not checked.problems, "problems": checked.problems}
+
+
+ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] = {
+    "replay": lambda rt, b, by: actions.replay_batch(rt, actions.names_of(b.get("ids"), "ids"), _rate(b), by),
+    "park": lambda rt, b, by: actions.park(rt, actions.names_of(b.get("names")), by),
+    "unpark": lambda rt, b, by: actions.unpark(rt, actions.names_of(b.get("names")), by),
+    "delete": lambda rt, b, by: actions.delete(rt, actions.names_of(b.get("names")), by),
+    "purge": lambda rt, b, by: actions.purge(rt, _days(b), by),
+    "validate": _validate,
+    "replay-edited": lambda rt, b, by: actions.replay_edited(rt, *_job_and_text(b), by),
+}

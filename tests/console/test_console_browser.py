@@ -1,0 +1,343 @@
+"""The console in a real headless Chromium (Debian's chromium + chromium-driver, through Selenium)
+against the running stack: Azurite and the local Functions host with the shipped host.json.
+
+Screenshots of the overview, a job's timeline and the poison page go to docs/screenshots/."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.azurite import Azurite
+from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
+from shared.settings import Settings
+from shared.storage import connect
+from tests.integration.helpers import unique
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+
+pytestmark = pytest.mark.integration
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SHOTS = REPO_ROOT / "docs" / "screenshots"
+
+
+class Stack:
+    def __init__(self, host: HostProcess, settings: Settings, log: Path) -> None:
+        self.host = host
+        self.settings = settings
+        self.log = log
+        self.storage = connect(settings)
+
+    @property
+    def console(self) -> str:
+        return f"{self.host.url}/api/console"
+
+    def call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"{self.host.url}/api/{path}", data=data, method=method, headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def submit(self, job_id: str, kind: str, payload: dict[str, Any]) -> None:
+        status, body = self.call("POST", "jobs", {"id": job_id, "kind": kind, "payload": payload})
+        assert status == 202, body
+
+    def record(self, job_id: str) -> dict[str, Any]:
+        status, body = self.call("GET", f"jobs/{job_id}")
+        assert status == 200, body
+        return dict(body)
+
+    def queue_length(self, name: str) -> int:
+        return int(self.storage.raw_queue(name).get_queue_properties().approximate_message_count)
+
+    def archived(self) -> dict[str, Any]:
+        status, body = self.call("GET", "console/data/poison")
+        assert status == 200, body
+        return dict(body)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"not true after {timeout_s:.0f}s: {what}")
+
+
+@pytest.fixture(scope="module")
+def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    values = {
+        "JOBS_QUEUE": unique("con"),
+        "LEDGER_CONTAINER": unique("ledger"),
+        "RESULTS_CONTAINER": unique("res"),
+        "PAYLOADS_CONTAINER": unique("pay"),
+        "POISON_ARCHIVE_CONTAINER": unique("arch"),
+        "ENABLE_TEST_KINDS": "1",
+    }
+    env = host_env(azurite.connection_string, values)
+    subprocess.run(
+        [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+    )
+    log = tmp_path_factory.mktemp("console") / "host.log"
+    host = HostProcess(env, log_path=log).start()
+    try:
+        yield Stack(
+            host, Settings.from_env({**values, "AzureWebJobsStorage": azurite.connection_string}), log
+        )
+    finally:
+        host.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(arg)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium')}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: WebDriver, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return Math.min(2400, document.body.scrollHeight + 40)")
+    driver.set_window_size(1280, max(700, int(height)))
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.set_window_size(1280, 1000)
+
+
+def poisoned_and_archived(stack: Stack, job_ids: list[str]) -> None:
+    def done() -> bool:
+        listed = {e["job_id"] for e in stack.archived()["archived"]}
+        return all(stack.record(j)["status"] == "poisoned" for j in job_ids) and set(job_ids) <= listed
+
+    wait_for(f"{len(job_ids)} jobs poisoned and archived", done, timeout_s=90)
+
+
+def row_of(driver: WebDriver, table: str, job_id: str) -> Any:
+    """The table row of a job (None while the page reloads or when it is not listed)."""
+    try:
+        for row in driver.find_elements(By.CSS_SELECTOR, f"#{table} tr"):
+            if row.find_elements(By.CSS_SELECTOR, f"input.pick[data-job='{job_id}']"):
+                return row
+    except StaleElementReferenceException:
+        return None
+    return None
+
+
+def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, browser: WebDriver) -> None:
+    job = unique("edit-")
+    stack.submit(job, "fault", {"permanent": True})
+    poisoned_and_archived(stack, [job])
+    browser.get(f"{stack.console}/poison")
+    row = row_of(browser, "archived", job)
+    assert row is not None, "the poisoned job is not on the poison page"
+    assert "permanent failure requested" in row.find_element(By.CSS_SELECTOR, ".reason").text
+    shot(browser, "poison")
+
+    browser.get(f"{stack.console}/jobs/{job}")
+    editor = browser.find_element(By.ID, "envelope")
+    envelope = json.loads(editor.get_property("value"))
+    assert envelope["payload"] == {"permanent": True}
+
+    # an invalid edit: refused with the field named, nothing enqueued, the job still poisoned
+    bad = {**envelope, "payload": {"transient_failures": "three"}}
+    browser.execute_script("arguments[0].value = arguments[1]", editor, json.dumps(bad))
+    browser.find_element(By.ID, "replay-edited").click()
+    problem = wait_for("problems shown", lambda: browser.find_elements(By.CSS_SELECTOR, "#problems li"), 10)[
+        0
+    ]
+    assert problem.get_attribute("data-field") == "payload.transient_failures"
+    assert stack.record(job)["status"] == "poisoned"
+    assert stack.queue_length(stack.settings.jobs_queue) == 0
+
+    # a valid edit: replayed under the same id, and it completes
+    good = {**envelope, "payload": {"note": "fixed by an operator"}}
+    browser.execute_script("arguments[0].value = arguments[1]", editor, json.dumps(good))
+    browser.find_element(By.ID, "validate").click()
+    wait_for("valid", lambda: browser.find_element(By.ID, "status").text == "valid", 10)
+    browser.find_element(By.ID, "replay-edited").click()
+    wait_for("completed", lambda: stack.record(job)["status"] == "completed", 60)
+    record = stack.record(job)
+    edited = [h for h in record["history"] if h["event"] == "edited"]
+    assert len(edited) == 1 and edited[0]["by"] == "local"
+    assert edited[0]["changes"] == ["payload.note", "payload.permanent"]
+    entries = stack.archived()
+    assert job not in {e["job_id"] for e in entries["archived"]}  # replayed; the original stays archived
+    names = [
+        n
+        for n, _ in [
+            (b.name, 0)
+            for b in stack.storage.container(stack.settings.poison_archive_container).list_blobs(
+                name_starts_with=f"jobs/{job}/"
+            )
+        ]
+    ]
+    assert len(names) == 1
+
+    browser.get(f"{stack.console}/jobs/{job}")
+    events = [li.get_attribute("data-event") for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
+    assert events[-3:] == ["edited", "replayed", "completed"] or events[-4:-1] == [
+        "edited",
+        "replayed",
+        "claimed",
+    ]
+    assert browser.find_element(By.ID, "job-status").text == "completed"
+    assert (
+        browser.find_element(By.ID, "result-link")
+        .get_attribute("href")
+        .endswith(f"/api/console/jobs/{job}/result")
+    )
+    shot(browser, "job-timeline")
+
+
+def test_replay_of_50_at_a_rate_shows_progress_and_moves_each_once(stack: Stack, browser: WebDriver) -> None:
+    marker = unique("fix-")
+    jobs = [f"{marker}-{i:02d}" for i in range(50)]
+    for job in jobs:
+        stack.submit(job, "fault", {"fail_unless_blob": marker})
+    poisoned_and_archived(stack, jobs)
+    stack.storage.container(stack.settings.results_container).upload_blob(marker, b"fixed")
+
+    browser.get(f"{stack.console}/poison")
+    for job in jobs:
+        row_of(browser, "archived", job).find_element(By.CSS_SELECTOR, "input.pick").click()
+    browser.find_element(By.ID, "rate").clear()
+    browser.find_element(By.ID, "rate").send_keys("25")
+    browser.find_element(By.ID, "replay").click()
+    seen: set[int] = set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen.add(int(float(browser.find_element(By.ID, "progress").get_attribute("value") or 0)))
+        if 50 in seen:
+            break
+        time.sleep(0.1)
+    assert 50 in seen and any(0 < v < 50 for v in seen), seen
+    assert browser.find_element(By.ID, "progress-text").text == "50 / 50"
+    wait_for("replayed 50", lambda: "replayed 50 of 50" in browser.find_element(By.ID, "status").text, 10)
+
+    wait_for("all 50 completed", lambda: all(stack.record(j)["status"] == "completed" for j in jobs), 90)
+    for job in jobs:
+        record = stack.record(job)
+        assert record["replay_count"] == 1
+        assert sum(1 for h in record["history"] if h["event"] == "replayed") == 1
+        assert sum(1 for h in record["history"] if h["event"] == "completed") == 1
+    replays = [
+        json.loads(line[line.find('{"decision"') :])
+        for line in stack.log.read_text().splitlines()
+        if '"decision": "replayed"' in line
+    ]
+    assert sorted(r["job_id"] for r in replays if r["job_id"].startswith(marker)) == jobs
+
+
+def test_park_unpark_keep_the_message_and_delete_asks_first(stack: Stack, browser: WebDriver) -> None:
+    job, other = unique("park-"), unique("del-")
+    stack.submit(job, "fault", {"permanent": True, "note": "park me"})
+    stack.submit(other, "fault", {"permanent": True})
+    poisoned_and_archived(stack, [job, other])
+    entry = next(e for e in stack.archived()["archived"] if e["job_id"] == job)
+    archive = stack.storage.container(stack.settings.poison_archive_container)
+    body = json.loads(archive.download_blob(entry["name"]).readall())["body_b64"]
+    parked_queue = stack.storage.raw_queue(stack.settings.parked_queue)
+
+    browser.get(f"{stack.console}/poison")
+    row_of(browser, "archived", job).find_element(By.CSS_SELECTOR, "input.pick").click()
+    browser.find_element(By.ID, "park").click()
+    wait_for("parked listed", lambda: row_of(browser, "parked", job) is not None, 10)
+    assert row_of(browser, "archived", job) is None
+    on_queue = list(parked_queue.peek_messages(max_messages=32))
+    assert [m.content for m in on_queue] == [body]
+    assert json.loads(base64.b64decode(body))["payload"]["note"] == "park me"
+
+    row_of(browser, "parked", job).find_element(By.CSS_SELECTOR, "input.pick").click()
+    browser.find_element(By.ID, "unpark").click()
+    wait_for("back in the archived list", lambda: row_of(browser, "archived", job) is not None, 10)
+    assert list(parked_queue.peek_messages(max_messages=32)) == []
+    assert json.loads(archive.download_blob(entry["name"]).readall())["body_b64"] == body
+
+    row_of(browser, "archived", other).find_element(By.CSS_SELECTOR, "input.pick").click()
+    browser.find_element(By.ID, "delete").click()
+    browser.switch_to.alert.dismiss()  # asked first: nothing deleted
+    assert other in {e["job_id"] for e in stack.archived()["archived"]}
+    browser.find_element(By.ID, "delete").click()
+    browser.switch_to.alert.accept()
+    wait_for("deleted", lambda: row_of(browser, "archived", other) is None, 10)
+    assert other not in {e["job_id"] for e in stack.archived()["archived"]}
+
+
+def test_a_change_without_the_csrf_token_is_refused(stack: Stack, browser: WebDriver) -> None:
+    job = unique("csrf-")
+    stack.submit(job, "fault", {"permanent": True})
+    poisoned_and_archived(stack, [job])
+    browser.get(f"{stack.console}/poison")
+    script = """
+        const done = arguments[arguments.length - 1];
+        fetch(arguments[0], {method: 'POST', credentials: 'same-origin', headers: {'Content-Type': 'application/json'},
+              body: JSON.stringify({ids: [arguments[1]], rate: 10})})
+          .then(r => r.json().then(b => done([r.status, b.error])));
+    """
+    status, error = browser.execute_async_script(script, f"{stack.console}/action/replay", job)
+    assert status == 403 and "CSRF" in error
+    assert stack.call("POST", "console/action/replay", {"ids": [job], "rate": 10})[0] == 403
+    cookie = browser.get_cookie("console_csrf")
+    assert cookie is not None and cookie["sameSite"] == "Strict" and cookie["httpOnly"]
+    forged = {
+        "Cookie": f"console_csrf={cookie['value']}",
+        "X-Console-CSRF": cookie["value"],
+        "Origin": "http://evil.example",
+    }
+    assert stack.call("POST", "console/action/replay", {"ids": [job], "rate": 10}, forged)[0] == 403
+    assert stack.record(job)["status"] == "poisoned" and stack.queue_length(stack.settings.jobs_queue) == 0
+    assert count_decisions(stack.log)["console_action"] >= 1  # the earlier actions were logged as decisions
+
+
+def test_overview_charts_render_with_data(stack: Stack, browser: WebDriver) -> None:
+    for i in range(5):
+        stack.submit(unique(f"ok{i}-"), "noop", {"note": "chart"})
+    wait_for("jobs queue drained", lambda: stack.queue_length(stack.settings.jobs_queue) == 0, 60)
+    browser.get(stack.console)
+    total = browser.find_element(By.CSS_SELECTOR, "polyline[data-series='completed']").get_attribute(
+        "data-total"
+    )
+    assert int(total or 0) >= 5
+    bars = [
+        int(b.get_attribute("data-value") or 0) for b in browser.find_elements(By.CSS_SELECTOR, "rect.bar")
+    ]
+    assert sum(bars) >= 5
+    p50 = browser.find_element(By.CSS_SELECTOR, "[data-card='latency p50 (1 h)'] b").text
+    assert p50.startswith("≤")
+    wait_for("refreshed", lambda: browser.find_element(By.ID, "overview").get_attribute("data-refreshed"), 12)
+    assert browser.find_elements(By.CSS_SELECTOR, "polyline[data-series='poisoned']")
+    shot(browser, "overview")
