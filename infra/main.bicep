@@ -117,6 +117,17 @@ param deployerPrincipalType string = 'User'
 @description('Also grant Storage Account Contributor (control plane) to the app identity. Not needed with identity-based AzureWebJobsStorage and key access disabled; off by default (least privilege).')
 param grantStorageAccountContributor bool = false
 
+// -- console (issue 12) --
+@description('Client id of the Entra ID app registration that signs operators in to the console (/api/console) through App Service Authentication. Empty: no authentication is configured and the console refuses every request in Azure.')
+param consoleClientId string = ''
+
+@description('App roles (the roles claim) allowed to use the console, comma-separated (CONSOLE_ALLOWED_ROLES).')
+param consoleAllowedRoles string = 'Console.Operator'
+
+@description('Group object ids (the groups claim) allowed to use the console, comma-separated (CONSOLE_ALLOWED_GROUPS).')
+param consoleAllowedGroups string = ''
+// -- end console --
+
 var suffix = uniqueString(resourceGroup().id, namePrefix)
 var storageAccountName = toLower(take('st${namePrefix}${suffix}', 24))
 var functionAppName = '${namePrefix}-func-${suffix}'
@@ -133,7 +144,12 @@ var databricksJobFolder = '/Workspace/Shared/queue-jobs'
 var queueNames = [
   jobsQueueName
   '${jobsQueueName}-poison'
+  '${jobsQueueName}-parked'
 ]
+var consoleSettings = {
+  CONSOLE_ALLOWED_ROLES: consoleAllowedRoles
+  CONSOLE_ALLOWED_GROUPS: consoleAllowedGroups
+}
 // Every container, and the data role each principal gets on it ('' = none). Roles are scoped to the
 // container, not the account: the app identity can touch only what it uses.
 // - app: the app's own documents (Contributor), the job inputs (Reader: INPUT_CONTAINERS), and what
@@ -423,7 +439,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     SPARK_DATABRICKS_CLUSTER_ID: sparkDatabricksClusterId
     SPARK_DATABRICKS_AUTH: empty(sparkDatabricksTokenSecretUri) ? 'entra' : 'token'
     SPARK_DATABRICKS_TOKEN: databricksTokenReference
-  })
+  }, consoleSettings)
 }
 
 // The app identity on the storage account: the account-wide roles above (plus the optional control-plane one).
@@ -451,6 +467,46 @@ resource appContainerRoleAssignments 'Microsoft.Authorization/roleAssignments@20
     }
   }
 ]
+
+// The console's sign-in (issue 12): App Service Authentication with Entra ID. Anonymous requests
+// still reach the app (producers call /api/jobs with function keys); the console itself requires
+// the principal Easy Auth passes on, with an allowed role or group (shared/console/security.py).
+resource consoleAuth 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(consoleClientId)) {
+  parent: functionApp
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: consoleClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            'api://${consoleClientId}'
+            consoleClientId
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: true
+      }
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+  }
+}
 
 // The app identity on each queue: the host's queue triggers receive, and move poison messages to
 // <queue>-poison; the app sends, and the sweeper peeks, receives and deletes.

@@ -421,7 +421,9 @@ Evaluator.FUNCTIONS = {
     "environment": lambda _: {
         "name": "AzureCloud",
         "suffixes": {"storage": "core.windows.net"},
+        "authentication": {"loginEndpoint": "https://login.microsoftonline.com/"},
     },
+    "tenant": lambda _: {"tenantId": fake_guid("tenant")},
     "true": lambda _: True,
     "false": lambda _: False,
 }

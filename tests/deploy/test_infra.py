@@ -105,6 +105,8 @@ PARAM_SETS: dict[str, dict[str, Any]] = {
     "defaults": {"namePrefix": "jobs"},
     "livy": {
         "namePrefix": "qj",
+        "consoleClientId": "0a1b2c3d-0000-4000-8000-00000000c0de",
+        "consoleAllowedGroups": "11111111-aaaa-bbbb-cccc-222222222222",
         "sparkBackend": "livy",
         "sparkUrl": "https://myws.dev.azuresynapse.net/livyApi/versions/2019-11-01-preview/sparkPools/pool1",
         "sparkPrincipalId": "11111111-2222-3333-4444-555555555555",
@@ -158,7 +160,11 @@ def one(resources: list[Deployed], type_: str) -> Deployed:
 
 
 def app_settings(resources: list[Deployed]) -> dict[str, str]:
-    config = one(resources, "Microsoft.Web/sites/config")
+    configs = [
+        r for r in resources if r.type == "Microsoft.Web/sites/config" and r.name.endswith("/appsettings")
+    ]
+    assert len(configs) == 1, "one appsettings resource"
+    config = configs[0]
     assert config.name == one(resources, "Microsoft.Web/sites").name + "/appsettings"
     settings = config.body["properties"]
     assert all(isinstance(v, str) for v in settings.values()), "app setting values must be strings"
@@ -290,7 +296,7 @@ def test_queues_and_containers(template: dict[str, Any], case: str) -> None:
     queue = PARAM_SETS[case].get("jobsQueueName", "jobs")
     queues = {r.name for r in resources if r.type.endswith("/queueServices/queues")}
     containers = {r.name for r in resources if r.type.endswith("/blobServices/containers")}
-    assert queues == {f"{account}/default/{queue}", f"{account}/default/{queue}-poison"}
+    assert queues == {f"{account}/default/{queue}{end}" for end in ("", "-poison", "-parked")}
     assert containers == {f"{account}/default/{c}" for c in CONTAINERS}
     for r in resources:
         if r.type.endswith("/containers"):
@@ -451,6 +457,7 @@ def test_role_assignments(template: dict[str, Any], case: str) -> None:
         # per queue, per container
         (ROLE["queue_contributor"], principal, _queue_id(account, queue), app),
         (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-poison"), app),
+        (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-parked"), app),
         (ROLE["blob_reader"], principal, _container_id(account, "inputs"), app),
     }
     expected |= {
@@ -515,7 +522,7 @@ def test_the_app_identity_reaches_what_the_app_and_the_host_use(
         assert (ROLE["blob_contributor"], _container_id(account, name)) not in mine, "inputs are read-only"
     for name in host:
         assert (ROLE["blob_owner"], _container_id(account, name)) in mine, name
-    for name in (parsed.jobs_queue, parsed.poison_queue):
+    for name in (parsed.jobs_queue, parsed.poison_queue, parsed.parked_queue):
         assert (ROLE["queue_contributor"], _queue_id(account, name)) in mine, name
     blob_scopes = {scope for role, scope in mine if "/containers/" in scope}
     assert blob_scopes == {_container_id(account, c) for c in write | read | host}, "nothing else"
@@ -629,7 +636,8 @@ def test_bicep_app_settings_match(bicep: dict[str, Any], template: dict[str, Any
     union = bicep["resources"]["appSettings"]["config"]["properties"]["function"]
     assert union["type"] == "union"
     assert union["parameters"]["arg_1"] == "extraAppSettings"
-    bicep_settings = union["parameters"]["arg_2"]
+    assert union["parameters"]["arg_3"] == "consoleSettings"
+    bicep_settings = {**union["parameters"]["arg_2"], **bicep["variables"]["consoleSettings"]["value"]}
     resources, _ = deployment(template, "defaults")
     assert list(bicep_settings) == list(app_settings(resources))
     assert bicep_settings["AzureWebJobsStorage__credential"] == "managedidentity"
@@ -726,8 +734,42 @@ def test_start_up_tolerates_roles_scoped_to_each_resource(caplog: pytest.LogCapt
     clients = StorageClients(blob=refusing, queue_service=refusing)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="jobs.storage"):
         skipped = ensure_resources(clients, settings)
-    assert skipped == ["jobs", "jobs-poison", "ledger", "results", "payloads", "poison-archive"]
+    assert skipped == [
+        "jobs",
+        "jobs-poison",
+        "jobs-parked",
+        "ledger",
+        "results",
+        "payloads",
+        "poison-archive",
+    ]
     assert "not permitted to create ledger" in caplog.text
     broken = _Refuses(500, "InternalError")
     with pytest.raises(Exception, match="InternalError"):
         ensure_resources(StorageClients(blob=broken, queue_service=broken), settings)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the console's sign-in (issue 12)
+
+
+def test_console_sign_in_is_easy_auth_with_entra_when_a_client_id_is_given(template: dict[str, Any]) -> None:
+    """Easy Auth signs operators in (Entra ID) and lets anonymous requests through to the app,
+    which checks the principal on /api/console; keyed producers keep working."""
+    assert not [r for r in deployment(template, "defaults")[0] if r.name.endswith("/authsettingsV2")]
+    resources, _ = deployment(template, "livy")
+    auth = [r for r in resources if r.name.endswith("/authsettingsV2")]
+    assert len(auth) == 1 and auth[0].type == "Microsoft.Web/sites/config"
+    props = auth[0].body["properties"]
+    assert props["platform"]["enabled"] is True
+    assert props["globalValidation"] == {
+        "requireAuthentication": False,
+        "unauthenticatedClientAction": "AllowAnonymous",
+    }
+    aad = props["identityProviders"]["azureActiveDirectory"]
+    assert aad["registration"]["clientId"] == PARAM_SETS["livy"]["consoleClientId"]
+    assert aad["registration"]["openIdIssuer"].startswith("https://login.microsoftonline.com/")
+    assert aad["registration"]["openIdIssuer"].endswith("/v2.0")
+    assert "clientSecret" not in json.dumps(props).lower()
+    settings = app_settings(resources)
+    assert settings["CONSOLE_ALLOWED_ROLES"] == "Console.Operator"
+    assert settings["CONSOLE_ALLOWED_GROUPS"] == PARAM_SETS["livy"]["consoleAllowedGroups"]
