@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import ledger, poison
-from shared.console.queries import PARKED, archived_bodies
+from shared.console.queries import EDITS_PREFIX, PARKED, archived_bodies
 from shared.documents import Conflict
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.errors import EnvelopeError, PayloadError
@@ -24,7 +24,6 @@ from shared.runtime import Runtime
 from shared.submit import send_job
 
 log = logging.getLogger("jobs.console")
-EDITS_PREFIX = "edits/"
 MAX_BATCH = 50
 UNPARK_SCAN_BATCHES = 20
 """Receive batches (32 messages each) an unpark looks through on the parked queue."""

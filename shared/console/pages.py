@@ -184,10 +184,16 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             "<button id=replay-edited onclick=\"editAction('replay-edited')\">Replay edited</button>"
             "<ul id=problems></ul>"
         )
-    reason = record.get("reason") or record.get("last_reason")
+    reason = record.get("reason")
+    last = record.get("last_reason")
     return (
         f"<p>status <b id=job-status>{escape(status)}</b> · kind {escape(str(record.get('kind', '')))}"
         + (f" · reason <span id=reason class=bad>{escape(str(reason))}</span>" if reason else "")
+        + (
+            f" · last poisoned for <span class=muted>{escape(str(last))}</span>"
+            if last and not reason
+            else ""
+        )
         + f"</p><h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"

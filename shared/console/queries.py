@@ -221,6 +221,16 @@ def archived_bodies(rt: Runtime, job_id: str) -> list[tuple[str, dict[str, Any]]
     return sorted(found, key=lambda item: str(item[1].get("archived_at", "")), reverse=True)
 
 
+EDITS_PREFIX = "edits/"
+
+
+def latest_edit(rt: Runtime, job_id: str) -> dict[str, Any] | None:
+    """The newest operator edit of a job's envelope (shared/console/actions.replay_edited writes them)."""
+    docs = [rt.archive.read(name) for name, _ in rt.archive.names(f"{EDITS_PREFIX}{job_id}/")]
+    found = [d.data for d in docs if d is not None]
+    return max(found, key=lambda d: str(d.get("at", ""))) if found else None
+
+
 def job_view(rt: Runtime, job_id: str) -> JobView | None:
     record = rt.ledger.get(job_id)
     if record is None:
@@ -237,6 +247,15 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         except json.JSONDecodeError:
             envelope = None
     payload, note = _payload(rt, record.data, envelope)
+    edit = latest_edit(rt, job_id)
+    if edit is not None and (
+        not entries or str(edit.get("at", "")) > str(entries[0][1].get("archived_at", ""))
+    ):
+        try:
+            payload = json.loads(base64.b64decode(str(edit.get("body_b64", "")))).get("payload")
+            note = f"as edited by {edit.get('by')} at {edit.get('at')} (the original is kept in the poison archive)"
+        except (ValueError, AttributeError):
+            pass
     return JobView(
         record=record.data,
         timeline=timeline(record.data.get("history") or []),

@@ -215,6 +215,7 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
         "claimed",
     ]
     assert browser.find_element(By.ID, "job-status").text == "completed"
+    assert json.loads(browser.find_element(By.ID, "payload").text) == {"note": "fixed by an operator"}
     assert (
         browser.find_element(By.ID, "result-link")
         .get_attribute("href")

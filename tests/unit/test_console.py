@@ -1,0 +1,323 @@
+"""The console's pure decisions: who may use it, CSRF, rate plans, paging, counters, edits."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from shared import ledger
+from shared.console import metrics, queries
+from shared.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
+from shared.console.pages import overview_fragment, svg_lines
+from shared.console.security import Denied, authorize, check_csrf, cookie_token, set_cookie
+from shared.documents import Conflict, MemoryDocuments
+from shared.envelope import Envelope
+from shared.jobs import noop, testing
+from shared.ledger import Facts
+
+NOW = datetime(2026, 11, 24, 12, 30, 15, tzinfo=UTC)
+AZURE = {
+    "WEBSITE_INSTANCE_ID": "abc",
+    "WEBSITE_AUTH_ENABLED": "True",
+    "CONSOLE_ALLOWED_ROLES": "Console.Operator",
+}
+
+
+def principal(*claims: tuple[str, str]) -> str:
+    doc = {
+        "auth_typ": "aad",
+        "name_typ": "name",
+        "role_typ": "roles",
+        "claims": [{"typ": t, "val": v} for t, v in claims],
+    }
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+# -- who may use it -------------------------------------------------------------------------
+
+
+def test_local_host_is_open_like_the_rest_of_the_local_api() -> None:
+    assert authorize({}, {}).name == "local"
+
+
+def test_in_azure_an_operator_needs_an_allowed_role_or_group() -> None:
+    ok = authorize(
+        {"x-ms-client-principal": principal(("name", "ann@x"), ("roles", "Console.Operator"))}, AZURE
+    )
+    assert ok.name == "ann@x" and ok.how == "aad"
+    env = {**AZURE, "CONSOLE_ALLOWED_ROLES": "", "CONSOLE_ALLOWED_GROUPS": "g-1, g-2"}
+    assert (
+        authorize({"x-ms-client-principal": principal(("name", "bo"), ("groups", "g-2"))}, env).name == "bo"
+    )
+    with pytest.raises(Denied) as denied:
+        authorize({"x-ms-client-principal": principal(("name", "cy"), ("roles", "Reader"))}, AZURE)
+    assert denied.value.status == 403 and "cy has none" in str(denied.value)
+
+
+@pytest.mark.parametrize(
+    ("headers", "env", "status", "words"),
+    [
+        ({}, AZURE, 401, "sign in"),
+        ({"x-ms-client-principal": "not base64!"}, AZURE, 401, "could not be read"),
+        (
+            {"x-ms-client-principal": principal(("roles", "Console.Operator"))},
+            {**AZURE, "WEBSITE_AUTH_ENABLED": ""},
+            403,
+            "App Service Authentication",
+        ),
+        (
+            {"x-ms-client-principal": principal(("roles", "Console.Operator"))},
+            {**AZURE, "CONSOLE_ALLOWED_ROLES": ""},
+            403,
+            "CONSOLE_ALLOWED_ROLES",
+        ),
+    ],
+)
+def test_in_azure_refusals_say_what_is_missing(
+    headers: dict[str, str], env: dict[str, str], status: int, words: str
+) -> None:
+    """Without Easy Auth on, a principal header could be forged: it is not trusted at all."""
+    with pytest.raises(Denied) as denied:
+        authorize(headers, env)
+    assert denied.value.status == status and words in str(denied.value)
+
+
+# -- CSRF -----------------------------------------------------------------------------------
+
+TOKEN = "A" * 43
+URL = "http://127.0.0.1:7071/api/console/action/replay"
+
+
+def test_a_change_needs_the_cookie_token_echoed_in_a_header_from_the_same_origin() -> None:
+    good = {"cookie": f"console_csrf={TOKEN}", "x-console-csrf": TOKEN, "host": "127.0.0.1:7071"}
+    assert check_csrf("POST", good, URL) is None
+    assert (
+        check_csrf("POST", {**good, "origin": "http://127.0.0.1:7071", "sec-fetch-site": "same-origin"}, URL)
+        is None
+    )
+    assert "CSRF" in str(check_csrf("POST", {**good, "x-console-csrf": ""}, URL))
+    assert "CSRF" in str(check_csrf("POST", {**good, "x-console-csrf": "B" * 43}, URL))
+    assert "CSRF" in str(check_csrf("POST", {"x-console-csrf": TOKEN}, URL))
+    assert "another origin" in str(check_csrf("POST", {**good, "origin": "http://evil.example"}, URL))
+    assert "cross-site" in str(check_csrf("POST", {**good, "sec-fetch-site": "cross-site"}, URL))
+    assert "POST" in str(check_csrf("GET", good, URL))
+
+
+def test_the_cookie_is_strict_same_site_and_hidden_from_scripts() -> None:
+    cookie = set_cookie(TOKEN, secure=True)
+    assert "SameSite=Strict" in cookie and "HttpOnly" in cookie and "Secure" in cookie
+    assert "Secure" not in set_cookie(TOKEN, secure=False)
+    assert cookie_token({"cookie": f"a=b; console_csrf={TOKEN}"}) == TOKEN
+    assert cookie_token({"cookie": "console_csrf=short"}) is None
+
+
+# -- replay at a rate -----------------------------------------------------------------------
+
+
+def test_rate_plan_sends_each_id_once_a_tick_at_a_time() -> None:
+    ids = [f"j{i}" for i in range(50)] + ["j3"]
+    plan = rate_plan(ids, 25)
+    assert [len(b) for b in plan.batches] == [12, 12, 12, 12, 2]
+    assert [i for batch in plan.batches for i in batch] == [f"j{i}" for i in range(50)]
+    assert plan.interval_s == pytest.approx(12 / 25)
+    slow = rate_plan(["a", "b"], 0.5)
+    assert slow.batches == [["a"], ["b"]] and slow.interval_s == 2.0
+    assert len(rate_plan([str(i) for i in range(200)], 1000).batches[0]) == 50
+    with pytest.raises(ActionRefused):
+        rate_plan(["a"], 0)
+
+
+# -- jobs list ------------------------------------------------------------------------------
+
+
+@dataclass
+class Blob:
+    name: str
+    metadata: dict[str, str]
+    last_modified: datetime | None = None
+
+
+class CountingContainer:
+    """A listing that counts its page requests (each page is one List Blobs request)."""
+
+    container_name = "ledger"
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.requests = 0
+
+    def list_blobs(self, include: list[str], results_per_page: int) -> Any:
+        assert include == ["metadata"]
+        outer = self
+
+        class Pager:
+            def by_page(self) -> Any:
+                for start in range(0, outer.jobs, results_per_page):
+                    outer.requests += 1
+                    yield [
+                        Blob(
+                            f"job-{i:06d}.json",
+                            {"status": "completed", "kind": "noop", "created_at": f"2026-11-24T{i:06d}"},
+                        )
+                        for i in range(start, min(outer.jobs, start + results_per_page))
+                    ]
+
+        return Pager()
+
+
+def test_a_ledger_of_100000_jobs_is_listed_in_20_requests_and_paged_from_memory() -> None:
+    clock = [0.0]
+    snapshots = queries.JobSnapshots(ttl_s=15, clock=lambda: clock[0])
+    container = CountingContainer(100_000)
+    rows = snapshots.rows(container)
+    assert len(rows) == 100_000 and container.requests == 20 == queries.listing_requests(100_000)
+    page = queries.paginate(queries.filter_rows(rows), 3)
+    assert page.pages == 2000 and [r.id for r in page.rows][:2] == ["job-099899", "job-099898"]
+    clock[0] = 10.0
+    snapshots.rows(container)
+    assert container.requests == 20, "a page turn within the snapshot's life costs no request"
+    clock[0] = 16.0
+    snapshots.rows(container)
+    assert container.requests == 40
+
+
+def test_rows_come_from_metadata_filters_and_pages() -> None:
+    listed = [
+        Blob("a.json", {"status": "poisoned", "kind": "fault", "created_at": "2026-01-02"}),
+        Blob("b.json", {"status": "completed", "kind": "noop", "created_at": "2026-01-03"}),
+        Blob("old.json", {}, NOW),
+        Blob("console/x.json", {}),
+    ]
+    rows = queries.rows_from_listing(listed)
+    assert [r.id for r in rows] == ["a", "b", "old"]
+    assert rows[2].status == "unknown" and rows[2].created_at == NOW.isoformat()
+    assert [r.id for r in queries.filter_rows(rows, status="poisoned")] == ["a"]
+    assert [r.id for r in queries.filter_rows(rows, kind="noop")] == ["b"]
+    assert [r.id for r in queries.filter_rows(rows, id_part="ol")] == ["old"]
+    assert [r.id for r in queries.filter_rows(rows[:2])] == ["b", "a"]
+    assert queries.paginate(rows, 99, size=2).page == 2 and queries.paginate([], 1).pages == 1
+
+
+def test_ledger_writes_carry_the_listing_metadata() -> None:
+    data = {"status": "queued", "kind": "noop", "created_at": "t1", "updated_at": "t2", "attempt": 0}
+    assert ledger.listing_metadata(data) == {
+        "status": "queued",
+        "kind": "noop",
+        "created_at": "t1",
+        "updated_at": "t2",
+    }
+
+
+# -- overview counters ----------------------------------------------------------------------
+
+
+def test_counters_cost_no_storage_request_per_message_and_flush_once_per_changed_hour() -> None:
+    clock = [NOW]
+    recorder = metrics.Recorder(clock=lambda: clock[0])
+    ops: list[str] = []
+    store = MemoryDocuments(lambda: clock[0], before=lambda op, name: ops.append(op) or None)
+    for i in range(1000):
+        recorder.on_decision("completed", {"latency_s": 0.2 if i % 10 else 40})
+    recorder.on_decision("retry_scheduled", {})
+    recorder.on_decision("poisoned", {})
+    recorder.on_decision("claimed", {})
+    assert ops == []
+    assert recorder.flush(store, "host:1") == 1 and ops == ["docs.upsert"]
+    assert recorder.flush(store, "host:1") == 0 and len(ops) == 1
+    doc = store.read(metrics.blob_name("2026-11-24T12", "host:1"))
+    assert doc is not None
+    minute = doc.data["minutes"]["2026-11-24T12:30"]
+    assert (minute["completed"], minute["retried"], minute["poisoned"]) == (1000, 1, 1)
+    figures = metrics.merge([doc.data], NOW + timedelta(seconds=30))
+    assert figures["series"]["completed"][-1] == 1000 and figures["latency_p50_s"] == 0.25
+    assert figures["latency_p95_s"] == 60.0
+
+
+def test_merge_sums_instances_and_counts_in_flight_from_the_latest_recent_document() -> None:
+    def doc(instance: str, written: datetime, in_flight: int, minute: str, completed: int) -> dict[str, Any]:
+        return {
+            "instance": instance,
+            "written_at": written.isoformat(),
+            "in_flight": in_flight,
+            "minutes": {
+                minute: {"completed": completed, "retried": 0, "poisoned": 0, "latency": [completed]}
+            },
+        }
+
+    docs = [
+        doc("a", NOW - timedelta(seconds=30), 3, "2026-11-24T12:29", 5),
+        doc("a", NOW - timedelta(minutes=50), 9, "2026-11-24T11:45", 2),  # previous hour, old in-flight
+        doc("b", NOW - timedelta(minutes=10), 4, "2026-11-24T12:20", 1),  # gone quiet: in flight unknown
+        doc("c", NOW, 1, "2026-11-24T10:00", 7),  # outside the hour
+    ]
+    figures = metrics.merge(docs, NOW)
+    assert sum(figures["series"]["completed"]) == 8 and figures["in_flight"] == 4
+    assert figures["latency_hist"][0] == 8
+    assert metrics.hours_to_read(NOW) == ["2026-11-24T11", "2026-11-24T12"]
+
+
+def test_latency_bins_and_percentiles() -> None:
+    assert metrics.bin_index(0.05) == 0 and metrics.bin_index(0.1) == 0 and metrics.bin_index(7200) == 13
+    assert metrics.percentile([0] * 14, 0.5) is None
+    hist = [0] * 14
+    hist[3], hist[13] = 90, 10
+    assert metrics.percentile(hist, 0.5) == 1.0 and metrics.percentile(hist, 0.95) == float("inf")
+
+
+def test_charts_are_inline_svg_with_their_totals() -> None:
+    html = svg_lines("t", ["a", "b"], {"completed": [1, 2], "poisoned": [0, 5]})
+    assert "<svg" in html and "data-total='3'" in html and "data-total='5'" in html and "http" not in html
+    frag = overview_fragment(
+        {"depth": {"jobs": 4}, "latency_hist": [1] * 14, "minutes": [], "series": {}},
+        metrics.LATENCY_BOUNDS_S,
+    )
+    assert "jobs queue<b>4</b>" in frag and frag.count("class=bar") == 14
+
+
+# -- edit before replay ---------------------------------------------------------------------
+
+
+def test_describe_changes_names_dotted_fields() -> None:
+    before = {"id": "a", "payload": {"permanent": True, "x": {"y": 1}}}
+    after = {"id": "a", "payload": {"note": "n", "x": {"y": 2}}, "kind": "noop"}
+    assert describe_changes(before, after) == ["kind", "payload.note", "payload.permanent", "payload.x.y"]
+
+
+def test_an_edit_is_checked_by_the_envelope_parser_and_the_kinds_own_validation() -> None:
+    rt: Any = SimpleNamespace(handlers={"noop": noop.HANDLER, **testing.HANDLERS})
+    good = {
+        "id": "j1",
+        "kind": "fault",
+        "payload": {"note": "ok"},
+        "attempt": 3,
+        "created_at": "2026-11-24T10:00:00Z",
+    }
+    checked = check_edit(rt, "j1", json.dumps(good))
+    assert checked.problems == [] and checked.envelope is not None and checked.envelope.id == "j1"
+    assert check_edit(rt, "j1", "{nope").problems[0].startswith("envelope: not JSON")
+    problems = check_edit(rt, "j1", json.dumps({**good, "payload": {"transient_failures": "x"}})).problems
+    assert problems == ["payload.transient_failures: must be an integer"]
+    problems = check_edit(rt, "j1", json.dumps({**good, "id": "j2", "kind": "nope"})).problems
+    assert problems[0] == "id: must stay j1 (an edit replays the same job)" and problems[1].startswith(
+        "kind: unknown kind"
+    )
+
+
+def test_edited_is_recorded_only_on_a_poisoned_job_then_replayed_in_one_write() -> None:
+    facts = Facts(NOW)
+    env = Envelope(id="j1", kind="noop", created_at=NOW, payload={})
+    poisoned = ledger.poisoned(
+        {"id": "j1", "status": "in_progress", "attempt": 2}, "j1", facts, "bad", "x", b"{}"
+    )
+    data = ledger.replayed(ledger.edited(poisoned, "j1", facts, "ann", ["payload.note"], "d1"), env, facts)
+    assert [h["event"] for h in data["history"]][-3:] == ["poisoned", "edited", "replayed"]
+    assert data["history"][-2]["by"] == "ann" and data["history"][-2]["changes"] == ["payload.note"]
+    assert data["status"] == "queued" and data["edit_count"] == 1 and data["attempt"] == 0
+    with pytest.raises(Conflict):
+        ledger.edited({"id": "j1", "status": "completed"}, "j1", facts, "ann", [], "d")
