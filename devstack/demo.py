@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import csv
 import io
 import json
@@ -398,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"\n  large job on Spark: completed, result equal to the inline engine's ({args.spark_rows} rows)"
             )
+        offer_console(host)
         duplicates_seen = count_decisions(logs / "host.log").get("duplicate", 0)
         if (
             counts["completed"] != len(demo.jobs)
@@ -414,6 +416,16 @@ def main(argv: list[str] | None = None) -> int:
             cluster.stop()
         azurite.cleanup()
         print("stopped the host, Spark and Azurite.")
+
+
+def offer_console(host: HostProcess) -> None:
+    """End with the console's URL; at a terminal, keep the stack up until Enter or Ctrl-C."""
+    print(f"\n  operator console: {host.url}/api/console  (jobs, timelines, poison: replay, park, edit)")
+    if not sys.stdin.isatty():
+        return
+    print("  the stack stays up for the console; press Enter (or Ctrl-C) to stop it", flush=True)
+    with contextlib.suppress(EOFError, KeyboardInterrupt):
+        input()
 
 
 def print_summary(

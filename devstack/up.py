@@ -39,6 +39,7 @@ def main() -> int:
             "  Azurite queue  http://127.0.0.1:10001/devstoreaccount1\n"
             "  Azurite table  http://127.0.0.1:10002/devstoreaccount1\n"
             f"  Functions      {host.url}/api/  (health: {host.url}/api/health)\n"
+            f"  Console        {host.url}/api/console  (operators: jobs, timelines, poison)\n"
             + (f"  Spark REST     {cluster.rest_url}  (master UI {cluster.ui_url})\n" if cluster else "")
             + "  logs           .devstack/host.log, .devstack/azurite.log; data in .devstack/azurite-data\n"
             "Ctrl-C stops everything.",

@@ -84,7 +84,8 @@ def build_runtime(
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
     runtime = Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
-    metrics.install(runtime.archive, instance)  # console counters: flushed on a timer, never per message
+    if os.environ.get("FUNCTIONS_WORKER_RUNTIME"):  # in a Functions worker (Azure, the local host)
+        metrics.install(runtime.archive, instance)  # console counters: flushed on a timer, never per message
     return runtime
 
 

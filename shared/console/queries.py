@@ -64,7 +64,7 @@ def overview(rt: Runtime) -> dict[str, Any]:
         "poison": queue_depth(rt, rt.settings.poison_queue),
         "parked": queue_depth(rt, rt.settings.parked_queue),
     }
-    figures["instances_read"] = len(docs)
+    figures["documents_merged"] = len(docs)
     return figures
 
 
