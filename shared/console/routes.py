@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import AzureError
@@ -127,6 +127,10 @@ def _get(call: Call) -> func.HttpResponse:
         return _data(rt, parts[1:], params)
     if parts[0] == "jobs" and len(parts) == 1:
         status, kind, id_part = params.get("status", ""), params.get("kind", ""), params.get("id", "").strip()
+        if id_part and ID_RE.match(id_part) and rt.ledger.get(id_part) is not None:  # found by id: 1 read
+            return func.HttpResponse(
+                status_code=303, headers={**SAFE_HEADERS, "Location": f"{call.base}/jobs/{quote(id_part)}"}
+            )
         page = queries.jobs_page(
             rt, status, kind, id_part, _int(params.get("page"), 1), params.get("fresh") == "1"
         )

@@ -207,7 +207,8 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
     ]
     assert len(names) == 1
 
-    browser.get(f"{stack.console}/jobs/{job}")
+    browser.get(f"{stack.console}/jobs?id={job}")  # find by id: straight to the job's page
+    assert browser.current_url.endswith(f"/api/console/jobs/{job}")
     events = [li.get_attribute("data-event") for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
     assert events[-3:] == ["edited", "replayed", "completed"] or events[-4:-1] == [
         "edited",
@@ -231,6 +232,16 @@ def test_replay_of_50_at_a_rate_shows_progress_and_moves_each_once(stack: Stack,
         stack.submit(job, "fault", {"fail_unless_blob": marker})
     poisoned_and_archived(stack, jobs)
     stack.storage.container(stack.settings.results_container).upload_blob(marker, b"fixed")
+
+    browser.get(f"{stack.console}/jobs?status=poisoned&kind=fault&id={marker}&fresh=1")
+    listed = [
+        row.find_elements(By.TAG_NAME, "td") for row in browser.find_elements(By.CSS_SELECTOR, "#jobs tr")[1:]
+    ]
+    assert sorted(cells[0].text for cells in listed) == jobs
+    assert {(cells[1].text, cells[2].text) for cells in listed} == {("poisoned", "fault")}
+    created = [cells[3].text for cells in listed]
+    assert created == sorted(created, reverse=True), "newest first"
+    assert "page 1 of 1 (50 jobs)" in browser.page_source
 
     browser.get(f"{stack.console}/poison")
     for job in jobs:

@@ -321,3 +321,12 @@ def test_edited_is_recorded_only_on_a_poisoned_job_then_replayed_in_one_write() 
     assert data["status"] == "queued" and data["edit_count"] == 1 and data["attempt"] == 0
     with pytest.raises(Conflict):
         ledger.edited({"id": "j1", "status": "completed"}, "j1", facts, "ann", [], "d")
+
+
+def test_jobs_in_flight_are_counted_while_a_delivery_runs() -> None:
+    recorder = metrics.Recorder(clock=lambda: NOW)
+    with recorder.running(), recorder.running():
+        assert recorder.document("2026-11-24T12", "i")["in_flight"] == 2
+    with pytest.raises(RuntimeError), recorder.running():
+        raise RuntimeError("a failing delivery still leaves")
+    assert recorder.document("2026-11-24T12", "i")["in_flight"] == 0
