@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.console import metrics
+from shared.console.security import in_azure
 from shared.documents import BlobDocuments, DocumentStore
 from shared.jobs import registry
 from shared.jobs.base import Handler
@@ -84,7 +85,7 @@ def build_runtime(
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
     runtime = Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
-    if os.environ.get("FUNCTIONS_WORKER_RUNTIME"):  # in a Functions worker (Azure, the local host)
+    if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
         metrics.install(runtime.archive, instance)  # console counters: flushed on a timer, never per message
     return runtime
 

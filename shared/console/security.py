@@ -4,8 +4,8 @@ In Azure, App Service Authentication (Easy Auth, Entra ID) signs operators in an
 principal on in `X-MS-CLIENT-PRINCIPAL` (base64 JSON with claims); Easy Auth removes that header
 from incoming requests, so it is trusted only when the platform says Easy Auth is on
 (`WEBSITE_AUTH_ENABLED`). The principal needs a role in `CONSOLE_ALLOWED_ROLES` or a group in
-`CONSOLE_ALLOWED_GROUPS`. Outside Azure (no `WEBSITE_INSTANCE_ID`: the local host on 127.0.0.1)
-the console is open, like the rest of the local API.
+`CONSOLE_ALLOWED_GROUPS`. Outside Azure (none of `AZURE_MARKERS`) and addressed to 127.0.0.1 (the
+local host binds only there) the console is open, like the rest of the local API.
 
 CSRF: every change is a POST carrying `X-Console-CSRF` equal to the `console_csrf` cookie
 (SameSite=Strict, set by the pages), from the same origin when the browser says where it came from.
@@ -73,13 +73,29 @@ def decode_principal(value: str) -> Principal:
     )
 
 
+AZURE_MARKERS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME", "WEBSITE_HOSTNAME")
+"""Set by the platform on every App Service / Functions instance."""
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def in_azure(env: Mapping[str, str]) -> bool:
+    return any(env.get(name) for name in AZURE_MARKERS)
+
+
+def is_local(headers: Mapping[str, str], env: Mapping[str, str]) -> bool:
+    """The local host: no platform markers, and a request addressed to the loopback interface."""
+    host = headers.get("host", "").lower()
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return not in_azure(env) and name in LOCAL_HOSTS
+
+
 def _listed(env: Mapping[str, str], name: str) -> frozenset[str]:
     return frozenset(part.strip() for part in env.get(name, "").split(",") if part.strip())
 
 
 def authorize(headers: Mapping[str, str], env: Mapping[str, str]) -> Principal:
     """The principal allowed to use the console, or Denied naming what is missing."""
-    if not env.get("WEBSITE_INSTANCE_ID"):
+    if is_local(headers, env):
         return Principal(name="local", how="local")
     if env.get("WEBSITE_AUTH_ENABLED", "").lower() != "true":
         raise Denied(

@@ -43,7 +43,12 @@ def principal(*claims: tuple[str, str]) -> str:
 
 
 def test_local_host_is_open_like_the_rest_of_the_local_api() -> None:
-    assert authorize({}, {}).name == "local"
+    assert authorize({"host": "127.0.0.1:7071"}, {}).name == "local"
+    assert authorize({"host": "localhost"}, {}).name == "local"
+    with pytest.raises(Denied):  # not addressed to the loopback interface: not the local host
+        authorize({"host": "jobs.example.net"}, {})
+    with pytest.raises(Denied):  # on the platform, even through a loopback address
+        authorize({"host": "127.0.0.1:8080"}, {"WEBSITE_SITE_NAME": "jobs-func"})
 
 
 def test_in_azure_an_operator_needs_an_allowed_role_or_group() -> None:
