@@ -83,3 +83,9 @@ def poison_purge(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
 def console(req: func.HttpRequest) -> func.HttpResponse:
     return console_routes.handle(req)
+
+
+@app.function_name("console_api")
+@app.route(route="console-api/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ADMIN)
+def console_api(req: func.HttpRequest) -> func.HttpResponse:
+    return console_routes.handle(req, keyed=True)

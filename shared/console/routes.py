@@ -25,6 +25,7 @@ from shared.console.security import (
     Principal,
     authorize,
     check_csrf,
+    check_origin,
     cookie_token,
     new_token,
     set_cookie,
@@ -68,17 +69,28 @@ def _json(status: int, body: Any) -> func.HttpResponse:
     )
 
 
-def handle(req: func.HttpRequest, env: Mapping[str, str] | None = None) -> func.HttpResponse:
+def handle(
+    req: func.HttpRequest, env: Mapping[str, str] | None = None, *, keyed: bool = False
+) -> func.HttpResponse:
+    """`keyed`: the admin-key route (`/api/console-api/...`, AuthLevel.ADMIN: the Functions host has
+    checked the key, sent in the `x-functions-key` header). It serves the JSON routes only, to scripts."""
     headers = {k.lower(): v for k, v in req.headers.items()}
     path = str(req.route_params.get("path") or "").strip("/")
-    try:
-        principal = authorize(headers, os.environ if env is None else env)
-    except Denied as denied:
-        return _json(denied.status, {"error": str(denied)})
+    if keyed:
+        if not path.startswith(("data/", "action/")):
+            return _json(
+                404, {"error": "the admin-key route serves data/... and action/... only; pages need sign-in"}
+            )
+        principal = Principal(name="admin key", how="key")
+    else:
+        try:
+            principal = authorize(headers, os.environ if env is None else env)
+        except Denied as denied:
+            return _json(denied.status, {"error": str(denied)})
     call = Call(req, path, base_path(req.url), principal, headers)
     try:
         if req.method == "POST":
-            return _post(call)
+            return _post(call, keyed)
         if req.method != "GET":
             return _json(405, {"error": f"{req.method} is not supported; pages are GETs, changes POSTs"})
         return _get(call)
@@ -177,8 +189,11 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
 # -- changes ----------------------------------------------------------------------------------
 
 
-def _post(call: Call) -> func.HttpResponse:
-    refusal = check_csrf("POST", call.headers, call.req.url)
+def _post(call: Call, keyed: bool = False) -> func.HttpResponse:
+    # A key in a header is itself the CSRF defence (no other site can make a browser send it).
+    refusal = (
+        check_origin(call.headers, call.req.url) if keyed else check_csrf("POST", call.headers, call.req.url)
+    )
     if refusal is not None:
         log.warning("console: refused a change to %s: %s", call.path, refusal)
         return _json(403, {"error": refusal})

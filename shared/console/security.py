@@ -144,6 +144,11 @@ def check_csrf(method: str, headers: Mapping[str, str], url: str) -> str | None:
     sent = headers.get(CSRF_HEADER, "")
     if cookie is None or not sent or not hmac.compare_digest(cookie, sent):
         return "missing or wrong CSRF token: reload the console page and try again"
+    return check_origin(headers, url)
+
+
+def check_origin(headers: Mapping[str, str], url: str) -> str | None:
+    """Why a request from a browser on another site is refused (None: same origin, or not a browser)."""
     site = headers.get("sec-fetch-site", "")
     if site and site not in ("same-origin", "none"):
         return f"cross-site request refused (Sec-Fetch-Site: {site})"

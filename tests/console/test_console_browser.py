@@ -332,6 +332,10 @@ def test_a_change_without_the_csrf_token_is_refused(stack: Stack, browser: WebDr
     }
     assert stack.call("POST", "console/action/replay", {"ids": [job], "rate": 10}, forged)[0] == 403
     assert stack.record(job)["status"] == "poisoned" and stack.queue_length(stack.settings.jobs_queue) == 0
+    # scripts use the admin-key route (key in a header; no key is needed on the local host), no cookie
+    edit = {"job_id": job, "envelope": json.dumps({"id": job, "kind": "noop", "payload": {}})}
+    assert stack.call("POST", "console-api/action/validate", edit) == (200, {"valid": True, "problems": []})
+    assert stack.call("GET", "console-api/poison")[0] == 404
     assert count_decisions(stack.log)["console_action"] >= 1  # the earlier actions were logged as decisions
 
 

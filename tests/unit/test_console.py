@@ -335,3 +335,26 @@ def test_jobs_in_flight_are_counted_while_a_delivery_runs() -> None:
     with pytest.raises(RuntimeError), recorder.running():
         raise RuntimeError("a failing delivery still leaves")
     assert recorder.document("2026-11-24T12", "i")["in_flight"] == 0
+
+
+def _request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Any:
+    import azure.functions as func
+
+    url = f"http://127.0.0.1:7071/api/console/{path}"
+    return func.HttpRequest(method, url, headers=headers, params={}, route_params={"path": path}, body=body)
+
+
+def test_routes_refuse_before_touching_storage() -> None:
+    from shared.console import routes
+
+    answer = routes.handle(_request("GET", "poison", {"host": "jobs.azurewebsites.net"}), AZURE)
+    assert answer.status_code == 401 and b"sign in" in answer.get_body()
+    local = {"host": "127.0.0.1:7071"}
+    answer = routes.handle(_request("POST", "action/replay", local, b'{"ids": ["a"]}'), {})
+    assert answer.status_code == 403 and b"CSRF" in answer.get_body()
+    answer = routes.handle(_request("GET", "poison", local), {}, keyed=True)
+    assert answer.status_code == 404, "the admin-key route serves no pages"
+    evil = {**local, "origin": "http://evil.example"}
+    answer = routes.handle(_request("POST", "action/replay", evil, b"{}"), {}, keyed=True)
+    assert answer.status_code == 403 and b"another origin" in answer.get_body()
+    assert answer.headers["X-Frame-Options"] == "DENY" and answer.headers["Cache-Control"] == "no-store"
