@@ -57,7 +57,7 @@ def base_path(url: str) -> str:
     """The console's root path as the browser sees it (`/api/console`)."""
     path = urlsplit(url).path
     index = path.lower().find("/console")
-    return path[: index + len("/console")] if index >= 0 else "/api/console"
+    return quote(path[: index + len("/console")], safe="/") if index >= 0 else "/api/console"
 
 
 def _json(status: int, body: Any) -> func.HttpResponse:

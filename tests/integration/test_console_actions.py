@@ -1,0 +1,115 @@
+"""The console's actions and queries against a real Azurite, without a browser: the edge cases."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+
+import pytest
+
+from devstack.azurite import Azurite
+from shared.console import actions, queries
+from shared.envelope import isoformat, utcnow
+from shared.processing import process_message
+from shared.runtime import Runtime
+from tests.integration.helpers import message, queue_length, runtime_for
+from tests.integration.test_poison import drain_jobs, run_poison_trigger
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rt(azurite: Azurite) -> Runtime:
+    return runtime_for(azurite)
+
+
+def poisoned(rt: Runtime, job_id: str, payload: dict[str, object]) -> str:
+    """Poison a `fault` job the way the app does; returns its archive entry's name."""
+    body = {"id": job_id, "kind": "fault", "payload": payload, "created_at": isoformat(utcnow())}
+    process_message(message(json.dumps(body).encode()), rt)
+    run_poison_trigger(rt)
+    [(name, _)] = queries.archived_bodies(rt, job_id)
+    return name
+
+
+def test_unpark_takes_only_its_own_message_and_leaves_others_visible(rt: Runtime) -> None:
+    a, b = poisoned(rt, "pa", {"permanent": True}), poisoned(rt, "pb", {"permanent": True, "note": "b"})
+    assert actions.park(rt, [a, b, a], "t") == {"parked": [a, b], "skipped": []}
+    assert actions.park(rt, [a], "t") == {"parked": [], "skipped": [a]}, "parked once"
+    assert queue_length(rt, rt.settings.parked_queue) == 2
+    view = queries.poison_view(rt)
+    assert {e.name for e in view.parked} == {a, b}
+    assert view.archived == []
+    assert actions.unpark(rt, [b], "t") == {"unparked": [b], "not_found": []}
+    parked = rt.storage.raw_queue(rt.settings.parked_queue)
+    left = list(parked.peek_messages(max_messages=32))
+    assert [json.loads(base64.b64decode(m.content))["id"] for m in left] == ["pa"], "a stays, visible at once"
+    assert [e.name for e in queries.poison_view(rt).archived] == [b]
+
+
+def test_replay_edited_refuses_what_it_cannot_do_and_enqueues_nothing(rt: Runtime) -> None:
+    poisoned(rt, "e1", {"permanent": True})
+    [(_, entry)] = queries.archived_bodies(rt, "e1")
+    env = {**json.loads(base64.b64decode(entry["body_b64"])), "payload": {"note": "x"}}
+    with pytest.raises(actions.ActionRefused) as refused:
+        actions.replay_edited(rt, "e1", json.dumps({**env, "id": "e2"}), "t")
+    assert refused.value.problems == ["id: must stay e1 (an edit replays the same job)"]
+    with pytest.raises(actions.ActionRefused) as refused:
+        actions.replay_edited(rt, "e1", json.dumps({**env, "payload": {"sleep_s": "long"}}), "t")
+    assert refused.value.problems == ["payload.sleep_s: must be a number"]
+    assert queue_length(rt, rt.settings.jobs_queue) == 0
+    assert actions.replay_edited(rt, "e1", json.dumps(env), "ann")["changes"] == [
+        "payload.note",
+        "payload.permanent",
+    ]
+    with pytest.raises(actions.ActionRefused) as refused:  # queued now, not poisoned
+        actions.replay_edited(rt, "e1", json.dumps(env), "ann")
+    assert refused.value.status == 409
+    assert drain_jobs(rt) == 1
+    record = rt.ledger.get("e1")
+    assert record is not None and record.status == "completed" and record.data["replay_count"] == 1
+    edit = queries.latest_edit(rt, "e1")
+    assert edit is not None and edit["by"] == "ann"
+    [(_, entry)] = queries.archived_bodies(rt, "e1")
+    assert entry["state"] == "replayed" and json.loads(base64.b64decode(entry["body_b64"]))["payload"] == {
+        "permanent": True
+    }, "the original stays in the archive"
+
+
+def test_replay_batch_keeps_to_one_ticks_worth(rt: Runtime) -> None:
+    ids = [f"r{i}" for i in range(6)]
+    for job_id in ids:
+        poisoned(rt, job_id, {"permanent": True})
+    with pytest.raises(actions.ActionRefused):
+        actions.replay_batch(rt, ids, 4.0, "t")  # 2 a tick at 4/s
+    report = actions.replay_batch(rt, ids[:2], 4.0, "t")
+    assert report["replayed"] == ids[:2] and queue_length(rt, rt.settings.jobs_queue) == 2
+
+
+def test_delete_and_purge_from_the_console(rt: Runtime) -> None:
+    a = poisoned(rt, "d1", {"permanent": True})
+    b = poisoned(rt, "d2", {"permanent": True})
+    with pytest.raises(actions.ActionRefused):
+        actions.delete(rt, ["ledger/d1.json"], "t")
+    assert actions.delete(rt, [a], "t") == {"deleted": [a]}
+    assert actions.purge(rt, 1.0, "t") == {"purged": []}
+    assert b in actions.purge(rt, 0.0, "t")["purged"]
+    assert queries.poison_view(rt).archived == []
+
+
+def test_the_jobs_page_reads_the_listing_metadata_of_real_ledger_writes(rt: Runtime) -> None:
+    poisoned(rt, "m1", {"permanent": True})
+    body = {
+        "id": "m2",
+        "kind": "noop",
+        "payload": {},
+        "created_at": isoformat(utcnow() + timedelta(seconds=1)),
+    }
+    process_message(message(json.dumps(body).encode()), rt)
+    page = queries.jobs_page(rt, fresh=True)
+    assert [(r.id, r.status, r.kind) for r in page.rows] == [
+        ("m2", "completed", "noop"),
+        ("m1", "poisoned", "fault"),
+    ]
+    assert [r.id for r in queries.jobs_page(rt, status="poisoned").rows] == ["m1"]
