@@ -188,15 +188,21 @@ TIMELINE_FIELDS = (
 
 
 def timeline(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """History entries as timeline rows: when, what, and the facts each carries."""
-    return [
-        {
-            "at": str(entry.get("at", "")),
-            "event": str(entry.get("event", "")),
-            "facts": {k: entry[k] for k in TIMELINE_FIELDS if entry.get(k) not in (None, "", [])},
-        }
-        for entry in history
-    ]
+    """History entries as timeline rows: when, what, and every fact each carries (the usual ones
+    first; others, such as a Spark submission's, after them)."""
+    rows = []
+    for entry in history:
+        keys = [k for k in TIMELINE_FIELDS if k in entry] + sorted(
+            k for k in entry if k not in TIMELINE_FIELDS and k not in ("at", "event")
+        )
+        rows.append(
+            {
+                "at": str(entry.get("at", "")),
+                "event": str(entry.get("event", "")),
+                "facts": {k: entry[k] for k in keys if entry[k] not in (None, "", [])},
+            }
+        )
+    return rows
 
 
 @dataclass

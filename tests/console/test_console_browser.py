@@ -165,7 +165,6 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
     row = row_of(browser, "archived", job)
     assert row is not None, "the poisoned job is not on the poison page"
     assert "permanent failure requested" in row.find_element(By.CSS_SELECTOR, ".reason").text
-    shot(browser, "poison")
 
     browser.get(f"{stack.console}/jobs/{job}")
     editor = browser.find_element(By.ID, "envelope")
@@ -248,6 +247,7 @@ def test_replay_of_50_at_a_rate_shows_progress_and_moves_each_once(stack: Stack,
         row_of(browser, "archived", job).find_element(By.CSS_SELECTOR, "input.pick").click()
     browser.find_element(By.ID, "rate").clear()
     browser.find_element(By.ID, "rate").send_keys("25")
+    shot(browser, "poison")
     browser.find_element(By.ID, "replay").click()
     seen: set[int] = set()
     deadline = time.monotonic() + 30

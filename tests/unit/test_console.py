@@ -358,3 +358,31 @@ def test_routes_refuse_before_touching_storage() -> None:
     answer = routes.handle(_request("POST", "action/replay", evil, b"{}"), {}, keyed=True)
     assert answer.status_code == 403 and b"another origin" in answer.get_body()
     assert answer.headers["X-Frame-Options"] == "DENY" and answer.headers["Cache-Control"] == "no-store"
+
+
+def test_the_timeline_shows_every_fact_of_each_entry_usual_ones_first() -> None:
+    history = [
+        {
+            "at": "t1",
+            "event": "claimed",
+            "queue_message_id": "m1",
+            "dequeue_count": 2,
+            "owner": "h/1",
+            "attempt": 0,
+        },
+        {
+            "at": "t2",
+            "event": "offloaded",
+            "seq": 1,
+            "delay_s": 10,
+            "submission_id": "driver-7",
+            "error": None,
+        },
+    ]
+    rows = queries.timeline(history)
+    assert list(rows[0]["facts"]) == ["queue_message_id", "dequeue_count", "attempt", "owner"]
+    assert rows[1] == {
+        "at": "t2",
+        "event": "offloaded",
+        "facts": {"delay_s": 10, "seq": 1, "submission_id": "driver-7"},
+    }
