@@ -67,17 +67,17 @@ class Delivery:
         return {"queue_message_id": self.message_id, "dequeue_count": self.dequeue_count, "attempt": attempt}
 
 
+@console_metrics.counted_in_flight  # console: jobs in flight, in memory only
 def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     """The queue trigger's body. Returns to acknowledge; raises to have the host retry."""
     rt = rt or get_runtime()
     delivery = Delivery(msg.id, msg.dequeue_count, msg.get_body())
-    with console_metrics.RECORDER.running():  # console: jobs in flight (memory only)
-        try:
-            env = parse_body(delivery.body, rt.handlers.keys())
-        except EnvelopeError as exc:
-            poison_unparsed(rt, delivery, exc)
-            return
-        Processor(rt, env, delivery).run()
+    try:
+        env = parse_body(delivery.body, rt.handlers.keys())
+    except EnvelopeError as exc:
+        poison_unparsed(rt, delivery, exc)
+        return
+    Processor(rt, env, delivery).run()
 
 
 class ClaimKeeper:

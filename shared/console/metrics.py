@@ -10,12 +10,13 @@ two hour prefixes and reads their blobs: 2 + (blobs of the last two hours) reque
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from shared.documents import DocumentStore
 from shared.envelope import isoformat, utcnow
@@ -143,6 +144,21 @@ class Recorder:
 
 
 RECORDER = Recorder()
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def counted_in_flight(fn: Callable[P, R]) -> Callable[P, R]:
+    """Count calls of `fn` in flight in this process's recorder (the overview's "in flight")."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with RECORDER.running():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 _install_lock = threading.Lock()
 _installed: dict[str, Any] = {}
 
