@@ -386,3 +386,14 @@ def test_the_timeline_shows_every_fact_of_each_entry_usual_ones_first() -> None:
         "event": "offloaded",
         "facts": {"delay_s": 10, "seq": 1, "submission_id": "driver-7"},
     }
+
+
+def test_process_message_counts_itself_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared import processing
+
+    seen: list[int] = []
+    monkeypatch.setattr(processing, "get_runtime", lambda: seen.append(metrics.RECORDER.in_flight) or 1 / 0)
+    before = metrics.RECORDER.in_flight
+    with pytest.raises(ZeroDivisionError):
+        processing.process_message(SimpleNamespace(id="m", dequeue_count=1, get_body=lambda: b"{}"))  # type: ignore[arg-type]
+    assert seen == [before + 1] and metrics.RECORDER.in_flight == before
