@@ -86,6 +86,10 @@ def handle(
         try:
             principal = authorize(headers, os.environ if env is None else env)
         except Denied as denied:
+            if denied.status == 401 and req.method == "GET" and not path.startswith(("data/", "fragment/")):
+                back = quote(urlsplit(req.url).path, safe="/")  # a page: off to sign in, then back here
+                login = f"/.auth/login/aad?post_login_redirect_uri={back}"
+                return func.HttpResponse(status_code=302, headers={**SAFE_HEADERS, "Location": login})
             return _json(denied.status, {"error": str(denied)})
     call = Call(req, path, base_path(req.url), principal, headers)
     try:

@@ -348,6 +348,9 @@ def test_routes_refuse_before_touching_storage() -> None:
     from shared.console import routes
 
     answer = routes.handle(_request("GET", "poison", {"host": "jobs.azurewebsites.net"}), AZURE)
+    assert answer.status_code == 302  # a page: off to sign in, then back
+    assert answer.headers["Location"] == "/.auth/login/aad?post_login_redirect_uri=/api/console/poison"
+    answer = routes.handle(_request("GET", "data/poison", {"host": "jobs.azurewebsites.net"}), AZURE)
     assert answer.status_code == 401 and b"sign in" in answer.get_body()
     local = {"host": "127.0.0.1:7071"}
     answer = routes.handle(_request("POST", "action/replay", local, b'{"ids": ["a"]}'), {})
