@@ -658,6 +658,26 @@ def test_jsonl_a_column_present_only_as_null_is_seen(monkeypatch: pytest.MonkeyP
         run(missing, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl", block_size=4096)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    if not fast:
+        monkeypatch.setattr(engine._JsonParser, "_fast", lambda self, block, lines: None)
+    text = b'{"k": "a", "x": "ok"}\n{"k": "a", "x": "\xff"}\n'
+    with pytest.raises(InputDataError, match=r"^line 2 is not valid JSON: 'utf-8' codec can't decode"):
+        run(text, ["k"], fmt="jsonl")
+
+
+def test_jsonl_count_only_and_non_ascii_names_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    exact_blocks = count_exact_blocks(monkeypatch)
+    text = "".join(json.dumps({"é": None, "n": i}, ensure_ascii=False) + "\n" for i in range(3000))
+    assert run(text, [], fmt="jsonl", block_size=4096).rows == [{"count": 3000}]
+    result = run(text, [], [{"op": "max", "column": "é"}], fmt="jsonl", block_size=4096)
+    assert result.rows == [{"max_é": None}]
+    assert exact_blocks == []
+
+
 # --- property: random small tables -------------------------------------------------------------
 
 KEYS = st.sampled_from(["a", "b", "a,b", 'q"x', "", "NA", "7", " a", "é", "line\nbreak"])
