@@ -937,12 +937,12 @@ class _JsonParser:
     Fast path: pyarrow's JSON reader on the block, on the calling thread, with an explicit
     schema of the needed columns only (other fields are skipped), learnt from the first block
     by inference: strings as written, integers, floats, booleans. It is used only when its
-    answer is the exact one's: one object per line (each line starts with `{` and ends with
-    `}`, as many rows as lines), group keys that are strings, integers (not `-0`) or booleans
-    (their text as written), numbers or strings in numeric columns, and null values that
-    cannot be the text of a number. Anything else (a blank or indented line, a float or
-    mixed-type group column, an object, a bad value, invalid JSON) is parsed again by the
-    exact path: Python's `json` per line, numbers kept as written, errors naming the line.
+    answer is the exact one's: valid UTF-8, one object per line (as many rows as lines, no two
+    objects on a line), group keys that are strings, integers (not `-0`) or booleans (their
+    text as written), numbers or strings in numeric columns, and null values that cannot be the
+    text of a number. Anything else (a blank line, a float or mixed-type group column, an
+    object, a repeated key, a bad value, invalid JSON) is parsed again by the exact path:
+    Python's `json` per line, numbers kept as written, errors naming the line.
     """
 
     def __init__(self, plan: _Plan, null_values: Sequence[str]) -> None:
