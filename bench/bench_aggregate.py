@@ -2,7 +2,7 @@
 
 One query per file, as a user would write it: group by one string column; count rows, and
 mean, sum and max of numeric columns that have missing values. Four contenders run on the same
-file in the same run, interleaved, best of `--repeat`: a naive `csv.DictReader` / `json.loads`
+file in the same run, interleaved, best of `--repeat` (7): a naive `csv.DictReader` / `json.loads`
 loop, the inline engine (streaming from a local file object, production block size), DuckDB and
 Polars streaming (`scan_csv` / `scan_ndjson` + `group_by` + `collect(engine="streaming")`).
 The machine is shared: only ratios taken side by side mean something. Each peer's answer is
@@ -13,11 +13,12 @@ Files (generated once under --data-dir by bench/datagen.py): a WIDE table (20 mi
 integers with NA, floats, strings, timestamps; ~340k rows, ~40 MB as CSV and ~105 MB as JSON
 lines) and the NARROW sales file (14 columns, 300k rows, ~30 MB).
 
-Memory: the engine runs on a large CSV (~1 GB by default) in a child process that imports what
-the function app imports; its peak RSS is its own high-water mark (VmHWM).
+Memory: the engine runs on a large CSV and a large JSON-lines file (~1 GB each by default) in a
+child process that imports what the function app imports; its peak RSS is its own high-water
+mark (VmHWM).
 
-    python -m bench.bench_aggregate                  # speed on the 3 files + 1 GB memory file
-    python -m bench.bench_aggregate --mb 200 --repeat 3
+    python -m bench.bench_aggregate                  # speed on the 3 files + the 1 GB memory files
+    python -m bench.bench_aggregate --mb 200 --jsonl-mb 200 --repeat 3
     python -m bench.bench_aggregate --azurite        # also time streaming from a local Azurite
 
 Needs requirements-bench.txt (DuckDB, Polars). Prints a table, writes bench/out/aggregate.json.
@@ -342,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-rows", type=int, default=340_000, help="rows of the wide files")
     parser.add_argument("--narrow-rows", type=int, default=300_000, help="rows of the narrow CSV file")
     parser.add_argument("--mb", type=float, default=1000, help="size of the memory-test CSV input (MB)")
-    parser.add_argument("--jsonl-mb", type=float, default=0, help="also a JSON-lines memory test (MB)")
+    parser.add_argument(
+        "--jsonl-mb", type=float, default=1000, help="JSON-lines memory-test input (MB; 0: none)"
+    )
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    parser.add_argument("--repeat", type=int, default=5, help="runs of each; the best counts")
+    parser.add_argument("--repeat", type=int, default=7, help="runs of each; the best counts")
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "aggregate-bench")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--azurite", action="store_true", help="also stream the wide CSV from Azurite")
