@@ -19,13 +19,14 @@ How it stays fast and bounded:
   blank line next to two objects on one line...) is parsed again by the exact path, line by
   line, which keeps numbers as written and names the line of a bad value.
 
-Measured (bench/bench_aggregate.py, 2 shared cores, same run, best of 5; see the README): CSV
-~0.8-0.9x Polars 2.1 streaming and ~2x DuckDB 2.0 on wide (20 columns) and narrow files; JSON
-lines ~0.6-0.7x Polars (0.05x before the pyarrow reader: 0.7x of a naive loop); peak RSS
-~180 MB on a 1 GB CSV, ~130 MB on 1 GB of JSON lines. The parse itself is the limit: pyarrow's
-CSV and JSON parsers, alone on pre-cut blocks on both cores, were as fast as or slower than
-Polars' whole query. Polars as the per-block parser was ~20% faster for CSV, no faster for JSON,
-adds ~180 MB to the deployment, and Polars over a Python stream reads it whole (not bounded).
+Measured (bench/bench_aggregate.py: 2 shared cores, load average 2-5, interleaved, best of 7;
+see the README): CSV 0.67-0.97x Polars 2.1 streaming and 1.8-2.3x DuckDB 2.0 on wide (20
+columns) and narrow files; JSON lines 0.56-0.57x Polars (0.08x before the pyarrow reader, when
+they were 0.7x a naive loop); peak RSS 178-190 MB on a 1 GB CSV, ~132 MB on 1 GB of JSON lines.
+The parse itself is the limit: pyarrow's CSV and JSON parsers alone on blocks cut in advance,
+both cores, took about as long as Polars' whole query. Polars as the per-block parser was up to
+~20% faster for CSV, no faster for JSON, adds ~180 MB to the deployment, and Polars over a
+Python stream reads it whole (not bounded): not adopted.
 
 Semantics are SQL's: see `aggregate_stream`.
 """
