@@ -337,6 +337,18 @@ def test_a_record_larger_than_the_limit_is_refused(monkeypatch: pytest.MonkeyPat
         run("k,v\n" + "a" * 5000 + ",1\n", ["k"], block_size=100)
 
 
+@pytest.mark.parametrize("limit", [1024, None])  # None: the shipped MAX_RECORD_BYTES (64 MiB)
+def test_a_json_line_larger_than_the_limit_is_refused(
+    monkeypatch: pytest.MonkeyPatch, limit: int | None
+) -> None:
+    if limit is not None:
+        monkeypatch.setattr(engine, "MAX_RECORD_BYTES", limit)
+    size = engine.MAX_RECORD_BYTES * (4 if limit else 1) + 10  # the buffer doubles up to the limit
+    text = b'{"k": "a"}\n{"k": "' + b"x" * size + b'"}\n'
+    with pytest.raises(InputDataError, match=r"^a JSON line at byte 11 is longer than \d+ MiB"):
+        run(text, ["k"], fmt="jsonl", block_size=100 if limit else engine.DEFAULT_BLOCK_SIZE)
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 
