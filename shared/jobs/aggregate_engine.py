@@ -21,8 +21,8 @@ How it stays fast and bounded:
 
 Measured (bench/bench_aggregate.py: 2 shared cores, load average 2-5, interleaved, best of 7;
 see the README): CSV 0.67-0.97x Polars 2.1 streaming and 1.8-2.3x DuckDB 2.0 on wide (20
-columns) and narrow files; JSON lines 0.56-0.57x Polars (0.08x before the pyarrow reader, when
-they were 0.7x a naive loop); peak RSS 178-190 MB on a 1 GB CSV, ~132 MB on 1 GB of JSON lines.
+columns) and narrow files; JSON lines 0.54-0.57x Polars (0.08x before the pyarrow reader, when
+they were 0.7x a naive loop); peak RSS 174-190 MB on a 1 GB CSV, ~132 MB on 1 GB of JSON lines.
 The parse itself is the limit: pyarrow's CSV and JSON parsers alone on blocks cut in advance,
 both cores, took about as long as Polars' whole query. Polars as the per-block parser was up to
 ~20% faster for CSV, no faster for JSON, adds ~180 MB to the deployment, and Polars over a
