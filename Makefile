@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: install run up test test-unit lint bench chaos chaos-long package clean
 
@@ -14,6 +15,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt  ## the benchmark peers (DuckDB, Polars): never deployed
+	$(PY) -m pip install --quiet -r requirements-bench.txt
 	@touch $@
 
 $(NODE_STAMP): package.json package-lock.json
@@ -37,7 +42,7 @@ test: install lint  ## unit + integration tests (real Azurite, real Spark), shor
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-bench: install  ## benchmarks: prints tables, saves JSON under bench/out/
+bench: install $(BENCH_STAMP)  ## benchmarks: prints tables, saves JSON under bench/out/
 	$(PY) -m bench.run
 
 chaos-long: install  ## the long chaos run (>= 2,000 jobs)

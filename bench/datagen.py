@@ -8,6 +8,10 @@ qty/price are empty and 1% are `NA`; about 0.5% of regions are empty (a null gro
     python -m bench.datagen --rows 100000 --out data.csv
     python -m bench.datagen --mb 1000 --out big.csv
     python -m bench.datagen --rows 1000 --format jsonl --out data.jsonl
+    python -m bench.datagen --rows 340000 --wide --out wide.csv
+
+`--wide`: a 20-column table like a public weather-station export (integers with NA, floats,
+strings, timestamps; ~90 bytes a row as CSV, ~300 as JSON lines), see `WIDE_HEADER`.
 """
 
 from __future__ import annotations
@@ -54,6 +58,31 @@ NOTES = (
     "web order",
     '"said ""rush"""',
 )
+WIDE_HEADER = (
+    "id",
+    "station",
+    "ts",
+    "date",
+    "country",
+    "kind",
+    "lat",
+    "lon",
+    "elevation",
+    "temp",
+    "dewpoint",
+    "humidity",
+    "pressure",
+    "wind_dir",
+    "wind_speed",
+    "gust",
+    "precip",
+    "visibility",
+    "sky",
+    "flag",
+)
+WIDE_STATIONS = tuple(f"ST{n:03d}" for n in range(60))
+WIDE_SKY = ("CLR", "FEW", "SCT", "BKN", "OVC", "VV")
+WIDE_KINDS = ("auto", "manual", "synop")
 ROWS_PER_BLOCK = 20_000
 _START = datetime(2024, 1, 1)
 
@@ -128,15 +157,83 @@ def _json_row(rnd: random.Random, n: int) -> str:
     return json.dumps(row, separators=(",", ":")) + "\n"
 
 
+def _wide_fields(rnd: random.Random, n: int) -> dict[str, object]:
+    """One wide line as Python values (None = missing; about 3-10% of the measurements)."""
+    station = WIDE_STATIONS[rnd.randrange(len(WIDE_STATIONS))]
+    ts = _START + timedelta(seconds=n * 90 + rnd.randrange(60))
+
+    def maybe(value: object, rate: float) -> object:
+        return None if rnd.random() < rate else value
+
+    return {
+        "id": 1_000_000 + n,
+        "station": station,
+        "ts": ts.strftime("%Y-%m-%d %H:%M:%S"),
+        "date": ts.strftime("%Y-%m-%d"),
+        "country": COUNTRIES[rnd.randrange(len(COUNTRIES))],
+        "kind": WIDE_KINDS[rnd.randrange(3)],
+        "lat": round(rnd.uniform(35, 70), 4),
+        "lon": round(rnd.uniform(-10, 30), 4),
+        "elevation": rnd.randrange(0, 2500),
+        "temp": maybe(round(rnd.gauss(10, 9), 1), 0.03),
+        "dewpoint": maybe(round(rnd.gauss(4, 7), 1), 0.05),
+        "humidity": maybe(rnd.randrange(5, 101), 0.04),
+        "pressure": maybe(round(rnd.gauss(1013, 9), 1), 0.10),
+        "wind_dir": maybe(rnd.randrange(0, 360, 10), 0.06),
+        "wind_speed": maybe(rnd.randrange(0, 40), 0.05),
+        "gust": maybe(rnd.randrange(10, 80), 0.6),
+        "precip": maybe(round(rnd.expovariate(2), 2), 0.08),
+        "visibility": maybe(rnd.randrange(100, 10000, 100), 0.07),
+        "sky": WIDE_SKY[rnd.randrange(len(WIDE_SKY))],
+        "flag": maybe("E", 0.9),
+    }
+
+
+def wide_csv_lines(rows: int, seed: int = 7) -> Iterator[str]:
+    """Blocks of wide CSV text (header first); missing values are `NA`, a few empty."""
+    rnd = random.Random(seed)
+    yield ",".join(WIDE_HEADER) + "\n"
+    done = 0
+    while done < rows:
+        n = min(ROWS_PER_BLOCK, rows - done)
+        lines = []
+        for i in range(n):
+            values = _wide_fields(rnd, done + i).values()
+            lines.append(",".join("NA" if v is None else str(v) for v in values) + "\n")
+        yield "".join(lines)
+        done += n
+
+
+def wide_jsonl_lines(rows: int, seed: int = 7) -> Iterator[str]:
+    """The same rows as `wide_csv_lines` as JSON lines: numbers as numbers, missing as null."""
+    rnd = random.Random(seed)
+    done = 0
+    while done < rows:
+        n = min(ROWS_PER_BLOCK, rows - done)
+        yield "".join(json.dumps(_wide_fields(rnd, done + i), separators=(",", ":")) + "\n" for i in range(n))
+        done += n
+
+
+def _blocks(rows: int, fmt: str, seed: int, wide: bool) -> Iterator[str]:
+    if wide:
+        return wide_csv_lines(rows, seed) if fmt == "csv" else wide_jsonl_lines(rows, seed)
+    return csv_lines(rows, seed) if fmt == "csv" else jsonl_lines(rows, seed)
+
+
 def write(
-    out: Path, rows: int | None = None, mb: float | None = None, fmt: str = "csv", seed: int = 7
+    out: Path,
+    rows: int | None = None,
+    mb: float | None = None,
+    fmt: str = "csv",
+    seed: int = 7,
+    wide: bool = False,
 ) -> int:
     """Write `rows` rows (or about `mb` megabytes) to `out`; returns the number of data rows."""
     if rows is None:
         if mb is None:
             raise ValueError("give rows or mb")
-        rows = _rows_for_mb(mb, fmt, seed)
-    blocks = csv_lines(rows, seed) if fmt == "csv" else jsonl_lines(rows, seed)
+        rows = _rows_for_mb(mb, fmt, seed, wide)
+    blocks = _blocks(rows, fmt, seed, wide)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8", newline="") as fh:
         for block in blocks:
@@ -144,9 +241,9 @@ def write(
     return rows
 
 
-def _rows_for_mb(mb: float, fmt: str, seed: int) -> int:
+def _rows_for_mb(mb: float, fmt: str, seed: int, wide: bool = False) -> int:
     sample = 20_000
-    blocks = csv_lines(sample, seed) if fmt == "csv" else jsonl_lines(sample, seed)
+    blocks = _blocks(sample, fmt, seed, wide)
     size = sum(len(b.encode()) for b in blocks)
     return max(1, int(mb * 1_000_000 / (size / sample)))
 
@@ -161,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--format", choices=("csv", "jsonl"), default=None, help="default: from --out suffix")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--wide", action="store_true", help="the 20-column weather-like table")
     args = parser.parse_args(argv)
     fmt = args.format or ("jsonl" if args.out.suffix in (".jsonl", ".json", ".ndjson") else "csv")
-    rows = write(args.out, rows=args.rows, mb=args.mb, fmt=fmt, seed=args.seed)
+    rows = write(args.out, rows=args.rows, mb=args.mb, fmt=fmt, seed=args.seed, wide=args.wide)
     print(f"wrote {rows} rows to {args.out} ({args.out.stat().st_size / 1e6:.1f} MB, {fmt})", file=sys.stderr)
     return 0
 

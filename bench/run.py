@@ -3,7 +3,7 @@
     python -m bench.run                    # default run (~5-8 minutes on 2 cores)
     python -m bench.run --quick            # small sizes, a smoke test (~1 minute)
     python -m bench.run --messages 5000    # jobs per drain (host vs bare loop, host scaling)
-    python -m bench.run --full             # the aggregate memory test on a 1 GB input
+    python -m bench.run --aggregate-mb 200 # the aggregate memory tests on 200 MB, not 1 GB
     python -m bench.run --spark            # also bench/bench_spark.py (slow)
     python -m bench.run --out DIR          # bench.json, the PNG plot and host logs go to DIR
 
@@ -13,7 +13,8 @@ Sections (each starts and stops its own Azurite and local hosts):
 2. storage requests per message: happy, duplicate and retry paths;
 3. enqueue-to-completion latency p50 / p95 under a steady load;
 4. throughput against the number of host processes (1, 2, 3), plotted to throughput_vs_hosts.png;
-5. the inline aggregate engine against a naive csv loop, and its peak memory (bench_aggregate.py);
+5. the inline aggregate engine against a naive loop, DuckDB and Polars streaming on wide and narrow
+   CSV and wide JSON lines, and its peak memory on 1 GB inputs (bench_aggregate.py);
 6. with --spark: bench_spark.py.
 The machine is shared and noisy: speed figures are ratios taken side by side, or counts.
 """
@@ -149,11 +150,23 @@ def run_script(module: str, args: list[str], timeout_s: float) -> dict[str, Any]
 
 
 def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
-    """bench/bench_aggregate.py: rows/s against a naive csv loop, and peak memory."""
+    """bench/bench_aggregate.py: rows/s and ratios to the peers, and peak memory."""
     if args.quick:
-        flags = ["--mb", "20", "--speed-rows", "50000", "--repeat", "1"]
+        flags = [
+            "--mb",
+            "20",
+            "--jsonl-mb",
+            "20",
+            "--wide-rows",
+            "50000",
+            "--narrow-rows",
+            "50000",
+            "--repeat",
+            "1",
+        ]
     else:
-        flags = ["--mb", "1000" if args.full else str(args.aggregate_mb)]
+        mb = "1000" if args.full else str(args.aggregate_mb)
+        flags = ["--mb", mb, "--jsonl-mb", mb]
     result = run_script("bench.bench_aggregate", flags, timeout_s=3600)
     if result.get("exit_code") == 0 and AGGREGATE_JSON.exists():
         result["report"] = _read_json(AGGREGATE_JSON)
@@ -339,8 +352,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default bench/out)")
-    parser.add_argument("--full", action="store_true", help="aggregate memory test on a 1 GB input")
-    parser.add_argument("--aggregate-mb", type=int, default=200, help="aggregate memory-test input (MB)")
+    parser.add_argument(
+        "--full", action="store_true", help="aggregate memory tests on 1 GB inputs (the default)"
+    )
+    parser.add_argument("--aggregate-mb", type=int, default=1000, help="aggregate memory-test inputs (MB)")
     parser.add_argument("--skip-aggregate", action="store_true")
     parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")

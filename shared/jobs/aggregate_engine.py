@@ -8,14 +8,25 @@ How it stays fast and bounded:
   thread of its own as a single chunk (only the needed columns; numeric-only columns straight
   to float64), while the next block is read. A block parsed in one piece needs no care for line
   breaks in quoted values; pyarrow's multi-threaded `read_csv` splits a block at line breaks
-  without looking at quotes, and its streaming reader (`open_csv`) parses on one thread only
-  (the benchmark shows it side by side).
+  without looking at quotes, and its streaming reader (`open_csv`) parses on one thread only.
 - Each block is reduced at once, on its parsing thread, to partial aggregates per group (rows,
   non-null count, sum, min, max) with `Table.group_by`; partials are concatenated and
   re-aggregated when they grow, so memory depends on the block size and the number of groups,
   never on the input size.
-- JSON lines: Python's `json` decoder per line (pyarrow's JSON reader cannot keep numbers as
-  written when a group column holds numbers), then the same vectorised aggregation.
+- JSON lines: blocks of 1 MiB cut at line breaks, two at a time, each parsed by pyarrow's JSON
+  reader with an explicit schema of the needed columns (`_JsonParser`); what it cannot answer
+  exactly as Python's `json` would (a float group key, mixed types, an object, a bad value, a
+  blank line next to two objects on one line...) is parsed again by the exact path, line by
+  line, which keeps numbers as written and names the line of a bad value.
+
+Measured (bench/bench_aggregate.py: 2 shared cores, load average 2-5, interleaved, best of 7;
+see the README): CSV 0.67-0.97x Polars 2.1 streaming and 1.8-2.3x DuckDB 2.0 on wide (20
+columns) and narrow files; JSON lines 0.54-0.57x Polars (0.08x before the pyarrow reader, when
+they were 0.7x a naive loop); peak RSS 174-190 MB on a 1 GB CSV, ~132 MB on 1 GB of JSON lines.
+The parse itself is the limit: pyarrow's CSV and JSON parsers alone on blocks cut in advance,
+both cores, took about as long as Polars' whole query. Polars as the per-block parser was up to
+~20% faster for CSV, no faster for JSON, adds ~180 MB to the deployment, and Polars over a
+Python stream reads it whole (not bounded): not adopted.
 
 Semantics are SQL's: see `aggregate_stream`.
 """
@@ -32,11 +43,12 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pyarrow.json as pajson
 
 from shared.errors import InputDataError, LimitExceeded
 
@@ -54,10 +66,11 @@ DEFAULT_BLOCK_SIZE: Final = 4 * 1024 * 1024
 """Bytes of input parsed at a time by one thread. Measured side by side (2 cores, shared): 3-4
 MiB were the fastest of 1-16 MiB (smaller blocks stay in the CPU caches); peak RSS on a 1 GB
 input ~205 MB (8 MiB: 230-270 MB)."""
+JSONL_BLOCK_SIZE: Final = 1024 * 1024
+"""Bytes of JSON lines parsed at a time by one thread: 1 MiB was faster than 0.5, 2 and 4 MiB
+(measured side by side: pyarrow's JSON parser works in the CPU caches)."""
 MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
 """A single CSV record (or the header) larger than this is refused: memory stays bounded."""
-JSONL_BLOCK_SIZE: Final = 2 * 1024 * 1024
-"""JSON lines are decoded in Python: smaller blocks keep the Python objects per block few."""
 COMBINE_ROWS: Final = 262_144
 """Partial aggregate rows held before they are combined (more when there are many groups)."""
 
@@ -159,10 +172,10 @@ def aggregate_table(
             for partial, rows in partials:
                 acc.add_partial(partial, rows)
     else:
-        tables = _jsonl_tables(stream, plan, spec.null_values, min(block_size, JSONL_BLOCK_SIZE))
-        with contextlib.closing(tables):
-            for table in tables:
-                acc.add(table)
+        partials = _jsonl_partials(stream, plan, spec.null_values, min(block_size, JSONL_BLOCK_SIZE))
+        with contextlib.closing(partials):
+            for partial, rows in partials:
+                acc.add_partial(partial, rows)
     return acc.result_table(spec.metrics), acc.input_rows
 
 
@@ -406,7 +419,7 @@ def _csv_partials(
     while the next block is read; errors are raised in input order (the first bad block wins).
     """
     origin = _position(stream)
-    splitter = _CsvSplitter(stream, block_size)
+    splitter = _BlockSplitter(stream, block_size)
     parser = _CsvParser(splitter.read_header(), plan, null_values)
     workers = max(1, PARSE_WORKERS)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
@@ -427,10 +440,10 @@ def _csv_partials(
 
     try:
         try:
-            for block, offset, buf in splitter.blocks():
+            for block in splitter.blocks():
                 while len(pending) >= workers:
                     yield oldest()
-                pending.append((pool.submit(parser.parse, block, offset), buf))
+                pending.append((pool.submit(parser.parse, block.data, block.offset), block.buf))
         except InputDataError:
             while pending:  # a bad record before this point is reported first
                 oldest()
@@ -471,6 +484,16 @@ def _line_at(stream: ByteStream, origin: int | None, offset: int) -> int | None:
     return lines
 
 
+class _Block(NamedTuple):
+    """Whole records: `buf[start:end]` (also as `data`), at byte `offset` of the input."""
+
+    data: pa.Buffer
+    offset: int
+    buf: bytearray
+    start: int
+    end: int
+
+
 _BUFFERS_LOCK = threading.Lock()
 _BUFFERS: list[bytearray] = []
 """Block buffers of the default size kept between inputs (at most `KEPT_BUFFERS`)."""
@@ -493,16 +516,28 @@ def _keep_buffers(buffers: list[bytearray]) -> None:
                 _BUFFERS.append(buf)
 
 
-class _CsvSplitter:
-    """Cuts a CSV stream into blocks of whole records, each read into a buffer of its own.
+class _BlockSplitter:
+    """Cuts a stream into blocks of whole records, each read into a buffer of its own.
+
+    `cut(buf, start, end)` is the offset just after the last record boundary in buf[start:end]
+    (0 if none): `_record_cut` for CSV, `_line_cut` for JSON lines; `what` names a record in
+    the error for one larger than MAX_RECORD_BYTES.
 
     A block handed out stays untouched until its buffer is given back with `release`, so blocks
     can be parsed while the next ones are read. The first blocks are smaller (1/8, 1/4, 1/2 of
     the block size), so the parsing threads start early.
     """
 
-    def __init__(self, stream: ByteStream, block_size: int) -> None:
+    def __init__(
+        self,
+        stream: ByteStream,
+        block_size: int,
+        cut: Callable[[bytearray, int, int], int] | None = None,
+        what: str = "a CSV record",
+    ) -> None:
         self.stream = stream
+        self.cut = cut or _record_cut
+        self.what = what
         self.size = max(block_size, 16)
         self.taken: list[bytearray] = []
         """Buffers of the block size in use, kept for the next input by `close`."""
@@ -536,17 +571,18 @@ class _CsvSplitter:
         self.start = self.offset = end
         return _header_names(raw)
 
-    def blocks(self) -> Iterator[tuple[pa.Buffer, int, bytearray]]:
-        """(block of whole records, its offset in the input, its buffer), in order."""
+    def blocks(self) -> Iterator[_Block]:
+        """Blocks of whole records, in order."""
         while True:
             self._fill(min(len(self.buf), self.start + self.target))
             if self.filled == self.start:
                 return
-            cut = self.filled if self.eof else _record_cut(self.buf, self.start, self.filled)
+            cut = self.filled if self.eof else self.cut(self.buf, self.start, self.filled)
             if cut == 0:
                 self._make_room()
                 continue
-            yield pa.py_buffer(self.buf).slice(self.start, cut - self.start), self.offset, self.buf
+            data = pa.py_buffer(self.buf).slice(self.start, cut - self.start)
+            yield _Block(data, self.offset, self.buf, self.start, cut)
             self.offset += cut - self.start
             self.target = min(2 * self.target, len(self.buf))
             self._swap(cut)
@@ -592,7 +628,7 @@ class _CsvSplitter:
             self.buf[:rest] = self.buf[self.start : self.filled]
             self.start, self.filled = 0, rest
         else:
-            self._grow("a CSV record")
+            self._grow(self.what)
 
     def _grow(self, what: str) -> None:
         if len(self.buf) >= MAX_RECORD_BYTES:
@@ -604,6 +640,11 @@ class _CsvSplitter:
         grown[: self.filled] = self.buf[: self.filled]
         self.buf = grown
         self.target = len(grown)
+
+
+_PARSE_OPTIONS: Final = pacsv.ParseOptions(newlines_in_values=False)
+"""Newlines in quoted values are parsed all the same within a chunk: the option only tells how
+pyarrow may split its input into chunks, and a block is one chunk."""
 
 
 class _CsvParser:
@@ -692,11 +733,6 @@ class _CsvParser:
             line = _record_line(block.to_pybytes(), int(row.group(1)) - 1) if row else 0
             where = "on line " if row else "in the block starting on line "
             raise _BadRecord(f"CSV input is not valid {where}", f": {detail}", offset, 0, line) from None
-
-
-_PARSE_OPTIONS: Final = pacsv.ParseOptions(newlines_in_values=False)
-"""Newlines in quoted values are parsed all the same within a chunk: the option only tells how
-pyarrow may split its input into chunks, and a block is one chunk."""
 
 
 _ARROW_ROW = re.compile(r"Row #(\d+)")
@@ -805,52 +841,267 @@ def _header_names(raw: bytes) -> list[str]:
 # --- JSON lines --------------------------------------------------------------------------------
 
 
-def _jsonl_tables(
+def _jsonl_partials(
     stream: ByteStream, plan: _Plan, null_values: Sequence[str], block_size: int
-) -> Generator[pa.Table, None, None]:
-    """Aggregation tables of blocks of JSON lines; numbers kept as written (3.10 -> '3.10')."""
-    nulls = frozenset(null_values)
+) -> Generator[tuple[pa.Table, int], None, None]:
+    """(partial aggregates, records) of each block of JSON lines, in input order.
+
+    Blocks are cut at line breaks (a JSON line has none inside) and parsed `PARSE_WORKERS` at
+    a time, each on a thread of its own, by `_JsonParser`; errors are raised in input order.
+    """
+    splitter = _BlockSplitter(stream, block_size, cut=_line_cut, what="a JSON line")
+    parser = _JsonParser(plan, null_values)
+    workers = max(1, PARSE_WORKERS)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jsonl-parse")
+    pending: deque[tuple[Future[_JsonPartial], bytearray]] = deque()
     unseen = set(plan.columns)
-    line = 0
-    rows = 0
-    for block in _line_blocks(stream, block_size):
-        columns: dict[str, list[str | None]] = {name: [] for name in plan.columns}
-        lines: list[int] = []
-        for raw in block.split(b"\n"):
-            line += 1
-            if not raw.strip():
-                continue
-            record = _json_record(raw, line)
-            lines.append(line)
-            if unseen:
-                unseen.difference_update(record.keys())
-            for name, values in columns.items():
-                values.append(_json_value(record.get(name), name, line, nulls))
-        rows += len(lines)
-        yield _json_frame(plan, columns, lines)
-    if unseen and rows:
+    records = 0
+
+    def oldest() -> tuple[pa.Table, int]:
+        nonlocal records
+        future, buf = pending.popleft()
+        done = future.result()
+        splitter.release(buf)
+        unseen.difference_update(done.seen)
+        records += done.rows
+        return done.partial, done.rows
+
+    try:
+        line = 1
+        for block in splitter.blocks():
+            while len(pending) >= workers:
+                yield oldest()
+            newlines = _count_newlines(block.buf, block.start, block.end)
+            lines = newlines + (block.buf[block.end - 1] != 10)
+            pending.append((pool.submit(parser.parse, block, line, lines), block.buf))
+            line += newlines
+        while pending:
+            yield oldest()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        splitter.close()
+    if unseen and records:
         listed = ", ".join(repr(c) for c in sorted(unseen))
         raise InputDataError(f"column(s) {listed} occur in no line of the JSON-lines input")
 
 
-def _line_blocks(stream: ByteStream, block_size: int) -> Iterator[bytes]:
-    """Blocks of whole lines (without the last line break)."""
-    carry = b""
-    while True:
-        data = stream.read(block_size) or b""
-        if not data:
-            if carry:
-                yield carry
-            return
-        data = carry + data
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            if len(data) > MAX_RECORD_BYTES:
-                raise InputDataError(f"a JSON line is longer than {MAX_RECORD_BYTES // 2**20} MiB")
-            carry = data
+def _line_cut(buf: bytearray, start: int, end: int) -> int:
+    """Offset just after the last line break in buf[start:end]; 0 if none."""
+    return buf.rfind(b"\n", start, end) + 1
+
+
+def _byte_scanners() -> tuple[Callable[[bytearray, int, int], int], Callable[[bytearray, int, int], bool]]:
+    """(count of line breaks, is it all ASCII) over buf[start:end]: numpy (~4x faster than
+    bytes.count, and it releases the GIL) where present, bytes methods otherwise."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is in requirements.txt
+        return (lambda buf, start, end: buf.count(b"\n", start, end)), (
+            lambda buf, start, end: buf[start:end].isascii()
+        )
+
+    def count_newlines(buf: bytearray, start: int, end: int) -> int:
+        return int(np.count_nonzero(np.frombuffer(buf, np.uint8, end - start, start) == 10))
+
+    def is_ascii(buf: bytearray, start: int, end: int) -> bool:
+        return end == start or int(np.frombuffer(buf, np.uint8, end - start, start).max()) < 128
+
+    return count_newlines, is_ascii
+
+
+_count_newlines, _is_ascii = _byte_scanners()
+
+
+@dataclass(frozen=True)
+class _JsonPartial:
+    partial: pa.Table
+    rows: int
+    seen: frozenset[str]
+    """Needed columns that occur (as keys) in the block."""
+
+
+_TWO_OBJECTS: Final = r"}[ \t\r]*{"
+
+
+def _offsets(size: int) -> pa.Buffer:
+    """The offsets of a binary array of one value of `size` bytes."""
+    return pa.array([0, size], pa.int32()).buffers()[1]
+
+
+_NUMBER_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false")
+_NEGATIVE_ZERO = re.compile(rb"-0(?![0-9.eE])")
+
+
+class _JsonParser:
+    """Parses blocks of JSON lines into partial aggregates; safe to call from several threads.
+
+    Fast path: pyarrow's JSON reader on the block, on the calling thread, with an explicit
+    schema of the needed columns only (other fields are skipped), learnt from the first block
+    by inference: strings as written, integers, floats, booleans. It is used only when its
+    answer is the exact one's: valid UTF-8, one object per line (as many rows as lines, no two
+    objects on a line), group keys that are strings, integers (not `-0`) or booleans (their
+    text as written), numbers or strings in numeric columns, and null values that cannot be the
+    text of a number. Anything else (a blank line, a float or mixed-type group column, an
+    object, a repeated key, a bad value, invalid JSON) is parsed again by the exact path:
+    Python's `json` per line, numbers kept as written, errors naming the line.
+    """
+
+    def __init__(self, plan: _Plan, null_values: Sequence[str]) -> None:
+        self.plan = plan
+        self.nulls = frozenset(null_values)
+        self.null_array = pa.array(sorted(self.nulls), pa.string())
+        self.fast = not any(_NUMBER_TEXT.fullmatch(v) for v in self.nulls)
+        """Off when a null value could be a number's text (only the exact path sees that text)."""
+        self.schema: pa.Schema | None = None
+        self.reducer = _Accumulator(plan)
+        self.key_patterns = {
+            c: re.compile(re.escape(json.dumps(c, ensure_ascii=False).encode()) + rb"\s*:")
+            for c in plan.columns
+        }
+
+    def parse(self, block: _Block, first_line: int, lines: int) -> _JsonPartial:
+        """The block's partial aggregates (its `lines` start at `first_line`); InputDataError
+        naming the line if it is bad."""
+        fast = self._fast(block, lines) if self.fast else None
+        if fast is not None:
+            frame, seen = fast
+        else:
+            frame, seen = _exact_frame(self.plan, bytes(block.data), first_line, self.nulls)
+        return _JsonPartial(self.reducer.reduce(frame), frame.num_rows, seen)
+
+    def _fast(self, block: _Block, lines: int) -> tuple[pa.Table, frozenset[str]] | None:
+        """(aggregation table, columns seen) by pyarrow, or None where the exact path must decide.
+
+        One object per line: as many rows as lines, and no `}` followed on its line by `{`.
+        (Two objects on a line are the only way to make up for a blank line or an object
+        spread over lines; the check is RE2's, off the GIL, ~0.3 ms a 4 MiB block.) Valid
+        UTF-8 throughout, as Python's decoder wants (pyarrow checks only the fields it keeps).
+        """
+        whole = pa.Array.from_buffers(pa.binary(), 1, [None, _offsets(block.data.size), block.data])
+        if not _is_ascii(block.buf, block.start, block.end):
+            try:
+                whole.cast(pa.string())  # validates UTF-8
+            except pa.ArrowInvalid:
+                return None
+        if pc.match_substring_regex(whole, _TWO_OBJECTS)[0].as_py():
+            return None
+        table = self._read(block.data)
+        if table is None or table.num_rows != lines:
+            return None
+        if not self.plan.columns:
+            return pa.table({"_": pa.nulls(table.num_rows)}), frozenset()
+        columns: dict[str, pa.Array] = {}
+        for name in self.plan.columns:
+            column = table[name].combine_chunks()
+            converted = self._convert(name, column, block)
+            if converted is None:
+                return None
+            columns[name] = converted
+        try:
+            frame = self.plan.frame(columns, to_float)
+        except BadNumber:
+            return None
+        return frame, self._seen(table, block)
+
+    def _read(self, data: pa.Buffer) -> pa.Table | None:
+        read = pajson.ReadOptions(use_threads=False, block_size=data.size + 1)
+        schema = self.schema
+        if schema is not None:
+            options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+            with contextlib.suppress(pa.ArrowInvalid):
+                return pajson.read_json(pa.BufferReader(data), read, options)
+        try:
+            inferred = pajson.read_json(pa.BufferReader(data), read)
+        except pa.ArrowInvalid:
+            return None
+        learnt = self._learn(inferred.schema)
+        if learnt is None:
+            return None
+        self.schema = learnt
+        options = pajson.ParseOptions(explicit_schema=learnt, unexpected_field_behavior="ignore")
+        try:
+            return pajson.read_json(pa.BufferReader(data), read, options)
+        except pa.ArrowInvalid:
+            return None
+
+    def _learn(self, inferred: pa.Schema) -> pa.Schema | None:
+        """The needed columns' types for the fast path, from a block's inferred schema."""
+        fields = []
+        for name in self.plan.columns:
+            index = inferred.get_field_index(name)
+            kind = inferred.field(index).type if index >= 0 else pa.null()
+            typ = self._fast_type(name, kind)
+            if typ is None:
+                return None
+            fields.append(pa.field(name, typ))
+        return pa.schema(fields)
+
+    def _fast_type(self, name: str, kind: pa.DataType) -> pa.DataType | None:
+        if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+            kind = pa.string()  # inferred from strings: read them as written
+        key = name in self.plan.keys
+        if name in self.plan.numeric and not key:
+            if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind):
+                return pa.float64()
+            return pa.string() if pa.types.is_string(kind) else None
+        if pa.types.is_null(kind) or pa.types.is_string(kind):
+            return pa.string()
+        if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+            return kind
+        if pa.types.is_floating(kind) and not key:
+            return kind
+        return None
+
+    def _convert(self, name: str, column: pa.Array, block: _Block) -> pa.Array | None:
+        """A fast-path column as the exact path would give it (strings as written, nulls
+        applied; numbers of numeric-only columns as float64), or None."""
+        kind = column.type
+        if pa.types.is_string(kind):
+            matched = pc.is_in(column, value_set=self.null_array)
+            if pc.any(matched).as_py():
+                column = pc.if_else(matched, pa.scalar(None, pa.string()), column)
+            return column
+        if name in self.plan.numeric and name not in self.plan.keys:
+            return column if pa.types.is_floating(kind) else None
+        if pa.types.is_integer(kind):
+            if _NEGATIVE_ZERO.search(block.buf, block.start, block.end):
+                return None
+            return pc.cast(column, pa.string())
+        if pa.types.is_boolean(kind) or pa.types.is_floating(kind):
+            return pc.cast(column, pa.string())
+        return None
+
+    def _seen(self, table: pa.Table, block: _Block) -> frozenset[str]:
+        """Needed columns that occur in the block: a non-null value, or the key as written."""
+        seen = set()
+        for name in self.plan.columns:
+            column = table[name]
+            if column.null_count < len(column) or self.key_patterns[name].search(
+                block.buf, block.start, block.end
+            ):
+                seen.add(name)
+        return frozenset(seen)
+
+
+def _exact_frame(
+    plan: _Plan, block: bytes, first_line: int, nulls: frozenset[str]
+) -> tuple[pa.Table, frozenset[str]]:
+    """The exact path: (aggregation table, columns seen) of a block, numbers kept as written
+    (3.10 -> '3.10'); InputDataError naming the line of the first bad one."""
+    columns: dict[str, list[str | None]] = {name: [] for name in plan.columns}
+    lines: list[int] = []
+    unseen = set(plan.columns)
+    for line, raw in enumerate(block.split(b"\n"), start=first_line):
+        if not raw.strip():
             continue
-        carry = data[cut + 1 :]
-        yield data[:cut]
+        record = _json_record(raw, line)
+        lines.append(line)
+        if unseen:
+            unseen.difference_update(record.keys())
+        for name, values in columns.items():
+            values.append(_json_value(record.get(name), name, line, nulls))
+    seen = frozenset(plan.columns) - unseen
+    return _json_frame(plan, columns, lines), seen
 
 
 def _json_record(raw: bytes, line: int) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Each Spark run takes ~20-40 s here, so the scenarios share runs where they can:
 - the master killed mid-job: the forgotten submission is resubmitted once, the result is
   written once;
 - a failing job: the driver's error (column, value, line) comes back as InputDataError;
-- a read timeout on submit (through a slow proxy): the driver is looked up, not duplicated.
+- a read timeout on submit (through a slow proxy): the driver is looked up, not duplicated;
+- JSON lines end to end: equal to the inline engine and to an independent computation.
 """
 
 from __future__ import annotations
@@ -274,3 +275,40 @@ def test_read_timeout_on_submit_looks_the_driver_up_instead_of_submitting_again(
     assert drivers_named(spark_cluster, str(state["name"])) == [sid]
     backend.cancel(str(sid))  # no need to run it to the end
     wait_for(lambda: backend.status(str(sid)).state == "failed", 30, "driver killed")
+
+
+def test_json_lines_end_to_end_equal_inline_and_an_independent_computation(
+    stack: tuple[Settings, StorageClients, SparkBackend],
+) -> None:
+    """JSON lines on the cluster: the executors parse their splits with the engine's pyarrow
+    JSON path (an integer group column, its keys as written, nulls)."""
+    settings, storage, backend = stack
+    data = "".join(datagen.wide_jsonl_lines(20_000, seed=4)).encode()
+    payload = {
+        "input": upload(storage, "inputs", "wide-e2e.jsonl", data),
+        "format": "jsonl",
+        "group_by": ["kind", "humidity"],
+        "metrics": [
+            {"op": "count"},
+            {"op": "sum", "column": "precip"},
+            {"op": "mean", "column": "temp"},
+            {"op": "max", "column": "wind_speed"},
+        ],
+        "engine": "spark",
+    }
+    ctx = make_ctx(settings, storage, payload)
+    done, _ = follow(ctx, offload(ctx, backend=backend), backend)
+    assert isinstance(done, Completed)
+    doc, _ = result_doc(settings, storage, ctx.job_id)
+    assert doc["engine"] == "spark" and doc["input_rows"] == 20_000
+    assert_rows_equal(doc["rows"], inline_result(data, payload))
+    reference: dict[tuple[str, str | None], tuple[int, float]] = {}
+    for line in data.splitlines():
+        record = json.loads(line)
+        humidity = None if record["humidity"] is None else str(record["humidity"])
+        count, total = reference.get((record["kind"], humidity), (0, 0.0))
+        reference[(record["kind"], humidity)] = (count + 1, total + (record["precip"] or 0.0))
+    got = {(r["kind"], r["humidity"]): (r["count"], r["sum_precip"] or 0.0) for r in doc["rows"]}
+    assert got.keys() == reference.keys()
+    for key, (count, total) in reference.items():
+        assert got[key][0] == count and got[key][1] == pytest.approx(total, rel=1e-9)
