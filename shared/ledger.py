@@ -356,6 +356,14 @@ def poisoned(
     )
 
 
+def run_cancelled(prev: Data | None, job_id: str, facts: Facts, run: Mapping[str, Any]) -> Data:
+    """Offloaded work was cancelled on its cluster (or the cancel failed: `run["cancelled"]` False)."""
+    details = {
+        k: run.get(k) for k in ("backend", "submission_id", "cancelled", "error") if run.get(k) is not None
+    }
+    return _next(prev, job_id, facts, "run_cancelled", cancelled_run=dict(run), details=details)
+
+
 def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
     """An operator sends the job back: queued at attempt 0, the last reason kept."""
     last_reason = (prev or {}).get("reason")

@@ -24,6 +24,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 
 from shared import ledger
+from shared.abandon import abandon_work
 from shared.backoff import retry_delay
 from shared.documents import Conflict
 from shared.envelope import Envelope, best_effort_id, isoformat, parse_body
@@ -366,9 +367,19 @@ class Processor:
         """Note the reason, copy the body to <queue>-poison (nothing is lost), then record it."""
         text = reason or f"{exc.reason_code}: {exc}"
         send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
+        assert self.keeper is not None
+        handler = self.rt.handlers.get(self.env.kind)
+        run = abandon_work(handler, self.rt.settings, self.keeper.record.data, exc)
         facts = self.facts()
         self.write(
-            lambda prev: ledger.poisoned(prev, self.env.id, facts, text, exc.reason_code, self.delivery.body)
+            lambda prev: ledger.poisoned(
+                ledger.run_cancelled(prev, self.env.id, facts, run) if run else prev,
+                self.env.id,
+                facts,
+                text,
+                exc.reason_code,
+                self.delivery.body,
+            )
         )
         log_decision(
             "poisoned",

@@ -104,6 +104,9 @@ class SparkSettings:
     """`SPARK_POLL_INITIAL_SECONDS`: delay before the first status check; it then grows."""
     poll_max_s: int = 300
     """`SPARK_POLL_MAX_SECONDS`: cap of the growing status-check delay."""
+    run_timeout_s: float = 6 * 3600.0
+    """`SPARK_RUN_TIMEOUT_SECONDS`: a submission still live (or unreachable) this long after it
+    was made is cancelled on the cluster and counts as a failed submission."""
     extra: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Backend-specific `SPARK_*` settings (e.g. SPARK_LIVY_AUTH, SPARK_DATABRICKS_CLUSTER_ID)."""
 
@@ -186,6 +189,7 @@ class Settings:
             max_submissions=reader.integer("SPARK_MAX_SUBMISSIONS", 3, 1),
             poll_initial_s=reader.integer("SPARK_POLL_INITIAL_SECONDS", 10, 1),
             poll_max_s=reader.integer("SPARK_POLL_MAX_SECONDS", 300, 1),
+            run_timeout_s=reader.number("SPARK_RUN_TIMEOUT_SECONDS", 6 * 3600.0, 60.0),
             extra={k: v for k, v in src.items() if k.startswith("SPARK_")},
         )
         settings = cls(

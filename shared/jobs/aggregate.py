@@ -672,6 +672,12 @@ class AggregateHandler:
 
         return offload(ctx, spec, reason=reason)
 
+    def abandon(self, settings: Settings, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The job is poisoned while offloaded: cancel its Spark run on the cluster."""
+        from shared.spark import abandon
+
+        return abandon(settings, state)
+
 
 HANDLER: Final = AggregateHandler()
 

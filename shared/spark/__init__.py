@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from shared.spark.backends import backend_for, make_backend
 from shared.spark.model import RunStatus, SparkBackend, SparkJobRequest, Submission
-from shared.spark.offload import build_request, offload, resume
+from shared.spark.offload import abandon, build_request, offload, resume
 
 __all__ = [
     "RunStatus",
     "SparkBackend",
     "SparkJobRequest",
     "Submission",
+    "abandon",
     "backend_for",
     "build_request",
     "make_backend",

@@ -4,6 +4,11 @@
 - `resume(ctx)`: with `ctx.resume_state`, poll the run and decide (see tracking.decide):
   wait longer, verify the result and complete, resubmit, or raise PermanentError.
 No function ever waits for Spark: each call makes a few HTTP requests and returns.
+
+A Spark API that cannot be reached never costs the job an attempt: a failed status check is
+counted in the saved state and checked again later (until SPARK_RUN_TIMEOUT_SECONDS, when the
+run is cancelled); a submit or look-up that cannot tell whether the run exists leaves it
+unconfirmed, to be looked up again, never submitted twice.
 """
 
 from __future__ import annotations
@@ -15,12 +20,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from shared.errors import DownstreamUnavailable, InputDataError, InputRefused, PermanentError
+from shared.errors import (
+    DownstreamUnavailable,
+    InputDataError,
+    InputRefused,
+    PermanentError,
+    RunAbandoned,
+)
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
 from shared.spark.backends import backend_for
-from shared.spark.model import SparkBackend, SparkJobRequest, Submission
+from shared.spark.model import RunStatus, SparkBackend, SparkJobRequest, Submission
 from shared.spark.results import read_error, read_result, result_blob
 from shared.spark.storage_access import job_storage
 from shared.spark.tracking import (
@@ -32,8 +43,12 @@ from shared.spark.tracking import (
     Verify,
     Wait,
     after_missing_result,
+    after_poll_failure,
+    cancel_failed,
     decide,
+    polled,
     resubmitted,
+    with_cancelled,
 )
 
 PROGRESS_KEY = "spark_submitting"
@@ -47,7 +62,7 @@ def limits_for(settings: Settings) -> Limits:
         poll_initial_s=spark.poll_initial_s,
         poll_max_s=spark.poll_max_s,
         confirm_window_s=float(extra.get("SPARK_CONFIRM_WINDOW_SECONDS") or 120),
-        max_run_s=float(extra.get("SPARK_MAX_RUN_SECONDS") or 6 * 3600),
+        run_timeout_s=spark.run_timeout_s,
     )
 
 
@@ -133,23 +148,27 @@ def resume(
         )
     limits = limits_for(ctx.settings)
     results = ctx.storage.container(ctx.settings.results_container)
-    if not state.confirmed:
-        found = backend.find(build_request(ctx, state.submissions))
-        if found is not None and found.submission_id:
-            state = replace(state, submission_id=found.submission_id)
-            ctx.log.info(
-                "spark: found run %s for %s after a timed-out create", found.submission_id, state.name
-            )
-    status = backend.status(state.submission_id) if state.submission_id else None
+    clock = time.time() if now is None else now
+    try:
+        state, status = _look(ctx, backend, state)
+    except DownstreamUnavailable as exc:
+        failure = after_poll_failure(state, str(exc), now=clock, limits=limits)
+        ctx.log.warning(
+            "spark: status of %s unavailable (%s in a row): %s",
+            state.submission_id or state.name,
+            state.poll_failures + 1,
+            exc,
+        )
+        if isinstance(failure, Wait):
+            return Continue(state=failure.state.to_dict(), delay_s=failure.delay_s)
+        return _act_on_failure(ctx, backend, failure, limits)
     permanent = None
     if status is not None and status.state == "failed":
         error = read_error(results, ctx.job_id, state.submissions)
         if error is not None:
             status = replace(status, message=error.message)
             permanent = error.message if error.permanent else None
-    decision: Decision = decide(
-        state, status, now=time.time() if now is None else now, limits=limits, permanent_error=permanent
-    )
+    decision: Decision = decide(state, status, now=clock, limits=limits, permanent_error=permanent)
     ctx.log.info(
         "spark: run %s is %s -> %s",
         state.submission_id,
@@ -166,20 +185,50 @@ def resume(
     return _act_on_failure(ctx, backend, decision, limits)
 
 
+def _look(
+    ctx: JobContext, backend: SparkBackend, state: OffloadState
+) -> tuple[OffloadState, RunStatus | None]:
+    """Find an unconfirmed run, then ask for its status (None: still not found).
+
+    DownstreamUnavailable when the backend cannot be asked or cannot tell.
+    """
+    if not state.confirmed:
+        found = backend.find(build_request(ctx, state.submissions))
+        if found is not None and found.submission_id:
+            state = replace(state, submission_id=found.submission_id)
+            ctx.log.info(
+                "spark: found run %s for %s after a timed-out create", found.submission_id, state.name
+            )
+    status = backend.status(state.submission_id) if state.submission_id else None
+    return polled(state), status
+
+
 def _act_on_failure(ctx: JobContext, backend: SparkBackend, decision: Decision, limits: Limits) -> Outcome:
     if not isinstance(decision, Resubmit | GiveUp):
         raise AssertionError(f"unexpected decision {decision!r}")
     state = decision.state
+    cancel_record: dict[str, Any] | None = None
     if decision.cancel and state.submission_id:
         try:
             backend.cancel(state.submission_id)
-        except (DownstreamUnavailable, PermanentError) as exc:
-            ctx.log.warning("spark: cancel of %s failed: %s", state.submission_id, exc)
+        except DownstreamUnavailable as exc:  # the run may still be alive: never leave it running
+            ctx.log.warning("spark: cancel of %s failed (trying again later): %s", state.submission_id, exc)
+            wait = cancel_failed(state, str(exc), limits)
+            return Continue(state=wait.state.to_dict(), delay_s=wait.delay_s)
+        except PermanentError as exc:  # refused (e.g. credentials): say so, do not loop on it
+            ctx.log.warning("spark: cancel of %s refused: %s", state.submission_id, exc)
+            cancel_record = {**cancelled_run(state), "cancelled": False, "error": str(exc)[:500]}
+        else:
+            state = with_cancelled(state)
+            cancel_record = cancelled_run(state)
+            ctx.log.warning(
+                "spark: cancelled run %s on the cluster: %s", state.submission_id, decision.reason
+            )
     if isinstance(decision, GiveUp):
         message = f"spark run failed after {state.submissions} submission(s): {decision.reason}"
         if decision.input_error:
             raise InputDataError(message)
-        raise PermanentError(message)
+        raise RunAbandoned(message, cancel_record)
     ctx.log.warning(
         "spark: resubmitting (%s of %s): %s", state.submissions + 1, limits.max_submissions, decision.reason
     )
@@ -189,21 +238,61 @@ def _act_on_failure(ctx: JobContext, backend: SparkBackend, decision: Decision, 
     return Continue(state=new_state.to_dict(), delay_s=limits.poll_initial_s)
 
 
+def abandon(
+    settings: Settings, saved: Mapping[str, Any], *, backend: SparkBackend | None = None
+) -> dict[str, Any] | None:
+    """Cancel the run of a saved offload state (its job is being poisoned): facts for the ledger.
+
+    None when there is nothing to cancel (no confirmed run, or it was cancelled already).
+    """
+    state = OffloadState.from_dict(saved)
+    if state.submission_id is None or state.submission_id in state.cancelled:
+        return None
+    backend = backend or backend_for(settings)
+    try:
+        backend.cancel(state.submission_id)
+    except (DownstreamUnavailable, PermanentError) as exc:
+        return {**cancelled_run(state), "cancelled": False, "error": str(exc)[:500]}
+    return cancelled_run(state)
+
+
+def cancelled_run(state: OffloadState) -> dict[str, Any]:
+    """What the ledger records about a run cancelled on the cluster."""
+    return {
+        "backend": state.backend,
+        "submission_id": state.submission_id,
+        "name": state.name,
+        "submissions": state.submissions,
+        "cancelled": True,
+    }
+
+
 def _submit_once(ctx: JobContext, backend: SparkBackend, request: SparkJobRequest) -> Submission:
-    """Submit, unless an earlier attempt of this call may already have: then look the run up first."""
+    """Submit, unless an earlier attempt of this call may already have: then look the run up first.
+
+    When the backend cannot be reached, or cannot tell whether an earlier submit went through,
+    the submission is left unconfirmed (looked up again by `resume`), never submitted blindly.
+    """
     marker = (ctx.progress or {}).get(PROGRESS_KEY)
     maybe_submitted = isinstance(marker, Mapping) and marker.get("name") == request.name
-    if maybe_submitted or ctx.attempt > 0:
-        found = backend.find(request)
-        if found is not None and found.submission_id:
-            ctx.log.info(
-                "spark: %s already submitted as %s; not submitting again", request.name, found.submission_id
-            )
-            return found
-    ctx.checkpoint(
-        {PROGRESS_KEY: {"name": request.name, "submission": request.submission, "at": time.time()}}
-    )
-    return backend.submit(request)
+    started = time.time()
+    try:
+        if maybe_submitted or ctx.attempt > 0:
+            found = backend.find(request)
+            if found is not None and found.submission_id:
+                ctx.log.info(
+                    "spark: %s already submitted as %s; not submitting again",
+                    request.name,
+                    found.submission_id,
+                )
+                return found
+        ctx.checkpoint(
+            {PROGRESS_KEY: {"name": request.name, "submission": request.submission, "at": started}}
+        )
+        return backend.submit(request)
+    except DownstreamUnavailable as exc:
+        ctx.log.warning("spark: %s left unconfirmed (looked up later): %s", request.name, exc)
+        return Submission(backend.name, None, request.name, started)
 
 
 def _result_limit(ctx: JobContext) -> int:

@@ -4,8 +4,10 @@ Each Spark run takes ~20-40 s here, so the scenarios share runs where they can:
 - end to end: results equal to the inline engine and to an independent computation; a
   redelivery during the live run polls the same driver; a crash between submit and ledger
   write finds the driver instead of submitting again;
-- the master killed mid-job: the forgotten submission is resubmitted once, the result is
-  written once;
+- the master killed mid-job and down for a while: failed status checks are counted, never an
+  attempt; the restarted master has forgotten the driver, so it is resubmitted once and the
+  result is written once;
+- a job poisoned while offloaded: its driver is killed on the cluster;
 - a failing job: the driver's error (column, value, line) comes back as InputDataError;
 - a read timeout on submit (through a slow proxy): the driver is looked up, not duplicated.
 """
@@ -28,11 +30,11 @@ from bench import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
 from shared.errors import DownstreamUnavailable, InputDataError
-from shared.jobs.base import Completed, Continue
+from shared.jobs.base import Completed, Continue, Outcome
 from shared.settings import Settings
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
-from shared.spark.offload import offload, resume
+from shared.spark.offload import abandon, offload, resume
 from shared.storage import StorageClients
 from tests.spark.helpers import (
     assert_rows_equal,
@@ -154,7 +156,7 @@ def test_end_to_end_equals_inline_and_redelivery_polls_the_same_driver(
     assert drivers_named(spark_cluster, name) == [sid]
 
 
-def test_master_killed_mid_job_resubmits_once_and_writes_once(
+def test_master_down_then_restarted_mid_job_resubmits_once_and_writes_once(
     stack: tuple[Settings, StorageClients, SparkBackend], spark_cluster: SparkCluster, sales: bytes
 ) -> None:
     settings, storage, backend = stack
@@ -167,9 +169,19 @@ def test_master_killed_mid_job_resubmits_once_and_writes_once(
     # Killed while the driver runs. The driver cannot get executors until the worker re-registers
     # with the new master, and at that moment the new master has the unknown driver killed: the
     # first run cannot finish, so the outcome does not depend on timing.
-    spark_cluster.restart_master()
+    spark_cluster.kill_master()
+    # While the master is down, status checks fail: they are counted, never an attempt.
+    outcome: Outcome = first
+    for n in (1, 2):
+        assert isinstance(outcome, Continue)
+        ctx.resume_state = outcome.state
+        outcome = resume(ctx, backend=backend)
+        assert isinstance(outcome, Continue) and outcome.state["poll_failures"] == n
+        assert outcome.state["submission_id"] == sid and outcome.state["submissions"] == 1
+    spark_cluster.revive_master()
 
-    ctx.resume_state = first.state
+    assert isinstance(outcome, Continue)
+    ctx.resume_state = outcome.state
     after = resume(ctx, backend=backend)
     assert isinstance(after, Continue)
     assert after.state["submissions"] == 2 and after.state["submission_id"] != sid
@@ -182,6 +194,21 @@ def test_master_killed_mid_job_resubmits_once_and_writes_once(
     wait_for(lambda: spark_cluster.running_driver_processes() == 0, 90, "drivers finished")
     assert result_doc(settings, storage, ctx.job_id)[1] == etag
     assert len(drivers_named(spark_cluster, f"aggregate-{ctx.job_id}-s2")) == 1
+
+
+def test_poisoned_job_has_its_driver_killed(
+    stack: tuple[Settings, StorageClients, SparkBackend], sales: bytes
+) -> None:
+    settings, storage, backend = stack
+    payload = {**PAYLOAD, "input": upload(storage, "inputs", "sales-poison.csv", sales)}
+    ctx = make_ctx(settings, storage, payload)
+    first = offload(ctx, backend=backend)
+    assert isinstance(first, Continue)
+    sid = str(first.state["submission_id"])
+    wait_for(lambda: backend.status(sid).state == "running", 60, "driver running")
+    run = abandon(settings, first.state, backend=backend)
+    assert run is not None and run["cancelled"] is True and run["submission_id"] == sid
+    wait_for(lambda: backend.status(sid).raw_state == "KILLED", 60, "driver killed")
 
 
 def test_failing_job_reports_the_drivers_error(stack: tuple[Settings, StorageClients, SparkBackend]) -> None:

@@ -168,3 +168,14 @@ def test_judge(
     verdict = judge(record, env, app, NOW + timedelta(seconds=1))
     assert (verdict.state, verdict.mark, verdict.recheck_at is not None) == (state, mark, recheck)
     assert verdict.reason
+
+
+def test_a_cancelled_run_is_recorded_before_the_poison() -> None:
+    claimed = ledger.claimed(None, ENV, FACTS, lease_s=30)
+    run = {"backend": "livy", "submission_id": "7", "cancelled": True}
+    data = ledger.poisoned(
+        ledger.run_cancelled(claimed, "j1", FACTS, run), "j1", FACTS, "expired", "expired", b"{}"
+    )
+    assert data["status"] == ledger.POISONED and data["cancelled_run"] == run
+    assert [h["event"] for h in data["history"]][-2:] == ["run_cancelled", "poisoned"]
+    assert data["history"][-2]["submission_id"] == "7" and data["history"][-2]["cancelled"] is True
