@@ -619,7 +619,7 @@ class AggregateHandler:
         spec = parse_aggregate_payload(ctx.payload)
         check_input(spec, ctx.settings)  # before any read, and before any Spark run is followed
         if ctx.resume_state is not None:  # offloaded earlier: follow the Spark run, never resubmit blindly
-            from shared.spark import resume
+            from shared.spark.offload import resume
 
             return resume(ctx, spec)
         if spec.engine == "spark" and ctx.settings.spark.backend == "none":
@@ -668,13 +668,13 @@ class AggregateHandler:
 
         `reason` (engine | size | max_groups) is kept in the offload state on the ledger.
         """
-        from shared.spark import offload
+        from shared.spark.offload import offload
 
         return offload(ctx, spec, reason=reason)
 
     def abandon(self, settings: Settings, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The job is poisoned while offloaded: cancel its Spark run on the cluster."""
-        from shared.spark import abandon
+        from shared.spark.offload import abandon
 
         return abandon(settings, state)
 

@@ -31,6 +31,7 @@ from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
 from shared.spark.backends import backend_for
+from shared.spark.http import step_budget
 from shared.spark.model import RunStatus, SparkBackend, SparkJobRequest, Submission
 from shared.spark.results import read_error, read_result, result_blob
 from shared.spark.storage_access import job_storage
@@ -56,12 +57,11 @@ PROGRESS_KEY = "spark_submitting"
 
 def limits_for(settings: Settings) -> Limits:
     spark = settings.spark
-    extra = spark.extra
     return Limits(
         max_submissions=spark.max_submissions,
         poll_initial_s=spark.poll_initial_s,
         poll_max_s=spark.poll_max_s,
-        confirm_window_s=float(extra.get("SPARK_CONFIRM_WINDOW_SECONDS") or 120),
+        confirm_window_s=spark.confirm_window_s,
         run_timeout_s=spark.run_timeout_s,
     )
 
@@ -93,9 +93,9 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
         str(submission),
         *access.args,
     ]
-    if spark.extra.get("SPARK_SPLIT_MB"):
-        args += ["--split-mb", spark.extra["SPARK_SPLIT_MB"]]
-    py_files = [p.strip() for p in spark.extra.get("SPARK_PY_FILES", "").split(",") if p.strip()]
+    if spark.split_mb:
+        args += ["--split-mb", f"{spark.split_mb:g}"]
+    py_files = list(spark.py_files)
     return SparkJobRequest(
         job_id=ctx.job_id,
         submission=submission,
@@ -110,6 +110,30 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
 def offload(
     ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, reason: str = ""
 ) -> Outcome:
+    """Submit the job to Spark within SPARK_STEP_BUDGET_SECONDS (see `_offload`)."""
+    with step_budget(ctx.settings.spark.step_budget_s):
+        return _offload(ctx, spec, backend=backend, reason=reason)
+
+
+def resume(
+    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, now: float | None = None
+) -> Outcome:
+    """Check the saved run within SPARK_STEP_BUDGET_SECONDS (see `_resume`)."""
+    with step_budget(ctx.settings.spark.step_budget_s):
+        return _resume(ctx, spec, backend=backend, now=now)
+
+
+def abandon(
+    settings: Settings, saved: Mapping[str, Any], *, backend: SparkBackend | None = None
+) -> dict[str, Any] | None:
+    """Cancel a saved run within SPARK_STEP_BUDGET_SECONDS (see `_abandon`)."""
+    with step_budget(settings.spark.step_budget_s):
+        return _abandon(settings, saved, backend=backend)
+
+
+def _offload(
+    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, reason: str = ""
+) -> Outcome:
     """Submit the job to Spark; `Continue` to poll it later (or `Completed` if a run already finished).
 
     `spec` (the parsed AggregateSpec) is not needed: the job receives the validated payload.
@@ -121,7 +145,7 @@ def offload(
     doc = read_result(results, ctx.job_id, _result_limit(ctx))
     if doc is not None:  # an earlier run finished but the ledger never heard of it
         return _completed(ctx, None, doc)
-    backend = backend or backend_for(ctx.settings)
+    backend = backend or backend_for(ctx.settings.spark)
     limits = limits_for(ctx.settings)
     sub = _submit_once(ctx, backend, request)
     state = OffloadState(
@@ -133,7 +157,7 @@ def offload(
     return Continue(state=state.to_dict(), delay_s=limits.poll_initial_s)
 
 
-def resume(
+def _resume(
     ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, now: float | None = None
 ) -> Outcome:
     """Check the run saved in `ctx.resume_state` and act on it (never submits while it is live)."""
@@ -141,7 +165,7 @@ def resume(
     if ctx.resume_state is None:
         raise PermanentError("spark: resume called without a saved offload state")
     state = OffloadState.from_dict(ctx.resume_state)
-    backend = backend or backend_for(ctx.settings)
+    backend = backend or backend_for(ctx.settings.spark)
     if state.backend != backend.name:
         raise PermanentError(
             f"spark: the job was offloaded to {state.backend} but SPARK_BACKEND is now {backend.name}"
@@ -238,7 +262,7 @@ def _act_on_failure(ctx: JobContext, backend: SparkBackend, decision: Decision, 
     return Continue(state=new_state.to_dict(), delay_s=limits.poll_initial_s)
 
 
-def abandon(
+def _abandon(
     settings: Settings, saved: Mapping[str, Any], *, backend: SparkBackend | None = None
 ) -> dict[str, Any] | None:
     """Cancel the run of a saved offload state (its job is being poisoned): facts for the ledger.
@@ -248,7 +272,7 @@ def abandon(
     state = OffloadState.from_dict(saved)
     if state.submission_id is None or state.submission_id in state.cancelled:
         return None
-    backend = backend or backend_for(settings)
+    backend = backend or backend_for(settings.spark)
     try:
         backend.cancel(state.submission_id)
     except (DownstreamUnavailable, PermanentError) as exc:

@@ -30,6 +30,7 @@ PAYLOAD = {
 SPARK_ENV = {
     "SPARK_BACKEND": "standalone",
     "SPARK_URL": "http://127.0.0.1:9",
+    "SPARK_MASTER_UI_URL": "http://127.0.0.1:9",
     "SPARK_JOB_FILE": "/x/aggregate_job.py",
 }
 
@@ -314,4 +315,4 @@ def test_livy_and_databricks_read_abfss_with_the_clusters_identity(azurite: Azur
 def test_no_backend_configured_is_not_available(azurite: Azurite) -> None:
     settings = settings_for(azurite, {})
     with pytest.raises(NotAvailable, match="SPARK_BACKEND"):
-        backend_for(settings)
+        backend_for(settings.spark)

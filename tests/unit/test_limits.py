@@ -326,7 +326,12 @@ def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> 
     from shared.jobs.base import JobContext
     from shared.spark.offload import offload
 
-    spark_env = {"SPARK_BACKEND": "standalone", "SPARK_URL": "http://127.0.0.1:9", "SPARK_JOB_FILE": "/x.py"}
+    spark_env = {
+        "SPARK_BACKEND": "standalone",
+        "SPARK_URL": "http://127.0.0.1:9",
+        "SPARK_MASTER_UI_URL": "http://127.0.0.1:9",
+        "SPARK_JOB_FILE": "/x.py",
+    }
     ctx = JobContext(
         job_id="j1",
         kind="aggregate",
