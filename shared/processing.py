@@ -369,7 +369,7 @@ class Processor:
         send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
         assert self.keeper is not None
         handler = self.rt.handlers.get(self.env.kind)
-        run = abandon_work(handler, self.rt.settings, self.keeper.record.data, exc)
+        run = abandon_work(handler, self.rt.settings, self.rt.storage, self.keeper.record.data, exc)
         facts = self.facts()
         self.write(
             lambda prev: ledger.poisoned(

@@ -63,7 +63,7 @@ from shared.jobs.aggregate_engine import (
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.limits import input_refusal, is_host_container, result_limit_bytes
 from shared.settings import Settings
-from shared.storage import error_code, is_throttled, status_code
+from shared.storage import StorageClients, error_code, is_throttled, status_code
 
 KIND: Final = "aggregate"
 MAX_BLOB_PATH: Final = 1024
@@ -672,11 +672,13 @@ class AggregateHandler:
 
         return offload(ctx, spec, reason=reason)
 
-    def abandon(self, settings: Settings, state: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """The job is poisoned while offloaded: cancel its Spark run on the cluster."""
+    def abandon(
+        self, settings: Settings, storage: StorageClients, job_id: str, state: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """The job is poisoned while offloaded: cancel its Spark run on the cluster, free its slot."""
         from shared.spark.offload import abandon
 
-        return abandon(settings, state)
+        return abandon(settings, storage, job_id, state)
 
 
 HANDLER: Final = AggregateHandler()

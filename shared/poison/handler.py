@@ -176,7 +176,9 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
 def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verdict, body: bytes) -> None:
     """The job's record becomes poisoned; offloaded work it still holds is cancelled first."""
     kind = (record.data.get("kind") if record else None) or ""
-    run = abandon_work(rt.handlers.get(str(kind)), rt.settings, record.data if record else None, None)
+    run = abandon_work(
+        rt.handlers.get(str(kind)), rt.settings, rt.storage, record.data if record else None, None
+    )
     facts = Facts(rt.clock())
 
     def change(prev: ledger.Data | None) -> ledger.Data:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from shared.documents import BlobDocuments
 from shared.errors import (
     DownstreamUnavailable,
     InputDataError,
@@ -34,6 +36,7 @@ from shared.spark.backends import backend_for
 from shared.spark.http import step_budget
 from shared.spark.model import RunStatus, SparkBackend, SparkJobRequest, Submission
 from shared.spark.results import read_error, read_result, result_blob
+from shared.spark.slots import Slots, lease_seconds
 from shared.spark.storage_access import job_storage
 from shared.spark.tracking import (
     Decision,
@@ -47,10 +50,12 @@ from shared.spark.tracking import (
     after_poll_failure,
     cancel_failed,
     decide,
+    next_delay,
     polled,
     resubmitted,
     with_cancelled,
 )
+from shared.storage import StorageClients
 
 PROGRESS_KEY = "spark_submitting"
 
@@ -118,17 +123,52 @@ def offload(
 def resume(
     ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, now: float | None = None
 ) -> Outcome:
-    """Check the saved run within SPARK_STEP_BUDGET_SECONDS (see `_resume`)."""
+    """Check the saved run within SPARK_STEP_BUDGET_SECONDS (see `_resume`); the job's
+    concurrency slot is freed when its run ends (completed or given up)."""
     with step_budget(ctx.settings.spark.step_budget_s):
-        return _resume(ctx, spec, backend=backend, now=now)
+        try:
+            outcome = _resume(ctx, spec, backend=backend, now=now)
+        except PermanentError:
+            _release_slot(ctx.settings, ctx.storage, ctx.job_id, ctx.resume_state)
+            raise
+        if isinstance(outcome, Completed):
+            _release_slot(ctx.settings, ctx.storage, ctx.job_id, ctx.resume_state)
+        return outcome
 
 
 def abandon(
-    settings: Settings, saved: Mapping[str, Any], *, backend: SparkBackend | None = None
+    settings: Settings,
+    storage: StorageClients,
+    job_id: str,
+    saved: Mapping[str, Any],
+    *,
+    backend: SparkBackend | None = None,
 ) -> dict[str, Any] | None:
-    """Cancel a saved run within SPARK_STEP_BUDGET_SECONDS (see `_abandon`)."""
+    """Cancel a saved run within SPARK_STEP_BUDGET_SECONDS (see `_abandon`) and free its slot."""
     with step_budget(settings.spark.step_budget_s):
-        return _abandon(settings, saved, backend=backend)
+        try:
+            return _abandon(settings, saved, backend=backend)
+        finally:
+            _release_slot(settings, storage, job_id, saved)
+
+
+def slots_for(settings: Settings, storage: StorageClients) -> Slots:
+    """The SPARK_MAX_CONCURRENT_RUNS slots, kept in the ledger container."""
+    spark = settings.spark
+    store = BlobDocuments(storage.container(settings.ledger_container))
+    return Slots(store, spark.max_concurrent_runs, lease_seconds(spark.poll_max_s, spark.step_budget_s))
+
+
+def _release_slot(
+    settings: Settings, storage: StorageClients, job_id: str, saved: Mapping[str, Any] | None
+) -> None:
+    slot = saved.get("slot") if isinstance(saved, Mapping) else None
+    if not isinstance(slot, int) or settings.spark.max_concurrent_runs <= 0:
+        return
+    try:
+        slots_for(settings, storage).release(job_id, slot)
+    except Exception as exc:  # the slot is free again when its lease ends
+        logging.getLogger("jobs.spark").warning("job %s: slot %s not released (%s)", job_id, slot, exc)
 
 
 def _offload(
@@ -147,14 +187,58 @@ def _offload(
         return _completed(ctx, None, doc)
     backend = backend or backend_for(ctx.settings.spark)
     limits = limits_for(ctx.settings)
+    slot = slots_for(ctx.settings, ctx.storage).acquire(ctx.job_id)
+    if slot is None:
+        waiting = OffloadState(backend.name, None, request.name, time.time(), submissions=0, reason=reason)
+        ctx.log.info(
+            "spark: %d run(s) in flight (SPARK_MAX_CONCURRENT_RUNS): waiting for a slot",
+            ctx.settings.spark.max_concurrent_runs,
+        )
+        return Continue(state=waiting.to_dict(), delay_s=limits.poll_initial_s)
+    return _first_submission(ctx, backend, request, reason, slot, limits)
+
+
+def _first_submission(
+    ctx: JobContext, backend: SparkBackend, request: SparkJobRequest, reason: str, slot: int, limits: Limits
+) -> Continue:
     sub = _submit_once(ctx, backend, request)
     state = OffloadState(
-        backend.name, sub.submission_id, sub.name, sub.submitted_at, submissions=1, polls=0, reason=reason
+        backend.name,
+        sub.submission_id,
+        sub.name,
+        sub.submitted_at,
+        submissions=1,
+        polls=0,
+        reason=reason,
+        slot=slot if slot >= 0 else None,
     )
     ctx.log.info(
         "spark: offloaded as %s (%s; reason: %s)", sub.submission_id or "unconfirmed", sub.name, reason or "-"
     )
     return Continue(state=state.to_dict(), delay_s=limits.poll_initial_s)
+
+
+def _wait_for_slot(ctx: JobContext, backend: SparkBackend, state: OffloadState, limits: Limits) -> Continue:
+    """A job over the cap: take a slot that has come free and submit, or wait longer."""
+    slot = slots_for(ctx.settings, ctx.storage).acquire(ctx.job_id)
+    if slot is None:
+        waited = replace(state, polls=state.polls + 1)
+        return Continue(state=waited.to_dict(), delay_s=next_delay(waited.polls, limits))
+    ctx.log.info("spark: slot %d is free after %d check(s): submitting", slot, state.polls)
+    return _first_submission(ctx, backend, build_request(ctx, 1), state.reason, slot, limits)
+
+
+def _keep_slot(ctx: JobContext, state: OffloadState) -> OffloadState:
+    """Renew the job's slot; take one again if it was lost (the run goes on either way)."""
+    if ctx.settings.spark.max_concurrent_runs <= 0:
+        return state
+    slots = slots_for(ctx.settings, ctx.storage)
+    if state.slot is not None and slots.renew(ctx.job_id, state.slot):
+        return state
+    slot = slots.acquire(ctx.job_id)
+    if slot is None:
+        ctx.log.warning("spark: run %s goes on without a slot (its hold lapsed)", state.submission_id)
+    return replace(state, slot=slot)
 
 
 def _resume(
@@ -171,6 +255,9 @@ def _resume(
             f"spark: the job was offloaded to {state.backend} but SPARK_BACKEND is now {backend.name}"
         )
     limits = limits_for(ctx.settings)
+    if state.waiting:
+        return _wait_for_slot(ctx, backend, state, limits)
+    state = _keep_slot(ctx, state)
     results = ctx.storage.container(ctx.settings.results_container)
     clock = time.time() if now is None else now
     try:

@@ -39,6 +39,13 @@ class OffloadState:
     """The last poll failure's message (cleared by a good poll)."""
     cancelled: tuple[str, ...] = ()
     """Submission ids cancelled on the cluster (past the deadline), oldest first."""
+    slot: int | None = None
+    """The concurrency slot the job holds (SPARK_MAX_CONCURRENT_RUNS), None without one."""
+
+    @property
+    def waiting(self) -> bool:
+        """Not submitted yet: waiting for a free slot (`submissions` is 0)."""
+        return self.submissions == 0
 
     @property
     def confirmed(self) -> bool:
@@ -65,6 +72,7 @@ class OffloadState:
                 poll_failures=int(data.get("poll_failures", 0)),
                 last_error=str(data.get("last_error") or ""),
                 cancelled=tuple(str(x) for x in data.get("cancelled") or ()),
+                slot=None if data.get("slot") is None else int(data["slot"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PermanentError(

@@ -33,6 +33,7 @@ def settings_for(azurite: Azurite, spark_env: Mapping[str, str], **extra: str) -
     env = {
         "AzureWebJobsStorage": azurite.connection_string,
         "RESULTS_CONTAINER": unique("results"),
+        "LEDGER_CONTAINER": unique("ledger"),  # holds the SPARK_MAX_CONCURRENT_RUNS slots
         "SPARK_POLL_INITIAL_SECONDS": "5",
         "SPARK_POLL_MAX_SECONDS": "60",
         **spark_env,
@@ -83,8 +84,9 @@ def make_ctx(
 
 def storage_for(settings: Settings) -> StorageClients:
     clients = clients_for(settings.storage)
-    with contextlib.suppress(ResourceExistsError):
-        clients.blob.create_container(settings.results_container)
+    for container in (settings.results_container, settings.ledger_container):
+        with contextlib.suppress(ResourceExistsError):
+            clients.blob.create_container(container)
     return clients
 
 

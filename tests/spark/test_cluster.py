@@ -206,7 +206,7 @@ def test_poisoned_job_has_its_driver_killed(
     assert isinstance(first, Continue)
     sid = str(first.state["submission_id"])
     wait_for(lambda: backend.status(sid).state == "running", 60, "driver running")
-    run = abandon(settings, first.state, backend=backend)
+    run = abandon(settings, storage, ctx.job_id, first.state, backend=backend)
     assert run is not None and run["cancelled"] is True and run["submission_id"] == sid
     wait_for(lambda: backend.status(sid).raw_state == "KILLED", 60, "driver killed")
 
