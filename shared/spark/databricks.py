@@ -114,7 +114,7 @@ class DatabricksBackend:
 
     def submit_body(self, job: SparkJobRequest) -> dict[str, Any]:
         task: dict[str, Any] = {
-            "task_key": "aggregate",
+            "task_key": "main",  # the one task of a one-time run
             "spark_python_task": {"python_file": job.job_file, "parameters": list(job.args)},
             **self.cluster,
         }

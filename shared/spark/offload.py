@@ -1,8 +1,11 @@
-"""Entry points the aggregate handler calls: hand a job to Spark, and follow it to completion.
+"""Hand a job's work to Spark and follow it to completion, for any job kind that offloads.
 
-- `offload(ctx)`: submit (once) and return `Continue(state, delay_s=poll_initial_s)`.
-- `resume(ctx)`: with `ctx.resume_state`, poll the run and decide (see tracking.decide):
-  wait longer, verify the result and complete, resubmit, or raise PermanentError.
+The kind says what to run and how to read its outcome (`OffloadWork`: the request for a
+submission, the finished result, a failed run's report); this module does the rest:
+- `offload(ctx, work)`: take a concurrency slot, submit (once), `Continue(state, delay_s)`;
+- `resume(ctx, work)`: with `ctx.resume_state`, poll the run and decide (see tracking.decide):
+  wait longer, verify the result and complete, resubmit, or raise PermanentError;
+- `abandon(...)`: the job is poisoned: cancel its run, free its slot.
 No function ever waits for Spark: each call makes a few HTTP requests and returns.
 
 A Spark API that cannot be reached never costs the job an attempt: a failed status check is
@@ -13,31 +16,25 @@ unconfirmed, to be looked up again, never submitted twice.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from shared.documents import BlobDocuments
 from shared.errors import (
     DownstreamUnavailable,
     InputDataError,
-    InputRefused,
     PermanentError,
     RunAbandoned,
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.http import step_budget
-from shared.spark.model import RunStatus, SparkBackend, SparkJobRequest, Submission
-from shared.spark.results import read_error, read_result, result_blob
+from shared.spark.model import RunError, RunStatus, SparkBackend, SparkJobRequest, Submission
 from shared.spark.slots import Slots, lease_seconds
-from shared.spark.storage_access import job_storage
 from shared.spark.tracking import (
     Decision,
     GiveUp,
@@ -71,63 +68,38 @@ def limits_for(settings: Settings) -> Limits:
     )
 
 
-def run_name(job_id: str, submission: int) -> str:
-    """Unique per (job, submission): how a run is found again after a timed-out create."""
-    return f"aggregate-{job_id}-s{submission}"
+class OffloadWork(Protocol):
+    """What a job kind offloads and how its outcome is read (`shared.jobs.aggregate_offload`)."""
 
+    def request(self, ctx: JobContext, submission: int) -> SparkJobRequest:
+        """Submission number `submission` of this job (name unique per job and submission)."""
+        ...
 
-def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
-    """The submission for this job: script, arguments (no secrets) and driver environment.
+    def finished(self, ctx: JobContext) -> Completed | None:
+        """The job's verified result, if a run has written it."""
+        ...
 
-    InputRefused when the settings forbid the input's container: no run is ever submitted (or
-    looked up) for it.
-    """
-    spark = ctx.settings.spark
-    payload = json.dumps(dict(ctx.payload), sort_keys=True, separators=(",", ":"))
-    encoded = base64.urlsafe_b64encode(payload.encode()).decode()
-    input_ref = str(ctx.payload.get("input", ""))
-    refusal = input_refusal(input_ref.partition("/")[0], ctx.settings)
-    if refusal is not None:
-        raise InputRefused(refusal)
-    access = job_storage(ctx.settings, input_ref)
-    args = [
-        ctx.job_id,
-        encoded,
-        ctx.settings.results_container,
-        "--submission",
-        str(submission),
-        *access.args,
-    ]
-    if spark.split_mb:
-        args += ["--split-mb", f"{spark.split_mb:g}"]
-    py_files = list(spark.py_files)
-    return SparkJobRequest(
-        job_id=ctx.job_id,
-        submission=submission,
-        name=run_name(ctx.job_id, submission),
-        job_file=spark.job_file,
-        args=args,
-        py_files=py_files,
-        env=access.env,
-    )
+    def run_error(self, ctx: JobContext, submission: int) -> RunError | None:
+        """What a failed run of `submission` reported, if it could."""
+        ...
 
 
 def offload(
-    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, reason: str = ""
+    ctx: JobContext, work: OffloadWork, *, backend: SparkBackend | None = None, reason: str = ""
 ) -> Outcome:
     """Submit the job to Spark within SPARK_STEP_BUDGET_SECONDS (see `_offload`)."""
     with step_budget(ctx.settings.spark.step_budget_s):
-        return _offload(ctx, spec, backend=backend, reason=reason)
+        return _offload(ctx, work, backend=backend, reason=reason)
 
 
 def resume(
-    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, now: float | None = None
+    ctx: JobContext, work: OffloadWork, *, backend: SparkBackend | None = None, now: float | None = None
 ) -> Outcome:
     """Check the saved run within SPARK_STEP_BUDGET_SECONDS (see `_resume`); the job's
     concurrency slot is freed when its run ends (completed or given up)."""
     with step_budget(ctx.settings.spark.step_budget_s):
         try:
-            outcome = _resume(ctx, spec, backend=backend, now=now)
+            outcome = _resume(ctx, work, backend=backend, now=now)
         except PermanentError:
             _release_slot(ctx.settings, ctx.storage, ctx.job_id, ctx.resume_state)
             raise
@@ -172,19 +144,16 @@ def _release_slot(
 
 
 def _offload(
-    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, reason: str = ""
+    ctx: JobContext, work: OffloadWork, *, backend: SparkBackend | None = None, reason: str = ""
 ) -> Outcome:
     """Submit the job to Spark; `Continue` to poll it later (or `Completed` if a run already finished).
 
-    `spec` (the parsed AggregateSpec) is not needed: the job receives the validated payload.
-    `reason` (engine | size | max_groups) is kept in the offload state, so the ledger says why.
+    `reason` (why the job went to Spark) is kept in the offload state, so the ledger says why.
     """
-    del spec
-    request = build_request(ctx, 1)  # refuses a forbidden input before any request
-    results = ctx.storage.container(ctx.settings.results_container)
-    doc = read_result(results, ctx.job_id, _result_limit(ctx))
-    if doc is not None:  # an earlier run finished but the ledger never heard of it
-        return _completed(ctx, None, doc)
+    request = work.request(ctx, 1)  # may refuse the job before any request
+    done = work.finished(ctx)
+    if done is not None:  # an earlier run finished but the ledger never heard of it
+        return done
     backend = backend or backend_for(ctx.settings.spark)
     limits = limits_for(ctx.settings)
     slot = slots_for(ctx.settings, ctx.storage).acquire(ctx.job_id)
@@ -218,14 +187,16 @@ def _first_submission(
     return Continue(state=state.to_dict(), delay_s=limits.poll_initial_s)
 
 
-def _wait_for_slot(ctx: JobContext, backend: SparkBackend, state: OffloadState, limits: Limits) -> Continue:
+def _wait_for_slot(
+    ctx: JobContext, work: OffloadWork, backend: SparkBackend, state: OffloadState, limits: Limits
+) -> Continue:
     """A job over the cap: take a slot that has come free and submit, or wait longer."""
     slot = slots_for(ctx.settings, ctx.storage).acquire(ctx.job_id)
     if slot is None:
         waited = replace(state, polls=state.polls + 1)
         return Continue(state=waited.to_dict(), delay_s=next_delay(waited.polls, limits))
     ctx.log.info("spark: slot %d is free after %d check(s): submitting", slot, state.polls)
-    return _first_submission(ctx, backend, build_request(ctx, 1), state.reason, slot, limits)
+    return _first_submission(ctx, backend, work.request(ctx, 1), state.reason, slot, limits)
 
 
 def _keep_slot(ctx: JobContext, state: OffloadState) -> OffloadState:
@@ -242,10 +213,9 @@ def _keep_slot(ctx: JobContext, state: OffloadState) -> OffloadState:
 
 
 def _resume(
-    ctx: JobContext, spec: object = None, *, backend: SparkBackend | None = None, now: float | None = None
+    ctx: JobContext, work: OffloadWork, *, backend: SparkBackend | None = None, now: float | None = None
 ) -> Outcome:
     """Check the run saved in `ctx.resume_state` and act on it (never submits while it is live)."""
-    del spec
     if ctx.resume_state is None:
         raise PermanentError("spark: resume called without a saved offload state")
     state = OffloadState.from_dict(ctx.resume_state)
@@ -256,12 +226,11 @@ def _resume(
         )
     limits = limits_for(ctx.settings)
     if state.waiting:
-        return _wait_for_slot(ctx, backend, state, limits)
+        return _wait_for_slot(ctx, work, backend, state, limits)
     state = _keep_slot(ctx, state)
-    results = ctx.storage.container(ctx.settings.results_container)
     clock = time.time() if now is None else now
     try:
-        state, status = _look(ctx, backend, state)
+        state, status = _look(ctx, work, backend, state)
     except DownstreamUnavailable as exc:
         failure = after_poll_failure(state, str(exc), now=clock, limits=limits)
         ctx.log.warning(
@@ -272,10 +241,10 @@ def _resume(
         )
         if isinstance(failure, Wait):
             return Continue(state=failure.state.to_dict(), delay_s=failure.delay_s)
-        return _act_on_failure(ctx, backend, failure, limits)
+        return _act_on_failure(ctx, work, backend, failure, limits)
     permanent = None
     if status is not None and status.state == "failed":
-        error = read_error(results, ctx.job_id, state.submissions)
+        error = work.run_error(ctx, state.submissions)
         if error is not None:
             status = replace(status, message=error.message)
             permanent = error.message if error.permanent else None
@@ -288,23 +257,23 @@ def _resume(
     )
     if isinstance(decision, Wait):
         return Continue(state=decision.state.to_dict(), delay_s=decision.delay_s)
-    doc = read_result(results, ctx.job_id, _result_limit(ctx))  # a killed run may have finished writing
-    if doc is not None:
-        return _completed(ctx, state, doc)
+    done = work.finished(ctx)  # a killed run may have finished writing
+    if done is not None:
+        return _with_run(done, state)
     if isinstance(decision, Verify):
         decision = after_missing_result(state, limits)
-    return _act_on_failure(ctx, backend, decision, limits)
+    return _act_on_failure(ctx, work, backend, decision, limits)
 
 
 def _look(
-    ctx: JobContext, backend: SparkBackend, state: OffloadState
+    ctx: JobContext, work: OffloadWork, backend: SparkBackend, state: OffloadState
 ) -> tuple[OffloadState, RunStatus | None]:
     """Find an unconfirmed run, then ask for its status (None: still not found).
 
     DownstreamUnavailable when the backend cannot be asked or cannot tell.
     """
     if not state.confirmed:
-        found = backend.find(build_request(ctx, state.submissions))
+        found = backend.find(work.request(ctx, state.submissions))
         if found is not None and found.submission_id:
             state = replace(state, submission_id=found.submission_id)
             ctx.log.info(
@@ -314,7 +283,9 @@ def _look(
     return polled(state), status
 
 
-def _act_on_failure(ctx: JobContext, backend: SparkBackend, decision: Decision, limits: Limits) -> Outcome:
+def _act_on_failure(
+    ctx: JobContext, work: OffloadWork, backend: SparkBackend, decision: Decision, limits: Limits
+) -> Outcome:
     if not isinstance(decision, Resubmit | GiveUp):
         raise AssertionError(f"unexpected decision {decision!r}")
     state = decision.state
@@ -343,7 +314,7 @@ def _act_on_failure(ctx: JobContext, backend: SparkBackend, decision: Decision, 
     ctx.log.warning(
         "spark: resubmitting (%s of %s): %s", state.submissions + 1, limits.max_submissions, decision.reason
     )
-    request = build_request(ctx, state.submissions + 1)
+    request = work.request(ctx, state.submissions + 1)
     sub = _submit_once(ctx, backend, request)
     new_state = resubmitted(state, sub.submission_id, sub.name, sub.submitted_at)
     return Continue(state=new_state.to_dict(), delay_s=limits.poll_initial_s)
@@ -406,27 +377,14 @@ def _submit_once(ctx: JobContext, backend: SparkBackend, request: SparkJobReques
         return Submission(backend.name, None, request.name, started)
 
 
-def _result_limit(ctx: JobContext) -> int:
-    """Result documents up to this size are read whole; larger ones only at their two ends."""
-    return result_limit_bytes(ctx.settings.max_groups)
-
-
-def _completed(ctx: JobContext, state: OffloadState | None, doc: Mapping[str, Any]) -> Completed:
-    rows = doc.get("rows")
-    summary: dict[str, Any] = {
-        "engine": doc.get("engine", "spark"),
-        "input_rows": doc.get("input_rows"),
-        "groups": len(rows) if isinstance(rows, list) else None,
-        "engine_elapsed_s": doc.get("elapsed_s"),
+def _with_run(done: Completed, state: OffloadState) -> Completed:
+    """The kind's result with the run that produced it, for the ledger's summary."""
+    summary = {
+        **done.summary,
+        "backend": state.backend,
+        "submission_id": state.submission_id,
+        "submissions": state.submissions,
     }
-    if "result_bytes" in doc:  # too large to read whole (more groups than MAX_GROUPS allows)
-        summary["result_bytes"] = doc["result_bytes"]
-    if state is not None:
-        summary.update(
-            backend=state.backend, submission_id=state.submission_id, submissions=state.submissions
-        )
-        if state.reason:
-            summary["offload_reason"] = state.reason
-    return Completed(
-        result_ref=f"{ctx.settings.results_container}/{result_blob(ctx.job_id)}", summary=summary
-    )
+    if state.reason:
+        summary["offload_reason"] = state.reason
+    return replace(done, summary=summary)

@@ -16,10 +16,10 @@ from azure.core.exceptions import ResourceExistsError
 from devstack.azurite import Azurite
 from shared.jobs.aggregate import parse_aggregate_payload
 from shared.jobs.aggregate_engine import aggregate_stream
+from shared.jobs.aggregate_offload import resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.settings import Settings
 from shared.spark.model import SparkBackend
-from shared.spark.offload import resume
 from shared.storage import StorageClients, clients_for
 
 LOG = logging.getLogger("tests.spark")

@@ -30,11 +30,11 @@ from bench import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
 from shared.errors import DownstreamUnavailable, InputDataError
+from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, Outcome
 from shared.settings import Settings
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
-from shared.spark.offload import abandon, offload, resume
 from shared.storage import StorageClients
 from tests.spark.helpers import (
     assert_rows_equal,

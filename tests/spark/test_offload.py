@@ -11,12 +11,12 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared.errors import InputDataError, NotAvailable, PermanentError
+from shared.jobs.aggregate_offload import build_request, offload, resume
+from shared.jobs.aggregate_result import error_blob
 from shared.jobs.base import Completed, Continue
 from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
-from shared.spark.offload import build_request, offload, resume
-from shared.spark.results import error_blob
 from shared.storage import StorageClients
 from tests.spark.helpers import Checkpoints, make_ctx, settings_for, storage_for
 

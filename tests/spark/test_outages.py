@@ -20,6 +20,7 @@ from shared import ledger
 from shared.envelope import Envelope, encode_json
 from shared.errors import RunAbandoned
 from shared.jobs import aggregate
+from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.processing import process_message
 from shared.runtime import build_runtime
@@ -27,7 +28,6 @@ from shared.settings import Settings
 from shared.spark.databricks import DatabricksBackend
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkBackend
-from shared.spark.offload import offload, resume
 from shared.storage import StorageClients
 from tests.integration.helpers import message
 from tests.integration.helpers import settings_for as app_settings_for

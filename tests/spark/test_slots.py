@@ -16,9 +16,10 @@ from devstack.azurite import Azurite
 from shared.abandon import abandon_work
 from shared.documents import BlobDocuments
 from shared.jobs import aggregate
+from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue
 from shared.spark.livy import LivyBackend
-from shared.spark.offload import offload, resume, slots_for
+from shared.spark.offload import slots_for
 from shared.spark.slots import Slots, is_free_for, lease_seconds
 from tests.spark.fakes import FakeLivy
 from tests.spark.helpers import make_ctx, settings_for, storage_for, unique

@@ -323,8 +323,8 @@ def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> 
     import logging
 
     from shared.errors import InputRefused
+    from shared.jobs.aggregate_offload import offload
     from shared.jobs.base import JobContext
-    from shared.spark.offload import offload
 
     spark_env = {
         "SPARK_BACKEND": "standalone",
