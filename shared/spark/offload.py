@@ -87,9 +87,14 @@ class OffloadWork(Protocol):
 def offload(
     ctx: JobContext, work: OffloadWork, *, backend: SparkBackend | None = None, reason: str = ""
 ) -> Outcome:
-    """Submit the job to Spark within SPARK_STEP_BUDGET_SECONDS (see `_offload`)."""
+    """Submit the job to Spark within SPARK_STEP_BUDGET_SECONDS (see `_offload`); a slot taken
+    for a submit that was refused is freed."""
     with step_budget(ctx.settings.spark.step_budget_s):
-        return _offload(ctx, work, backend=backend, reason=reason)
+        try:
+            return _offload(ctx, work, backend=backend, reason=reason)
+        except PermanentError:
+            _release_slot(ctx.settings, ctx.storage, ctx.job_id, None)
+            raise
 
 
 def resume(
@@ -135,10 +140,10 @@ def _release_slot(
     settings: Settings, storage: StorageClients, job_id: str, saved: Mapping[str, Any] | None
 ) -> None:
     slot = saved.get("slot") if isinstance(saved, Mapping) else None
-    if not isinstance(slot, int) or settings.spark.max_concurrent_runs <= 0:
+    if settings.spark.max_concurrent_runs <= 0:
         return
     try:
-        slots_for(settings, storage).release(job_id, slot)
+        slots_for(settings, storage).release(job_id, slot if isinstance(slot, int) else None)
     except Exception as exc:  # the slot is free again when its lease ends
         logging.getLogger("jobs.spark").warning("job %s: slot %s not released (%s)", job_id, slot, exc)
 
@@ -330,6 +335,9 @@ def _abandon(
     state = OffloadState.from_dict(saved)
     if state.submission_id is None or state.submission_id in state.cancelled:
         return None
+    if backend is None and state.backend != settings.spark.backend:
+        error = f"offloaded to {state.backend}, but SPARK_BACKEND is now {settings.spark.backend}: cancel it there"
+        return {**cancelled_run(state), "cancelled": False, "error": error}
     backend = backend or backend_for(settings.spark)
     try:
         backend.cancel(state.submission_id)

@@ -74,18 +74,26 @@ class Slots:
             return False
         return self._take(index, job_id, only_ours=True)
 
-    def release(self, job_id: str, index: int | None) -> None:
-        """Free our slot (a slot held by someone else is left alone)."""
-        if self.cap <= 0 or index is None or index < 0:
+    def release(self, job_id: str, index: int | None = None) -> None:
+        """Free the slot `job_id` holds: `index` first, then any other (a slot taken again after
+        a lapse may have another index). A slot held by someone else is left alone."""
+        if self.cap <= 0:
             return
+        hint = [index] if index is not None and 0 <= index < self.cap else []
+        for i in [*hint, *(i for i in range(self.cap) if i != index)]:
+            if self._free(i, job_id):
+                return
+
+    def _free(self, index: int, job_id: str) -> bool:
         name = slot_name(index)
         current = self.store.read(name)
         if current is None or current.data.get("holder") != job_id:
-            return
+            return False
         try:
             self.store.replace(name, current, {"holder": None, "until": 0, "released_by": job_id})
         except Conflict:
             log.info("slot %s changed while %s released it; left as it is", index, job_id)
+        return True
 
     def holders(self) -> list[str | None]:
         """Who holds each slot now (None: free). For tests and operators."""

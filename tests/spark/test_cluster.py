@@ -19,9 +19,9 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
@@ -29,9 +29,9 @@ import requests
 from bench import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
-from shared.errors import DownstreamUnavailable, InputDataError
+from shared.errors import InputDataError
 from shared.jobs.aggregate_offload import abandon, offload, resume
-from shared.jobs.base import Completed, Continue, Outcome
+from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.settings import Settings
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
@@ -73,9 +73,6 @@ def stack(azurite: Azurite, spark_cluster: SparkCluster) -> tuple[Settings, Stor
     return settings, storage_for(settings), make_backend(settings.spark)
 
 
-T = TypeVar("T")
-
-
 def independent(data: bytes) -> dict[tuple[str | None, str | None], tuple[int, float]]:
     """count and sum(qty) per (region, product) with a plain csv loop: the reference."""
     out: dict[tuple[str | None, str | None], tuple[int, float]] = {}
@@ -99,16 +96,21 @@ def result_doc(settings: Settings, storage: StorageClients, job_id: str) -> tupl
     return json.loads(download.readall()), str(download.properties.etag)
 
 
-def until_determined(call: Callable[[], T], timeout_s: float = 60) -> T:
-    """Retry while the backend cannot tell yet whether a run exists (as the host's retries would)."""
+def until_confirmed(
+    ctx: JobContext, outcome: Outcome, backend: SparkBackend, timeout_s: float = 60
+) -> Continue:
+    """Follow an unconfirmed submission (the backend could not tell yet whether it exists) with
+    status checks, as continuation messages would, until the run is found."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except DownstreamUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    while isinstance(outcome, Continue) and outcome.state["submission_id"] is None:
+        assert outcome.state["submissions"] == 1  # looking, never submitting again
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still unconfirmed after {timeout_s:.0f}s")
+        time.sleep(0.5)
+        ctx.resume_state = outcome.state
+        outcome = resume(ctx, backend=backend)
+    assert isinstance(outcome, Continue)
+    return outcome
 
 
 def wait_for(check: Any, timeout_s: float, what: str) -> None:
@@ -139,7 +141,7 @@ def test_end_to_end_equals_inline_and_redelivery_polls_the_same_driver(
     crashed = make_ctx(
         settings, storage, payload, ctx.job_id, attempt=1, progress={"spark_submitting": {"name": name}}
     )
-    again = until_determined(lambda: offload(crashed, backend=backend))
+    again = until_confirmed(crashed, offload(crashed, backend=backend), backend)
     assert isinstance(again, Continue) and again.state["submission_id"] == sid
 
     done, _ = follow(ctx, polled, backend)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from shared.errors import InputDataError, NotAvailable, PermanentError
+from shared.errors import DownstreamUnavailable, InputDataError, NotAvailable, PermanentError
 from shared.jobs.aggregate_offload import build_request, offload, resume
 from shared.jobs.aggregate_result import error_blob
 from shared.jobs.base import Completed, Continue
@@ -316,3 +316,34 @@ def test_no_backend_configured_is_not_available(azurite: Azurite) -> None:
     settings = settings_for(azurite, {})
     with pytest.raises(NotAvailable, match="SPARK_BACKEND"):
         backend_for(settings.spark)
+
+
+def test_a_lookup_that_cannot_tell_never_submits(env: tuple[Settings, StorageClients]) -> None:
+    settings, storage = env
+    backend = CannotTell()
+    ctx = make_ctx(settings, storage, PAYLOAD, attempt=1)  # a retry: the first may have submitted
+    out = offload(ctx, backend=backend)
+    assert isinstance(out, Continue) and out.state["submission_id"] is None and backend.submitted == []
+    for n in (1, 2):
+        ctx.resume_state = out.state
+        out = resume(ctx, backend=backend, now=out.state["submitted_at"] + 3600)  # past the window
+        assert isinstance(out, Continue) and out.state["poll_failures"] == n and backend.submitted == []
+    backend.can_tell = True
+    backend.findable[out.state["name"]] = "run-earlier"
+    backend.states["run-earlier"] = RunStatus("running")
+    ctx.resume_state = out.state
+    out = resume(ctx, backend=backend)
+    assert isinstance(out, Continue) and out.state["submission_id"] == "run-earlier"
+    assert out.state["submissions"] == 1 and backend.submitted == []
+
+
+@dataclass
+class CannotTell(ScriptedBackend):
+    """A busy standalone master: drivers not started yet, so `find` cannot tell."""
+
+    can_tell: bool = False
+
+    def find(self, job: SparkJobRequest) -> Submission | None:
+        if not self.can_tell:
+            raise DownstreamUnavailable("standalone: cannot tell yet whether it was submitted")
+        return super().find(job)

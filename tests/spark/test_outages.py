@@ -20,7 +20,7 @@ from shared import ledger
 from shared.envelope import Envelope, encode_json
 from shared.errors import RunAbandoned
 from shared.jobs import aggregate
-from shared.jobs.aggregate_offload import offload, resume
+from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.processing import process_message
 from shared.runtime import build_runtime
@@ -264,3 +264,14 @@ def test_processor_keeps_attempts_through_failed_polls_and_cancels_the_run_of_a_
         assert [h["event"] for h in data["history"]][-2:] == ["run_cancelled", "poisoned"]
     finally:
         server.stop()
+
+
+def test_a_run_on_another_backend_is_not_cancelled_on_this_one(azurite: Azurite) -> None:
+    api = Api("livy", azurite)
+    try:
+        saved = {"backend": "databricks", "submission_id": "7", "name": "n", "submitted_at": 1.0}
+        run = abandon(api.settings, api.storage, "job-x", saved)
+        assert run is not None and run["cancelled"] is False
+        assert "SPARK_BACKEND is now livy" in run["error"] and api.server.requests == []
+    finally:
+        api.server.stop()

@@ -15,6 +15,7 @@ import pytest
 from devstack.azurite import Azurite
 from shared.abandon import abandon_work
 from shared.documents import BlobDocuments
+from shared.errors import PermanentError
 from shared.jobs import aggregate
 from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue
@@ -157,4 +158,29 @@ def test_a_poisoned_job_frees_its_slot(azurite: Azurite, livy: FakeLivy) -> None
     record = {"id": ctx.job_id, "continuation": {"seq": 1, "state": out.state}}
     run = abandon_work(aggregate.HANDLER, settings, storage, record, None)
     assert run is not None and run["cancelled"] is True and livy.batches[0]["state"] == "killed"
+    assert slots_for(settings, storage).holders() == [None]
+
+
+def test_release_finds_the_slot_when_the_saved_index_is_stale(store: BlobDocuments) -> None:
+    slots = Slots(store, cap=3, lease_s=1650)
+    held = slots.acquire("job-a")
+    assert held is not None
+    slots.release("job-a", (held + 1) % 3)  # a stale hint: the slot actually held is found
+    assert slots.holders() == [None, None, None]
+    other = slots.acquire("job-b")
+    slots.release("job-a", other)  # someone else's slot is left alone
+    assert slots.holders().count("job-b") == 1
+
+
+def test_a_refused_submit_frees_the_slot_it_took(azurite: Azurite, livy: FakeLivy) -> None:
+    env = {
+        "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": "abfss://j@a.dfs.core.windows.net/x.py",
+        "SPARK_LIVY_AUTH": "basic", "SPARK_LIVY_USER": "admin", "SPARK_LIVY_PASSWORD": "pw",
+        "SPARK_MAX_CONCURRENT_RUNS": "1",
+    }  # fmt: skip
+    settings = settings_for(azurite, env)
+    storage = storage_for(settings)
+    livy.create_status = 400
+    with pytest.raises(PermanentError, match="HTTP 400 on POST /batches"):
+        offload(make_ctx(settings, storage, PAYLOAD), backend=LivyBackend(settings.spark))
     assert slots_for(settings, storage).holders() == [None]
