@@ -38,6 +38,12 @@ class RunAbandoned(PermanentError):
         self.cancelled_run = dict(cancelled_run) if cancelled_run else None
 
 
+class CancelledByOperator(PermanentError):
+    """An operator asked to cancel the job: it is poisoned at its next delivery (replayable)."""
+
+    reason_code = "cancelled"
+
+
 class EnvelopeError(PermanentError):
     """The queue message is not a valid job envelope. `problems` lists each field's issue."""
 

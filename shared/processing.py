@@ -29,6 +29,7 @@ from shared.backoff import retry_delay
 from shared.documents import Conflict
 from shared.envelope import Envelope, best_effort_id, isoformat, parse_body
 from shared.errors import (
+    CancelledByOperator,
     ClaimLost,
     EnvelopeError,
     Expired,
@@ -274,6 +275,11 @@ class Processor:
         payload = load_payload(self.rt, self.env)
         handler.validate(payload)
         record = keeper.record
+        cancel = record.data.get("cancel_requested")
+        if isinstance(cancel, dict):  # an operator asked: poison now (offloaded work is stopped)
+            raise CancelledByOperator(
+                f"cancelled by {cancel.get('by')}: {cancel.get('reason') or 'no reason given'}"
+            )
         continuation = record.data.get("continuation") if resume else None
         ctx = JobContext(
             job_id=self.env.id,

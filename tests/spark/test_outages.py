@@ -17,6 +17,8 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
+from shared.cancel import request_cancel
+from shared.documents import Conflict
 from shared.envelope import Envelope, encode_json
 from shared.errors import RunAbandoned
 from shared.jobs import aggregate
@@ -29,7 +31,7 @@ from shared.spark.databricks import DatabricksBackend
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkBackend
 from shared.storage import StorageClients
-from tests.integration.helpers import message
+from tests.integration.helpers import drain_raw, message
 from tests.integration.helpers import settings_for as app_settings_for
 from tests.spark.fakes import FakeDatabricks, FakeLivy, FakeServer
 from tests.spark.helpers import make_ctx, settings_for, storage_for, unique, upload
@@ -275,3 +277,25 @@ def test_a_run_on_another_backend_is_not_cancelled_on_this_one(azurite: Azurite)
         assert "SPARK_BACKEND is now livy" in run["error"] and api.server.requests == []
     finally:
         api.server.stop()
+
+
+def test_an_operator_cancel_poisons_the_job_at_its_next_check_and_cancels_its_run(azurite: Azurite) -> None:
+    server = FakeLivy(auth="basic")
+    try:
+        settings: Settings = app_settings_for(azurite, **livy_env(server))
+        rt = build_runtime(settings, handlers={"aggregate": aggregate.HANDLER})
+        upload(rt.storage, "data", "in.csv", b"k\na\na\n")
+        env = Envelope(id=unique("job-"), kind="aggregate", created_at=datetime.now(UTC), payload=PAYLOAD)
+        _process(rt, env)
+        assert "cancel requested" in request_cancel(rt, env.id, by="ops", reason="wrong input")
+        _process(rt, _continuation(rt, env))
+        data = rt.ledger.get(env.id).data  # type: ignore[union-attr]
+        assert data["status"] == ledger.POISONED and data["reason_code"] == "cancelled"
+        assert "cancelled by ops: wrong input" in data["reason"]
+        assert server.count("DELETE", "/batches/0") == 1 and data["cancelled_run"]["cancelled"] is True
+        bodies = drain_raw(rt, settings.poison_queue)  # the body is kept: replayable like any poison
+        assert [json.loads(b)["id"] for b in bodies] == [env.id]
+        with pytest.raises(Conflict, match="nothing to cancel"):
+            request_cancel(rt, env.id)
+    finally:
+        server.stop()
