@@ -159,10 +159,18 @@ class SparkCluster:
 
         The new master has forgotten every earlier submission; the worker re-registers with it.
         """
+        self.kill_master()
+        self.revive_master(timeout_s)
+
+    def kill_master(self) -> None:
+        """SIGKILL the master: its REST API and UI stop answering until `revive_master`."""
         _stop_group(self.master, kill=True)
         self.master = None
         wait_free(self.rest_port, 30.0)
         wait_free(self.master_port, 30.0)
+
+    def revive_master(self, timeout_s: float = 90.0) -> None:
+        """Start a new master on the same ports (it knows no earlier submission); wait for the worker."""
         self.start_master(timeout_s)
         self._wait(lambda: self.alive_workers() > 0, timeout_s, "worker re-registered")
 

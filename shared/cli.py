@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from shared import poison
+from shared.cancel import request_cancel
+from shared.documents import Conflict
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
 from shared.runtime import Runtime, get_runtime
 from shared.submit import SubmissionBusy, envelope_from_args, submit, validate_request
@@ -105,6 +107,16 @@ def cmd_result(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cancel(rt: Runtime, args: argparse.Namespace) -> int:
+    """Ask to cancel one job (poisoned at its next delivery; a Spark run is cancelled then)."""
+    try:
+        print(request_cancel(rt, args.id, by=args.by, reason=args.reason))
+    except Conflict as exc:
+        print(f"not cancelled: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
     """Print each new result document's summary as it appears (Ctrl-C to stop)."""
     container = rt.storage.container(rt.settings.results_container)
@@ -183,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("show", "result"):
         p = sub.add_parser(name, help=f"{name} a job")
         p.add_argument("id")
+    cancel = sub.add_parser("cancel", help="cancel a job: poisoned at its next delivery, Spark run stopped")
+    cancel.add_argument("id")
+    cancel.add_argument("--by", default="operator", help="who asks (kept in the ledger)")
+    cancel.add_argument("--reason", default="", help="why (kept in the ledger and the poison reason)")
     tail = sub.add_parser("tail", help="print results as they appear")
     tail.add_argument("--interval", type=float, default=2.0)
     tail.add_argument("--once", action="store_true")
@@ -211,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "show": cmd_show,
         "result": cmd_result,
         "tail": cmd_tail,
+        "cancel": cmd_cancel,
         "poison": cmd_poison,
     }
     return commands[args.command](rt, args)

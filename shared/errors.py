@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class SettingsError(Exception):
     """A setting is missing or invalid. The message names the setting. Fix configuration."""
@@ -22,6 +25,23 @@ class PermanentError(JobError):
     """Retrying cannot help: the job goes to poison now, with this message as its reason."""
 
     reason_code = "permanent"
+
+
+class RunAbandoned(PermanentError):
+    """Offloaded work is given up; `cancelled_run` (if any) says what was cancelled on the cluster,
+    for the ledger."""
+
+    reason_code = "offload_failed"
+
+    def __init__(self, message: str, cancelled_run: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.cancelled_run = dict(cancelled_run) if cancelled_run else None
+
+
+class CancelledByOperator(PermanentError):
+    """An operator asked to cancel the job: it is poisoned at its next delivery (replayable)."""
+
+    reason_code = "cancelled"
 
 
 class EnvelopeError(PermanentError):

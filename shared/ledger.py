@@ -356,6 +356,27 @@ def poisoned(
     )
 
 
+def run_cancelled(prev: Data | None, job_id: str, facts: Facts, run: Mapping[str, Any]) -> Data:
+    """Offloaded work was cancelled on its cluster (or the cancel failed: `run["cancelled"]` False)."""
+    details = {
+        k: run.get(k) for k in ("backend", "submission_id", "cancelled", "error") if run.get(k) is not None
+    }
+    return _next(prev, job_id, facts, "run_cancelled", cancelled_run=dict(run), details=details)
+
+
+def cancel_requested(prev: Data | None, job_id: str, facts: Facts, by: str, reason: str) -> Data:
+    """An operator asks to cancel the job; its next delivery poisons it (and stops offloaded work).
+    Conflict when there is nothing to cancel or a live claim holds the job (ask again after it)."""
+    if prev is None or prev.get("status") in (COMPLETED, POISONED):
+        raise Conflict(f"job {job_id} is {(prev or {}).get('status', 'unknown')}: nothing to cancel")
+    if claim_is_live(prev, facts.now):
+        raise Conflict(
+            f"job {job_id} is running now (claimed until {prev.get('lease_until')}): ask again then"
+        )
+    request = {"at": isoformat(facts.now), "by": by, "reason": reason}
+    return _next(prev, job_id, facts, "cancel_requested", cancel_requested=request, details={"by": by})
+
+
 def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
     """An operator sends the job back: queued at attempt 0, the last reason kept."""
     last_reason = (prev or {}).get("reason")
@@ -373,6 +394,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
             "error",
             "next_run_at",
             "body",
+            "cancel_requested",
             *SEND_MARKERS,
         ),
         kind=env.kind,

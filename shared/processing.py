@@ -24,11 +24,13 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 
 from shared import ledger
+from shared.abandon import abandon_work
 from shared.backoff import retry_delay
 from shared.console import metrics as console_metrics
 from shared.documents import Conflict
 from shared.envelope import Envelope, best_effort_id, isoformat, parse_body
 from shared.errors import (
+    CancelledByOperator,
     ClaimLost,
     EnvelopeError,
     Expired,
@@ -275,6 +277,11 @@ class Processor:
         payload = load_payload(self.rt, self.env)
         handler.validate(payload)
         record = keeper.record
+        cancel = record.data.get("cancel_requested")
+        if isinstance(cancel, dict):  # an operator asked: poison now (offloaded work is stopped)
+            raise CancelledByOperator(
+                f"cancelled by {cancel.get('by')}: {cancel.get('reason') or 'no reason given'}"
+            )
         continuation = record.data.get("continuation") if resume else None
         ctx = JobContext(
             job_id=self.env.id,
@@ -368,9 +375,19 @@ class Processor:
         """Note the reason, copy the body to <queue>-poison (nothing is lost), then record it."""
         text = reason or f"{exc.reason_code}: {exc}"
         send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
+        assert self.keeper is not None
+        handler = self.rt.handlers.get(self.env.kind)
+        run = abandon_work(handler, self.rt.settings, self.rt.storage, self.keeper.record.data, exc)
         facts = self.facts()
         self.write(
-            lambda prev: ledger.poisoned(prev, self.env.id, facts, text, exc.reason_code, self.delivery.body)
+            lambda prev: ledger.poisoned(
+                ledger.run_cancelled(prev, self.env.id, facts, run) if run else prev,
+                self.env.id,
+                facts,
+                text,
+                exc.reason_code,
+                self.delivery.body,
+            )
         )
         log_decision(
             "poisoned",

@@ -15,11 +15,14 @@ from typing import Any
 
 from shared.errors import SettingsError
 from shared.limits import check_input_containers
+from shared.setting_reader import NAME_RE, SettingReader
+from shared.spark.backends import read_spark
+from shared.spark.config import SparkSettings
+
+__all__ = ["SettingReader", "Settings", "SparkSettings", "StorageConnection", "parse_timespan"]
 
 HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
-_NAME_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
 
-SPARK_BACKENDS = ("none", "standalone", "livy", "databricks")
 DEFAULT_MAX_GROUPS = 50_000
 
 
@@ -78,34 +81,6 @@ class StorageConnection:
             f"identity-based connection to {self.blob_service_uri} / {self.queue_service_uri} "
             f"as {self.describe_identity()}"
         )
-
-
-@dataclass(frozen=True)
-class SparkSettings:
-    """Where and how large work is handed to Spark."""
-
-    backend: str = "none"
-    """`SPARK_BACKEND`: none | standalone | livy | databricks."""
-    url: str = ""
-    """`SPARK_URL`: the submission API's base URL (standalone REST, Livy batches, Databricks host)."""
-    job_file: str = ""
-    """`SPARK_JOB_FILE`: where the cluster finds spark_jobs/aggregate_job.py (path or URL)."""
-    offload_threshold_bytes: int = 4 * 1024**3
-    """`SPARK_OFFLOAD_THRESHOLD_BYTES`: `engine: auto` sends inputs larger than this to Spark."""
-    connect_timeout_s: float = 5.0
-    """`SPARK_CONNECT_TIMEOUT_SECONDS`: TCP connect timeout of the submission client."""
-    read_timeout_s: float = 30.0
-    """`SPARK_READ_TIMEOUT_SECONDS`: read timeout of the submission client."""
-    downstream_timeout_s: float = 10.0
-    """`SPARK_DOWNSTREAM_TIMEOUT_SECONDS`: the submission API's own server-side timeout."""
-    max_submissions: int = 3
-    """`SPARK_MAX_SUBMISSIONS`: submissions per job before it is poisoned."""
-    poll_initial_s: int = 10
-    """`SPARK_POLL_INITIAL_SECONDS`: delay before the first status check; it then grows."""
-    poll_max_s: int = 300
-    """`SPARK_POLL_MAX_SECONDS`: cap of the growing status-check delay."""
-    extra: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """Backend-specific `SPARK_*` settings (e.g. SPARK_LIVY_AUTH, SPARK_DATABRICKS_CLUSTER_ID)."""
 
 
 @dataclass(frozen=True)
@@ -178,24 +153,12 @@ class Settings:
         """Read and validate; raises SettingsError naming every bad setting."""
         src = os.environ if env is None else env
         problems: list[str] = []
-        reader = _Reader(src, problems)
+        reader = SettingReader(src, problems)
         storage = _storage_connection(src, problems)
         host = _host_json(host_json, problems)
         function_timeout = _function_timeout(host, problems)
         lease = reader.number("CLAIM_LEASE_SECONDS", 30.0, 3.0)
-        spark = SparkSettings(
-            backend=reader.choice("SPARK_BACKEND", "none", SPARK_BACKENDS),
-            url=reader.text("SPARK_URL", ""),
-            job_file=reader.text("SPARK_JOB_FILE", ""),
-            offload_threshold_bytes=reader.integer("SPARK_OFFLOAD_THRESHOLD_BYTES", 4 * 1024**3, 0),
-            connect_timeout_s=reader.number("SPARK_CONNECT_TIMEOUT_SECONDS", 5.0, 0.1),
-            read_timeout_s=reader.number("SPARK_READ_TIMEOUT_SECONDS", 30.0, 0.1),
-            downstream_timeout_s=reader.number("SPARK_DOWNSTREAM_TIMEOUT_SECONDS", 10.0, 0.1),
-            max_submissions=reader.integer("SPARK_MAX_SUBMISSIONS", 3, 1),
-            poll_initial_s=reader.integer("SPARK_POLL_INITIAL_SECONDS", 10, 1),
-            poll_max_s=reader.integer("SPARK_POLL_MAX_SECONDS", 300, 1),
-            extra={k: v for k, v in src.items() if k.startswith("SPARK_")},
-        )
+        spark = read_spark(reader, function_timeout)
         settings = cls(
             storage=storage,
             jobs_queue=reader.resource_name("JOBS_QUEUE", "jobs", max_len=56),
@@ -216,7 +179,6 @@ class Settings:
             input_containers=_input_containers(src, problems),
             spark=spark,
         )
-        problems.extend(check_spark(settings))
         problems.extend(check_input_containers(settings.input_containers or (), settings))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(
@@ -226,30 +188,6 @@ class Settings:
         if problems:
             raise SettingsError("invalid settings: " + "; ".join(problems))
         return settings
-
-
-def check_spark(settings: Settings) -> list[str]:
-    """Problems with the Spark settings, including timeouts that do not nest."""
-    spark = settings.spark
-    if spark.backend == "none":
-        return []
-    problems: list[str] = []
-    if not spark.url:
-        problems.append(f"SPARK_URL is required when SPARK_BACKEND={spark.backend}")
-    if not spark.job_file:
-        problems.append(f"SPARK_JOB_FILE is required when SPARK_BACKEND={spark.backend}")
-    if not spark.downstream_timeout_s < spark.read_timeout_s:
-        problems.append(
-            f"SPARK_DOWNSTREAM_TIMEOUT_SECONDS ({spark.downstream_timeout_s:g}) must be less than "
-            f"SPARK_READ_TIMEOUT_SECONDS ({spark.read_timeout_s:g})"
-        )
-    budget = spark.connect_timeout_s + spark.read_timeout_s
-    if not budget < settings.function_timeout_s:
-        problems.append(
-            f"SPARK_CONNECT_TIMEOUT_SECONDS + SPARK_READ_TIMEOUT_SECONDS ({budget:g}) must be less than "
-            f"host.json functionTimeout ({settings.function_timeout_s:g}s)"
-        )
-    return problems
 
 
 def parse_timespan(text: str) -> float:
@@ -303,7 +241,7 @@ def _input_containers(env: Mapping[str, str], problems: list[str]) -> tuple[str,
     if not names:
         problems.append("INPUT_CONTAINERS lists no container names (leave it unset to allow any)")
     for name in names:
-        if not _NAME_RE.match(name) and not name.startswith("$"):
+        if not NAME_RE.match(name) and not name.startswith("$"):
             problems.append(
                 f"INPUT_CONTAINERS: {name[:80]!r} is not a valid container name "
                 "(3-63 lower-case letters, digits and single hyphens)"
@@ -410,59 +348,3 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         tenant_id=tenant_id,
         client_secret=secret if credential is None else None,
     )
-
-
-class _Reader:
-    """Reads typed values, collecting one problem per bad setting."""
-
-    def __init__(self, env: Mapping[str, str], problems: list[str]) -> None:
-        self.env = env
-        self.problems = problems
-
-    def text(self, name: str, default: str) -> str:
-        return self.env.get(name, "").strip() or default
-
-    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
-        value = self.text(name, default).lower()
-        if value not in allowed:
-            self.problems.append(f"{name}={value!r} is not one of {', '.join(allowed)}")
-            return default
-        return value
-
-    def integer(self, name: str, default: int, minimum: int) -> int:
-        raw = self.env.get(name, "").strip()
-        if not raw:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            self.problems.append(f"{name}={raw!r} is not an integer")
-            return default
-        if value < minimum:
-            self.problems.append(f"{name}={value} must be >= {minimum}")
-            return default
-        return value
-
-    def number(self, name: str, default: float, minimum: float) -> float:
-        raw = self.env.get(name, "").strip()
-        if not raw:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            self.problems.append(f"{name}={raw!r} is not a number")
-            return default
-        if value < minimum:
-            self.problems.append(f"{name}={value:g} must be >= {minimum:g}")
-            return default
-        return value
-
-    def resource_name(self, name: str, default: str, max_len: int = 63) -> str:
-        value = self.text(name, default)
-        if not _NAME_RE.match(value) or len(value) > max_len:
-            self.problems.append(
-                f"{name}={value!r} is not a valid queue/container name "
-                f"(3-{max_len} lower-case letters, digits and single hyphens)"
-            )
-            return default
-        return value

@@ -49,7 +49,12 @@ from pathlib import Path
 from typing import Any
 
 CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-ENGINE_FILES = ("shared/__init__.py", "shared/errors.py", "shared/jobs/aggregate_engine.py")
+ENGINE_FILES = (
+    "shared/__init__.py",
+    "shared/errors.py",
+    "shared/jobs/aggregate_result.py",
+    "shared/jobs/aggregate_engine.py",
+)
 DEFAULT_SPLIT_MB = 32
 OVERHANG = 64 * 1024
 """Bytes read past a split's end at first to finish its last line (more if that is not enough)."""
@@ -494,15 +499,12 @@ def decode_payload(text: str) -> dict[str, Any]:
 
 
 def result_bytes(job_id: str, rows: list[dict[str, Any]], input_rows: int, elapsed_s: float) -> bytes:
-    """The same document as `shared.jobs.aggregate.result_document`, engine 'spark'."""
-    doc = {
-        "id": job_id,
-        "rows": rows,
-        "input_rows": input_rows,
-        "engine": "spark",
-        "elapsed_s": round(elapsed_s, 3),
-    }
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """The document of `shared.jobs.aggregate_result`, engine 'spark'."""
+    from shared.jobs import aggregate_result
+
+    return aggregate_result.dumps(
+        aggregate_result.result_document(job_id, rows, input_rows, "spark", elapsed_s)
+    )
 
 
 def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> None:
@@ -510,7 +512,9 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     payload = decode_payload(args.payload_b64)
     spec = spec_from_payload(payload)
     partials = Partials.of(spec)
-    name = f"{args.job_id}.json"
+    from shared.jobs.aggregate_result import result_blob
+
+    name = result_blob(args.job_id)
     if results.read(name) is not None:
         print(f"result {name} already exists: nothing to do", flush=True)
         return
@@ -667,14 +671,11 @@ def _describe(exc: BaseException) -> str:
 def _report(results: Any, args: argparse.Namespace, failure: JobFailure) -> None:
     if results is None:
         return
-    doc = {
-        "id": args.job_id,
-        "submission": args.submission,
-        "kind": failure.kind,
-        "error": str(failure)[:2000],
-    }
     try:
-        results.put(f"_spark/{args.job_id}/error-s{args.submission}.json", json.dumps(doc).encode())
+        from shared.jobs.aggregate_result import error_blob, error_document
+
+        doc = error_document(args.job_id, args.submission, failure.kind, str(failure))
+        results.put(error_blob(args.job_id, args.submission), json.dumps(doc).encode())
     except Exception as exc:  # the exit code still tells the backend
         print(f"could not write the error document: {exc.__class__.__name__}", file=sys.stderr)
 

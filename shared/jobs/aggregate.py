@@ -44,6 +44,7 @@ from shared.errors import (
     StorageThrottled,
     TransientError,
 )
+from shared.jobs import aggregate_offload, aggregate_result
 from shared.jobs.aggregate_engine import (
     DEFAULT_NULL_VALUES,
     ENGINES,
@@ -63,7 +64,7 @@ from shared.jobs.aggregate_engine import (
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.limits import input_refusal, is_host_container, result_limit_bytes
 from shared.settings import Settings
-from shared.storage import error_code, is_throttled, status_code
+from shared.storage import StorageClients, error_code, is_throttled, status_code
 
 KIND: Final = "aggregate"
 MAX_BLOB_PATH: Final = 1024
@@ -396,14 +397,8 @@ def choose_engine(spec: AggregateSpec, blob_size: int | None, settings: Settings
 
 
 def result_document(job_id: str, result: AggregateResult, engine: str, elapsed_s: float) -> dict[str, Any]:
-    """The result blob's JSON document; the Spark job builds the same shape."""
-    return {
-        "id": job_id,
-        "rows": result.rows,
-        "input_rows": result.input_rows,
-        "engine": engine,
-        "elapsed_s": round(elapsed_s, 3),
-    }
+    """The result blob's JSON document (shape: `shared.jobs.aggregate_result`)."""
+    return aggregate_result.result_document(job_id, result.rows, result.input_rows, engine, elapsed_s)
 
 
 RESULT_BATCH_ROWS: Final = 8192
@@ -424,11 +419,9 @@ def result_json(
     objects. Over `max_bytes`, LimitExceeded is raised as soon as the text passes it.
     """
 
-    def dumps(value: object) -> bytes:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
+    dumps = aggregate_result.dumps
     out = io.BytesIO()
-    out.write(dumps({"id": job_id})[:-1] + b',"rows":[')
+    out.write(aggregate_result.head_bytes(job_id))
     first = True
     for batch in table.to_batches(max_chunksize=RESULT_BATCH_ROWS):
         if batch.num_rows == 0:
@@ -439,8 +432,7 @@ def result_json(
         first = False
         if max_bytes is not None and out.tell() > max_bytes:
             raise _result_too_large(out.tell(), max_bytes, done=False)
-    rest = {"input_rows": input_rows, "engine": engine, "elapsed_s": round(elapsed_s, 3)}
-    out.write(b"]," + dumps(rest)[1:])
+    out.write(aggregate_result.tail_bytes(input_rows, engine, elapsed_s))
     if max_bytes is not None and out.tell() > max_bytes:
         raise _result_too_large(out.tell(), max_bytes, done=True)
     return out.getvalue()
@@ -588,10 +580,7 @@ def _map_errors(call: Callable[[], T], label: str) -> T:
 def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
     """Upload the result document, or its bytes from `result_json` (overwrite: a re-run of the
     same job writes the same blob)."""
-    if isinstance(document, bytes):
-        data = document
-    else:
-        data = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    data = document if isinstance(document, bytes) else aggregate_result.dumps(document)
     label = f"{blob.container_name}/{blob.blob_name}"
     settings = ContentSettings(content_type="application/json; charset=utf-8")
     try:
@@ -619,9 +608,7 @@ class AggregateHandler:
         spec = parse_aggregate_payload(ctx.payload)
         check_input(spec, ctx.settings)  # before any read, and before any Spark run is followed
         if ctx.resume_state is not None:  # offloaded earlier: follow the Spark run, never resubmit blindly
-            from shared.spark import resume
-
-            return resume(ctx, spec)
+            return aggregate_offload.resume(ctx, spec)
         if spec.engine == "spark" and ctx.settings.spark.backend == "none":
             raise NotAvailable("engine 'spark' is not available: SPARK_BACKEND=none")
         started = time.monotonic()
@@ -649,7 +636,7 @@ class AggregateHandler:
             return self.run_spark(ctx, spec, size, "max_groups")
         elapsed = time.monotonic() - started
         container = settings.results_container
-        name = f"{ctx.job_id}.json"
+        name = aggregate_result.result_blob(ctx.job_id)
         limit = result_limit_bytes(settings.max_groups)
         data = result_json(ctx.job_id, table, input_rows, "inline", elapsed, max_bytes=limit)
         groups = table.num_rows
@@ -659,7 +646,7 @@ class AggregateHandler:
             "aggregate %s: %d rows -> %d groups in %.2fs (inline)", spec.input, input_rows, groups, elapsed
         )
         return Completed(
-            result_ref=f"{container}/{name}",
+            result_ref=aggregate_result.result_ref(container, ctx.job_id),
             summary={"input_rows": input_rows, "groups": groups, "engine": "inline"},
         )
 
@@ -668,9 +655,13 @@ class AggregateHandler:
 
         `reason` (engine | size | max_groups) is kept in the offload state on the ledger.
         """
-        from shared.spark import offload
+        return aggregate_offload.offload(ctx, spec, reason=reason)
 
-        return offload(ctx, spec, reason=reason)
+    def abandon(
+        self, settings: Settings, storage: StorageClients, job_id: str, state: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """The job is poisoned while offloaded: cancel its Spark run on the cluster, free its slot."""
+        return aggregate_offload.abandon(settings, storage, job_id, state)
 
 
 HANDLER: Final = AggregateHandler()

@@ -18,6 +18,7 @@ from typing import Any
 from azure.core.exceptions import AzureError
 
 from shared import ledger
+from shared.abandon import abandon_work
 from shared.documents import Conflict
 from shared.envelope import Envelope, best_effort_id, body_digest, encode_json, parse_body
 from shared.errors import EnvelopeError, JobError
@@ -173,11 +174,19 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
 
 
 def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verdict, body: bytes) -> None:
+    """The job's record becomes poisoned; offloaded work it still holds is cancelled first."""
+    kind = (record.data.get("kind") if record else None) or ""
+    run = abandon_work(
+        rt.handlers.get(str(kind)), rt.settings, rt.storage, record.data if record else None, None
+    )
     facts = Facts(rt.clock())
+
+    def change(prev: ledger.Data | None) -> ledger.Data:
+        base = ledger.run_cancelled(prev, job_id, facts, run) if run else prev
+        return ledger.poisoned(base, job_id, facts, verdict.reason, None, body)
+
     try:
-        rt.ledger.write(
-            job_id, record, lambda prev: ledger.poisoned(prev, job_id, facts, verdict.reason, None, body)
-        )
+        rt.ledger.write(job_id, record, change)
     except Conflict:  # someone moved the job meanwhile (completed, replayed, claimed): theirs stands
         log.warning("job %s: the ledger changed while marking it poisoned; left as it is", job_id)
 

@@ -1,27 +1,10 @@
-"""Hand large jobs to Spark over HTTP and track them to completion without waiting.
+"""The Spark backend layer: submit a run over HTTP, check it, find it again, cancel it.
 
-Public API:
-- `offload(ctx, spec=None) -> Completed | Continue` and `resume(ctx, spec=None) -> Completed | Continue`
-  (shared.spark.offload): what the aggregate handler calls.
-- `SparkBackend` (submit / status / find / cancel) with `StandaloneBackend`, `LivyBackend`,
-  `DatabricksBackend`; `backend_for(settings)` picks the configured one.
-- `tracking.decide`: the pure lifecycle decision.
+- `model`: the `SparkBackend` interface and the values it passes.
+- `backends`: the table of backends (`BACKENDS`: name -> class, settings, state mapping),
+  settings read and checked at start-up, `backend_for(spark)`.
+- `standalone`, `livy`, `databricks`: the backends, each with its typed settings.
+- `tracking`: the pure lifecycle decision; `offload`: follow a run to completion.
+
+Nothing is imported here, so that `shared.settings` can read the backend table.
 """
-
-from __future__ import annotations
-
-from shared.spark.backends import backend_for, make_backend
-from shared.spark.model import RunStatus, SparkBackend, SparkJobRequest, Submission
-from shared.spark.offload import build_request, offload, resume
-
-__all__ = [
-    "RunStatus",
-    "SparkBackend",
-    "SparkJobRequest",
-    "Submission",
-    "backend_for",
-    "build_request",
-    "make_backend",
-    "offload",
-    "resume",
-]

@@ -11,10 +11,12 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import DownstreamUnavailable, PermanentError
-from shared.settings import SparkSettings
+from shared.setting_reader import SettingReader
+from shared.spark.config import SparkSettings
 from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import databricks_status
@@ -32,6 +34,45 @@ def idempotency_token(job_id: str, submission: int) -> str:
     return "h" + hashlib.sha256(job_id.encode()).hexdigest()[:52] + f":s{submission}"
 
 
+@dataclass(frozen=True)
+class DatabricksOptions:
+    """Settings of the Databricks backend."""
+
+    auth: str = "entra"
+    """`SPARK_DATABRICKS_AUTH`: entra (token of the app's identity) | token (a PAT)."""
+    token: str = field(default="", repr=False)
+    """`SPARK_DATABRICKS_TOKEN` (auth token)."""
+    cluster: tuple[tuple[str, Any], ...] = ()
+    """From `SPARK_DATABRICKS_CLUSTER_ID` (existing_cluster_id) or `SPARK_DATABRICKS_NEW_CLUSTER`
+    (new_cluster, a JSON object)."""
+    run_timeout_s: int = 0
+    """`SPARK_DATABRICKS_RUN_TIMEOUT_SECONDS`: the run's own timeout_seconds (0: none)."""
+    server_timeout_s: float = 10.0
+    """`SPARK_DOWNSTREAM_TIMEOUT_SECONDS`: how long the API may take to answer a runs/submit."""
+
+    @classmethod
+    def read(cls, r: SettingReader, url: str) -> DatabricksOptions:
+        del url
+        auth = r.choice("SPARK_DATABRICKS_AUTH", "entra", ("entra", "token"))
+        token = r.secret("SPARK_DATABRICKS_TOKEN")
+        if auth == "token" and not token:
+            r.problem("SPARK_DATABRICKS_AUTH=token needs SPARK_DATABRICKS_TOKEN")
+        try:
+            cluster = _cluster_spec(
+                r.text("SPARK_DATABRICKS_CLUSTER_ID", ""), r.text("SPARK_DATABRICKS_NEW_CLUSTER", "")
+            )
+        except PermanentError as exc:
+            r.problem(str(exc))
+            cluster = {}
+        return cls(
+            auth=auth,
+            token=token,
+            cluster=tuple(cluster.items()),
+            run_timeout_s=r.integer("SPARK_DATABRICKS_RUN_TIMEOUT_SECONDS", 0, 0),
+            server_timeout_s=r.number("SPARK_DOWNSTREAM_TIMEOUT_SECONDS", 10.0, 0.1),
+        )
+
+
 class DatabricksBackend:
     """`SPARK_URL` is the workspace URL (https://adb-<id>.<n>.azuredatabricks.net)."""
 
@@ -43,24 +84,23 @@ class DatabricksBackend:
         clock: Callable[[], float] = time.time,
         token_provider: Callable[[str], str] | None = None,
     ) -> None:
-        extra = spark.extra
+        opts = spark.options
+        if not isinstance(opts, DatabricksOptions):
+            raise PermanentError("databricks: settings were not read for SPARK_BACKEND=databricks")
         self.base = spark.url.rstrip("/") + API
-        self.auth_mode = (extra.get("SPARK_DATABRICKS_AUTH") or "entra").lower()
-        if self.auth_mode not in ("entra", "token"):
-            raise PermanentError(f"SPARK_DATABRICKS_AUTH={self.auth_mode!r} is not one of entra, token")
-        self._pat = extra.get("SPARK_DATABRICKS_TOKEN") or ""
-        if self.auth_mode == "token" and not self._pat:
-            raise PermanentError("SPARK_DATABRICKS_AUTH=token needs SPARK_DATABRICKS_TOKEN")
-        self.cluster: dict[str, Any] = _cluster_spec(
-            extra.get("SPARK_DATABRICKS_CLUSTER_ID"), extra.get("SPARK_DATABRICKS_NEW_CLUSTER")
-        )
-        self.run_timeout_s = int(extra.get("SPARK_DATABRICKS_RUN_TIMEOUT_SECONDS") or 0)
+        self.auth_mode = opts.auth
+        self._pat = opts.token
+        self.cluster: dict[str, Any] = dict(opts.cluster)
+        self.run_timeout_s = opts.run_timeout_s
         self.clock = clock
         self._token_provider = token_provider
         self.http = HttpClient(
-            self.name, spark.connect_timeout_s, spark.read_timeout_s, headers=self._headers
+            self.name,
+            spark.connect_timeout_s,
+            spark.read_timeout_s,
+            headers=self._headers,
+            retry_after_max_s=spark.retry_after_max_s,
         )
-        self.http.retry_after_max_s = float(extra.get("SPARK_RETRY_AFTER_MAX_SECONDS") or 10)
 
     def _headers(self) -> dict[str, str]:
         if self.auth_mode == "token":
@@ -74,7 +114,7 @@ class DatabricksBackend:
 
     def submit_body(self, job: SparkJobRequest) -> dict[str, Any]:
         task: dict[str, Any] = {
-            "task_key": "aggregate",
+            "task_key": "main",  # the one task of a one-time run
             "spark_python_task": {"python_file": job.job_file, "parameters": list(job.args)},
             **self.cluster,
         }

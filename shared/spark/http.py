@@ -8,17 +8,20 @@ Messages never carry request headers, and server text is scrubbed of anything to
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import email.utils
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
 
 from shared.errors import DownstreamUnavailable, PermanentError
+from shared.spark.config import MAX_THROTTLE_RETRIES
 
 _SECRETS = re.compile(
     r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
@@ -31,6 +34,33 @@ _SECRETS = re.compile(
 
 class ReadTimedOut(DownstreamUnavailable):
     """No answer within the read timeout: the server may have acted on the request."""
+
+
+class BudgetSpent(DownstreamUnavailable):
+    """This invocation's time for Spark calls is used up: the call was not made (check later)."""
+
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("spark_step_deadline", default=None)
+
+
+@contextlib.contextmanager
+def step_budget(seconds: float, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+    """Every HTTP call made inside ends within `seconds` from now (SPARK_STEP_BUDGET_SECONDS):
+    timeouts are cut to what is left, and a call (or a Retry-After wait) that cannot fit is not
+    made (`BudgetSpent`). Nested budgets keep the earlier deadline."""
+    outer = _deadline.get()
+    mine = clock() + seconds
+    token = _deadline.set(mine if outer is None else min(outer, mine))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def remaining_budget(clock: Callable[[], float] = time.monotonic) -> float | None:
+    """Seconds left in the current step budget (None: no budget set)."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - clock()
 
 
 def scrub(text: str, limit: int = 400) -> str:
@@ -66,7 +96,7 @@ class HttpClient:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     retry_after_max_s: float = 10.0
     """Longest Retry-After honoured in-process; longer waits become DownstreamUnavailable."""
-    max_throttle_retries: int = 2
+    max_throttle_retries: int = MAX_THROTTLE_RETRIES
     sleep: Callable[[float], None] = time.sleep
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -90,9 +120,9 @@ class HttpClient:
         read_timeout_s: float | None = None,
     ) -> requests.Response:
         """Send; return 2xx answers and statuses in `allow`; raise mapped errors otherwise."""
-        timeout = (self.connect_timeout_s, read_timeout_s or self.read_timeout_s)
         throttled = 0
         while True:
+            timeout = self._timeouts(method, url, read_timeout_s or self.read_timeout_s)
             resp = self._send(method, url, json, params, timeout)
             code = int(resp.status_code)
             if 200 <= code < 300 or code in allow:
@@ -100,7 +130,9 @@ class HttpClient:
             if code == 429:
                 wait = retry_after_seconds(resp.headers.get("Retry-After"))
                 wait = 1.0 if wait is None else wait
-                if throttled < self.max_throttle_retries and wait <= self.retry_after_max_s:
+                left = remaining_budget()
+                fits = left is None or wait + self.connect_timeout_s < left
+                if throttled < self.max_throttle_retries and wait <= self.retry_after_max_s and fits:
                     throttled += 1
                     self.sleep(wait)
                     continue
@@ -116,6 +148,18 @@ class HttpClient:
                     f"check the SPARK_* auth settings and the identity's role: {detail}"
                 )
             raise PermanentError(f"{self.backend}: HTTP {code} on {method} {_path(url)}: {detail}")
+
+    def _timeouts(self, method: str, url: str, read_s: float) -> tuple[float, float]:
+        """(connect, read), cut to the step budget; BudgetSpent when too little is left to try."""
+        left = remaining_budget()
+        if left is None:
+            return (self.connect_timeout_s, read_s)
+        if left < 1.0:
+            raise BudgetSpent(
+                f"{self.backend}: this invocation's time for Spark calls is spent; "
+                f"{method} {_path(url)} is left for the next check"
+            )
+        return (min(self.connect_timeout_s, left), min(read_s, left))
 
     def _send(
         self, method: str, url: str, body: Any, params: Mapping[str, Any] | None, timeout: tuple[float, float]

@@ -9,23 +9,68 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import PermanentError
-from shared.settings import SparkSettings
+from shared.setting_reader import SettingReader
+from shared.spark.config import SparkSettings
 from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import livy_status
 
 SYNAPSE_SCOPE = "https://dev.azuresynapse.net/.default"
 _PAGE = 100
-_SIZES = {
-    "SPARK_DRIVER_MEMORY": "driverMemory",
-    "SPARK_DRIVER_CORES": "driverCores",
-    "SPARK_EXECUTOR_MEMORY": "executorMemory",
-    "SPARK_EXECUTOR_CORES": "executorCores",
-    "SPARK_NUM_EXECUTORS": "numExecutors",
-}
+
+
+@dataclass(frozen=True)
+class LivyOptions:
+    """Settings of the Livy backend (Synapse, HDInsight)."""
+
+    auth: str = "entra"
+    """`SPARK_LIVY_AUTH`: entra (token of the app's identity) | basic | none."""
+    scope: str = SYNAPSE_SCOPE
+    """`SPARK_LIVY_SCOPE`: the Entra token's scope."""
+    user: str = ""
+    """`SPARK_LIVY_USER` (basic)."""
+    password: str = field(default="", repr=False)
+    """`SPARK_LIVY_PASSWORD` (basic)."""
+    sizes: tuple[tuple[str, str | int], ...] = ()
+    """driverMemory, driverCores, executorMemory, executorCores, numExecutors of the batch, from
+    SPARK_DRIVER_MEMORY, SPARK_DRIVER_CORES, SPARK_EXECUTOR_MEMORY, SPARK_EXECUTOR_CORES,
+    SPARK_NUM_EXECUTORS (unset: the pool's defaults)."""
+    server_timeout_s: float = 10.0
+    """`SPARK_DOWNSTREAM_TIMEOUT_SECONDS`: how long the Livy server may take to answer a create."""
+
+    @classmethod
+    def read(cls, r: SettingReader, url: str) -> LivyOptions:
+        del url
+        auth = r.choice("SPARK_LIVY_AUTH", "entra", ("entra", "basic", "none"))
+        user, password = r.text("SPARK_LIVY_USER", ""), r.secret("SPARK_LIVY_PASSWORD")
+        if auth == "basic" and not (user and password):
+            r.problem("SPARK_LIVY_AUTH=basic needs SPARK_LIVY_USER and SPARK_LIVY_PASSWORD")
+        sizes: list[tuple[str, str | int]] = []
+        for name, key in (
+            ("SPARK_DRIVER_MEMORY", "driverMemory"),
+            ("SPARK_EXECUTOR_MEMORY", "executorMemory"),
+        ):
+            if r.text(name, ""):
+                sizes.append((key, r.text(name, "")))
+        for name, key in (
+            ("SPARK_DRIVER_CORES", "driverCores"),
+            ("SPARK_EXECUTOR_CORES", "executorCores"),
+            ("SPARK_NUM_EXECUTORS", "numExecutors"),
+        ):
+            if r.text(name, ""):
+                sizes.append((key, r.integer(name, 1, 1)))
+        return cls(
+            auth=auth,
+            scope=r.text("SPARK_LIVY_SCOPE", SYNAPSE_SCOPE),
+            user=user,
+            password=password,
+            sizes=tuple(sizes),
+            server_timeout_s=r.number("SPARK_DOWNSTREAM_TIMEOUT_SECONDS", 10.0, 0.1),
+        )
 
 
 class LivyBackend:
@@ -39,31 +84,24 @@ class LivyBackend:
         clock: Callable[[], float] = time.time,
         token_provider: Callable[[str], str] | None = None,
     ) -> None:
-        extra = spark.extra
+        opts = spark.options
+        if not isinstance(opts, LivyOptions):
+            raise PermanentError("livy: settings were not read for SPARK_BACKEND=livy")
         self.batches = spark.url.rstrip("/") + "/batches"
-        self.auth_mode = (extra.get("SPARK_LIVY_AUTH") or "entra").lower()
-        self.scope = extra.get("SPARK_LIVY_SCOPE") or SYNAPSE_SCOPE
-        self.sizes: dict[str, Any] = {}
-        for key, field_name in _SIZES.items():
-            if extra.get(key):
-                value = extra[key]
-                self.sizes[field_name] = (
-                    int(value) if field_name in ("driverCores", "executorCores", "numExecutors") else value
-                )
+        self.auth_mode = opts.auth
+        self.scope = opts.scope
+        self.sizes: dict[str, Any] = dict(opts.sizes)
         self.clock = clock
         self._token_provider = token_provider
-        auth: tuple[str, str] | None = None
-        if self.auth_mode == "basic":
-            user, password = extra.get("SPARK_LIVY_USER", ""), extra.get("SPARK_LIVY_PASSWORD", "")
-            if not user or not password:
-                raise PermanentError("SPARK_LIVY_AUTH=basic needs SPARK_LIVY_USER and SPARK_LIVY_PASSWORD")
-            auth = (user, password)
-        elif self.auth_mode not in ("entra", "none"):
-            raise PermanentError(f"SPARK_LIVY_AUTH={self.auth_mode!r} is not one of entra, basic, none")
+        auth = (opts.user, opts.password) if opts.auth == "basic" else None
         self.http = HttpClient(
-            self.name, spark.connect_timeout_s, spark.read_timeout_s, headers=self._headers, auth=auth
+            self.name,
+            spark.connect_timeout_s,
+            spark.read_timeout_s,
+            headers=self._headers,
+            auth=auth,
+            retry_after_max_s=spark.retry_after_max_s,
         )
-        self.http.retry_after_max_s = float(extra.get("SPARK_RETRY_AFTER_MAX_SECONDS") or 10)
 
     def _headers(self) -> dict[str, str]:
         headers = {"X-Requested-By": "jobs", "Content-Type": "application/json"}

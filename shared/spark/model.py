@@ -66,6 +66,15 @@ class RunStatus:
         return self.state in TERMINAL
 
 
+@dataclass(frozen=True)
+class RunError:
+    """What a failed run reported before it exited (its job's error report)."""
+
+    message: str
+    permanent: bool = False
+    """The job said a new run cannot help (bad input data, bad payload)."""
+
+
 class SparkBackend(Protocol):
     """Submit a job, ask for its status, find it by name, cancel it."""
 

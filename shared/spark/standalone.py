@@ -12,13 +12,16 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 from shared.errors import DownstreamUnavailable, PermanentError
-from shared.settings import SparkSettings
+from shared.setting_reader import SettingReader
+from shared.spark.config import SparkSettings
 from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import standalone_status
@@ -40,31 +43,86 @@ def jws_token(secret_b64url: str, now: float) -> str:
     return (signing_input + b"." + signature).decode()
 
 
+@dataclass(frozen=True)
+class StandaloneOptions:
+    """Settings of the standalone backend."""
+
+    master_url: str = ""
+    """`SPARK_MASTER_URL`: spark://host:port the driver registers with (default: SPARK_URL's host, 7077)."""
+    ui_url: str = ""
+    """`SPARK_MASTER_UI_URL` (required): the master's web UI, where `find` looks drivers up."""
+    client_version: str = "4.3.0"
+    """`SPARK_CLIENT_VERSION`: clientSparkVersion of the REST body."""
+    python: str = "python3"
+    """`SPARK_PYTHON`: the Python of driver and executors."""
+    driver_memory: str = "1g"
+    """`SPARK_DRIVER_MEMORY`."""
+    executor_memory: str = "1g"
+    """`SPARK_EXECUTOR_MEMORY`."""
+    cores_max: int = 2
+    """`SPARK_CORES_MAX`: cores one run may take (spark.cores.max)."""
+    rest_auth_secret: str = field(default="", repr=False)
+    """`SPARK_REST_AUTH_SECRET`: base64url HS256 key of the master's JWSFilter (empty: none)."""
+    server_timeout_s: float = 120.0
+    """`SPARK_MASTER_ASK_TIMEOUT_SECONDS`: the master's spark.rpc.askTimeout, how long a create
+    may take before it answers. Longer than the read timeout: a timed-out create is then looked up
+    in the master's UI (why SPARK_MASTER_UI_URL is required), never posted again."""
+
+    @classmethod
+    def read(cls, r: SettingReader, url: str) -> StandaloneOptions:
+        host = urlparse(url).hostname or "127.0.0.1"
+        ui_url = r.url("SPARK_MASTER_UI_URL")
+        if not ui_url:
+            r.problem(
+                "SPARK_MASTER_UI_URL is required when SPARK_BACKEND=standalone: the REST API has no "
+                "idempotency key, and without the master's UI a timed-out submit cannot be looked up "
+                "(a second driver would start)"
+            )
+        secret = r.secret("SPARK_REST_AUTH_SECRET")
+        if secret and not re.fullmatch(r"[A-Za-z0-9_-]+=*", secret):
+            r.problem("SPARK_REST_AUTH_SECRET is not base64url text (value not shown)")
+        return cls(
+            master_url=r.text("SPARK_MASTER_URL", f"spark://{host}:7077"),
+            ui_url=ui_url,
+            client_version=r.text("SPARK_CLIENT_VERSION", "4.3.0"),
+            python=r.text("SPARK_PYTHON", "python3"),
+            driver_memory=r.text("SPARK_DRIVER_MEMORY", "1g"),
+            executor_memory=r.text("SPARK_EXECUTOR_MEMORY", "1g"),
+            cores_max=r.integer("SPARK_CORES_MAX", 2, 1),
+            rest_auth_secret=secret,
+            server_timeout_s=r.number("SPARK_MASTER_ASK_TIMEOUT_SECONDS", 120.0, 1.0),
+        )
+
+
 class StandaloneBackend:
     """Submits PySpark jobs in cluster mode through the standalone master's REST API."""
 
     name = "standalone"
 
     def __init__(self, spark: SparkSettings, clock: Callable[[], float] = time.time) -> None:
-        extra = spark.extra
+        opts = spark.options
+        if not isinstance(opts, StandaloneOptions):
+            raise PermanentError("standalone: settings were not read for SPARK_BACKEND=standalone")
         self.url = spark.url.rstrip("/")
-        host = urlparse(self.url).hostname or "127.0.0.1"
-        self.master_url = extra.get("SPARK_MASTER_URL") or f"spark://{host}:7077"
-        self.ui_url = (extra.get("SPARK_MASTER_UI_URL") or "").rstrip("/")
-        self.client_version = extra.get("SPARK_CLIENT_VERSION") or "4.3.0"
-        self.python = extra.get("SPARK_PYTHON") or "python3"
+        self.master_url = opts.master_url
+        self.ui_url = opts.ui_url
+        self.client_version = opts.client_version
+        self.python = opts.python
         self.props = {
-            "spark.driver.memory": extra.get("SPARK_DRIVER_MEMORY") or "1g",
+            "spark.driver.memory": opts.driver_memory,
             "spark.driver.cores": "1",
-            "spark.executor.memory": extra.get("SPARK_EXECUTOR_MEMORY") or "1g",
-            "spark.cores.max": extra.get("SPARK_CORES_MAX") or "2",
+            "spark.executor.memory": opts.executor_memory,
+            "spark.cores.max": str(opts.cores_max),
         }
-        self._secret = extra.get("SPARK_REST_AUTH_SECRET") or ""
+        self._secret = opts.rest_auth_secret
         self.clock = clock
         self.http = HttpClient(
-            self.name, spark.connect_timeout_s, spark.read_timeout_s, headers=self._headers
+            self.name,
+            spark.connect_timeout_s,
+            spark.read_timeout_s,
+            headers=self._headers,
+            retry_after_max_s=spark.retry_after_max_s,
         )
-        self.http.retry_after_max_s = float(extra.get("SPARK_RETRY_AFTER_MAX_SECONDS") or 10)
 
     def _headers(self) -> dict[str, str]:
         if not self._secret:
@@ -125,15 +183,15 @@ class StandaloneBackend:
         self.http.request("POST", f"{self.url}/v1/submissions/kill/{submission_id}")
 
     def find(self, job: SparkJobRequest) -> Submission | None:
-        """Look for a driver launched with our app name (needs SPARK_MASTER_UI_URL).
+        """Look for a driver launched with our app name in the master's UI (SPARK_MASTER_UI_URL).
 
         A driver's app name shows only in the launch command its worker writes when it starts it.
         While a newer driver is active but not started yet, it may be ours: rather than answer
         "not found" (and let the caller submit twice), this raises DownstreamUnavailable, to look
         again later.
         """
-        if not self.ui_url:
-            return None
+        if not self.ui_url:  # refused at start-up; never answer "not found" without looking
+            raise PermanentError("standalone: SPARK_MASTER_UI_URL is not set: cannot look up a submission")
         state = json_body(self.http.request("GET", f"{self.ui_url}/json/"), self.name)
         workers = {str(w.get("id")): str(w.get("webuiaddress") or "") for w in state.get("workers", [])}
         active = {str(d.get("id")) for d in state.get("activedrivers", [])}

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from shared.errors import PayloadError, PermanentError
+from shared.errors import PayloadError
 from shared.settings import Settings
 from shared.storage import DEV_CONNECTION
 
@@ -53,18 +53,14 @@ def account_name(settings: Settings) -> str:
 def job_storage(settings: Settings, input_ref: str) -> JobStorage:
     """Arguments (and, for a local cluster, environment) that let the job read and write."""
     spark = settings.spark
-    mode = (
-        spark.extra.get("SPARK_STORAGE_ACCESS") or ("blob-sdk" if spark.backend == "standalone" else "hadoop")
-    ).lower()
+    mode = spark.storage_access or ("blob-sdk" if spark.backend == "standalone" else "hadoop")
     container, path = split_input(input_ref)
     if mode == "hadoop":
-        template = spark.extra.get("SPARK_STORAGE_URL_TEMPLATE") or DEFAULT_URL_TEMPLATE
+        template = spark.storage_url_template or DEFAULT_URL_TEMPLATE
         account = account_name(settings)
         input_url = template.format(container=container, account=account, path=path)
         results_url = template.format(container=settings.results_container, account=account, path="")
         return JobStorage(args=["--input-url", input_url, "--results-url", results_url])
-    if mode != "blob-sdk":
-        raise PermanentError(f"SPARK_STORAGE_ACCESS={mode!r} is not one of blob-sdk, hadoop")
     conn = settings.storage
     if conn.connection_string is not None and spark.backend == "standalone":
         text = (

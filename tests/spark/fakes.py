@@ -48,6 +48,9 @@ class FakeServer:
         """Retry-After values: the next len(throttle) requests answer 429 with these."""
         self.canned: list[Reply] = []
         """Replies given, in order, to the next requests instead of the API's own answer."""
+        self.dropped = 0
+        self.down = False
+        """An outage: every request is dropped unanswered (the client sees a connection error)."""
         self.lock = threading.Lock()
         outer = self
 
@@ -56,6 +59,11 @@ class FakeServer:
                 return
 
             def _serve(self) -> None:
+                if outer.down:
+                    with outer.lock:
+                        outer.dropped += 1
+                    self.close_connection = True
+                    return
                 parsed = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""

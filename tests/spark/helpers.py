@@ -16,10 +16,10 @@ from azure.core.exceptions import ResourceExistsError
 from devstack.azurite import Azurite
 from shared.jobs.aggregate import parse_aggregate_payload
 from shared.jobs.aggregate_engine import aggregate_stream
+from shared.jobs.aggregate_offload import resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.settings import Settings
 from shared.spark.model import SparkBackend
-from shared.spark.offload import resume
 from shared.storage import StorageClients, clients_for
 
 LOG = logging.getLogger("tests.spark")
@@ -33,6 +33,7 @@ def settings_for(azurite: Azurite, spark_env: Mapping[str, str], **extra: str) -
     env = {
         "AzureWebJobsStorage": azurite.connection_string,
         "RESULTS_CONTAINER": unique("results"),
+        "LEDGER_CONTAINER": unique("ledger"),  # holds the SPARK_MAX_CONCURRENT_RUNS slots
         "SPARK_POLL_INITIAL_SECONDS": "5",
         "SPARK_POLL_MAX_SECONDS": "60",
         **spark_env,
@@ -83,8 +84,9 @@ def make_ctx(
 
 def storage_for(settings: Settings) -> StorageClients:
     clients = clients_for(settings.storage)
-    with contextlib.suppress(ResourceExistsError):
-        clients.blob.create_container(settings.results_container)
+    for container in (settings.results_container, settings.ledger_container):
+        with contextlib.suppress(ResourceExistsError):
+            clients.blob.create_container(container)
     return clients
 
 

@@ -4,8 +4,10 @@ Each Spark run takes ~20-40 s here, so the scenarios share runs where they can:
 - end to end: results equal to the inline engine and to an independent computation; a
   redelivery during the live run polls the same driver; a crash between submit and ledger
   write finds the driver instead of submitting again;
-- the master killed mid-job: the forgotten submission is resubmitted once, the result is
-  written once;
+- the master killed mid-job and down for a while: failed status checks are counted, never an
+  attempt; the restarted master has forgotten the driver, so it is resubmitted once and the
+  result is written once;
+- a job poisoned while offloaded: its driver is killed on the cluster;
 - a failing job: the driver's error (column, value, line) comes back as InputDataError;
 - a read timeout on submit (through a slow proxy): the driver is looked up, not duplicated;
 - JSON lines end to end: equal to the inline engine and to an independent computation.
@@ -18,9 +20,9 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
@@ -28,12 +30,12 @@ import requests
 from bench import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
-from shared.errors import DownstreamUnavailable, InputDataError
-from shared.jobs.base import Completed, Continue
+from shared.errors import InputDataError
+from shared.jobs.aggregate_offload import abandon, offload, resume
+from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.settings import Settings
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
-from shared.spark.offload import offload, resume
 from shared.storage import StorageClients
 from tests.spark.helpers import (
     assert_rows_equal,
@@ -72,9 +74,6 @@ def stack(azurite: Azurite, spark_cluster: SparkCluster) -> tuple[Settings, Stor
     return settings, storage_for(settings), make_backend(settings.spark)
 
 
-T = TypeVar("T")
-
-
 def independent(data: bytes) -> dict[tuple[str | None, str | None], tuple[int, float]]:
     """count and sum(qty) per (region, product) with a plain csv loop: the reference."""
     out: dict[tuple[str | None, str | None], tuple[int, float]] = {}
@@ -98,16 +97,21 @@ def result_doc(settings: Settings, storage: StorageClients, job_id: str) -> tupl
     return json.loads(download.readall()), str(download.properties.etag)
 
 
-def until_determined(call: Callable[[], T], timeout_s: float = 60) -> T:
-    """Retry while the backend cannot tell yet whether a run exists (as the host's retries would)."""
+def until_confirmed(
+    ctx: JobContext, outcome: Outcome, backend: SparkBackend, timeout_s: float = 60
+) -> Continue:
+    """Follow an unconfirmed submission (the backend could not tell yet whether it exists) with
+    status checks, as continuation messages would, until the run is found."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except DownstreamUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    while isinstance(outcome, Continue) and outcome.state["submission_id"] is None:
+        assert outcome.state["submissions"] == 1  # looking, never submitting again
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still unconfirmed after {timeout_s:.0f}s")
+        time.sleep(0.5)
+        ctx.resume_state = outcome.state
+        outcome = resume(ctx, backend=backend)
+    assert isinstance(outcome, Continue)
+    return outcome
 
 
 def wait_for(check: Any, timeout_s: float, what: str) -> None:
@@ -138,7 +142,7 @@ def test_end_to_end_equals_inline_and_redelivery_polls_the_same_driver(
     crashed = make_ctx(
         settings, storage, payload, ctx.job_id, attempt=1, progress={"spark_submitting": {"name": name}}
     )
-    again = until_determined(lambda: offload(crashed, backend=backend))
+    again = until_confirmed(crashed, offload(crashed, backend=backend), backend)
     assert isinstance(again, Continue) and again.state["submission_id"] == sid
 
     done, _ = follow(ctx, polled, backend)
@@ -155,7 +159,7 @@ def test_end_to_end_equals_inline_and_redelivery_polls_the_same_driver(
     assert drivers_named(spark_cluster, name) == [sid]
 
 
-def test_master_killed_mid_job_resubmits_once_and_writes_once(
+def test_master_down_then_restarted_mid_job_resubmits_once_and_writes_once(
     stack: tuple[Settings, StorageClients, SparkBackend], spark_cluster: SparkCluster, sales: bytes
 ) -> None:
     settings, storage, backend = stack
@@ -168,9 +172,19 @@ def test_master_killed_mid_job_resubmits_once_and_writes_once(
     # Killed while the driver runs. The driver cannot get executors until the worker re-registers
     # with the new master, and at that moment the new master has the unknown driver killed: the
     # first run cannot finish, so the outcome does not depend on timing.
-    spark_cluster.restart_master()
+    spark_cluster.kill_master()
+    # While the master is down, status checks fail: they are counted, never an attempt.
+    outcome: Outcome = first
+    for n in (1, 2):
+        assert isinstance(outcome, Continue)
+        ctx.resume_state = outcome.state
+        outcome = resume(ctx, backend=backend)
+        assert isinstance(outcome, Continue) and outcome.state["poll_failures"] == n
+        assert outcome.state["submission_id"] == sid and outcome.state["submissions"] == 1
+    spark_cluster.revive_master()
 
-    ctx.resume_state = first.state
+    assert isinstance(outcome, Continue)
+    ctx.resume_state = outcome.state
     after = resume(ctx, backend=backend)
     assert isinstance(after, Continue)
     assert after.state["submissions"] == 2 and after.state["submission_id"] != sid
@@ -183,6 +197,21 @@ def test_master_killed_mid_job_resubmits_once_and_writes_once(
     wait_for(lambda: spark_cluster.running_driver_processes() == 0, 90, "drivers finished")
     assert result_doc(settings, storage, ctx.job_id)[1] == etag
     assert len(drivers_named(spark_cluster, f"aggregate-{ctx.job_id}-s2")) == 1
+
+
+def test_poisoned_job_has_its_driver_killed(
+    stack: tuple[Settings, StorageClients, SparkBackend], sales: bytes
+) -> None:
+    settings, storage, backend = stack
+    payload = {**PAYLOAD, "input": upload(storage, "inputs", "sales-poison.csv", sales)}
+    ctx = make_ctx(settings, storage, payload)
+    first = offload(ctx, backend=backend)
+    assert isinstance(first, Continue)
+    sid = str(first.state["submission_id"])
+    wait_for(lambda: backend.status(sid).state == "running", 60, "driver running")
+    run = abandon(settings, storage, ctx.job_id, first.state, backend=backend)
+    assert run is not None and run["cancelled"] is True and run["submission_id"] == sid
+    wait_for(lambda: backend.status(sid).raw_state == "KILLED", 60, "driver killed")
 
 
 def test_failing_job_reports_the_drivers_error(stack: tuple[Settings, StorageClients, SparkBackend]) -> None:

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.errors import DownstreamUnavailable, PermanentError
-from shared.settings import SparkSettings
+from shared.errors import DownstreamUnavailable, PermanentError, SettingsError
+from shared.spark.backends import spark_from_env
 from shared.spark.databricks import DatabricksBackend, idempotency_token
 from shared.spark.model import SparkJobRequest
 from tests.spark.fakes import FakeDatabricks
@@ -30,12 +30,12 @@ def dbx() -> Iterator[FakeDatabricks]:
 
 
 def backend(server: FakeDatabricks, read_timeout_s: float = 2.0, token: str = PAT) -> DatabricksBackend:
-    settings = SparkSettings(
-        backend="databricks", url=server.url, job_file=JOB.job_file, connect_timeout_s=1.0,
-        read_timeout_s=read_timeout_s, downstream_timeout_s=0.5,
-        extra={"SPARK_DATABRICKS_AUTH": "token", "SPARK_DATABRICKS_TOKEN": token,
-               "SPARK_DATABRICKS_CLUSTER_ID": "0101-abc"},
-    )  # fmt: skip
+    settings = spark_from_env({
+        "SPARK_BACKEND": "databricks", "SPARK_URL": server.url, "SPARK_JOB_FILE": JOB.job_file,
+        "SPARK_CONNECT_TIMEOUT_SECONDS": "1", "SPARK_READ_TIMEOUT_SECONDS": str(read_timeout_s),
+        "SPARK_DOWNSTREAM_TIMEOUT_SECONDS": "0.1", "SPARK_DATABRICKS_AUTH": "token",
+        "SPARK_DATABRICKS_TOKEN": token, "SPARK_DATABRICKS_CLUSTER_ID": "0101-abc",
+    })  # fmt: skip
     b = DatabricksBackend(settings)
     b.http.sleep = lambda s: None
     return b
@@ -156,7 +156,7 @@ def test_cancel(dbx: FakeDatabricks) -> None:
 
 
 def test_missing_cluster_setting_is_a_clear_configuration_error() -> None:
-    settings = SparkSettings(backend="databricks", url="http://127.0.0.1:9", job_file="x",
-                             extra={"SPARK_DATABRICKS_AUTH": "token", "SPARK_DATABRICKS_TOKEN": "t"})  # fmt: skip
-    with pytest.raises(PermanentError, match="SPARK_DATABRICKS_CLUSTER_ID"):
-        DatabricksBackend(settings)
+    env = {"SPARK_BACKEND": "databricks", "SPARK_URL": "http://127.0.0.1:9", "SPARK_JOB_FILE": "x",
+           "SPARK_DATABRICKS_AUTH": "token", "SPARK_DATABRICKS_TOKEN": "t"}  # fmt: skip
+    with pytest.raises(SettingsError, match="SPARK_DATABRICKS_CLUSTER_ID"):
+        spark_from_env(env)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import random
 import subprocess
 import sys
@@ -206,6 +207,7 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     assert sorted(zipfile.ZipFile(dest).namelist()) == sorted([*job.ENGINE_FILES, "shared/jobs/__init__.py"])
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import shared.jobs.aggregate_engine as e; "
+        "import shared.jobs.aggregate_result as r; assert r.__file__.startswith(sys.argv[1]); "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
     )
     out = subprocess.run(
@@ -221,3 +223,18 @@ def test_tiny_splits_equal_inline() -> None:
     want = inline(data, payload)
     assert input_rows == want.input_rows
     assert_rows_equal(rows, want.rows)
+
+
+def test_the_job_and_the_function_write_the_same_document() -> None:
+    """One definition (shared.jobs.aggregate_result) for the PySpark job and the inline engine."""
+    import pyarrow as pa
+
+    from shared.jobs.aggregate import result_json
+    from shared.jobs.aggregate_offload import completed
+    from shared.jobs.aggregate_result import TAIL, result_blob
+
+    rows = [{"k": "é", "count": 2, "sum_v": 1.5}, {"k": None, "count": 1, "sum_v": None}]
+    from_job = job.result_bytes("job-1", rows, 3, 0.1234)
+    from_function = result_json("job-1", pa.Table.from_pylist(rows), 3, "spark", 0.1234)
+    assert from_job == from_function and TAIL.search(from_job) is not None
+    assert completed("results", "job-1", json.loads(from_job)).result_ref == "results/" + result_blob("job-1")

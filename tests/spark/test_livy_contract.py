@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.errors import DownstreamUnavailable, PermanentError
-from shared.settings import SparkSettings
+from shared.errors import DownstreamUnavailable, PermanentError, SettingsError
+from shared.spark.backends import spark_from_env
+from shared.spark.http import BudgetSpent, ReadTimedOut, remaining_budget, step_budget
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkJobRequest
 from tests.spark.fakes import FakeLivy, Reply
@@ -29,11 +30,11 @@ def livy() -> Iterator[FakeLivy]:
 
 
 def backend(server: FakeLivy, read_timeout_s: float = 2.0, **extra: str) -> LivyBackend:
-    settings = SparkSettings(
-        backend="livy", url=server.url, job_file=JOB.job_file, connect_timeout_s=1.0,
-        read_timeout_s=read_timeout_s, downstream_timeout_s=0.5,
-        extra={"SPARK_LIVY_AUTH": "entra", **extra},
-    )  # fmt: skip
+    settings = spark_from_env({
+        "SPARK_BACKEND": "livy", "SPARK_URL": server.url, "SPARK_JOB_FILE": JOB.job_file,
+        "SPARK_CONNECT_TIMEOUT_SECONDS": "1", "SPARK_READ_TIMEOUT_SECONDS": str(read_timeout_s),
+        "SPARK_DOWNSTREAM_TIMEOUT_SECONDS": "0.1", "SPARK_LIVY_AUTH": "entra", **extra,
+    })  # fmt: skip
     b = LivyBackend(settings, token_provider=lambda scope: "entra-token")
     b.http.sleep = lambda s: None
     return b
@@ -179,11 +180,16 @@ def test_hdinsight_basic_auth_with_x_requested_by() -> None:
 
 
 def test_basic_auth_without_password_is_a_clear_configuration_error() -> None:
-    settings = SparkSettings(
-        backend="livy", url="http://127.0.0.1:9", job_file="x", extra={"SPARK_LIVY_AUTH": "basic"}
-    )
-    with pytest.raises(PermanentError, match="SPARK_LIVY_PASSWORD"):
-        LivyBackend(settings)
+    env = {
+        "SPARK_BACKEND": "livy",
+        "SPARK_URL": "http://127.0.0.1:9",
+        "SPARK_JOB_FILE": "x",
+        "SPARK_LIVY_AUTH": "basic",
+    }
+    with pytest.raises(
+        SettingsError, match="SPARK_LIVY_AUTH=basic needs SPARK_LIVY_USER and SPARK_LIVY_PASSWORD"
+    ):
+        spark_from_env(env)
 
 
 def test_secrets_never_appear_in_errors(livy: FakeLivy) -> None:
@@ -198,3 +204,16 @@ def test_secrets_never_appear_in_errors(livy: FakeLivy) -> None:
         assert "wrong-s3cret" not in repr(b.http)
     finally:
         server.stop()
+
+
+def test_the_step_budget_cuts_timeouts_and_refuses_calls_that_cannot_fit(livy: FakeLivy) -> None:
+    b = backend(livy, read_timeout_s=30.0)
+    livy.canned = [Reply(200, {"sessions": [], "total": 0}, delay_s=3.0)]
+    with step_budget(1.5):
+        with pytest.raises(ReadTimedOut, match=r"no answer within 1\.\d+s"):  # 30 s cut to what is left
+            b.find(JOB)
+        seen = len(livy.requests)
+        with pytest.raises(BudgetSpent, match="left for the next check"):
+            b.status("0")
+    assert len(livy.requests) == seen  # the call that could not fit was not made
+    assert remaining_budget() is None

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from shared.errors import InputDataError, NotAvailable, PermanentError
+from shared.errors import DownstreamUnavailable, InputDataError, NotAvailable, PermanentError
+from shared.jobs.aggregate_offload import build_request, offload, resume
+from shared.jobs.aggregate_result import error_blob
 from shared.jobs.base import Completed, Continue
 from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
-from shared.spark.offload import build_request, offload, resume
-from shared.spark.results import error_blob
 from shared.storage import StorageClients
 from tests.spark.helpers import Checkpoints, make_ctx, settings_for, storage_for
 
@@ -30,6 +30,7 @@ PAYLOAD = {
 SPARK_ENV = {
     "SPARK_BACKEND": "standalone",
     "SPARK_URL": "http://127.0.0.1:9",
+    "SPARK_MASTER_UI_URL": "http://127.0.0.1:9",
     "SPARK_JOB_FILE": "/x/aggregate_job.py",
 }
 
@@ -314,4 +315,35 @@ def test_livy_and_databricks_read_abfss_with_the_clusters_identity(azurite: Azur
 def test_no_backend_configured_is_not_available(azurite: Azurite) -> None:
     settings = settings_for(azurite, {})
     with pytest.raises(NotAvailable, match="SPARK_BACKEND"):
-        backend_for(settings)
+        backend_for(settings.spark)
+
+
+def test_a_lookup_that_cannot_tell_never_submits(env: tuple[Settings, StorageClients]) -> None:
+    settings, storage = env
+    backend = CannotTell()
+    ctx = make_ctx(settings, storage, PAYLOAD, attempt=1)  # a retry: the first may have submitted
+    out = offload(ctx, backend=backend)
+    assert isinstance(out, Continue) and out.state["submission_id"] is None and backend.submitted == []
+    for n in (1, 2):
+        ctx.resume_state = out.state
+        out = resume(ctx, backend=backend, now=out.state["submitted_at"] + 3600)  # past the window
+        assert isinstance(out, Continue) and out.state["poll_failures"] == n and backend.submitted == []
+    backend.can_tell = True
+    backend.findable[out.state["name"]] = "run-earlier"
+    backend.states["run-earlier"] = RunStatus("running")
+    ctx.resume_state = out.state
+    out = resume(ctx, backend=backend)
+    assert isinstance(out, Continue) and out.state["submission_id"] == "run-earlier"
+    assert out.state["submissions"] == 1 and backend.submitted == []
+
+
+@dataclass
+class CannotTell(ScriptedBackend):
+    """A busy standalone master: drivers not started yet, so `find` cannot tell."""
+
+    can_tell: bool = False
+
+    def find(self, job: SparkJobRequest) -> Submission | None:
+        if not self.can_tell:
+            raise DownstreamUnavailable("standalone: cannot tell yet whether it was submitted")
+        return super().find(job)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from shared.errors import DownstreamUnavailable, PermanentError
-from shared.settings import SparkSettings
+from shared.spark.backends import spark_from_env
 from shared.spark.model import SparkJobRequest
 from shared.spark.standalone import StandaloneBackend, driver_error_from_log, jws_token
 from tests.spark.fakes import FakeStandalone, Reply
@@ -37,12 +37,12 @@ def master() -> Iterator[FakeStandalone]:
 
 
 def backend(server: FakeStandalone, read_timeout_s: float = 2.0, **extra: str) -> StandaloneBackend:
-    settings = SparkSettings(
-        backend="standalone", url=server.url, job_file=JOB.job_file, connect_timeout_s=1.0,
-        read_timeout_s=read_timeout_s, downstream_timeout_s=0.5,
-        extra={"SPARK_MASTER_URL": "spark://127.0.0.1:7077", "SPARK_MASTER_UI_URL": server.url,
-               "SPARK_PYTHON": "/venv/bin/python", **extra},
-    )  # fmt: skip
+    settings = spark_from_env({
+        "SPARK_BACKEND": "standalone", "SPARK_URL": server.url, "SPARK_JOB_FILE": JOB.job_file,
+        "SPARK_CONNECT_TIMEOUT_SECONDS": "1", "SPARK_READ_TIMEOUT_SECONDS": str(read_timeout_s),
+        "SPARK_MASTER_URL": "spark://127.0.0.1:7077", "SPARK_MASTER_UI_URL": server.url,
+        "SPARK_PYTHON": "/venv/bin/python", **extra,
+    })  # fmt: skip
     return StandaloneBackend(settings)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shared.errors import PermanentError
@@ -16,12 +18,18 @@ from shared.spark.tracking import (
     Verify,
     Wait,
     after_missing_result,
+    after_poll_failure,
+    cancel_failed,
     decide,
     next_delay,
+    polled,
     resubmitted,
+    with_cancelled,
 )
 
-LIMITS = Limits(max_submissions=3, poll_initial_s=10, poll_max_s=300, confirm_window_s=120, max_run_s=3600)
+LIMITS = Limits(
+    max_submissions=3, poll_initial_s=10, poll_max_s=300, confirm_window_s=120, run_timeout_s=3600
+)
 STATE = OffloadState("standalone", "driver-1", "aggregate-j-s1", submitted_at=1000.0, submissions=1, polls=0)
 
 
@@ -160,3 +168,38 @@ def test_retry_after_parses_seconds_and_dates() -> None:
     assert retry_after_seconds("soon") is None
     when = retry_after_seconds("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412500.0)
     assert when == pytest.approx(10.0)
+
+
+# --- tracking by deadline ----------------------------------------------------------------------
+
+
+def test_a_failed_poll_waits_longer_and_counts_nothing_but_the_failure() -> None:
+    wait = after_poll_failure(STATE, "livy: cannot reach x", now=1100, limits=LIMITS)
+    assert isinstance(wait, Wait) and wait.delay_s == 20
+    assert (wait.state.submissions, wait.state.poll_failures, wait.state.last_error) == (
+        1,
+        1,
+        "livy: cannot reach x",
+    )
+    many = replace(STATE, poll_failures=40)
+    assert after_poll_failure(many, "e", now=1100, limits=LIMITS).delay_s == LIMITS.poll_max_s  # type: ignore[union-attr]
+    assert polled(wait.state).poll_failures == 0 and polled(wait.state).last_error == ""
+
+
+def test_a_failed_poll_past_the_deadline_cancels_the_run() -> None:
+    decision = after_poll_failure(STATE, "down", now=1000 + 3601, limits=LIMITS)
+    assert (
+        isinstance(decision, Resubmit)
+        and decision.cancel
+        and "unreachable past the deadline" in decision.reason
+    )
+    unconfirmed = OffloadState("livy", None, "n", 1000.0)
+    assert isinstance(after_poll_failure(unconfirmed, "down", now=1000 + 3601, limits=LIMITS), Wait)
+
+
+def test_a_failed_cancel_waits_and_a_done_cancel_is_kept_once() -> None:
+    wait = cancel_failed(STATE, "503", LIMITS)
+    assert isinstance(wait, Wait) and "cancel of driver-1 failed" in wait.state.last_error
+    once = with_cancelled(with_cancelled(STATE))
+    assert once.cancelled == ("driver-1",)
+    assert OffloadState.from_dict(once.to_dict()) == once

@@ -203,16 +203,18 @@ def test_spark_without_backend_is_not_available() -> None:
 
 
 def test_auto_over_threshold_is_offloaded_to_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    import shared.spark
+    import shared.jobs.aggregate_offload
     from shared.jobs.base import Continue
 
     calls: list[str] = []
     monkeypatch.setattr(
-        shared.spark,
+        shared.jobs.aggregate_offload,
         "offload",
         lambda ctx, spec, reason: calls.append(f"offload:{reason}") or Continue({}, 3),
     )
-    monkeypatch.setattr(shared.spark, "resume", lambda ctx, spec: calls.append("resume") or Continue({}, 3))
+    monkeypatch.setattr(
+        shared.jobs.aggregate_offload, "resume", lambda ctx, spec: calls.append("resume") or Continue({}, 3)
+    )
     service = FakeService({("data", "sales.csv"): b"k,v\n" + b"a,1\n" * 100})
     settings = make_settings("standalone", threshold=100)
     assert isinstance(HANDLER.run(make_ctx(PAYLOAD, service, settings)), Continue)
@@ -370,13 +372,13 @@ def test_over_max_groups_without_spark_is_a_permanent_error() -> None:
 def test_over_max_groups_goes_to_spark_when_it_may(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    import shared.spark
+    import shared.jobs.aggregate_offload
     from shared.errors import LimitExceeded
     from shared.jobs.base import Continue
 
     calls: list[str] = []
     monkeypatch.setattr(
-        shared.spark,
+        shared.jobs.aggregate_offload,
         "offload",
         lambda ctx, spec, reason: calls.append(reason) or Continue({"reason": reason}, 3),
     )

@@ -168,3 +168,27 @@ def test_judge(
     verdict = judge(record, env, app, NOW + timedelta(seconds=1))
     assert (verdict.state, verdict.mark, verdict.recheck_at is not None) == (state, mark, recheck)
     assert verdict.reason
+
+
+def test_a_cancelled_run_is_recorded_before_the_poison() -> None:
+    claimed = ledger.claimed(None, ENV, FACTS, lease_s=30)
+    run = {"backend": "livy", "submission_id": "7", "cancelled": True}
+    data = ledger.poisoned(
+        ledger.run_cancelled(claimed, "j1", FACTS, run), "j1", FACTS, "expired", "expired", b"{}"
+    )
+    assert data["status"] == ledger.POISONED and data["cancelled_run"] == run
+    assert [h["event"] for h in data["history"]][-2:] == ["run_cancelled", "poisoned"]
+    assert data["history"][-2]["submission_id"] == "7" and data["history"][-2]["cancelled"] is True
+
+
+def test_cancel_is_refused_when_done_or_running_and_replay_forgets_it() -> None:
+    claimed = ledger.claimed(None, ENV, FACTS, lease_s=30)
+    with pytest.raises(Conflict, match="running now"):
+        ledger.cancel_requested(claimed, "j1", FACTS, "ops", "")
+    later = Facts(NOW + timedelta(seconds=31), owner="ops")
+    asked = ledger.cancel_requested(claimed, "j1", later, "ops", "wrong input")
+    assert asked["cancel_requested"]["by"] == "ops" and asked["history"][-1]["event"] == "cancel_requested"
+    done = ledger.completed(claimed, "j1", FACTS, 0, "results/j1.json", {}, 0.1)
+    with pytest.raises(Conflict, match="nothing to cancel"):
+        ledger.cancel_requested(done, "j1", later, "ops", "")
+    assert "cancel_requested" not in ledger.replayed(asked, ENV, later)

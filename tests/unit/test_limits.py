@@ -323,10 +323,15 @@ def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> 
     import logging
 
     from shared.errors import InputRefused
+    from shared.jobs.aggregate_offload import offload
     from shared.jobs.base import JobContext
-    from shared.spark.offload import offload
 
-    spark_env = {"SPARK_BACKEND": "standalone", "SPARK_URL": "http://127.0.0.1:9", "SPARK_JOB_FILE": "/x.py"}
+    spark_env = {
+        "SPARK_BACKEND": "standalone",
+        "SPARK_URL": "http://127.0.0.1:9",
+        "SPARK_MASTER_UI_URL": "http://127.0.0.1:9",
+        "SPARK_JOB_FILE": "/x.py",
+    }
     ctx = JobContext(
         job_id="j1",
         kind="aggregate",

@@ -71,7 +71,7 @@ def test_spark_timeouts_must_nest(tmp_path: Path) -> None:
     host.write_text(json.dumps({"functionTimeout": "00:00:30"}))
     base = {
         "AzureWebJobsStorage": CONN,
-        "SPARK_BACKEND": "standalone",
+        "SPARK_BACKEND": "livy",
         "SPARK_URL": "http://x",
         "SPARK_JOB_FILE": "f",
     }
@@ -82,11 +82,82 @@ def test_spark_timeouts_must_nest(tmp_path: Path) -> None:
         )
     text = str(info.value)
     assert "SPARK_DOWNSTREAM_TIMEOUT_SECONDS (40) must be less than SPARK_READ_TIMEOUT_SECONDS (30)" in text
-    assert "functionTimeout (30s)" in text
+    assert (
+        "SPARK_STEP_BUDGET_SECONDS (150) + 60s for storage work must fit in host.json functionTimeout (30s)"
+        in text
+    )
     ok = Settings.from_env(
         {**base, "SPARK_READ_TIMEOUT_SECONDS": "20"}, host_json=host.with_name("none.json")
     )
-    assert ok.spark.backend == "standalone"
+    assert ok.spark.backend == "livy" and ok.spark.step_budget_s + 60 <= ok.function_timeout_s
+
+
+def test_one_spark_call_at_its_worst_must_fit_the_step_budget() -> None:
+    env = {
+        "AzureWebJobsStorage": CONN, "SPARK_BACKEND": "databricks", "SPARK_URL": "https://adb",
+        "SPARK_JOB_FILE": "f", "SPARK_DATABRICKS_CLUSTER_ID": "c", "SPARK_READ_TIMEOUT_SECONDS": "40",
+        "SPARK_RETRY_AFTER_MAX_SECONDS": "30",
+    }  # fmt: skip
+    with pytest.raises(
+        SettingsError, match=r"SPARK_STEP_BUDGET_SECONDS \(150\) must hold one Spark call .* = 195s"
+    ):
+        Settings.from_env({**env, "SPARK_STEP_BUDGET_SECONDS": "150"})
+    assert Settings.from_env(env).spark.step_budget_s == 195  # unset: sized for one call at its worst
+    assert Settings.from_env({**env, "SPARK_STEP_BUDGET_SECONDS": "200"}).spark.step_budget_s == 200
+
+
+def test_standalone_without_a_way_to_find_its_drivers_is_refused() -> None:
+    env = {
+        "AzureWebJobsStorage": CONN,
+        "SPARK_BACKEND": "standalone",
+        "SPARK_URL": "http://m:6066",
+        "SPARK_JOB_FILE": "f",
+    }
+    with pytest.raises(SettingsError, match="SPARK_MASTER_UI_URL is required when SPARK_BACKEND=standalone"):
+        Settings.from_env(env)
+    ok = Settings.from_env({**env, "SPARK_MASTER_UI_URL": "http://m:8080/"})
+    assert ok.spark.options is not None and ok.spark.max_concurrent_runs == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"SPARK_BACKEND": "yarn"}, "SPARK_BACKEND='yarn' is not one of none, standalone, livy, databricks"),
+        ({"SPARK_CORES_MAX": "two"}, "SPARK_CORES_MAX='two' is not an integer"),
+        ({"SPARK_MASTER_UI_URL": "m:8080"}, "SPARK_MASTER_UI_URL='m:8080' is not an http(s) URL"),
+        (
+            {"SPARK_RUN_TIMEOUT_SECONDS": "200"},
+            "SPARK_RUN_TIMEOUT_SECONDS (200) must be longer than SPARK_POLL_MAX_SECONDS (300)",
+        ),
+        ({"SPARK_STORAGE_ACCESS": "nfs"}, "SPARK_STORAGE_ACCESS='nfs' is not one of"),
+        ({"SPARK_MAX_CONCURRENT_RUNS": "-1"}, "SPARK_MAX_CONCURRENT_RUNS=-1 must be >= 0"),
+        (
+            {"SPARK_BACKEND": "livy", "SPARK_LIVY_AUTH": "basic", "SPARK_LIVY_PASSWORD": "pw-s3cret"},
+            "SPARK_LIVY_AUTH=basic needs SPARK_LIVY_USER and SPARK_LIVY_PASSWORD",
+        ),
+        (
+            {"SPARK_BACKEND": "databricks", "SPARK_DATABRICKS_NEW_CLUSTER": "{nope"},
+            "SPARK_DATABRICKS_NEW_CLUSTER is not valid JSON",
+        ),
+        (
+            {
+                "SPARK_BACKEND": "databricks",
+                "SPARK_DATABRICKS_CLUSTER_ID": "c",
+                "SPARK_DATABRICKS_AUTH": "pat",
+            },
+            "SPARK_DATABRICKS_AUTH='pat' is not one of entra, token",
+        ),
+    ],
+)
+def test_backend_settings_are_checked_at_start_up(extra: dict[str, str], fragment: str) -> None:
+    env = {
+        "AzureWebJobsStorage": CONN, "SPARK_BACKEND": "standalone", "SPARK_URL": "http://m:6066",
+        "SPARK_MASTER_UI_URL": "http://m:8080", "SPARK_JOB_FILE": "f", **extra,
+    }  # fmt: skip
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(env)
+    assert fragment in str(info.value)
+    assert "pw-s3cret" not in str(info.value)
 
 
 def test_spark_requires_url_and_job_file() -> None:

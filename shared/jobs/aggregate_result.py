@@ -1,0 +1,81 @@
+"""The aggregate result document and where it lives: defined once, for the function (inline
+engine and Spark tracking), the PySpark job (shipped to the cluster in the engine zip: standard
+library only) and the API.
+
+Document (compact JSON, members in this order, so its two ends can be checked without reading
+the rows): `{"id":<job id>,"rows":[...],"input_rows":N,"engine":"inline"|"spark","elapsed_s":X}`.
+A Spark run that fails writes an error report: `{"id","submission","kind","error"}`, where kind
+is input_data | payload | unexpected (the first two cannot be fixed by a new run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+ERROR_KINDS: Final = ("input_data", "payload", "unexpected")
+PERMANENT_KINDS: Final = frozenset({"input_data", "payload"})
+TAIL: Final = re.compile(
+    rb'\],"input_rows":(\d+),"engine":("(?:[^"\\]|\\.)*"),"elapsed_s":(-?[0-9.eE+-]+)\}\s*$'
+)
+"""The end of a document, after its rows."""
+
+
+def result_blob(job_id: str) -> str:
+    """The result document's name in the results container."""
+    return f"{job_id}.json"
+
+
+def result_ref(container: str, job_id: str) -> str:
+    """'<container>/<blob>' as the ledger records it (`result_ref`) and the API serves it."""
+    return f"{container}/{result_blob(job_id)}"
+
+
+def error_blob(job_id: str, submission: int) -> str:
+    """The error report a failing Spark run writes (one per submission)."""
+    return f"_spark/{job_id}/error-s{submission}.json"
+
+
+def dumps(value: object) -> bytes:
+    """Compact UTF-8 JSON, as both engines write documents."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def head_bytes(job_id: str) -> bytes:
+    """How a document of `job_id` begins, up to its first row."""
+    return dumps({"id": job_id})[:-1] + b',"rows":['
+
+
+def tail_bytes(input_rows: int, engine: str, elapsed_s: float) -> bytes:
+    """How a document ends, after its last row (`TAIL` matches it)."""
+    return b"]," + dumps({"input_rows": input_rows, "engine": engine, "elapsed_s": round(elapsed_s, 3)})[1:]
+
+
+def result_document(
+    job_id: str, rows: list[dict[str, Any]], input_rows: int, engine: str, elapsed_s: float
+) -> dict[str, Any]:
+    """The document as one object (the order of its members is the file's)."""
+    return {
+        "id": job_id,
+        "rows": rows,
+        "input_rows": input_rows,
+        "engine": engine,
+        "elapsed_s": round(elapsed_s, 3),
+    }
+
+
+def is_result_of(doc: Mapping[str, Any] | None, job_id: str) -> bool:
+    """A whole document that belongs to `job_id` (a stale or foreign one is not)."""
+    return doc is not None and doc.get("id") == job_id and isinstance(doc.get("rows"), list)
+
+
+def error_document(job_id: str, submission: int, kind: str, message: str) -> dict[str, Any]:
+    """A failing run's report."""
+    return {
+        "id": job_id,
+        "submission": submission,
+        "kind": kind if kind in ERROR_KINDS else "unexpected",
+        "error": message[:2000],
+    }
