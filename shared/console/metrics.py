@@ -4,7 +4,9 @@ per hour, so they add no storage request per message.
 Blob: `console/metrics/<YYYY-MM-DDTHH>/<instance>.json` in the poison-archive container, holding
 per-minute counts (completed, retried, poisoned), a latency histogram per minute (enqueue to
 completion, `LATENCY_BOUNDS_S`) and the instance's jobs in flight. A refresh of the overview lists
-two hour prefixes and reads their blobs: 2 + (blobs of the last two hours) requests.
+two hour prefixes and reads their blobs: 2 + (blobs of the last two hours) requests. Each process
+also deletes hours older than `RETENTION_H`, once an hour (one listing of the prefix, then the
+deletes), so the blobs do not pile up as instances come and go.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -29,6 +31,8 @@ FLUSH_S = 60.0
 """How often a process writes its counters (one upsert, only when something changed)."""
 WINDOW_MIN = 60
 """The overview shows the last hour, minute by minute."""
+RETENTION_H = 48
+"""Hours of counters kept in storage; older hour blobs are deleted by `prune`."""
 LATENCY_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 """Upper bounds of the latency bins; one more bin holds everything slower."""
 COUNTED = {"completed": "completed", "retry_scheduled": "retried", "poisoned": "poisoned"}
@@ -173,9 +177,14 @@ def install(store: DocumentStore, instance: str, period_s: float = FLUSH_S) -> N
 
         def loop() -> None:
             stop = threading.Event()
+            pruned_hour = ""
             while not stop.wait(period_s):
                 try:
                     RECORDER.flush(store, instance)
+                    hour = hour_key(RECORDER.clock())
+                    if hour != pruned_hour:
+                        prune(store, RECORDER.clock())
+                        pruned_hour = hour
                 except Exception as exc:  # the next period tries again
                     log.warning("console metrics: flush failed (%s); retrying next period", exc)
 
@@ -186,6 +195,26 @@ def installed_instance() -> str | None:
     """This process's instance name when counting is installed (its blob is read live, not from storage)."""
     value = _installed.get("instance")
     return str(value) if value else None
+
+
+def expired(names: Iterable[str], now: datetime, retention_h: int = RETENTION_H) -> list[str]:
+    """The counter blobs among `names` whose hour is older than `retention_h` (pure)."""
+    oldest = hour_key(now - timedelta(hours=retention_h))
+    found = []
+    for name in names:
+        hour = name[len(PREFIX) :].split("/", 1)[0] if name.startswith(PREFIX) else ""
+        if hour and hour < oldest:
+            found.append(name)
+    return found
+
+
+def prune(store: DocumentStore, now: datetime, retention_h: int = RETENTION_H) -> int:
+    """Delete counter blobs older than `retention_h` hours; how many. Several processes may prune
+    at once: a blob already deleted is no error."""
+    names = expired((name for name, _ in store.names(PREFIX)), now, retention_h)
+    for name in names:
+        store.delete(name)
+    return len(names)
 
 
 # -- reading (pure) ---------------------------------------------------------------------------

@@ -400,3 +400,20 @@ def test_process_message_counts_itself_in_flight(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ZeroDivisionError):
         processing.process_message(SimpleNamespace(id="m", dequeue_count=1, get_body=lambda: b"{}"))  # type: ignore[arg-type]
     assert seen == [before + 1] and metrics.RECORDER.in_flight == before
+
+
+def test_counter_blobs_older_than_the_retention_are_pruned_and_recent_ones_kept() -> None:
+    store = MemoryDocuments(lambda: NOW)
+    kept_hours = ["2026-11-22T12", "2026-11-24T11", "2026-11-24T12"]  # 48 h ago is still kept
+    gone_hours = ["2026-11-22T11", "2026-11-01T00"]
+    for hour in kept_hours + gone_hours:
+        for instance in ("host:1", "host:2"):
+            store.upsert(metrics.blob_name(hour, instance), {"hour": hour})
+    store.upsert("jobs/a/1.json", {"other": "archive entry"})  # not a counter blob: never touched
+    assert metrics.prune(store, NOW) == 4
+    left = sorted(name for name, _ in store.names(""))
+    assert left == sorted(
+        ["jobs/a/1.json"] + [metrics.blob_name(h, i) for h in kept_hours for i in ("host:1", "host:2")]
+    )
+    assert metrics.prune(store, NOW) == 0
+    assert metrics.expired(["console/metrics/x", "other/2026-01-01T00/a.json"], NOW) == []
