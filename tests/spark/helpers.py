@@ -23,6 +23,14 @@ from shared.spark.model import SparkBackend
 from shared.storage import StorageClients, clients_for
 
 LOG = logging.getLogger("tests.spark")
+PAYLOAD: dict[str, Any] = {
+    "input": "data/in.csv",
+    "format": "csv",
+    "group_by": ["k"],
+    "metrics": [{"op": "count"}],
+    "engine": "spark",
+}
+"""The smallest aggregate payload that goes to Spark (the input is never read by the fakes)."""
 
 
 def unique(prefix: str) -> str:

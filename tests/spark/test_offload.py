@@ -18,15 +18,8 @@ from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.storage import StorageClients
-from tests.spark.helpers import Checkpoints, make_ctx, settings_for, storage_for
+from tests.spark.helpers import PAYLOAD, Checkpoints, make_ctx, settings_for, storage_for
 
-PAYLOAD = {
-    "input": "data/in.csv",
-    "format": "csv",
-    "group_by": ["k"],
-    "metrics": [{"op": "count"}],
-    "engine": "spark",
-}
 SPARK_ENV = {
     "SPARK_BACKEND": "standalone",
     "SPARK_URL": "http://127.0.0.1:9",

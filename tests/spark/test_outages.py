@@ -34,17 +34,10 @@ from shared.storage import StorageClients
 from tests.integration.helpers import drain_raw, message
 from tests.integration.helpers import settings_for as app_settings_for
 from tests.spark.fakes import FakeDatabricks, FakeLivy, FakeServer
-from tests.spark.helpers import make_ctx, settings_for, storage_for, unique, upload
+from tests.spark.helpers import PAYLOAD, make_ctx, settings_for, storage_for, unique, upload
 
 pytestmark = pytest.mark.integration
 
-PAYLOAD = {
-    "input": "data/in.csv",
-    "format": "csv",
-    "group_by": ["k"],
-    "metrics": [{"op": "count"}],
-    "engine": "spark",
-}
 SHIPPED_POLLING = {"SPARK_POLL_INITIAL_SECONDS": "10", "SPARK_POLL_MAX_SECONDS": "300"}
 JOB_FILE = "abfss://jobs@acct.dfs.core.windows.net/aggregate_job.py"
 

@@ -23,17 +23,9 @@ from shared.spark.livy import LivyBackend
 from shared.spark.offload import slots_for
 from shared.spark.slots import Slots, is_free_for, lease_seconds
 from tests.spark.fakes import FakeLivy
-from tests.spark.helpers import make_ctx, settings_for, storage_for, unique
+from tests.spark.helpers import PAYLOAD, make_ctx, settings_for, storage_for, unique
 
 pytestmark = pytest.mark.integration
-
-PAYLOAD = {
-    "input": "data/in.csv",
-    "format": "csv",
-    "group_by": ["k"],
-    "metrics": [{"op": "count"}],
-    "engine": "spark",
-}
 
 
 def test_a_slot_is_free_when_empty_ours_released_or_lapsed() -> None:
