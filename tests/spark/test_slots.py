@@ -87,6 +87,15 @@ def test_instances_racing_for_the_last_slot_get_it_once(store: BlobDocuments) ->
     assert len(winners) == 1
 
 
+def capped_livy_env(livy: FakeLivy) -> dict[str, str]:
+    """The fake Livy with room for one run at a time."""
+    return {
+        "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": "abfss://j@a.dfs.core.windows.net/x.py",
+        "SPARK_LIVY_AUTH": "basic", "SPARK_LIVY_USER": "admin", "SPARK_LIVY_PASSWORD": "pw",
+        "SPARK_MAX_CONCURRENT_RUNS": "1",
+    }  # fmt: skip
+
+
 @pytest.fixture
 def livy() -> Iterator[FakeLivy]:
     server = FakeLivy(auth="basic")
@@ -95,12 +104,7 @@ def livy() -> Iterator[FakeLivy]:
 
 
 def test_a_job_over_the_cap_waits_then_runs_and_completes(azurite: Azurite, livy: FakeLivy) -> None:
-    env = {
-        "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": "abfss://j@a.dfs.core.windows.net/x.py",
-        "SPARK_LIVY_AUTH": "basic", "SPARK_LIVY_USER": "admin", "SPARK_LIVY_PASSWORD": "pw",
-        "SPARK_MAX_CONCURRENT_RUNS": "1",
-    }  # fmt: skip
-    settings = settings_for(azurite, env)
+    settings = settings_for(azurite, capped_livy_env(livy))
     storage = storage_for(settings)
     backend = LivyBackend(settings.spark)
     results = storage.container(settings.results_container)
@@ -136,12 +140,7 @@ def test_a_job_over_the_cap_waits_then_runs_and_completes(azurite: Azurite, livy
 
 
 def test_a_poisoned_job_frees_its_slot(azurite: Azurite, livy: FakeLivy) -> None:
-    env = {
-        "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": "abfss://j@a.dfs.core.windows.net/x.py",
-        "SPARK_LIVY_AUTH": "basic", "SPARK_LIVY_USER": "admin", "SPARK_LIVY_PASSWORD": "pw",
-        "SPARK_MAX_CONCURRENT_RUNS": "1",
-    }  # fmt: skip
-    settings = settings_for(azurite, env)
+    settings = settings_for(azurite, capped_livy_env(livy))
     storage = storage_for(settings)
     ctx = make_ctx(settings, storage, PAYLOAD)
     out = offload(ctx, backend=LivyBackend(settings.spark))
@@ -165,12 +164,7 @@ def test_release_finds_the_slot_when_the_saved_index_is_stale(store: BlobDocumen
 
 
 def test_a_refused_submit_frees_the_slot_it_took(azurite: Azurite, livy: FakeLivy) -> None:
-    env = {
-        "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": "abfss://j@a.dfs.core.windows.net/x.py",
-        "SPARK_LIVY_AUTH": "basic", "SPARK_LIVY_USER": "admin", "SPARK_LIVY_PASSWORD": "pw",
-        "SPARK_MAX_CONCURRENT_RUNS": "1",
-    }  # fmt: skip
-    settings = settings_for(azurite, env)
+    settings = settings_for(azurite, capped_livy_env(livy))
     storage = storage_for(settings)
     livy.create_status = 400
     with pytest.raises(PermanentError, match="HTTP 400 on POST /batches"):
