@@ -1,0 +1,128 @@
+/* What a scanner is asked for, and the number parser both scanners share. */
+#ifndef AGGKERNEL_SCAN_H
+#define AGGKERNEL_SCAN_H
+
+#include <locale.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg.h"
+
+#define SCAN_MAX_COLUMNS 64
+
+typedef struct {
+    int ncolumns; /* needed columns, each once */
+    const char *const *names; /* JSON lines: their names (UTF-8); CSV: unused */
+    const size_t *name_lens;
+    int nkeys;
+    const int *key_cols; /* group columns: indexes into the needed columns */
+    int nvalues;
+    const int *value_cols; /* value columns: indexes into the needed columns */
+    const int *value_numeric; /* per value column: 1 sum/min/max over numbers, 0 only counted */
+    int nnulls;
+    const char *const *nulls; /* texts that are null */
+    const size_t *null_lens;
+} ScanPlan;
+
+static inline int scan_is_null(const ScanPlan *plan, const char *p, size_t n) {
+    for (int i = 0; i < plan->nnulls; i++) {
+        if (plan->null_lens[i] == n && (n == 0 || memcmp(plan->nulls[i], p, n) == 0)) return 1;
+    }
+    return 0;
+}
+
+static const double scan_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                      1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                      1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static inline int scan_slow_number(const char *p, size_t n, double *out) {
+    static locale_t c_locale = (locale_t)0;
+    char buf[128];
+    if (n >= sizeof(buf)) return 0;
+    if (c_locale == (locale_t)0) {
+        locale_t made = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+        if (made == (locale_t)0) return 0;
+        c_locale = made; /* a benign race: at worst one copy is leaked */
+    }
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    char *end = NULL;
+    *out = strtod_l(buf, &end, c_locale);
+    return end == buf + n;
+}
+
+/* `p[0:n]` as a double, correctly rounded, when it is `-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+ * (spaces and tabs around it allowed when `trim`). Returns 1, or 0 for anything else (the
+ * Python path then decides whether it is a number at all). */
+static inline int scan_number(const char *p, size_t n, int trim, double *out) {
+    if (trim) {
+        while (n && (*p == ' ' || *p == '\t')) p++, n--;
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    }
+    const char *s = p, *e = p + n;
+    int neg = 0;
+    if (s < e && *s == '-') neg = 1, s++;
+    uint64_t w = 0;
+    int digits = 0, exp10 = 0, any = 0;
+    const char *start_int = s;
+    while (s < e && (unsigned)(*s - '0') < 10) {
+        if (w || *s != '0') {
+            if (digits < 19) w = w * 10 + (uint64_t)(*s - '0');
+            else exp10++;
+            digits++;
+        }
+        s++;
+    }
+    if (s == start_int) return 0;
+    any = 1;
+    if (s < e && *s == '.') {
+        s++;
+        const char *start_frac = s;
+        while (s < e && (unsigned)(*s - '0') < 10) {
+            if (w || *s != '0') {
+                if (digits < 19) {
+                    w = w * 10 + (uint64_t)(*s - '0');
+                    exp10--;
+                }
+                digits++;
+            } else {
+                exp10--;
+            }
+            s++;
+        }
+        if (s == start_frac) return 0;
+    }
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        s++;
+        int eneg = 0;
+        if (s < e && (*s == '+' || *s == '-')) eneg = (*s == '-'), s++;
+        const char *start_exp = s;
+        int x = 0;
+        while (s < e && (unsigned)(*s - '0') < 10) {
+            if (x < 100000) x = x * 10 + (*s - '0');
+            s++;
+        }
+        if (s == start_exp) return 0;
+        exp10 += eneg ? -x : x;
+    }
+    if (s != e || !any) return 0;
+    if (digits <= 19 && w <= (1ULL << 53) && exp10 >= -22 && exp10 <= 22) {
+        double d = (double)w;
+        d = exp10 < 0 ? d / scan_pow10[-exp10] : d * scan_pow10[exp10];
+        *out = neg ? -d : d;
+        return 1;
+    }
+    if (w == 0 && digits == 0) {
+        *out = neg ? -0.0 : 0.0;
+        return 1;
+    }
+    return scan_slow_number(p, n, out);
+}
+
+int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
+             AggTable *t, int64_t *rows);
+int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows,
+               uint64_t *seen);
+
+#endif
