@@ -307,6 +307,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "aggkernel", "One-pass group-by of CSV / JSON-lines blocks, off the GIL.", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit_aggkernel(void) {

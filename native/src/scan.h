@@ -2,7 +2,12 @@
 #ifndef AGGKERNEL_SCAN_H
 #define AGGKERNEL_SCAN_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strtod_l */
+#endif
+
 #include <locale.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +41,7 @@ static const double scan_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  
                                       1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                       1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-static inline int scan_slow_number(const char *p, size_t n, double *out) {
+static inline int scan_slow_number(const char *p, size_t n, int nonzero, double *out) {
     static locale_t c_locale = (locale_t)0;
     char buf[128];
     if (n >= sizeof(buf)) return 0;
@@ -49,7 +54,8 @@ static inline int scan_slow_number(const char *p, size_t n, double *out) {
     buf[n] = 0;
     char *end = NULL;
     *out = strtod_l(buf, &end, c_locale);
-    return end == buf + n;
+    /* out of range (infinite, or a non-zero written as 0): left to the Python path */
+    return end == buf + n && isfinite(*out) && (*out != 0.0 || nonzero == 0);
 }
 
 /* `p[0:n]` as a double, correctly rounded, when it is `-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?`
@@ -117,7 +123,7 @@ static inline int scan_number(const char *p, size_t n, int trim, double *out) {
         *out = neg ? -0.0 : 0.0;
         return 1;
     }
-    return scan_slow_number(p, n, out);
+    return scan_slow_number(p, n, w != 0, out);
 }
 
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
