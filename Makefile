@@ -11,10 +11,11 @@ BENCH_STAMP := $(VENV)/.bench-installed
 
 install: $(STAMP) $(NODE_STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt native/setup.py native/pyproject.toml $(wildcard native/src/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --force-reinstall --no-deps ./native  # the C scanner, rebuilt when its source changes
 	@touch $@
 
 $(BENCH_STAMP): $(STAMP) requirements-bench.txt  ## the benchmark peers (DuckDB, Polars): never deployed

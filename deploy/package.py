@@ -2,7 +2,7 @@
 
 The content is the repository minus what `.funcignore` excludes (gitignore syntax, read with the
 pathspec library; the same file `func azure functionapp publish` honours), i.e. function_app.py,
-host.json, requirements.txt and shared/**. Dependencies are not vendored: the deployment asks for a
+host.json, requirements.txt, shared/** and native/** (the C scanner's source). Dependencies are not vendored: the deployment asks for a
 remote build, which installs requirements.txt on the platform's Linux image (see deploy/deploy.sh
 and docs/deploy.md).
 
@@ -32,8 +32,9 @@ except ImportError:  # pragma: no cover - exercised by hand
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ("function_app.py", "host.json", "requirements.txt")
-APP_FOLDERS = ("shared",)
-"""The only folder that ships: with REQUIRED, the whole allowed top level of the zip."""
+APP_FOLDERS = ("shared", "native")
+"""The folders that ship: with REQUIRED, the whole allowed top level of the zip (native/ is the C
+scanner's source, which the remote build compiles: requirements.txt names it)."""
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 # The storage emulator's published development key (devstoreaccount1) is not a secret.
@@ -146,8 +147,8 @@ def build(out: Path, root: Path = ROOT) -> Package:
     unexpected = unexpected_files(files)
     if unexpected:
         raise PackageError(
-            "refusing to package files outside function_app.py, host.json, requirements.txt and "
-            "shared/ (list them in .funcignore, which has no allow-list):\n  " + "\n  ".join(unexpected)
+            "refusing to package files outside function_app.py, host.json, requirements.txt, "
+            "shared/ and native/ (list them in .funcignore, which has no allow-list):\n  " + "\n  ".join(unexpected)
         )
     findings = secret_findings(root, files)
     if findings:

@@ -52,6 +52,14 @@ import pyarrow.json as pajson
 
 from shared.errors import InputDataError, LimitExceeded
 
+try:
+    import aggkernel as _kernel  # the C scanner in native/ (built by pip from source)
+except ImportError:  # not built here (e.g. the engine zip on Spark executors): pyarrow does it all
+    _kernel = None
+
+NATIVE: bool = _kernel is not None
+"""Whether blocks go to the C scanner first (tests turn it off to compare both paths)."""
+
 Op = Literal["count", "sum", "mean", "min", "max"]
 Format = Literal["csv", "jsonl"]
 Engine = Literal["auto", "inline", "spark"]
@@ -666,6 +674,7 @@ class _CsvParser:
         self.reducer = _Accumulator(plan)
         self.fast = self._convert_options(fast=True)
         self.slow = self._convert_options(fast=False)
+        self.native = _NativeArgs.csv(names, plan, null_values)
 
     def _check_columns(self) -> None:
         missing = [c for c in self.plan.columns if c not in self.names]
@@ -703,6 +712,10 @@ class _CsvParser:
 
     def parse(self, block: pa.Buffer, offset: int) -> tuple[pa.Table, int]:
         """(partial aggregates, records) of `block` (at `offset` in the input); _BadRecord if bad."""
+        if self.native is not None:
+            done = self.native.csv_reduce(block)
+            if done is not None:
+                return done
         try:
             return self._reduce(self._read(block, self.fast), block, offset)
         except pa.ArrowInvalid:  # a bad record or number, or a key that is not UTF-8
@@ -954,6 +967,7 @@ class _JsonParser:
         """Off when a null value could be a number's text (only the exact path sees that text)."""
         self.schema: pa.Schema | None = None
         self.reducer = _Accumulator(plan)
+        self.native = _NativeArgs.jsonl(plan, null_values)
         self.key_patterns = {
             c: re.compile(re.escape(json.dumps(c, ensure_ascii=False).encode()) + rb"\s*:")
             for c in plan.columns
@@ -962,6 +976,10 @@ class _JsonParser:
     def parse(self, block: _Block, first_line: int, lines: int) -> _JsonPartial:
         """The block's partial aggregates (its `lines` start at `first_line`); InputDataError
         naming the line if it is bad."""
+        if self.native is not None:
+            done = self.native.jsonl_reduce(block.data)
+            if done is not None:
+                return done
         fast = self._fast(block, lines) if self.fast else None
         if fast is not None:
             frame, seen = fast
@@ -1135,3 +1153,99 @@ def _json_frame(plan: _Plan, columns: dict[str, list[str | None]], lines: list[i
     except BadNumber as bad:
         before, after = bad.message_parts()
         raise InputDataError(f"{before}{lines[bad.index]}{after}") from None
+
+
+# --- the C scanner -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _NativeArgs:
+    """What the C scanner (`aggkernel`, native/) is asked for one input, and its answers turned
+    into the partial aggregates `_Accumulator.reduce` gives for the same block.
+
+    The scanner reads a block in one pass, off the GIL, and answers only when it is sure to give
+    what the Python path gives (else None: the block goes to the Python path, which decides or
+    names what is wrong). Needed columns are `plan.columns`; keys and values index into them.
+    """
+
+    plan: _Plan
+    columns: tuple[int, ...] | tuple[bytes, ...]
+    """CSV: per header field, its index in plan.columns or -1. JSON lines: the names, UTF-8."""
+    keys: tuple[int, ...]
+    values: tuple[int, ...]
+    numeric: tuple[int, ...]
+    nulls: tuple[bytes, ...]
+
+    @classmethod
+    def _of(
+        cls, plan: _Plan, columns: tuple[int, ...] | tuple[bytes, ...], nulls: Sequence[str]
+    ) -> _NativeArgs | None:
+        if _kernel is None or not NATIVE or len(plan.columns) > _kernel.MAX_COLUMNS:
+            return None
+        return cls(
+            plan=plan,
+            columns=columns,
+            keys=tuple(plan.columns.index(name) for name in plan.keys),
+            values=tuple(plan.columns.index(name) for name in plan.values),
+            numeric=tuple(int(name in plan.numeric) for name in plan.values),
+            nulls=tuple(value.encode() for value in null_values_unique(nulls)),
+        )
+
+    @classmethod
+    def csv(cls, names: Sequence[str], plan: _Plan, nulls: Sequence[str]) -> _NativeArgs | None:
+        index = {name: i for i, name in enumerate(plan.columns)}
+        return cls._of(plan, tuple(index.get(name, -1) for name in names), nulls)
+
+    @classmethod
+    def jsonl(cls, plan: _Plan, nulls: Sequence[str]) -> _NativeArgs | None:
+        return cls._of(plan, tuple(name.encode() for name in plan.columns), nulls)
+
+    def csv_reduce(self, block: pa.Buffer) -> tuple[pa.Table, int] | None:
+        """(partial aggregates, records) of a block of CSV records, or None."""
+        assert _kernel is not None
+        out = _kernel.csv_reduce(block, self.columns, self.keys, self.values, self.numeric, self.nulls)
+        return None if out is None else (self._partial(out), out[0])
+
+    def jsonl_reduce(self, block: pa.Buffer) -> _JsonPartial | None:
+        """A block of JSON lines' partial aggregates, records and columns seen, or None."""
+        assert _kernel is not None
+        out = _kernel.jsonl_reduce(block, self.columns, self.keys, self.values, self.numeric, self.nulls)
+        if out is None:
+            return None
+        seen = frozenset(name for i, name in enumerate(self.plan.columns) if out[5] >> i & 1)
+        return _JsonPartial(self._partial(out), out[0], seen)
+
+    def _partial(self, out: tuple[Any, ...]) -> pa.Table:
+        """The scanner's buffers as the table `_Accumulator.reduce` makes (same names and types)."""
+        _, groups, count_all, keys, values = out[:5]
+        data: dict[str, pa.Array] = {"count_all": _array(pa.int64(), groups, count_all)}
+        for column, func, _ in self.plan.partial:
+            count, total, low, high, valid, nulls = values[int(column[1:])]
+            if func == "count":
+                data[f"{column}_{func}"] = _array(pa.int64(), groups, count)
+            else:
+                buffer = {"sum": total, "min": low, "max": high}[func]
+                data[f"{column}_{func}"] = _array(pa.float64(), groups, buffer, valid, nulls)
+        for i, (offsets, text, valid, nulls) in enumerate(keys):
+            data[f"k{i}"] = pa.Array.from_buffers(
+                pa.string(),
+                groups,
+                [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(text)],
+                null_count=nulls,
+            )
+        return pa.table(data)
+
+
+def null_values_unique(values: Sequence[str]) -> list[str]:
+    """`values` without repeats, in order."""
+    return list(dict.fromkeys(values))
+
+
+def _bitmap(valid: bytes | None) -> pa.Buffer | None:
+    return None if valid is None else pa.py_buffer(valid)
+
+
+def _array(
+    kind: pa.DataType, length: int, data: bytes, valid: bytes | None = None, nulls: int = 0
+) -> pa.Array:
+    return pa.Array.from_buffers(kind, length, [_bitmap(valid), pa.py_buffer(data)], null_count=nulls)

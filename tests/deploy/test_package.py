@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from deploy.package import PackageError, build, collect, is_ignored, parse_ignore  # noqa: E402
 
-EXPECTED_TOP_LEVEL = {"function_app.py", "host.json", "requirements.txt", "shared"}
+EXPECTED_TOP_LEVEL = {"function_app.py", "host.json", "requirements.txt", "shared", "native"}
 FORBIDDEN_PARTS = {
     "tests",
     "devhost",
@@ -82,6 +82,15 @@ def test_zip_has_exactly_the_app(package: tuple[Path, list[str]]) -> None:
         if "__pycache__" not in p.parts and "tests" not in p.parts
     }
     assert shared_sources <= set(names), shared_sources - set(names)
+    # the C scanner's source ships whole (the remote build compiles it), its build output does not
+    native_sources = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "native").rglob("*")
+        if p.is_file() and p.suffix in {".c", ".h", ".py", ".toml"} and "build" not in p.parts
+    }
+    assert {"native/setup.py", "native/pyproject.toml", "native/src/module.c"} <= native_sources
+    assert native_sources <= set(names), native_sources - set(names)
+    assert not [n for n in names if n.endswith(".so") or n.startswith("native/build/")]
 
 
 def test_zip_has_nothing_forbidden(package: tuple[Path, list[str]]) -> None:
@@ -89,7 +98,7 @@ def test_zip_has_nothing_forbidden(package: tuple[Path, list[str]]) -> None:
     for name in names:
         parts = name.split("/")
         assert not FORBIDDEN_PARTS & set(parts), name
-        assert parts[-1] not in FORBIDDEN_NAMES, name
+        assert parts[-1] not in FORBIDDEN_NAMES or name == "native/pyproject.toml", name  # the scanner's build
         assert not parts[-1].endswith((".pyc", ".pyo")), name
         assert not parts[-1].lower().endswith(SECRET_SUFFIXES), name
         assert not parts[-1].startswith(".env"), name
@@ -272,6 +281,8 @@ INDEX_SNIPPET = textwrap.dedent(
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import function_app
+    from shared.jobs import aggregate_engine
+    assert aggregate_engine.NATIVE, "the C scanner was not built by the requirements install"
     functions = function_app.app.get_functions()
     out = []
     for fn in functions:

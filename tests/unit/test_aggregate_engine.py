@@ -11,7 +11,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -22,6 +22,20 @@ import shared.jobs.aggregate_engine as engine
 from shared.errors import InputDataError, PermanentError
 from shared.jobs.aggregate import parse_aggregate_payload
 from shared.jobs.aggregate_engine import AggregateSpec, aggregate_stream
+
+
+@pytest.fixture(autouse=True, params=["scanner", "python"])
+def scanner(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test twice: blocks to the C scanner first (as deployed), and the Python (pyarrow)
+    path alone (as on Spark executors without the built scanner). Tests about the pyarrow JSON
+    path's own choices (`pyarrow_path`) run on the Python path only."""
+    if request.param == "scanner" and request.node.get_closest_marker("pyarrow_path"):
+        pytest.skip("about the pyarrow path's own choices")
+    saved = engine.NATIVE
+    engine.NATIVE = request.param == "scanner"
+    yield
+    engine.NATIVE = saved
+
 
 # --- an independent computation ----------------------------------------------------------------
 
@@ -556,6 +570,7 @@ JSON_METRICS = [
 ]
 
 
+@pytest.mark.pyarrow_path
 @pytest.mark.parametrize("group_by", [("station",), ("level",), ("flag", "station"), ()])
 def test_jsonl_fast_path_equals_exact_path_and_reference(
     monkeypatch: pytest.MonkeyPatch, group_by: tuple[str, ...]
@@ -630,6 +645,7 @@ def test_jsonl_two_objects_on_a_line_are_refused_by_the_fast_path_too() -> None:
         run(text, ["k"], fmt="jsonl")
 
 
+@pytest.mark.pyarrow_path
 def test_jsonl_a_number_that_looks_like_a_null_value_keeps_the_exact_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -659,6 +675,7 @@ def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(
         assert str(info.value) == message
 
 
+@pytest.mark.pyarrow_path
 def test_jsonl_a_column_present_only_as_null_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     exact_blocks = count_exact_blocks(monkeypatch)
     text = "".join(json.dumps({"k": "a", "v": None, "w": i}) + "\n" for i in range(2000))
@@ -681,6 +698,7 @@ def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(
         run(text, ["k"], fmt="jsonl")
 
 
+@pytest.mark.pyarrow_path
 def test_jsonl_count_only_and_non_ascii_names_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     exact_blocks = count_exact_blocks(monkeypatch)
     text = "".join(json.dumps({"é": None, "n": i}, ensure_ascii=False) + "\n" for i in range(3000))
@@ -713,7 +731,11 @@ METRIC = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     rows=ROWS,
     group_by=st.sampled_from([[], ["g1"], ["g2", "g1"]]),

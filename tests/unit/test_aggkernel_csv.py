@@ -1,0 +1,255 @@
+"""The C scanner (native/, `aggkernel`) on CSV against the Python (pyarrow) path it stands in for.
+
+Every answer the scanner gives must be the Python path's; where it is not sure it must say so
+(None), and the engine then gives the Python path's answer or error. The scanner is part of the
+build (`make install`), so it is imported, not skipped: a broken build fails here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import aggkernel
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shared.jobs.aggregate_engine as engine
+from bench.datagen import wide_csv_lines
+from shared.errors import InputDataError
+from shared.jobs.aggregate import parse_aggregate_payload
+
+METRICS = [
+    {"op": "count"},
+    {"op": "count", "column": "x"},
+    {"op": "sum", "column": "x"},
+    {"op": "mean", "column": "y"},
+    {"op": "min", "column": "y"},
+    {"op": "max", "column": "x"},
+]
+METRICS_X = [m for m in METRICS if m.get("column") != "y"]
+
+
+def outcome(
+    data: bytes,
+    group_by: list[str],
+    native: bool,
+    block_size: int = 1 << 20,
+    metrics: Any = None,
+    **extra: Any,
+) -> Any:
+    """The engine's rows and input rows, or the error it raises, with the scanner on or off."""
+    spec = parse_aggregate_payload(
+        {"input": "data/in", "format": "csv", "group_by": group_by, "metrics": metrics or METRICS, **extra}
+    )
+    saved = engine.NATIVE
+    engine.NATIVE = native
+    try:
+        result = engine.aggregate_stream(io.BytesIO(data), spec, block_size=block_size)
+    except InputDataError as exc:
+        return ("error", str(exc))
+    finally:
+        engine.NATIVE = saved
+    return (result.input_rows, result.rows)
+
+
+def assert_same_outcome(data: bytes, group_by: list[str], **extra: Any) -> Any:
+    python = outcome(data, group_by, native=False, **extra)
+    native = outcome(data, group_by, native=True, **extra)
+    assert native[0] == python[0], (native, python)
+    if python[0] == "error":
+        assert native == python
+        return python
+    assert len(native[1]) == len(python[1])
+    for got, want in zip(native[1], python[1], strict=True):
+        assert list(got) == list(want)
+        for name, w in want.items():
+            g = got[name]
+            if isinstance(w, float) and isinstance(g, float) and math.isnan(w):
+                assert math.isnan(g), (name, got, want)
+            elif isinstance(w, float) and isinstance(g, float):
+                assert math.isclose(g, w, rel_tol=1e-12, abs_tol=1e-12), (name, got, want)
+            else:
+                assert g == w and type(g) is type(w), (name, got, want)
+    return python
+
+
+def scan(
+    data: bytes,
+    names: list[str],
+    keys: list[str],
+    numeric: list[str],
+    nulls: tuple[bytes, ...] = (b"", b"NA"),
+) -> Any:
+    """aggkernel.csv_reduce on header-less records, needed columns = keys + numeric."""
+    needed = list(dict.fromkeys(keys + numeric))
+    cols = tuple(needed.index(n) if n in needed else -1 for n in names)
+    return aggkernel.csv_reduce(
+        data,
+        cols,
+        tuple(needed.index(k) for k in keys),
+        tuple(needed.index(n) for n in numeric),
+        tuple(1 for _ in numeric),
+        nulls,
+    )
+
+
+# --- numbers: the scanner's grammar is a subset of what pyarrow reads, and equal on it ----------
+
+NUMBER_TEXTS = [
+    "0",
+    "-0",
+    "007",
+    "1.5",
+    "-2.25",
+    "1e3",
+    "1E-3",
+    "2.5e+10",
+    "1.",
+    ".5",
+    "+1",
+    "1e",
+    "e3",
+    "--1",
+    "inf",
+    "-inf",
+    "nan",
+    "NaN",
+    "Infinity",
+    "0x10",
+    "1_000",
+    "1,5",
+    " 12 ",
+    "\t3\t",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "4.9e-324",
+    "2.2250738585072014e-308",
+    "1.7976931348623157e308",
+    "9007199254740993",
+    "123456789012345678901234567890",
+    "0.1000000000000000055511151231257827",
+    "3.14159265358979323846",
+    "1e22",
+    "1e23",
+    "12345678901234567e-5",
+    "",
+    "NA",
+    "abc",
+    "1.5x",
+    "\u0661",  # an Arabic-Indic digit one
+]
+
+
+@pytest.mark.parametrize("text", NUMBER_TEXTS)
+def test_each_number_text_gives_what_the_python_path_gives(text: str) -> None:
+    rows = "".join(f"g{i % 2},{text},{text}\n" for i in range(4))
+    assert_same_outcome(f"k,x,y\n{rows}".encode(), ["k"])
+
+
+def test_plain_numbers_are_read_by_the_scanner() -> None:
+    data = b"a,1.5,7\nb,-2e3,NA\na,,0.125\n"
+    out = scan(data, ["k", "x", "y"], ["k"], ["x", "y"])
+    assert out is not None
+    rows, groups, count_all, _keys, values = out
+    assert (rows, groups) == (3, 2)
+    assert pa.py_buffer(count_all).to_pybytes() == pa.array([2, 1], pa.int64()).buffers()[1].to_pybytes()
+    sums = pa.Array.from_buffers(pa.float64(), groups, [None, pa.py_buffer(values[0][1])]).to_pylist()
+    assert sums == [1.5, -2000.0]
+
+
+# --- what the scanner leaves to the Python path ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a,1\nb\n",  # too few fields
+        b"a,1,2\n",  # too many
+        b'a,5" screen\n',  # a quote inside an unquoted field
+        b'"a"x,1\n',  # text after a closing quote
+        b'"a,1\n',  # an unterminated quote
+        b"\xff\xfe,1\n",  # a key that is not UTF-8
+        b"a,inf\n",  # a number outside the scanner's grammar
+        b"\n\r\n",  # no record at all
+    ],
+)
+def test_what_the_scanner_is_unsure_of_is_left_to_the_python_path(data: bytes) -> None:
+    assert scan(data, ["k", "x"], ["k"], ["x"]) is None
+    assert_same_outcome(b"k,x\n" + data, ["k"], metrics=METRICS_X)
+
+
+def test_quoting_line_endings_and_empty_lines_are_read_by_the_scanner() -> None:
+    data = b'"a,b",1\r\n\r\n"say ""hi""",2\r"multi\nline",3\n\nc,4'
+    out = scan(data, ["k", "x"], ["k"], ["x"])
+    assert out is not None and out[0] == 4
+    python = assert_same_outcome(b"k,x\n" + data, ["k"], metrics=METRICS_X)
+    assert [r["k"] for r in python[1]] == ["a,b", "c", "multi\nline", 'say "hi"']
+    assert [r["sum_x"] for r in python[1]] == [1.0, 4.0, 3.0, 2.0]
+
+
+def test_the_wide_benchmark_file_is_read_by_the_scanner_alone() -> None:
+    text = "".join(wide_csv_lines(3000)).encode()
+    header, _, body = text.partition(b"\n")
+    names = header.decode().split(",")
+    key, numbers = names[2], [n for n in names if n.startswith(("temp", "wind", "precip"))][:3]
+    assert numbers, names
+    assert scan(body, names, [key], numbers) is not None
+    assert_same_outcome(text, [key], block_size=4096)
+
+
+# --- property: random CSV, scanner on and off -----------------------------------------------
+
+FIELDS = st.sampled_from(
+    [
+        "a",
+        "b",
+        "",
+        "NA",
+        "7",
+        "-0",
+        "1.5",
+        " 2 ",
+        "1e3",
+        "x y",
+        "é",
+        "a,b",
+        'q"x',
+        "line\nbreak",
+        "inf",
+        "1.",
+        "+3",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(st.lists(FIELDS, min_size=3, max_size=3), max_size=40),
+    group_by=st.sampled_from([[], ["k"], ["x", "k"]]),
+    terminator=st.sampled_from(["\n", "\r\n", "\r"]),
+    blank_lines=st.booleans(),
+    ragged=st.booleans(),
+    block_size=st.sampled_from([16, 64, 1 << 20]),
+)
+def test_property_scanner_on_and_off_give_the_same_answer(
+    rows: list[list[str]],
+    group_by: list[str],
+    terminator: str,
+    blank_lines: bool,
+    ragged: bool,
+    block_size: int,
+) -> None:
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, lineterminator=terminator)
+    writer.writerow(["k", "x", "y"])
+    for i, row in enumerate(rows):
+        writer.writerow(row[:2] if ragged and i == len(rows) // 2 else row)
+        if blank_lines and i % 3 == 0:
+            out.write(terminator)
+    assert_same_outcome(out.getvalue().encode(), group_by, block_size=block_size)
