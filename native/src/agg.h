@@ -174,9 +174,32 @@ static inline int agg_grow_groups(AggTable *t) {
     return AGG_OK;
 }
 
+static inline int64_t agg_insert(AggTable *t, const AggField *keys, size_t need, uint64_t h, size_t j);
+
+/* agg_group for one group column: the key is hashed and compared where it is, not copied. */
+static inline int64_t agg_group1(AggTable *t, const AggField *key) {
+    uint64_t h = key->is_null ? 0x5bd1e995ULL : agg_hash(key->ptr, key->len);
+    size_t need = 5 + (key->is_null ? 0 : key->len);
+    size_t j = (size_t)h & t->mask;
+    for (;;) {
+        uint32_t s = t->slots[j];
+        if (!s) break;
+        if (t->slot_hash[j] == h) {
+            size_t g = s - 1;
+            const char *stored = t->arena + t->key_off[g];
+            if (t->key_off[g + 1] - t->key_off[g] == need && stored[0] == (char)!key->is_null &&
+                (key->is_null || memcmp(stored + 5, key->ptr, key->len) == 0))
+                return (int64_t)g;
+        }
+        j = (j + 1) & t->mask;
+    }
+    return agg_insert(t, key, need, h, j);
+}
+
 /* Group index of `keys` (t->nkeys fields), inserted if new. Returns the index, or
  * -AGG_FALLBACK - 1 (= -2) when a new key is not valid UTF-8, or -1 when out of memory. */
 static inline int64_t agg_group(AggTable *t, const AggField *keys) {
+    if (t->nkeys == 1) return agg_group1(t, keys);
     size_t need = 0;
     for (int i = 0; i < t->nkeys; i++) need += 5 + (keys[i].is_null ? 0 : keys[i].len);
     if (need > t->scratch_cap) {
@@ -213,7 +236,11 @@ static inline int64_t agg_group(AggTable *t, const AggField *keys) {
         }
         j = (j + 1) & t->mask;
     }
-    /* a new group */
+    return agg_insert(t, keys, need, h, j);
+}
+
+/* Insert a new group of `need` encoded bytes at empty slot j (hash h). */
+static inline int64_t agg_insert(AggTable *t, const AggField *keys, size_t need, uint64_t h, size_t j) {
     for (int i = 0; i < t->nkeys; i++) {
         if (!keys[i].is_null && !agg_utf8_valid((const unsigned char *)keys[i].ptr, keys[i].len))
             return -2;
@@ -229,7 +256,15 @@ static inline int64_t agg_group(AggTable *t, const AggField *keys) {
         t->arena_cap = cap;
     }
     size_t g = t->ngroups++;
-    memcpy(t->arena + t->arena_used, t->scratch, need);
+    char *w = t->arena + t->arena_used;
+    for (int i = 0; i < t->nkeys; i++) { /* the encoded key */
+        uint32_t len = keys[i].is_null ? 0 : (uint32_t)keys[i].len;
+        *w++ = (char)!keys[i].is_null;
+        memcpy(w, &len, 4);
+        w += 4;
+        if (len) memcpy(w, keys[i].ptr, len);
+        w += len;
+    }
     t->arena_used += need;
     t->key_off[g + 1] = t->arena_used;
     t->rows[g] = 0;

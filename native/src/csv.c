@@ -5,18 +5,73 @@
  * is not UTF-8. */
 #include "scan.h"
 
-enum { STOP_NONE = 0, STOP_COMMA, STOP_LF, STOP_CR, STOP_QUOTE };
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
-static unsigned char stops[256];
-static int stops_ready = 0;
+/* Where the structural bytes are (`,` `\n` `\r` `"`): one bit per byte, 64 bytes at a time,
+ * computed as the walk reaches them (SSE2 where there is one). Invariant of the walk: the lowest
+ * set bit of `mask` is the first structural byte at or after the current position. */
+typedef struct {
+    const char *base, *end;
+    size_t idx, nwords;
+    uint64_t mask;
+} Stops;
 
-static void init_stops(void) {
-    if (stops_ready) return;
-    stops[(unsigned char)','] = STOP_COMMA;
-    stops[(unsigned char)'\n'] = STOP_LF;
-    stops[(unsigned char)'\r'] = STOP_CR;
-    stops[(unsigned char)'"'] = STOP_QUOTE;
-    stops_ready = 1;
+static inline uint64_t word_bits(const char *p) {
+#if defined(__SSE2__)
+    const __m128i comma = _mm_set1_epi8(','), lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
+                  quote = _mm_set1_epi8('"');
+    uint64_t bits = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, lf)),
+                                   _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, quote)));
+        bits |= (uint64_t)(uint16_t)_mm_movemask_epi8(hit) << (16 * i);
+    }
+    return bits;
+#else
+    uint64_t bits = 0;
+    for (int i = 0; i < 64; i++) {
+        char c = p[i];
+        bits |= (uint64_t)(c == ',' || c == '\n' || c == '\r' || c == '"') << i;
+    }
+    return bits;
+#endif
+}
+
+static inline uint64_t stops_word(const Stops *s, size_t idx) {
+    const char *p = s->base + (idx << 6);
+    if (s->end - p >= 64) return word_bits(p);
+    char tail[64];
+    memset(tail, 0, sizeof(tail));
+    memcpy(tail, p, (size_t)(s->end - p));
+    return word_bits(tail);
+}
+
+/* Start the walk at `p`. */
+static inline void stops_seek(Stops *s, const char *p) {
+    size_t off = (size_t)(p - s->base);
+    s->idx = off >> 6;
+    s->mask = s->idx < s->nwords ? stops_word(s, s->idx) & (~0ULL << (off & 63)) : 0;
+}
+
+/* The first structural byte at or after the current position, or `end`. */
+static inline const char *stops_next(Stops *s) {
+    while (!s->mask) {
+        if (++s->idx >= s->nwords) {
+            s->idx = s->nwords;
+            return s->end;
+        }
+        s->mask = stops_word(s, s->idx);
+    }
+    return s->base + (s->idx << 6) + __builtin_ctzll(s->mask);
+}
+
+/* Step over the structural byte at the current position. */
+static inline void stops_pop(Stops *s) {
+    stops_next(s);
+    s->mask &= s->mask - 1;
 }
 
 typedef struct {
@@ -37,8 +92,9 @@ static size_t unescape(const char *p, size_t n, char *out) {
 
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan, AggTable *t,
              int64_t *rows) {
-    init_stops();
     const char *p = data, *end = data + n;
+    Stops stops = {data, end, 0, (n + 63) / 64, 0};
+    stops_seek(&stops, data);
     int ncol = plan->ncolumns;
     Raw raw[SCAN_MAX_COLUMNS];
     AggField keys[SCAN_MAX_COLUMNS];
@@ -48,6 +104,7 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
 
     while (p < end) {
         if (*p == '\n' || *p == '\r') { /* an empty line */
+            stops_pop(&stops);
             p++;
             continue;
         }
@@ -70,12 +127,11 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
                     p = q + 1;
                     break;
                 }
-                if (p < end && stops[(unsigned char)*p] != STOP_COMMA && stops[(unsigned char)*p] != STOP_LF &&
-                    stops[(unsigned char)*p] != STOP_CR)
-                    goto fallback;
+                if (p < end && *p != ',' && *p != '\n' && *p != '\r') goto fallback;
+                stops_seek(&stops, p);
             } else {
                 start = p;
-                while (p < end && !stops[(unsigned char)*p]) p++;
+                p = stops_next(&stops);
                 if (p < end && *p == '"') goto fallback;
                 len = (size_t)(p - start);
             }
@@ -88,12 +144,17 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             }
             i++;
             if (p < end && *p == ',') {
+                stops.mask &= stops.mask - 1; /* the lowest bit is p: just found, or just sought */
                 p++;
                 continue;
             }
             /* end of the record */
             if (p < end) {
-                if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
+                if (*p == '\r' && p + 1 < end && p[1] == '\n') {
+                    stops_pop(&stops);
+                    p++;
+                }
+                stops_pop(&stops);
                 p++;
             }
             break;

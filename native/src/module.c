@@ -15,6 +15,10 @@
 
 #include "scan.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 static PyObject *bytes_of(const void *p, size_t n) {
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
 }
@@ -299,7 +303,40 @@ static PyObject *jsonl_reduce(PyObject *self, PyObject *args) {
     return out;
 }
 
+static size_t count_byte_in(const unsigned char *p, size_t n, unsigned char byte) {
+    size_t count = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i b = _mm_set1_epi8((char)byte);
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+        count += (size_t)__builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, b)));
+    }
+#endif
+    for (; i < n; i++) count += p[i] == byte;
+    return count;
+}
+
+PyDoc_STRVAR(count_byte_doc, "count_byte(data, byte, start, end) -> int\n\nHow many times `byte` occurs in data[start:end].");
+
+static PyObject *count_byte(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data;
+    int byte;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "y*inn", &data, &byte, &start, &end)) return NULL;
+    if (start < 0 || end > data.len || start > end || byte < 0 || byte > 255) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "count_byte: bad range or byte");
+        return NULL;
+    }
+    size_t count;
+    Py_BEGIN_ALLOW_THREADS count = count_byte_in((const unsigned char *)data.buf + start, (size_t)(end - start), (unsigned char)byte);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&data);
+    return PyLong_FromSize_t(count);
+}
+
 static PyMethodDef methods[] = {
+    {"count_byte", count_byte, METH_VARARGS, count_byte_doc},
     {"csv_reduce", csv_reduce, METH_VARARGS, csv_reduce_doc},
     {"jsonl_reduce", jsonl_reduce, METH_VARARGS, jsonl_reduce_doc},
     {NULL, NULL, 0, NULL},

@@ -98,7 +98,9 @@ def test_zip_has_nothing_forbidden(package: tuple[Path, list[str]]) -> None:
     for name in names:
         parts = name.split("/")
         assert not FORBIDDEN_PARTS & set(parts), name
-        assert parts[-1] not in FORBIDDEN_NAMES or name == "native/pyproject.toml", name  # the scanner's build
+        assert parts[-1] not in FORBIDDEN_NAMES or name == "native/pyproject.toml", (
+            name
+        )  # the scanner's build
         assert not parts[-1].endswith((".pyc", ".pyo")), name
         assert not parts[-1].lower().endswith(SECRET_SUFFIXES), name
         assert not parts[-1].startswith(".env"), name

@@ -331,12 +331,15 @@ def test_inputs_read_at_the_same_time_do_not_share_buffers() -> None:
 
 def test_quote_counting_with_and_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     data = bytearray(generated_csv(20_000, seed=7).encode())  # over 256 KiB: several steps
-    with_numpy = engine._quote_counter()
+    native = engine._quote_counter()
+    with_numpy = engine._quote_counter(native=False)
     monkeypatch.setitem(sys.modules, "numpy", None)  # import fails, as on a cluster without it
-    without = engine._quote_counter()
-    for start, end in [(0, len(data)), (3, 300_001), (10, 10), (len(data) - 5, len(data))]:
+    without = engine._quote_counter(native=False)
+    for start, end in [(0, len(data)), (3, 300_001), (10, 10), (len(data) - 5, len(data)), (7, 22)]:
         expected = data.count(b'"', start, end)
-        assert with_numpy(data, start, end) == without(data, start, end) == expected
+        assert (
+            native(data, start, end) == with_numpy(data, start, end) == without(data, start, end) == expected
+        )
 
 
 def test_a_record_larger_than_the_block_grows_the_buffer() -> None:
