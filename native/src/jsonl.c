@@ -57,14 +57,19 @@ static inline cup utf8_step(cup p, cup e) {
  * quote, or NULL when invalid. *esc is set when it holds a backslash escape. */
 static inline cup scan_string(cup p, cup e, int *esc) {
     for (;;) {
-        /* plain ASCII run, 8 bytes at a time */
+        /* plain ASCII run, 8 bytes at a time; the lowest flagged byte is always a stop byte */
         while (e - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
             const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
             uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\');
-            uint64_t hit = ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) | (w - ones * 0x20) | w;
-            if (hit & highs) break;
+            uint64_t hit = (((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) | (w - ones * 0x20) | w) & highs;
+            if (hit) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                p += __builtin_ctzll(hit) >> 3;
+#endif
+                break;
+            }
             p += 8;
         }
         while (p < e && !str_stop[*p]) p++;
@@ -118,7 +123,9 @@ static inline cup scan_json_number(cup p, cup e) {
 }
 
 static inline cup scan_literal(cup p, cup e, const char *lit, size_t n) {
-    if ((size_t)(e - p) < n || memcmp(p, lit, n) != 0) return NULL;
+    if ((size_t)(e - p) < n) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)lit[i]) return NULL;
     return p + n;
 }
 
@@ -265,7 +272,10 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
                 size_t klen = (size_t)(p - 1 - ks);
                 int col = -1;
                 for (int i = 0; i < ncol; i++) {
-                    if (plan->name_lens[i] == klen && memcmp(plan->names[i], ks, klen) == 0) {
+                    const char *name = plan->names[i];
+                    if (plan->name_lens[i] == klen &&
+                        (klen == 0 || (name[0] == (char)ks[0] && name[klen - 1] == (char)ks[klen - 1] &&
+                                       memcmp(name, ks, klen) == 0))) {
                         col = i;
                         break;
                     }
@@ -274,8 +284,14 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
                 if (p >= e || *p != ':') FAIL(AGG_FALLBACK);
                 p = skip_ws(p + 1, e);
                 if (p >= e) FAIL(AGG_FALLBACK);
-                if (col < 0) {
-                    if (!(p = skip_value(p, e, 1))) FAIL(AGG_FALLBACK);
+                if (col < 0) { /* validated only; scalars inline */
+                    if (*p == '"') {
+                        if (!(p = scan_string(p + 1, e, &esc))) FAIL(AGG_FALLBACK);
+                    } else if (*p == '-' || (unsigned)(*p - '0') < 10) {
+                        if (!(p = scan_json_number(p, e))) FAIL(AGG_FALLBACK);
+                    } else if (!(p = skip_value(p, e, 1))) {
+                        FAIL(AGG_FALLBACK);
+                    }
                 } else {
                     uint64_t bit = 1ULL << col;
                     if (here & bit) FAIL(AGG_FALLBACK); /* repeated: Python keeps the last one */
