@@ -55,7 +55,7 @@ static inline cup utf8_step(cup p, cup e) {
 
 /* A string's body from p (just after the opening quote): the position after the closing
  * quote, or NULL when invalid. *esc is set when it holds a backslash escape. */
-static inline cup scan_string(cup p, cup e, int *esc) {
+static inline __attribute__((always_inline)) cup scan_string(cup p, cup e, int *esc) {
     for (;;) {
         /* plain ASCII run, 8 bytes at a time; the lowest flagged byte is always a stop byte */
         while (e - p >= 8) {
