@@ -114,13 +114,18 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             size_t len;
             int escaped = 0;
             if (p < end && *p == '"') {
+                /* quoted: walk the structural bytes to the closing quote (commas and line
+                 * breaks inside are text); "" is a quote in the text */
+                stops_pop(&stops); /* the opening quote */
                 start = ++p;
                 for (;;) {
-                    const char *q = memchr(p, '"', (size_t)(end - p));
-                    if (!q) goto fallback; /* unterminated */
+                    const char *q = stops_next(&stops);
+                    if (q >= end) goto fallback; /* unterminated */
+                    stops.mask &= stops.mask - 1;
+                    if (*q != '"') continue;
                     if (q + 1 < end && q[1] == '"') {
                         escaped = 1;
-                        p = q + 2;
+                        stops_pop(&stops); /* the second quote of the pair */
                         continue;
                     }
                     len = (size_t)(q - start);
@@ -128,7 +133,7 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
                     break;
                 }
                 if (p < end && *p != ',' && *p != '\n' && *p != '\r') goto fallback;
-                stops_seek(&stops, p);
+                stops_next(&stops); /* the lowest bit is p again */
             } else {
                 start = p;
                 p = stops_next(&stops);

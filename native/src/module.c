@@ -306,10 +306,16 @@ static PyObject *jsonl_reduce(PyObject *self, PyObject *args) {
 static size_t count_byte_in(const unsigned char *p, size_t n, unsigned char byte) {
     size_t count = 0, i = 0;
 #if defined(__SSE2__)
-    const __m128i b = _mm_set1_epi8((char)byte);
-    for (; i + 16 <= n; i += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
-        count += (size_t)__builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, b)));
+    /* per-byte counters (at most 255 steps), then summed by psadbw */
+    const __m128i b = _mm_set1_epi8((char)byte), zero = _mm_setzero_si128();
+    while (n - i >= 16) {
+        size_t steps = (n - i) / 16;
+        if (steps > 255) steps = 255;
+        __m128i acc = zero;
+        for (size_t k = 0; k < steps; k++, i += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)(p + i)), b));
+        __m128i sums = _mm_sad_epu8(acc, zero);
+        count += (size_t)_mm_cvtsi128_si64(sums) + (size_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums));
     }
 #endif
     for (; i < n; i++) count += p[i] == byte;

@@ -2,31 +2,29 @@
 
 How it stays fast and bounded:
 
-- CSV: the stream is read in blocks of `block_size` bytes (the first ones smaller, so parsing
-  starts at once), each cut at its last record boundary (a line break outside quotes; quotes
-  are counted with numpy). Two blocks at a time are parsed, each by pyarrow's `read_csv` on a
-  thread of its own as a single chunk (only the needed columns; numeric-only columns straight
-  to float64), while the next block is read. A block parsed in one piece needs no care for line
-  breaks in quoted values; pyarrow's multi-threaded `read_csv` splits a block at line breaks
-  without looking at quotes, and its streaming reader (`open_csv`) parses on one thread only.
-- Each block is reduced at once, on its parsing thread, to partial aggregates per group (rows,
-  non-null count, sum, min, max) with `Table.group_by`; partials are concatenated and
-  re-aggregated when they grow, so memory depends on the block size and the number of groups,
-  never on the input size.
-- JSON lines: blocks of 1 MiB cut at line breaks, two at a time, each parsed by pyarrow's JSON
-  reader with an explicit schema of the needed columns (`_JsonParser`); what it cannot answer
-  exactly as Python's `json` would (a float group key, mixed types, an object, a bad value, a
-  blank line next to two objects on one line...) is parsed again by the exact path, line by
-  line, which keeps numbers as written and names the line of a bad value.
+- The stream is read in blocks of `block_size` bytes (the first ones smaller, so parsing starts
+  at once), each cut at its last record boundary (CSV: a line break outside quotes, quotes
+  counted in C; JSON lines: a line break). Two blocks are parsed at a time, each on a thread of
+  its own, while the next ones are read.
+- Each block goes first to the C scanner (`aggkernel`, built from native/): one pass, off the
+  GIL, that finds the structural bytes 64 at a time, reads only the needed fields, parses
+  numbers (correctly rounded) and reduces the block's rows in a hash table to partial
+  aggregates per group (rows, non-null count, sum, min, max). It answers only when it is sure
+  to give what the Python path gives (`_NativeArgs`); anything else goes to the Python path.
+- The Python path (also the whole engine where the scanner is not built, e.g. the engine zip on
+  Spark executors): CSV blocks parsed by pyarrow's `read_csv` as a single chunk (only the needed
+  columns; numeric-only columns straight to float64), JSON lines by pyarrow's JSON reader with an
+  explicit schema (`_JsonParser`), and what that cannot answer exactly as Python's `json` would
+  (a float group key, mixed types, an object, a bad value...) by the exact path, line by line,
+  which keeps numbers as written and names the line of a bad value. Each block is reduced with
+  Arrow's `Table.group_by`.
+- Partials are concatenated and re-aggregated when they grow, so memory depends on the block
+  size and the number of groups, never on the input size.
 
-Measured (bench/bench_aggregate.py: 2 shared cores, load average 2-5, interleaved, best of 7;
-see the README): CSV 0.67-0.97x Polars 2.1 streaming and 1.8-2.3x DuckDB 2.0 on wide (20
-columns) and narrow files; JSON lines 0.54-0.57x Polars (0.08x before the pyarrow reader, when
-they were 0.7x a naive loop); peak RSS 174-190 MB on a 1 GB CSV, ~132 MB on 1 GB of JSON lines.
-The parse itself is the limit: pyarrow's CSV and JSON parsers alone on blocks cut in advance,
-both cores, took about as long as Polars' whole query. Polars as the per-block parser was up to
-~20% faster for CSV, no faster for JSON, adds ~180 MB to the deployment, and Polars over a
-Python stream reads it whole (not bounded): not adopted.
+Measured (bench/bench_aggregate.py: 2 shared cores, interleaved, best of 7; see the README):
+engine / Polars 2.1 streaming 1.7x on the wide CSV (20 columns), 1.05-1.3x on the narrow one and
+1.4x on JSON lines (the pyarrow path alone: 0.67-0.97x and 0.54-0.57x); peak RSS ~125 MB on a
+1 GB CSV.
 
 Semantics are SQL's: see `aggregate_stream`.
 """
@@ -75,16 +73,21 @@ DEFAULT_BLOCK_SIZE: Final = 4 * 1024 * 1024
 MiB were the fastest of 1-16 MiB (smaller blocks stay in the CPU caches); peak RSS on a 1 GB
 input ~205 MB (8 MiB: 230-270 MB)."""
 JSONL_BLOCK_SIZE: Final = 1024 * 1024
-"""Bytes of JSON lines parsed at a time by one thread: 1 MiB was faster than 0.5, 2 and 4 MiB
-(measured side by side: pyarrow's JSON parser works in the CPU caches)."""
+"""Bytes of JSON lines parsed at a time by one thread on the Python path: 1 MiB was faster than
+0.5, 2 and 4 MiB (measured side by side: pyarrow's JSON parser works in the CPU caches). With the
+C scanner, JSON lines use DEFAULT_BLOCK_SIZE: 4 MiB was 12% faster than 1 MiB (fewer hand-offs)."""
 MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
 """A single CSV record (or the header) larger than this is refused: memory stays bounded."""
 COMBINE_ROWS: Final = 262_144
 """Partial aggregate rows held before they are combined (more when there are many groups)."""
 
 PARSE_WORKERS: Final = 2
-"""CSV blocks parsed at once, each on a thread of its own (the machines have 2 cores)."""
-KEPT_BUFFERS: Final = PARSE_WORKERS + 1
+"""Blocks parsed at once, each on a thread of its own (the machines have 2 cores)."""
+IN_FLIGHT_EXTRA: Final = 1
+"""Blocks handed to the threads beyond PARSE_WORKERS, so that a thread does not wait for the
+reader while the oldest block is awaited in order: with the C scanner, 2-5% faster on CSV and 8%
+on JSON lines than none (measured side by side; more gave nothing)."""
+KEPT_BUFFERS: Final = PARSE_WORKERS + IN_FLIGHT_EXTRA + 1
 """Block buffers kept between inputs: what one input of the default block size uses."""
 
 
@@ -180,7 +183,10 @@ def aggregate_table(
             for partial, rows in partials:
                 acc.add_partial(partial, rows)
     else:
-        partials = _jsonl_partials(stream, plan, spec.null_values, min(block_size, JSONL_BLOCK_SIZE))
+        jsonl_block = (
+            block_size if _NativeArgs.jsonl(plan, spec.null_values) else min(block_size, JSONL_BLOCK_SIZE)
+        )
+        partials = _jsonl_partials(stream, plan, spec.null_values, jsonl_block)
         with contextlib.closing(partials):
             for partial, rows in partials:
                 acc.add_partial(partial, rows)
@@ -449,7 +455,7 @@ def _csv_partials(
     try:
         try:
             for block in splitter.blocks():
-                while len(pending) >= workers:
+                while len(pending) >= workers + IN_FLIGHT_EXTRA:
                     yield oldest()
                 pending.append((pool.submit(parser.parse, block.data, block.offset), block.buf))
         except InputDataError:
@@ -886,7 +892,7 @@ def _jsonl_partials(
     try:
         line = 1
         for block in splitter.blocks():
-            while len(pending) >= workers:
+            while len(pending) >= workers + IN_FLIGHT_EXTRA:
                 yield oldest()
             newlines = _count_newlines(block.buf, block.start, block.end)
             lines = newlines + (block.buf[block.end - 1] != 10)

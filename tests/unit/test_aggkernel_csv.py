@@ -253,3 +253,14 @@ def test_property_scanner_on_and_off_give_the_same_answer(
         if blank_lines and i % 3 == 0:
             out.write(terminator)
     assert_same_outcome(out.getvalue().encode(), group_by, block_size=block_size)
+
+
+@pytest.mark.parametrize("size", [0, 15, 16, 4080, 4081, 100_000])
+def test_count_byte_counts_every_occurrence(size: int) -> None:
+    dense = bytearray(b'"' * size)  # every byte counted: past the 255-step per-byte counters
+    assert aggkernel.count_byte(dense, 34, 0, size) == size
+    mixed = bytearray(b'a"\n' * (size // 3 + 1))
+    for start, end in [(0, len(mixed)), (1, len(mixed) - 1), (5, 5)]:
+        assert aggkernel.count_byte(mixed, 34, start, end) == mixed.count(b'"', start, end)
+    with pytest.raises(ValueError):
+        aggkernel.count_byte(dense, 34, 0, size + 1)
