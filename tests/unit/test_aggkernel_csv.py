@@ -260,7 +260,7 @@ def test_count_byte_counts_every_occurrence(size: int) -> None:
     dense = bytearray(b'"' * size)  # every byte counted: past the 255-step per-byte counters
     assert aggkernel.count_byte(dense, 34, 0, size) == size
     mixed = bytearray(b'a"\n' * (size // 3 + 1))
-    for start, end in [(0, len(mixed)), (1, len(mixed) - 1), (5, 5)]:
+    for start, end in [(0, len(mixed)), (1, len(mixed) - 1), (2, 2)]:
         assert aggkernel.count_byte(mixed, 34, start, end) == mixed.count(b'"', start, end)
     with pytest.raises(ValueError):
         aggkernel.count_byte(dense, 34, 0, size + 1)
