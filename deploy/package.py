@@ -148,7 +148,8 @@ def build(out: Path, root: Path = ROOT) -> Package:
     if unexpected:
         raise PackageError(
             "refusing to package files outside function_app.py, host.json, requirements.txt, "
-            "shared/ and native/ (list them in .funcignore, which has no allow-list):\n  " + "\n  ".join(unexpected)
+            "shared/ and native/ (list them in .funcignore, which has no allow-list):\n  "
+            + "\n  ".join(unexpected)
         )
     findings = secret_findings(root, files)
     if findings:

@@ -377,6 +377,7 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
             }
         }
     }
+    if (nrows == 0) status = AGG_FALLBACK; /* no record: the Python path gives the empty partial */
 #undef FAIL
 done:
     free(scratch);

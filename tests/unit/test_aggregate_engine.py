@@ -273,6 +273,10 @@ def test_global_group_over_empty_input_is_one_row() -> None:
     assert run("k,v\n", ["k"], metrics).rows == []
     assert run("", [], metrics, fmt="jsonl").rows == [{"count": 0, "sum_v": None, "count_v": 0}]
     assert run("", [], metrics, fmt="jsonl").input_rows == 0
+    blank = run("\n \n\r\n\t\n", [], metrics, fmt="jsonl")  # lines, but no record
+    assert (blank.input_rows, blank.rows) == (0, [{"count": 0, "sum_v": None, "count_v": 0}])
+    blank = run("k,v\n\n\r\n", [], metrics)
+    assert (blank.input_rows, blank.rows) == (0, [{"count": 0, "sum_v": None, "count_v": 0}])
 
 
 def test_count_only_reads_no_column() -> None:
