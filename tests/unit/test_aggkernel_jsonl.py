@@ -161,8 +161,6 @@ CLEAN = [
     b'{"g":"a","x":1}',
     b'{"g":"a","x":1}\n{"g":"b","x":12345678901234567890}\n{"g":"b","x":1.7976931348623157e308}\n',
     b'{"g":"a","x":0.1}\n{"g":"a","x":0.2}\n{"g":"a","x":1e-300}\n{"g":"a","x":123456.789e-3}\n',
-    b"",
-    b"\n \n",
     b'{"g":"a","u":{"deep":[[[[[[1]]]]]]},"x":"007"}\n',
 ]
 
@@ -179,7 +177,13 @@ def test_two_group_columns_and_a_column_both_key_and_value() -> None:
 
 def test_no_columns_needed() -> None:
     assert check(b'{"a":1}\n\n{"b":[1,2]}\n', (), (("count", None),))
-    assert check(b"", (), (("count", None),))
+
+
+@pytest.mark.parametrize("block", [b"", b"\n \n", b"\r\n\t\n"])
+def test_a_block_without_a_record_is_left_to_the_python_path(block: bytes) -> None:
+    # the Python path gives the empty partial (one row for the global group)
+    for group_by in [("g",), ()]:
+        assert kernel(plan_of(group_by, (("count", None),), DEFAULT_NULLS), block, DEFAULT_NULLS) is None
 
 
 def test_nulls_apply_to_strings_and_numbers_not_to_booleans() -> None:
