@@ -21,10 +21,10 @@ How it stays fast and bounded:
 - Partials are concatenated and re-aggregated when they grow, so memory depends on the block
   size and the number of groups, never on the input size.
 
-Measured (bench/bench_aggregate.py: 2 shared cores, interleaved, best of 7; see the README):
-engine / Polars 2.1 streaming 1.7x on the wide CSV (20 columns), 1.05-1.3x on the narrow one and
-1.4x on JSON lines (the pyarrow path alone: 0.67-0.97x and 0.54-0.57x); peak RSS ~125 MB on a
-1 GB CSV.
+Measured (bench/bench_aggregate.py: 2 cores, interleaved, best of 7; see the README): engine /
+Polars 2.1 streaming 1.84-1.88x on the wide CSV (20 columns), 1.45x on the narrow one, 2.0x on
+JSON lines (the pyarrow path alone: 0.67-0.87x, 0.74-0.97x, 0.54-0.57x); peak RSS ~130 MB on
+1 GB of CSV or of JSON lines.
 
 Semantics are SQL's: see `aggregate_stream`.
 """
