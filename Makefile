@@ -53,4 +53,4 @@ package: $(STAMP)
 	$(PY) -m deploy.package --out dist/app.zip
 
 clean:
-	rm -rf $(VENV) node_modules dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules dist .pytest_cache .mypy_cache .ruff_cache native/build
