@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shared.jobs.aggregate_engine as engine
-from bench.datagen import wide_csv_lines
+from bench.datagen import wide_csv_lines, wide_jsonl_lines
 from shared.errors import InputDataError
 from shared.jobs.aggregate import parse_aggregate_payload
 
@@ -264,3 +264,34 @@ def test_count_byte_counts_every_occurrence(size: int) -> None:
         assert aggkernel.count_byte(mixed, 34, start, end) == mixed.count(b'"', start, end)
     with pytest.raises(ValueError):
         aggkernel.count_byte(dense, 34, 0, size + 1)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_engine_hands_clean_blocks_to_the_scanner_alone(
+    monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """End to end: on the benchmark's wide file no block reaches the Python path's parsers."""
+
+    def python_path(*args: Any) -> Any:
+        raise AssertionError("a clean block went to the Python path")
+
+    monkeypatch.setattr(engine._CsvParser, "_read", python_path)
+    monkeypatch.setattr(engine._JsonParser, "_fast", python_path)
+    monkeypatch.setattr(engine, "_exact_frame", python_path)
+    lines = wide_csv_lines(20_000) if fmt == "csv" else wide_jsonl_lines(20_000)
+    data = "".join(lines).encode()
+    spec = parse_aggregate_payload(
+        {
+            "input": "data/in",
+            "format": fmt,
+            "group_by": ["station"],
+            "metrics": [
+                {"op": "count"},
+                {"op": "mean", "column": "temp"},
+                {"op": "max", "column": "wind_speed"},
+            ],
+        }
+    )
+    result = engine.aggregate_stream(io.BytesIO(data), spec, block_size=64 * 1024)
+    assert result.input_rows == 20_000
+    assert sum(row["count"] for row in result.rows) == 20_000
