@@ -176,6 +176,19 @@ static inline int agg_grow_groups(AggTable *t) {
 
 static inline int64_t agg_insert(AggTable *t, const AggField *keys, size_t need, uint64_t h, size_t j);
 
+/* Writes `keys` encoded (see the top of this file) at w; returns the end. */
+static inline char *agg_encode(const AggField *keys, int nkeys, char *w) {
+    for (int i = 0; i < nkeys; i++) {
+        uint32_t len = keys[i].is_null ? 0 : (uint32_t)keys[i].len;
+        *w++ = (char)!keys[i].is_null;
+        memcpy(w, &len, 4);
+        w += 4;
+        if (len) memcpy(w, keys[i].ptr, len);
+        w += len;
+    }
+    return w;
+}
+
 /* agg_group for one group column: the key is hashed and compared where it is, not copied. */
 static inline int64_t agg_group1(AggTable *t, const AggField *key) {
     uint64_t h = key->is_null ? 0x5bd1e995ULL : agg_hash(key->ptr, key->len);
@@ -210,20 +223,7 @@ static inline int64_t agg_group(AggTable *t, const AggField *keys) {
         t->scratch = s;
         t->scratch_cap = cap;
     }
-    char *w = t->scratch;
-    for (int i = 0; i < t->nkeys; i++) {
-        if (keys[i].is_null) {
-            memset(w, 0, 5);
-            w += 5;
-        } else {
-            uint32_t n = (uint32_t)keys[i].len;
-            *w++ = 1;
-            memcpy(w, &n, 4);
-            w += 4;
-            memcpy(w, keys[i].ptr, n);
-            w += n;
-        }
-    }
+    agg_encode(keys, t->nkeys, t->scratch);
     uint64_t h = agg_hash(t->scratch, need);
     size_t j = (size_t)h & t->mask;
     for (;;) {
@@ -256,15 +256,7 @@ static inline int64_t agg_insert(AggTable *t, const AggField *keys, size_t need,
         t->arena_cap = cap;
     }
     size_t g = t->ngroups++;
-    char *w = t->arena + t->arena_used;
-    for (int i = 0; i < t->nkeys; i++) { /* the encoded key */
-        uint32_t len = keys[i].is_null ? 0 : (uint32_t)keys[i].len;
-        *w++ = (char)!keys[i].is_null;
-        memcpy(w, &len, 4);
-        w += 4;
-        if (len) memcpy(w, keys[i].ptr, len);
-        w += len;
-    }
+    agg_encode(keys, t->nkeys, t->arena + t->arena_used);
     t->arena_used += need;
     t->key_off[g + 1] = t->arena_used;
     t->rows[g] = 0;
