@@ -64,7 +64,7 @@ def svg_lines(
         parts.append(f"<text x={width - 40} y={height - 8} font-size=10>{escape(labels[-1][-5:])}</text>")
     parts.append("</svg>")
     legend = "".join(
-        f"<span style='color:{COLORS.get(k, '#0969da')}'>■ {escape(k)} {sum(v)}</span>"
+        f"<span class=s-{k if k in COLORS else 'other'}>■ {escape(k)} {sum(v)}</span>"
         for k, v in series.items()
     )
     return f"<div class=chart>{''.join(parts)}<div class=legend>{legend}</div></div>"
@@ -180,8 +180,8 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             "<h2>Edit before replay</h2><p class=muted>The original stays in the poison archive; the change "
             "is recorded in the job's history. The id must stay the same.</p>"
             f"<textarea id=envelope data-job='{escape(job_id)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
-            "<button id=validate onclick=\"editAction('validate')\">Validate</button>"
-            "<button id=replay-edited onclick=\"editAction('replay-edited')\">Replay edited</button>"
+            "<button id=validate data-do=edit data-op=validate>Validate</button>"
+            "<button id=replay-edited data-do=edit data-op=replay-edited>Replay edited</button>"
             "<ul id=problems></ul>"
         )
     reason = record.get("reason")
@@ -221,7 +221,7 @@ def _entries_table(table_id: str, entries: list[PoisonEntry], base: str) -> str:
         for e in entries
     )
     return (
-        f"<table id={table_id}><tr><th><input type=checkbox onclick=\"pickAll('{table_id}', this.checked)\"></th>"
+        f"<table id={table_id}><tr><th><input type=checkbox data-do=pick-all data-table={table_id}></th>"
         f"<th>job</th><th>reason</th><th>age</th><th>attempts</th></tr>{rows}</table>"
     )
 
@@ -234,15 +234,15 @@ def poison_page(view: PoisonView, base: str) -> str:
     )
     return (
         f"<h2>Archived ({len(view.archived)})</h2>"
-        "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay onclick='replaySelected()'>Replay selected</button>"
+        "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"
         "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
-        "<p><button id=park onclick=\"entriesAction('park','archived')\">Park selected</button>"
-        "<button id=delete onclick=\"entriesAction('delete','archived','Delete {n} archive entries for good?')\">"
-        "Delete selected</button> purge older than <input id=days value=30 size=3> days "
-        "<button id=purge onclick='purge()'>Purge</button></p>"
+        "<p><button id=park data-do=entries data-op=park data-table=archived>Park selected</button>"
+        "<button id=delete data-do=entries data-op=delete data-table=archived "
+        "data-confirm='Delete {n} archive entries for good?'>Delete selected</button> "
+        "purge older than <input id=days value=30 size=3> days <button id=purge data-do=purge>Purge</button></p>"
         + _entries_table("archived", view.archived, base)
         + f"<h2>Parked ({len(view.parked)})</h2>"
-        "<p><button id=unpark onclick=\"entriesAction('unpark','parked')\">Unpark selected</button></p>"
+        "<p><button id=unpark data-do=entries data-op=unpark data-table=parked>Unpark selected</button></p>"
         + _entries_table("parked", view.parked, base)
         + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
         "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"

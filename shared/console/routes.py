@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -20,15 +21,21 @@ from azure.core.exceptions import AzureError
 
 from shared import api
 from shared.console import actions, metrics, pages, queries
+from shared.console.assets import CSP
 from shared.console.security import (
+    CSRF_TTL_S,
     Denied,
     Principal,
     authorize,
     check_csrf,
     check_origin,
     cookie_token,
-    new_token,
+    csrf_secret,
+    issue_token,
+    keyed_refusal,
+    public_origins,
     set_cookie,
+    token_refusal,
 )
 from shared.envelope import ID_RE
 from shared.errors import SettingsError, StorageThrottled
@@ -38,7 +45,7 @@ log = logging.getLogger("jobs.console")
 SAFE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "Content-Security-Policy": CSP,
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
@@ -51,6 +58,7 @@ class Call:
     base: str
     principal: Principal
     headers: dict[str, str]
+    env: Mapping[str, str]
 
 
 def base_path(url: str) -> str:
@@ -65,18 +73,33 @@ def _json(status: int, body: Any) -> func.HttpResponse:
         json.dumps(body, default=str),
         status_code=status,
         mimetype="application/json",
-        headers=dict(SAFE_HEADERS),
     )
+
+
+def secured(response: func.HttpResponse) -> func.HttpResponse:
+    """`response` with the console's security headers (each replaces any the route set)."""
+    for name, value in SAFE_HEADERS.items():
+        response.headers[name] = value
+    return response
 
 
 def handle(
     req: func.HttpRequest, env: Mapping[str, str] | None = None, *, keyed: bool = False
 ) -> func.HttpResponse:
-    """`keyed`: the admin-key route (`/api/console-api/...`, AuthLevel.ADMIN: the Functions host has
+    """Every console answer, whichever route made it, leaves through here with `SAFE_HEADERS`.
+
+    `keyed`: the admin-key route (`/api/console-api/...`, AuthLevel.ADMIN: the Functions host has
     checked the key, sent in the `x-functions-key` header). It serves the JSON routes only, to scripts."""
+    return secured(_handle(req, os.environ if env is None else env, keyed))
+
+
+def _handle(req: func.HttpRequest, env: Mapping[str, str], keyed: bool) -> func.HttpResponse:
     headers = {k.lower(): v for k, v in req.headers.items()}
     path = str(req.route_params.get("path") or "").strip("/")
     if keyed:
+        refusal = keyed_refusal(headers, env)
+        if refusal is not None:
+            return _json(403, {"error": refusal})
         if not path.startswith(("data/", "action/")):
             return _json(
                 404, {"error": "the admin-key route serves data/... and action/... only; pages need sign-in"}
@@ -84,14 +107,14 @@ def handle(
         principal = Principal(name="admin key", how="key")
     else:
         try:
-            principal = authorize(headers, os.environ if env is None else env)
+            principal = authorize(headers, env)
         except Denied as denied:
             if denied.status == 401 and req.method == "GET" and not path.startswith(("data/", "fragment/")):
                 back = quote(urlsplit(req.url).path, safe="/")  # a page: off to sign in, then back here
                 login = f"/.auth/login/aad?post_login_redirect_uri={back}"
-                return func.HttpResponse(status_code=302, headers={**SAFE_HEADERS, "Location": login})
+                return func.HttpResponse(status_code=302, headers={"Location": login})
             return _json(denied.status, {"error": str(denied)})
-    call = Call(req, path, base_path(req.url), principal, headers)
+    call = Call(req, path, base_path(req.url), principal, headers, env)
     try:
         if req.method == "POST":
             return _post(call, keyed)
@@ -109,10 +132,11 @@ def handle(
 
 
 def _html(call: Call, title: str, body: str, status: int = 200) -> func.HttpResponse:
+    secret, now, subject = csrf_secret(call.env), time.time(), call.principal.subject
     token = cookie_token(call.headers)
-    headers = dict(SAFE_HEADERS)
-    if token is None:
-        token = new_token()
+    headers = {}
+    if token is None or token_refusal(token, subject, secret, now, ttl_s=CSRF_TTL_S / 2) is not None:
+        token = issue_token(subject, secret, now)  # a page's token stays good for at least half the TTL
         headers["Set-Cookie"] = set_cookie(token, urlsplit(call.req.url).scheme == "https")
     who = f"{call.principal.name} ({call.principal.how})"
     return func.HttpResponse(
@@ -138,14 +162,14 @@ def _get(call: Call) -> func.HttpResponse:
         return _html(call, "Overview", pages.overview_page(queries.overview(rt), metrics.LATENCY_BOUNDS_S))
     if parts == ["fragment", "overview"]:
         body = pages.overview_fragment(queries.overview(rt), metrics.LATENCY_BOUNDS_S)
-        return func.HttpResponse(body, status_code=200, mimetype="text/html", headers=dict(SAFE_HEADERS))
+        return func.HttpResponse(body, status_code=200, mimetype="text/html")
     if parts[0] == "data":
         return _data(rt, parts[1:], params)
     if parts[0] == "jobs" and len(parts) == 1:
         status, kind, id_part = params.get("status", ""), params.get("kind", ""), params.get("id", "").strip()
         if id_part and ID_RE.match(id_part) and rt.ledger.get(id_part) is not None:  # found by id: 1 read
             return func.HttpResponse(
-                status_code=303, headers={**SAFE_HEADERS, "Location": f"{call.base}/jobs/{quote(id_part)}"}
+                status_code=303, headers={"Location": f"{call.base}/jobs/{quote(id_part)}"}
             )
         page = queries.jobs_page(
             rt, status, kind, id_part, _int(params.get("page"), 1), params.get("fresh") == "1"
@@ -195,9 +219,19 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
 
 def _post(call: Call, keyed: bool = False) -> func.HttpResponse:
     # A key in a header is itself the CSRF defence (no other site can make a browser send it).
-    refusal = (
-        check_origin(call.headers, call.req.url) if keyed else check_csrf("POST", call.headers, call.req.url)
-    )
+    origins = public_origins(call.env)
+    if keyed:
+        refusal = check_origin(call.headers, call.req.url, origins)
+    else:
+        refusal = check_csrf(
+            "POST",
+            call.headers,
+            call.req.url,
+            subject=call.principal.subject,
+            secret=csrf_secret(call.env),
+            now=time.time(),
+            origins=origins,
+        )
     if refusal is not None:
         log.warning("console: refused a change to %s: %s", call.path, refusal)
         return _json(403, {"error": refusal})

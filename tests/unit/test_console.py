@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -14,10 +16,27 @@ import pytest
 from shared import ledger
 from shared.console import metrics, queries
 from shared.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
-from shared.console.pages import overview_fragment, svg_lines
-from shared.console.security import Denied, authorize, check_csrf, cookie_token, set_cookie
+from shared.console.assets import CSP, CSS
+from shared.console.pages import job_page, layout, overview_fragment, poison_page, svg_lines
+from shared.console.queries import JobView, PoisonView
+from shared.console.security import (
+    CSRF_TTL_S,
+    Denied,
+    authorize,
+    check_csrf,
+    check_origin,
+    cookie_token,
+    csrf_secret,
+    decode_principal,
+    issue_token,
+    keyed_refusal,
+    public_origins,
+    set_cookie,
+    token_refusal,
+)
 from shared.documents import Conflict, MemoryDocuments
 from shared.envelope import Envelope
+from shared.errors import SettingsError
 from shared.jobs import noop, testing
 from shared.ledger import Facts
 
@@ -95,23 +114,83 @@ def test_in_azure_refusals_say_what_is_missing(
 
 # -- CSRF -----------------------------------------------------------------------------------
 
-TOKEN = "A" * 43
+SECRET = b"k" * 32
+T0 = 1_790_000_000.0
 URL = "http://127.0.0.1:7071/api/console/action/replay"
+TOKEN = issue_token("local:local", SECRET, T0)
+
+
+def csrf(
+    headers: dict[str, str], subject: str = "local:local", now: float = T0 + 60, **kw: Any
+) -> str | None:
+    return check_csrf("POST", headers, URL, subject=subject, secret=SECRET, now=now, **kw)
+
+
+def pair(token: str) -> dict[str, str]:
+    return {"cookie": f"console_csrf={token}", "x-console-csrf": token, "host": "127.0.0.1:7071"}
 
 
 def test_a_change_needs_the_cookie_token_echoed_in_a_header_from_the_same_origin() -> None:
-    good = {"cookie": f"console_csrf={TOKEN}", "x-console-csrf": TOKEN, "host": "127.0.0.1:7071"}
-    assert check_csrf("POST", good, URL) is None
-    assert (
-        check_csrf("POST", {**good, "origin": "http://127.0.0.1:7071", "sec-fetch-site": "same-origin"}, URL)
-        is None
+    good = pair(TOKEN)
+    assert csrf(good) is None
+    assert csrf({**good, "origin": "http://127.0.0.1:7071", "sec-fetch-site": "same-origin"}) is None
+    assert "CSRF" in str(csrf({**good, "x-console-csrf": ""}))
+    assert "CSRF" in str(csrf({**good, "x-console-csrf": issue_token("local:local", SECRET, T0 + 1)}))
+    assert "CSRF" in str(csrf({"x-console-csrf": TOKEN}))
+    assert "another origin" in str(csrf({**good, "origin": "http://evil.example"}))
+    assert "cross-site" in str(csrf({**good, "sec-fetch-site": "cross-site"}))
+    assert "POST" in str(check_csrf("GET", good, URL, subject="local:local", secret=SECRET, now=T0))
+
+
+def test_an_equal_cookie_and_header_pair_is_not_enough_the_token_must_be_ours() -> None:
+    """Before: any equal pair of 20+ characters passed."""
+    assert "CSRF" in str(csrf(pair("A" * 43)))
+    assert "CSRF" in str(csrf(pair("1790000000." + "A" * 43)))
+    assert "not issued" in str(csrf(pair(issue_token("local:local", b"o" * 32, T0))))  # another key
+
+
+def test_a_token_is_bound_to_its_principal_and_expires() -> None:
+    ann = issue_token("aad:oid-ann", SECRET, T0)
+    assert csrf(pair(ann), subject="aad:oid-ann") is None
+    assert "not issued" in str(csrf(pair(ann), subject="aad:oid-bo"))
+    assert csrf(pair(ann), subject="aad:oid-ann", now=T0 + CSRF_TTL_S) is None
+    assert "expired" in str(csrf(pair(ann), subject="aad:oid-ann", now=T0 + CSRF_TTL_S + 1))
+    assert "expired" in str(token_refusal(issue_token("s", SECRET, T0 + 3600), "s", SECRET, T0))
+    assert token_refusal("nope", "s", SECRET, T0) == "malformed CSRF token"
+
+
+def test_the_token_binds_the_entra_object_id_not_the_display_name() -> None:
+    ann = decode_principal(
+        principal(("name", "Ann"), ("http://schemas.microsoft.com/identity/claims/objectidentifier", "o-1"))
     )
-    assert "CSRF" in str(check_csrf("POST", {**good, "x-console-csrf": ""}, URL))
-    assert "CSRF" in str(check_csrf("POST", {**good, "x-console-csrf": "B" * 43}, URL))
-    assert "CSRF" in str(check_csrf("POST", {"x-console-csrf": TOKEN}, URL))
-    assert "another origin" in str(check_csrf("POST", {**good, "origin": "http://evil.example"}, URL))
-    assert "cross-site" in str(check_csrf("POST", {**good, "sec-fetch-site": "cross-site"}, URL))
-    assert "POST" in str(check_csrf("GET", good, URL))
+    assert ann.subject == "aad:o-1"
+    assert decode_principal(principal(("name", "Ann"))).subject == "aad:Ann"
+
+
+def test_the_secret_comes_from_the_setting_is_required_in_azure_and_never_shown() -> None:
+    assert csrf_secret({"CONSOLE_CSRF_SECRET": "s" * 40}) == b"s" * 40
+    local = csrf_secret({})
+    assert len(local) == 32 and csrf_secret({}) == local, "locally: one random key per process"
+    with pytest.raises(SettingsError, match="CONSOLE_CSRF_SECRET is not set"):
+        csrf_secret({"WEBSITE_INSTANCE_ID": "abc"})
+    with pytest.raises(SettingsError) as short:
+        csrf_secret({"CONSOLE_CSRF_SECRET": "tooshort-secret"})
+    assert "tooshort" not in str(short.value)
+
+
+def test_origin_null_and_forwarded_hosts_are_refused() -> None:
+    good = pair(TOKEN)
+    assert "Origin: null" in str(csrf({**good, "origin": "null"}))
+    assert "Origin: null" in str(check_origin({"origin": "null", "host": "127.0.0.1:7071"}, URL))
+    forged = {**good, "origin": "http://evil.example", "x-forwarded-host": "evil.example"}
+    assert "another origin" in str(csrf(forged)), "X-Forwarded-Host is whatever a client sent"
+    azure = {"host": "jobs.azurewebsites.net", "origin": "https://jobs.azurewebsites.net"}
+    assert check_origin(azure, "http://jobs.azurewebsites.net/api/console/action/x") is None
+    proxied = {"host": "jobs.azurewebsites.net", "origin": "https://ops.example.com"}
+    assert "another origin" in str(check_origin(proxied, URL))
+    origins = public_origins({"CONSOLE_PUBLIC_ORIGINS": "https://OPS.example.com/, http://x"})
+    assert origins == ("https://ops.example.com", "http://x")
+    assert check_origin(proxied, URL, origins) is None
 
 
 def test_the_cookie_is_strict_same_site_and_hidden_from_scripts() -> None:
@@ -120,6 +199,28 @@ def test_the_cookie_is_strict_same_site_and_hidden_from_scripts() -> None:
     assert "Secure" not in set_cookie(TOKEN, secure=False)
     assert cookie_token({"cookie": f"a=b; console_csrf={TOKEN}"}) == TOKEN
     assert cookie_token({"cookie": "console_csrf=short"}) is None
+
+
+def test_the_local_admin_key_route_answers_loopback_hosts_only() -> None:
+    """Locally the host checks no key: a rebound name (evil.example -> 127.0.0.1) must not reach it."""
+    assert keyed_refusal({"host": "127.0.0.1:7071"}, {}) is None
+    assert "127.0.0.1" in str(keyed_refusal({"host": "evil.example:7071"}, {}))
+    assert keyed_refusal({"host": "jobs.azurewebsites.net"}, {"WEBSITE_INSTANCE_ID": "i"}) is None
+
+
+def test_the_policy_allows_the_inlined_script_and_style_and_nothing_else() -> None:
+    html = layout("t", "<p>x</p>", "/api/console", TOKEN, "me")
+    script = html[html.index("<script>") + 8 : html.index("</script>")]
+    style = html[html.index("<style>") + 7 : html.index("</style>")]
+    directives = dict(d.strip().split(" ", 1) for d in CSP.split(";"))
+    assert directives["default-src"] == "'none'"
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert directives["script-src"] == f"'sha256-{digest}'"
+    assert "unsafe" not in CSP and style == CSS
+    pages_html = poison_page(PoisonView([], [], []), "/b") + job_page(
+        JobView({"status": "poisoned"}, [], None, "{}", {}, "", []), "/b", "j"
+    )
+    assert not re.search(r"<[^>]*\s(on[a-z]+|style)=", pages_html), "no inline handlers or styles"
 
 
 # -- replay at a rate -----------------------------------------------------------------------
@@ -417,3 +518,50 @@ def test_counter_blobs_older_than_the_retention_are_pruned_and_recent_ones_kept(
     )
     assert metrics.prune(store, NOW) == 0
     assert metrics.expired(["console/metrics/x", "other/2026-01-01T00/a.json"], NOW) == []
+
+
+def test_every_console_answer_carries_the_security_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Including the result document, which the API module answers (it had none of them)."""
+    import azure.functions as func
+
+    from shared import api
+    from shared.console import routes
+
+    monkeypatch.setattr(api, "get_result", lambda req: func.HttpResponse(b"{}", mimetype="application/json"))
+    monkeypatch.setattr(routes, "get_runtime", lambda: None)  # the result route reads nothing else
+    local = {"host": "127.0.0.1:7071"}
+    answers = [
+        routes.handle(_request("GET", "jobs/j1/result", local), {}),
+        routes.handle(_request("GET", "poison", {"host": "jobs.azurewebsites.net"}), AZURE),
+        routes.handle(_request("PUT", "x", local), {}),
+        routes.handle(_request("GET", "data/x", {"host": "evil.example"}), {}, keyed=True),
+    ]
+    assert answers[0].status_code == 200 and answers[0].get_body() == b"{}", "the result route was reached"
+    for answer in answers:
+        assert {k: answer.headers.get(k) for k in routes.SAFE_HEADERS} == routes.SAFE_HEADERS
+
+
+def test_the_local_admin_key_route_refuses_a_rebound_host_before_anything_else() -> None:
+    from shared.console import routes
+
+    rebound = {"host": "evil.example:7071", "origin": "http://evil.example:7071"}
+    answer = routes.handle(
+        _request("POST", "action/purge", rebound, b'{"older_than_days": 0}'), {}, keyed=True
+    )
+    assert answer.status_code == 403 and b"127.0.0.1" in answer.get_body()
+
+
+def test_a_page_issues_a_bound_token_and_reissues_a_forged_one() -> None:
+    from shared.console import routes
+    from shared.console.security import Principal
+
+    def page(headers: dict[str, str]) -> Any:
+        req = _request("GET", "poison", headers)
+        who = Principal(name="local", how="local")
+        return routes._html(routes.Call(req, "poison", "/api/console", who, headers, {}), "t", "")
+
+    local = {"host": "127.0.0.1:7071"}
+    token = page(local).headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    assert token_refusal(token, "local:local", csrf_secret({}), float(token.split(".")[0])) is None
+    assert "Set-Cookie" not in page({**local, "cookie": f"console_csrf={token}"}).headers
+    assert "Set-Cookie" in page({**local, "cookie": "console_csrf=" + "A" * 43}).headers
