@@ -126,6 +126,13 @@ param consoleAllowedRoles string = 'Console.Operator'
 
 @description('Group object ids (the groups claim) allowed to use the console, comma-separated (CONSOLE_ALLOWED_GROUPS).')
 param consoleAllowedGroups string = ''
+
+@description('Key of the console CSRF tokens (CONSOLE_CSRF_SECRET, at least 32 characters; required in Azure). Default: a new random value on each deployment, which makes open console pages ask for a reload once. Pass a fixed value, or a Key Vault reference (@Microsoft.KeyVault(SecretUri=...)), to keep it.')
+@secure()
+param consoleCsrfSecret string = format('{0}{1}', newGuid(), newGuid())
+
+@description('Origins (https://host) operators reach the console at when a proxy in front (Front Door, Application Gateway) sends the app another Host header, comma-separated (CONSOLE_PUBLIC_ORIGINS). Empty: the Host header of the request.')
+param consolePublicOrigins string = ''
 // -- end console --
 
 var suffix = uniqueString(resourceGroup().id, namePrefix)
@@ -149,6 +156,8 @@ var queueNames = [
 var consoleSettings = {
   CONSOLE_ALLOWED_ROLES: consoleAllowedRoles
   CONSOLE_ALLOWED_GROUPS: consoleAllowedGroups
+  CONSOLE_CSRF_SECRET: consoleCsrfSecret
+  CONSOLE_PUBLIC_ORIGINS: consolePublicOrigins
 }
 // Every container, and the data role each principal gets on it ('' = none). Roles are scoped to the
 // container, not the account: the app identity can touch only what it uses.

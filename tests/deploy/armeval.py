@@ -416,6 +416,7 @@ Evaluator.FUNCTIONS = {
     "createobject": _create_object,
     "uniquestring": lambda _, *parts: unique_string(*parts),
     "guid": lambda _, *parts: fake_guid(*parts),
+    "newguid": lambda _: fake_guid("new"),
     "resourcegroup": lambda _: {"id": RG_ID, "name": RESOURCE_GROUP, "location": LOCATION},
     "subscription": lambda _: {"id": f"/subscriptions/{SUBSCRIPTION_ID}", "subscriptionId": SUBSCRIPTION_ID},
     "environment": lambda _: {

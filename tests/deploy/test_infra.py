@@ -607,7 +607,8 @@ def test_bicep_declares_the_same_parameters(bicep: dict[str, Any], template: dic
     assert list(bicep["parameters"]) == list(template["parameters"])
     for name, spec in bicep["parameters"].items():
         arm = template["parameters"][name]
-        assert spec["type"] == arm["type"], name
+        secure = any(d["type"] == "secure" for d in spec.get("decorators", []))
+        assert ("secure" + spec["type"] if secure else spec["type"]) == arm["type"], name
         assert _decorator(spec, "description") == arm["metadata"]["description"], name
         assert _decorator(spec, "allowed") == arm.get("allowedValues"), name
         for bicep_kind, arm_kind in (
@@ -771,3 +772,7 @@ def test_console_sign_in_is_easy_auth_with_entra_when_a_client_id_is_given(templ
     settings = app_settings(resources)
     assert settings["CONSOLE_ALLOWED_ROLES"] == "Console.Operator"
     assert settings["CONSOLE_ALLOWED_GROUPS"] == PARAM_SETS["livy"]["consoleAllowedGroups"]
+    assert len(settings["CONSOLE_CSRF_SECRET"]) >= 32, "the console requires its CSRF key in Azure"
+    assert template["parameters"]["consoleCsrfSecret"]["type"] == "securestring", (
+        "kept out of deployment history"
+    )
