@@ -206,6 +206,9 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
     ]
     assert len(names) == 1
 
+    with urllib.request.urlopen(f"{stack.console}/jobs/{job}/result", timeout=60) as resp:
+        assert "script-src 'sha256-" in resp.headers["Content-Security-Policy"]  # the result too
+        assert resp.headers["X-Frame-Options"] == "DENY"
     browser.get(f"{stack.console}/jobs?id={job}")  # find by id: straight to the job's page
     assert browser.current_url.endswith(f"/api/console/jobs/{job}")
     events = [li.get_attribute("data-event") for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
@@ -331,6 +334,13 @@ def test_a_change_without_the_csrf_token_is_refused(stack: Stack, browser: WebDr
         "Origin": "http://evil.example",
     }
     assert stack.call("POST", "console/action/replay", {"ids": [job], "rate": 10}, forged)[0] == 403
+    made_up = {"Cookie": "console_csrf=" + "A" * 43, "X-Console-CSRF": "A" * 43}  # equal, but not ours
+    assert stack.call("POST", "console/action/replay", {"ids": [job], "rate": 10}, made_up)[0] == 403
+    sandboxed = {**forged, "Origin": "null"}
+    assert stack.call("POST", "console/action/replay", {"ids": [job], "rate": 10}, sandboxed)[0] == 403
+    rebound = {"Host": f"evil.example:{stack.host.url.rsplit(':', 1)[1]}"}  # DNS rebinding: no key locally
+    status, body = stack.call("POST", "console-api/action/purge", {"older_than_days": 0}, rebound)
+    assert status == 403 and "127.0.0.1" in body["error"]
     assert stack.record(job)["status"] == "poisoned" and stack.queue_length(stack.settings.jobs_queue) == 0
     # scripts use the admin-key route (key in a header; no key is needed on the local host), no cookie
     edit = {"job_id": job, "envelope": json.dumps({"id": job, "kind": "noop", "payload": {}})}
@@ -344,6 +354,8 @@ def test_overview_charts_render_with_data(stack: Stack, browser: WebDriver) -> N
         stack.submit(unique(f"ok{i}-"), "noop", {"note": "chart"})
     wait_for("jobs queue drained", lambda: stack.queue_length(stack.settings.jobs_queue) == 0, 60)
     browser.get(stack.console)
+    nav = browser.find_element(By.TAG_NAME, "nav").value_of_css_property("background-color")
+    assert nav in ("rgba(36, 41, 47, 1)", "rgb(36, 41, 47)"), "the inlined stylesheet is allowed by its hash"
     total = browser.find_element(By.CSS_SELECTOR, "polyline[data-series='completed']").get_attribute(
         "data-total"
     )
