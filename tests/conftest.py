@@ -8,6 +8,7 @@ that needs one without saying so through its fixtures cannot hide in the fast ti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -75,9 +76,9 @@ class ResourceInFastTier(RuntimeError):
     """A fast-tier test started a process the fast tier must not need: give it the resource's fixture."""
 
 
-@pytest.fixture(autouse=FAST_TIER, scope="session")
-def _no_resources_in_fast_tier() -> Iterator[None]:
-    """In the fast tier, starting Azurite, a host process or a Spark cluster is an error."""
+@contextlib.contextmanager
+def resources_refused() -> Iterator[None]:
+    """While open, starting Azurite, a host process or a Spark cluster raises ResourceInFastTier."""
     from devstack.hostproc import HostProcess
     from devstack.spark_cluster import SparkCluster
 
@@ -101,6 +102,12 @@ def _no_resources_in_fast_tier() -> Iterator[None]:
     finally:
         for cls, name, original in saved:
             setattr(cls, name, original)
+
+
+@pytest.fixture(autouse=FAST_TIER, scope="session")
+def _no_resources_in_fast_tier() -> Iterator[None]:
+    with resources_refused():
+        yield
 
 
 @pytest.fixture(scope="session")
