@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install run up test test-unit lint bench chaos chaos-long package clean
+.PHONY: install run up test test-fast test-unit lint bench chaos chaos-long package clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -39,6 +39,9 @@ lint: $(STAMP)
 
 test: install lint  ## unit + integration tests (real Azurite, real Spark), short chaos run
 	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)  ## under a minute: unit, simulation, contract tests on fakes; no Azurite, host, Spark, browser or deploy
+	JOBS_TEST_TIER=fast $(PY) -m pytest -q -p no:cacheprovider -m 'not slow and not integration and not azurite and not spark and not browser and not deploy'
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -9,7 +9,7 @@ The machine is shared: only ratios taken side by side mean something. Each peer'
 checked against the engine's (keys and counts exact, sums and means within 1e-9 relative, max
 exact), so nobody is timing a different query.
 
-Files (generated once under --data-dir by bench/datagen.py): a WIDE table (20 mixed columns:
+Files (generated once under --data-dir by devstack/datagen.py): a WIDE table (20 mixed columns:
 integers with NA, floats, strings, timestamps; ~340k rows, ~40 MB as CSV and ~105 MB as JSON
 lines) and the NARROW sales file (14 columns, 300k rows, ~30 MB).
 
@@ -45,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench import datagen  # noqa: E402
+from devstack import datagen  # noqa: E402
 from shared.jobs.aggregate import parse_aggregate_payload  # noqa: E402
 from shared.jobs.aggregate_engine import DEFAULT_BLOCK_SIZE, aggregate_stream  # noqa: E402
 

@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench import datagen  # noqa: E402
+from devstack import datagen  # noqa: E402
 from devstack.azurite import start_azurite  # noqa: E402
 from devstack.spark_cluster import SparkCluster, start_cluster  # noqa: E402
 from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload  # noqa: E402

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,19 @@ from typing import Any
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
-from bench.datagen import csv_lines
 from devstack.azurite import Azurite, start_azurite
+from devstack.datagen import csv_lines
 from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
 
 DATA_CONTAINER = "data"
+REDUCERS: dict[str, Callable[[list[float]], float]] = {
+    "sum": sum,
+    "min": min,
+    "max": max,
+    "mean": lambda v: sum(v) / len(v),
+}
 QUEUE = "jobs"
-GROUPINGS = (["region"], ["product"], ["region", "product"], [])
+GROUPINGS: tuple[list[str], ...] = (["region"], ["product"], ["region", "product"], [])
 METRICS = [
     {"op": "count"},
     {"op": "sum", "column": "qty"},
@@ -241,7 +248,9 @@ def queue_empty(demo: Demo) -> bool:
 def held_on_poison_queue(demo: Demo) -> int:
     """Messages the host keeps on the poison queue because no function can take them (not base64)."""
     service = QueueServiceClient.from_connection_string(demo.azurite.connection_string)
-    return int(service.get_queue_client(f"{QUEUE}-poison").get_queue_properties().approximate_message_count)
+    return int(
+        service.get_queue_client(f"{QUEUE}-poison").get_queue_properties().approximate_message_count or 0
+    )
 
 
 def wait_until_done(demo: Demo, timeout_s: float) -> Counter[str]:
@@ -294,9 +303,7 @@ def independent(text: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
             elif not vals:
                 row_out[name] = None
             else:
-                row_out[name] = {"sum": sum, "min": min, "max": max, "mean": lambda v: sum(v) / len(v)}[
-                    m["op"]
-                ](vals)
+                row_out[name] = REDUCERS[m["op"]](vals)
         out.append(row_out)
     return out
 

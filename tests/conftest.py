@@ -1,12 +1,20 @@
-"""Shared fixtures: a real Azurite process on free ports for integration tests."""
+"""Shared fixtures (a real Azurite process on free ports) and the test tiers.
+
+Each test is marked by the resources it needs, from the fixtures it uses (`RESOURCE_FIXTURES`):
+`azurite`, `spark`, `browser`. `make test-fast` deselects them and sets `JOBS_TEST_TIER=fast`,
+which makes starting Azurite, a local host process or a Spark cluster fail the test at once: a test
+that needs one without saying so through its fixtures cannot hide in the fast tier.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -14,6 +22,92 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
+
+RESOURCE_FIXTURES = {
+    "azurite": "azurite",
+    "storage_env": "azurite",
+    "spark_cluster": "spark",
+    "browser": "browser",
+}
+"""Fixture -> resource marker. A fixture that needs one of these lists it as an argument, so
+pytest's closure of a test's fixtures carries it."""
+FAST_TIER = os.environ.get("JOBS_TEST_TIER") == "fast"
+DEPLOY_TESTS = REPO_ROOT / "tests" / "deploy"
+"""Packaging, templates and deploy scripts: marked `deploy`, left to `make test`."""
+
+
+def resource_markers(fixturenames: Iterator[str] | list[str] | tuple[str, ...]) -> set[str]:
+    """The resource markers a test with these fixtures (their closure) needs."""
+    return {RESOURCE_FIXTURES[name] for name in fixturenames if name in RESOURCE_FIXTURES}
+
+
+FAST_TIER_EXAMPLES = 5
+"""The fast tier runs each property test with 1/5 of its examples (at least 20); `make test` runs them all."""
+
+
+def fewer_examples(count: int) -> int:
+    return min(count, max(20, count // FAST_TIER_EXAMPLES))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(resource_markers(getattr(item, "fixturenames", ()))):
+            item.add_marker(marker)
+        if DEPLOY_TESTS in item.path.parents:
+            item.add_marker("deploy")
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker("integration")
+        if FAST_TIER:
+            _shorten_property_test(item)
+
+
+def _shorten_property_test(item: pytest.Item) -> None:
+    """Hypothesis reads a test's settings when it runs: give it fewer examples, nothing else changed."""
+    test = getattr(item, "obj", None)
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    if test is None or not isinstance(current, hypothesis.settings):
+        return
+    test._hypothesis_internal_use_settings = hypothesis.settings(  # type: ignore[attr-defined]
+        current, max_examples=fewer_examples(current.max_examples)
+    )
+
+
+class ResourceInFastTier(RuntimeError):
+    """A fast-tier test started a process the fast tier must not need: give it the resource's fixture."""
+
+
+@contextlib.contextmanager
+def resources_refused() -> Iterator[None]:
+    """While open, starting Azurite, a host process or a Spark cluster raises ResourceInFastTier."""
+    from devstack.hostproc import HostProcess
+    from devstack.spark_cluster import SparkCluster
+
+    def refuse(what: str) -> object:
+        def start(*_: object, **__: object) -> None:
+            raise ResourceInFastTier(f"{what} started in the fast tier (JOBS_TEST_TIER=fast)")
+
+        return start
+
+    patched = [
+        (Azurite, "start"),
+        (HostProcess, "start"),
+        (SparkCluster, "start"),
+        (SparkCluster, "start_master"),
+    ]
+    saved = [(cls, name, getattr(cls, name)) for cls, name in patched]
+    for cls, name in patched:
+        setattr(cls, name, refuse(f"{cls.__name__}.{name}"))
+    try:
+        yield
+    finally:
+        for cls, name, original in saved:
+            setattr(cls, name, original)
+
+
+@pytest.fixture(autouse=FAST_TIER, scope="session")
+def _no_resources_in_fast_tier() -> Iterator[None]:
+    with resources_refused():
+        yield
 
 
 @pytest.fixture(scope="session")

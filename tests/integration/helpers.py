@@ -43,7 +43,7 @@ def message(
     body: bytes | Mapping[str, Any], dequeue_count: int = 1, msg_id: str | None = None
 ) -> func.QueueMessage:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return func.queue.QueueMessage(
+    return func.queue.QueueMessage(  # type: ignore[no-untyped-call]
         id=msg_id or uuid.uuid4().hex, body=raw, dequeue_count=dequeue_count, pop_receipt="r"
     )
 
@@ -59,4 +59,4 @@ def drain_raw(rt: Runtime, queue: str) -> list[bytes]:
 
 
 def queue_length(rt: Runtime, queue: str) -> int:
-    return int(rt.storage.raw_queue(queue).get_queue_properties().approximate_message_count)
+    return int(rt.storage.raw_queue(queue).get_queue_properties().approximate_message_count or 0)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from azure.storage.blob import BlobServiceClient
 
-from bench import datagen
+from devstack import datagen
 from devstack.azurite import Azurite
 from shared.errors import InputDataError, InputMissing
 from shared.jobs.aggregate import HANDLER, aggregate_stream, open_blob_stream, parse_aggregate_payload

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import requests
 
-from bench import datagen
+from devstack import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
 from shared.errors import InputDataError

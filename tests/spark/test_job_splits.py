@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bench import datagen
+from devstack import datagen
 from shared.errors import InputDataError
 from shared.jobs.aggregate import parse_aggregate_payload
 from shared.jobs.aggregate_engine import aggregate_stream

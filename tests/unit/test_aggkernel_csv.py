@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shared.jobs.aggregate_engine as engine
-from bench.datagen import wide_csv_lines, wide_jsonl_lines
+from devstack.datagen import wide_csv_lines, wide_jsonl_lines
 from shared.errors import InputDataError
 from shared.jobs.aggregate import parse_aggregate_payload
 

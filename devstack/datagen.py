@@ -5,10 +5,10 @@ store, product, category, customer, channel, qty (int), price (float), discount 
 currency, note (free text, sometimes quoted with a comma or doubled quotes inside). About 2% of
 qty/price are empty and 1% are `NA`; about 0.5% of regions are empty (a null group key).
 
-    python -m bench.datagen --rows 100000 --out data.csv
-    python -m bench.datagen --mb 1000 --out big.csv
-    python -m bench.datagen --rows 1000 --format jsonl --out data.jsonl
-    python -m bench.datagen --rows 340000 --wide --out wide.csv
+    python -m devstack.datagen --rows 100000 --out data.csv
+    python -m devstack.datagen --mb 1000 --out big.csv
+    python -m devstack.datagen --rows 1000 --format jsonl --out data.jsonl
+    python -m devstack.datagen --rows 340000 --wide --out wide.csv
 
 `--wide`: a 20-column table like a public weather-station export (integers with NA, floats,
 strings, timestamps; ~90 bytes a row as CSV, ~300 as JSON lines), see `WIDE_HEADER`.
