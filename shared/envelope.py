@@ -88,7 +88,8 @@ def decode_message(received: bytes) -> bytes:
     Base64 text is decoded: what the app's own senders write, and every message of the base64
     era (whitespace ignored, as .NET does). Any other body is taken as it came: a producer's raw
     JSON, or something the parser refuses and the poison archive keeps byte for byte. Only
-    canonical base64 is decoded, so the received text is always `b64encode` of the result."""
+    canonical base64 is decoded (the received text is `b64encode` of the result), and a body
+    that is JSON as received (`null`, `1234`) is taken as JSON."""
     compact = received.translate(None, _BASE64_SPACE)
     if not compact:
         return received
@@ -96,7 +97,17 @@ def decode_message(received: bytes) -> bytes:
         decoded = base64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError):
         return received
-    return decoded if base64.b64encode(decoded) == compact else received
+    if base64.b64encode(decoded) != compact or _is_json(received):
+        return received
+    return decoded
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envelope:
@@ -105,13 +116,15 @@ def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envel
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EnvelopeError(
-            [f"message: body is neither base64 nor UTF-8 text (byte {exc.start} of {len(body)})"]
+            [f"message: body (raw, or base64-decoded) is not UTF-8 text (byte {exc.start} of {len(body)})"]
         ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise EnvelopeError(
-            [f"message: body is neither base64 nor JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+            [
+                f"message: body (raw, or base64-decoded) is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            ]
         ) from None
     return parse_dict(data, known_kinds)
 

@@ -112,8 +112,8 @@ def test_garbage_bodies_are_listed_with_their_bytes(stack: Stack) -> None:
         lambda: (lambda got: got if {text, binary} <= set(got) else None)(stack.archived_bodies()),
     )
     print(f"\ngarbage bodies listed {time.monotonic() - started:.1f} s after they were put")
-    assert "neither base64 nor JSON" in found[text]["reason"]
-    assert "neither base64 nor UTF-8" in found[binary]["reason"]
+    assert "(raw, or base64-decoded) is not JSON" in found[text]["reason"]
+    assert "is not UTF-8 text" in found[binary]["reason"]
     assert found[text]["job_id"] is None and found[binary]["job_id"] is None
     depth = stack.queue.get_queue_properties().approximate_message_count
     assert depth == 0

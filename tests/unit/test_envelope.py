@@ -56,8 +56,8 @@ def test_valid_envelope_round_trips() -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        (b"\xff\xfe not utf8", "message: body is neither base64 nor UTF-8 text (byte 0 of 11)"),
-        (b"{not json", "message: body is neither base64 nor JSON"),
+        (b"\xff\xfe not utf8", "message: body (raw, or base64-decoded) is not UTF-8 text (byte 0 of 11)"),
+        (b"{not json", "message: body (raw, or base64-decoded) is not JSON"),
         (b"[1, 2]", "message: expected a JSON object, got array"),
         (b'"text"', "message: expected a JSON object, got string"),
         (body({"kind": "noop", "payload": {}}), "id: required"),
@@ -122,7 +122,18 @@ def test_base64_and_raw_bodies_decode_to_the_same_envelope() -> None:
 
 @pytest.mark.parametrize(
     "received",
-    [b"not base64 !!!", b"", b"  ", b"QR==", b"\xff\xfe", b"{truncated", b'"quoted"', b"1234x"],
+    [
+        b"not base64 !!!",
+        b"",
+        b"  ",
+        b"QR==",
+        b"\xff\xfe",
+        b"{truncated",
+        b'"quoted"',
+        b"1234x",
+        b"null",
+        b"1234",
+    ],
 )
 def test_what_is_not_canonical_base64_is_kept_as_received(received: bytes) -> None:
     assert decode_message(received) == received
