@@ -11,7 +11,7 @@ import azure.functions as func
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from shared import poison
-from shared.envelope import ID_RE
+from shared.envelope import ID_RE, ID_RULE
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record
 from shared.limits import BlobTooLarge, read_capped, result_limit_bytes
@@ -102,7 +102,7 @@ def _record(req: func.HttpRequest, rt: Runtime) -> Record | func.HttpResponse:
     """The ledger record named by the route's {id}, or the 400/404 answer."""
     job_id = req.route_params.get("id", "")
     if not ID_RE.match(job_id):
-        return _error(400, "id: must be 1 to 128 characters of letters, digits, '.', '_', ':', '-'")
+        return _error(400, f"id: {json.dumps(job_id)} {ID_RULE}")
     record = rt.ledger.get(job_id)
     return _error(404, f"job {job_id} is unknown") if record is None else record
 

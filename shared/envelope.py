@@ -15,7 +15,10 @@ from typing import Any
 
 from shared.errors import EnvelopeError
 
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+ID_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._:-]{1,128}$")
+"""A job id: 1 to 128 letters, digits, '.', '_', ':', '-', and not only dots (a blob name would
+normalise `.` and `..` away, so such a job's ledger record and archive entries would be lost)."""
+ID_RULE = "must be 1 to 128 characters of letters, digits, '.', '_', ':', '-', and not only dots"
 KIND_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 QUEUE_MESSAGE_LIMIT = 65536
 """Characters a queue message may hold (base64 text included)."""
@@ -76,25 +79,52 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()[:32]
 
 
-def decode_base64_text(text: str) -> bytes:
-    """Decode a queue message's base64 text strictly; EnvelopeError when it is not base64."""
+_BASE64_SPACE = b" \t\r\n"
+
+
+def decode_message(received: bytes) -> bytes:
+    """A queue message's body as the app reads it (host.json `messageEncoding: none`).
+
+    Base64 text is decoded: what the app's own senders write, and every message of the base64
+    era (whitespace ignored, as .NET does). Any other body is taken as it came: a producer's raw
+    JSON, or something the parser refuses and the poison archive keeps byte for byte. Only
+    canonical base64 is decoded (the received text is `b64encode` of the result), and a body
+    that is JSON as received (`null`, `1234`) is taken as JSON."""
+    compact = received.translate(None, _BASE64_SPACE)
+    if not compact:
+        return received
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise EnvelopeError(["message: body is not valid base64 (messageEncoding is base64)"]) from None
+        decoded = base64.b64decode(compact, validate=True)
+    except (binascii.Error, ValueError):
+        return received
+    if base64.b64encode(decoded) != compact or _is_json(received):
+        return received
+    return decoded
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envelope:
-    """Parse a message body (already base64-decoded by the host) into an Envelope."""
+    """Parse a message body (as `decode_message` gives it) into an Envelope."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise EnvelopeError([f"message: body is not UTF-8 (byte {exc.start})"]) from None
+        raise EnvelopeError(
+            [f"message: body (raw, or base64-decoded) is not UTF-8 text (byte {exc.start} of {len(body)})"]
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise EnvelopeError(
-            [f"message: body is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+            [
+                f"message: body (raw, or base64-decoded) is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            ]
         ) from None
     return parse_dict(data, known_kinds)
 
@@ -190,7 +220,8 @@ def check_payload_ref(ref: object) -> list[str]:
 
 
 def encode_text(envelope: Envelope) -> str:
-    """The message text as it goes on the queue (JSON, UTF-8, base64)."""
+    """The message text as the app puts it on the queue (JSON, UTF-8, base64): readable by
+    `decode_message`, and by a host still set to `messageEncoding: base64` (a rollback)."""
     raw = json.dumps(envelope.to_dict(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return base64.b64encode(raw).decode("ascii")
 
@@ -219,9 +250,7 @@ def _parse_id(data: Mapping[str, Any], problems: list[str], required: bool) -> s
         problems.append(f"id: must be a string, got {_type_name(job_id)}")
         return None
     if not ID_RE.match(job_id):
-        problems.append(
-            f"id: {_short(job_id)} must be 1 to 128 characters of letters, digits, '.', '_', ':', '-'"
-        )
+        problems.append(f"id: {_short(job_id)} {ID_RULE}")
         return None
     return job_id
 

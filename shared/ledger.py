@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from shared.documents import Conflict, Document, DocumentChanged, DocumentExists, DocumentStore
-from shared.envelope import Envelope, isoformat
+from shared.envelope import Envelope, body_digest, isoformat
 
 QUEUED = "queued"
 IN_PROGRESS = "in_progress"
@@ -352,8 +352,14 @@ def poisoned(
         reason_code=code,
         poisoned_at=isoformat(facts.now),
         body=text,
+        body_digest=body_digest(body),
         details={"attempt": (prev or {}).get("attempt"), "reason": reason},
     )
+
+
+def poisoned_by(data: Mapping[str, Any], body: bytes) -> bool:
+    """True when the record is poisoned and this body is the one that poisoned it."""
+    return data.get("status") == POISONED and data.get("body_digest") == body_digest(body)
 
 
 def run_cancelled(prev: Data | None, job_id: str, facts: Facts, run: Mapping[str, Any]) -> Data:
@@ -394,6 +400,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
             "error",
             "next_run_at",
             "body",
+            "body_digest",
             "cancel_requested",
             *SEND_MARKERS,
         ),
@@ -488,6 +495,17 @@ class Ledger:
                     exc.read_back, exc.current = True, back
                 raise
         raise DocumentChanged(f"{job_id}: the record kept changing under our writes")
+
+    def create_rejected(self, job_id: str, facts: Facts, reason: str, code: str | None, body: bytes) -> bool:
+        """Create `job_id`'s record as poisoned by `body` (not an envelope) only if it has none
+        (If-None-Match: it never changes another job's record). True when the record is this
+        body's: created now, or by an earlier try with this body."""
+        try:
+            self.write(job_id, None, lambda prev: poisoned(prev, job_id, facts, reason, code, body))
+            return True
+        except Conflict as conflict:
+            current = conflict.current if conflict.read_back else self.get(job_id)
+            return current is not None and poisoned_by(current.data, body)
 
     def create(self, job_id: str, data: Data) -> Record:
         """Write a record as given when none exists (tests and tools); RecordExists otherwise."""

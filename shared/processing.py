@@ -28,7 +28,7 @@ from shared.abandon import abandon_work
 from shared.backoff import retry_delay
 from shared.console import metrics as console_metrics
 from shared.documents import Conflict
-from shared.envelope import Envelope, best_effort_id, isoformat, parse_body
+from shared.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
 from shared.errors import (
     CancelledByOperator,
     ClaimLost,
@@ -71,9 +71,12 @@ class Delivery:
 
 @console_metrics.counted_in_flight  # console: jobs in flight, in memory only
 def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
-    """The queue trigger's body. Returns to acknowledge; raises to have the host retry."""
+    """The queue trigger's body. Returns to acknowledge; raises to have the host retry.
+
+    The host hands every body over as sent (`messageEncoding: none`): `decode_message` takes
+    base64 and raw JSON alike, and whatever does not parse is poisoned at once, never retried."""
     rt = rt or get_runtime()
-    delivery = Delivery(msg.id, msg.dequeue_count, msg.get_body())
+    delivery = Delivery(msg.id, msg.dequeue_count, decode_message(msg.get_body()))
     try:
         env = parse_body(delivery.body, rt.handlers.keys())
     except EnvelopeError as exc:
@@ -451,7 +454,10 @@ def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
 def send_poison_copy(
     rt: Runtime, body: bytes, reason: str, job_id: str | None, code: str | None, *, under_claim: bool
 ) -> None:
-    """Note why (by the body's digest), then put a copy of the body on <queue>-poison."""
+    """Note why (by the body's digest), then put a copy of the body on <queue>-poison.
+
+    The copy is base64 text, which `decode_message` gives back as `body` byte for byte (a body
+    that is not UTF-8 included), as do the host's own raw moves of what it received."""
     note_reason(rt.archive, body, reason, job_id, code, under_claim=under_claim, now=rt.clock())
     rt.poison_queue.send_message(base64.b64encode(body).decode("ascii"), time_to_live=NEVER_EXPIRE)
 
@@ -459,10 +465,12 @@ def send_poison_copy(
 def poison_unparsed(rt: Runtime, delivery: Delivery, exc: EnvelopeError) -> None:
     """A message that is not a valid envelope: poison it at once, with the problems as its reason.
 
-    The ledger is left to the poison handler, which never lets such a body change an existing
-    record (its id may belong to another job)."""
+    A body whose id is well formed gets a `poisoned` record when that job has none (a create
+    only: it never changes another job's record), so the job answers with its reason at once."""
     job_id = exc.job_id or best_effort_id(delivery.body)
     reason = f"{exc.reason_code}: {exc}"
+    if exc.job_id is not None:
+        rt.ledger.create_rejected(exc.job_id, Facts(rt.clock()), reason, exc.reason_code, delivery.body)
     send_poison_copy(rt, delivery.body, reason, job_id, exc.reason_code, under_claim=False)
     log_decision(
         "poisoned",

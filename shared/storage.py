@@ -120,7 +120,8 @@ class StorageClients:
         return self.blob.get_container_client(name)
 
     def queue(self, name: str) -> QueueClient:
-        """A queue client that base64-encodes what it sends (host.json messageEncoding: base64)."""
+        """A queue client that base64-encodes what it sends: `decode_message` reads it, and so
+        would a host rolled back to messageEncoding: base64."""
         return self.queue_service.get_queue_client(name, message_encode_policy=TextBase64EncodePolicy())
 
     def raw_queue(self, name: str) -> QueueClient:

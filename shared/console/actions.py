@@ -19,9 +19,9 @@ from shared.errors import EnvelopeError, PayloadError
 from shared.ledger import Facts
 from shared.messages import NEVER_EXPIRE
 from shared.observability import log_decision
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, set_state
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.runtime import Runtime
-from shared.submit import send_job
+from shared.submit import send_job, submit, validate_request
 
 log = logging.getLogger("jobs.console")
 MAX_BATCH = 50
@@ -270,6 +270,29 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         set_state(rt.archive, name, "replayed", rt.clock())
     logged("replay_edited", by, job_id, changes=changes, digest=digest)
     return {"id": job_id, "replayed": True, "changes": changes}
+
+
+def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
+    """Submit a fixed version of an unparsed body as a job, exactly as the API would (a new id
+    unless given; 409 when that id exists), then mark the entry replayed (it stays archived)."""
+    doc = _entry(rt, name)
+    if doc is None or not name.startswith(UNPARSED_PREFIX) or doc.data.get("state") != LISTED_STATE:
+        raise ActionRefused(f"{name} is not a listed unparsed entry", status=409)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problems = [f"envelope: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+        raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", problems) from None
+    try:
+        result = submit(rt, validate_request(rt, data))
+    except EnvelopeError as exc:
+        raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", exc.problems) from None
+    if not result.created:
+        status = result.existing.status if result.existing else "unknown"
+        raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
+    set_state(rt.archive, name, "replayed", rt.clock())
+    logged("replay_fixed", by, result.envelope.id, entry=name)
+    return {"id": result.envelope.id, "replayed": True}
 
 
 def names_of(value: object, field_name: str = "names") -> list[str]:

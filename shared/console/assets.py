@@ -89,6 +89,14 @@ async function editAction(action) {
   say('replayed with changes: ' + r.data.changes.join(', '));
   setTimeout(() => location.reload(), 800);
 }
+async function fixAction() {
+  const box = document.getElementById('fixed');
+  const r = await post('replay-fixed', {name: box.dataset.entry, envelope: box.value});
+  showProblems(r.data.problems);
+  if (!r.ok) { say(r.data.error || ('HTTP ' + r.status), true); return; }
+  say('replayed as job ' + r.data.id);
+  setTimeout(() => location.reload(), 800);
+}
 async function refreshOverview() {
   const box = document.getElementById('overview');
   if (!box) return;

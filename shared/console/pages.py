@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from shared.console.assets import CSS, JS
-from shared.console.queries import JobView, Page, PoisonView
+from shared.console.queries import EntryView, JobView, Page, PoisonView
 from shared.ledger import COMPLETED, POISONED, STATUSES
 from shared.poison import PoisonEntry
 
@@ -214,8 +214,9 @@ def _entries_table(table_id: str, entries: list[PoisonEntry], base: str) -> str:
         f"<tr><td><input type=checkbox class=pick data-job='{escape(e.job_id or '')}' data-name='{escape(e.name)}'></td>"
         + (
             f"<td><a href='{base}/jobs/{quote(e.job_id)}'>{escape(e.job_id)}</a></td>"
-            if e.job_id
-            else "<td>-</td>"
+            if e.job_id and e.name.startswith("jobs/")
+            else f"<td><a class=entry href='{base}/poison/entry?{escape(urlencode({'name': e.name}))}'>"
+            f"{escape(e.job_id or 'unparsed')} (body)</a></td>"
         )
         + f"<td class=reason>{escape(e.reason)}</td><td>{_age(e.age_s)}</td><td>{e.attempts}</td></tr>"
         for e in entries
@@ -247,6 +248,30 @@ def poison_page(view: PoisonView, base: str) -> str:
         + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
         "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"
         f"{queue_rows}</table>"
+    )
+
+
+def entry_page(view: EntryView) -> str:
+    """An archived body as text (or hex when not UTF-8), and an editor to fix and replay it."""
+    entry = view.entry
+    shown = (
+        f"<pre id=body-text>{escape(view.body_text)}</pre>"
+        if view.body_text is not None
+        else f"<p class=muted>not UTF-8: shown as hex</p><pre id=body-hex>{escape(view.body_hex or '')}</pre>"
+    )
+    editor = ""
+    if entry.get("state") == "poisoned" and view.name.startswith("unparsed/"):
+        editor = (
+            "<h2>Fix and replay</h2><p class=muted>Submitted as a new job (as the API would); this entry "
+            "stays in the archive, marked replayed.</p>"
+            f"<textarea id=fixed data-entry='{escape(view.name)}' spellcheck=false>"
+            f"{escape(view.body_text or '')}</textarea>"
+            "<button id=replay-fixed onclick='fixAction()'>Replay fixed</button><ul id=problems></ul>"
+        )
+    return (
+        f"<p>state <b id=entry-state>{escape(str(entry.get('state', '')))}</b> · "
+        f"{int(entry.get('body_bytes') or 0)} bytes · reason <span id=reason class=bad>"
+        f"{escape(str(entry.get('reason', '')))}</span></p><h2>Body</h2>{shown}{editor}"
     )
 
 

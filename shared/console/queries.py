@@ -23,7 +23,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from shared import poison
 from shared.console import metrics
 from shared.limits import BlobTooLarge, read_capped
-from shared.poison.archive import JOBS_PREFIX
+from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
 from shared.runtime import Runtime
 
 LIST_PAGE = 5000
@@ -293,6 +293,34 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
 
 
 # -- poison -----------------------------------------------------------------------------------
+
+
+@dataclass
+class EntryView:
+    """One archive entry with its body shown as text when UTF-8, else as hex."""
+
+    name: str
+    entry: dict[str, Any]
+    body_b64: str
+    body_text: str | None
+    body_hex: str | None
+
+
+def entry_view(rt: Runtime, name: str) -> EntryView | None:
+    """An entry of the poison archive by name (jobs/ or unparsed/ only): one read."""
+    if not name.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) or ".." in name.split("/"):
+        return None
+    doc = rt.archive.read(name)
+    if doc is None:
+        return None
+    b64 = str(doc.data.get("body_b64", ""))
+    raw = base64.b64decode(b64)
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    entry = {k: v for k, v in doc.data.items() if k != "body_b64"}
+    return EntryView(name, entry, b64, text, None if text is not None else raw.hex(" "))
 
 
 @dataclass

@@ -189,6 +189,11 @@ def _get(call: Call) -> func.HttpResponse:
         return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
     if parts == ["poison"]:
         return _html(call, "Poison", pages.poison_page(queries.poison_view(rt), call.base))
+    if parts == ["poison", "entry"]:
+        entry = queries.entry_view(rt, params.get("name", ""))
+        if entry is None:
+            return _html(call, "Entry", pages.message_page("no such archive entry"), 404)
+        return _html(call, f"Entry {entry.name}", pages.entry_page(entry))
     return _html(call, "Not found", pages.message_page(f"no console page at {call.path}"), 404)
 
 
@@ -211,6 +216,12 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
         return _json(200, dataclasses.asdict(view))
     if parts == ["poison"]:
         return _json(200, dataclasses.asdict(queries.poison_view(rt)))
+    if parts == ["entry"]:
+        entry = queries.entry_view(rt, params.get("name", ""))
+        if entry is None:
+            return _json(404, {"error": "no such archive entry"})
+        return _json(200, {**entry.entry, "name": entry.name, "body_b64": entry.body_b64,
+                           "body_text": entry.body_text, "body_hex": entry.body_hex})  # fmt: skip
     return _json(404, {"error": "unknown data route"})
 
 
@@ -279,6 +290,14 @@ def _job_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
     return job_id, text
 
 
+def _entry_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
+    name, text = body.get("name"), body.get("envelope")
+    if not isinstance(name, str) or not isinstance(text, str):
+        problems = ["name: an archive entry name", "envelope: the fixed envelope as JSON text"]
+        raise actions.ActionRefused("; ".join(problems), problems)
+    return name, text
+
+
 def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
     job_id, text = _job_and_text(body)
     checked = actions.check_edit(rt, job_id, text)
@@ -293,4 +312,5 @@ ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] 
     "purge": lambda rt, b, by: actions.purge(rt, _days(b), by),
     "validate": _validate,
     "replay-edited": lambda rt, b, by: actions.replay_edited(rt, *_job_and_text(b), by),
+    "replay-fixed": lambda rt, b, by: actions.replay_fixed(rt, *_entry_and_text(b), by),
 }

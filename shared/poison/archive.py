@@ -2,7 +2,8 @@
 
 In the poison-archive container:
   jobs/<job id>/<body digest>.json   one entry per distinct poisoned body of a job
-  unparsed/<body digest>.json        bodies with no readable job id
+  unparsed/<body digest>.json        bodies that are not their job's: not base64, JSON or UTF-8,
+                                     no readable id, or an id whose record is another body's
   reasons/<body digest>.json         why the app itself poisoned a body (written before the copy)
 """
 
@@ -23,10 +24,11 @@ LISTED_STATE = "poisoned"
 """Entries in this state are listed and replayable; the others are kept for the record."""
 
 
-def entry_name(job_id: str | None, digest: str, parsed: bool = True) -> str:
-    """Entries of valid envelopes go under their job; other bodies under unparsed/ (the id they
-    carry, if any, is kept in the entry but cannot be trusted to be theirs)."""
-    return f"{JOBS_PREFIX}{job_id}/{digest}.json" if job_id and parsed else f"{UNPARSED_PREFIX}{digest}.json"
+def entry_name(job_id: str | None, digest: str, owned: bool = True) -> str:
+    """Entries of valid envelopes, and of invalid ones whose job record they created, go under
+    their job; other bodies under unparsed/ (the id they carry, if any, is kept in the entry but
+    cannot be trusted to be theirs)."""
+    return f"{JOBS_PREFIX}{job_id}/{digest}.json" if job_id and owned else f"{UNPARSED_PREFIX}{digest}.json"
 
 
 def reason_name(digest: str) -> str:
@@ -77,10 +79,13 @@ def new_entry(
     queue_message_id: str | None,
     dequeue_count: int | None,
     record: dict[str, Any] | None,
+    owned: bool | None = None,
 ) -> dict[str, Any]:
+    """An archive entry; `body_b64` keeps the body byte for byte."""
     return {
         "job_id": job_id,
         "parsed": parsed,
+        "owned": parsed if owned is None else owned,
         "digest": body_digest(body),
         "state": state,
         "reason": reason,
@@ -97,7 +102,7 @@ def new_entry(
 
 def write_entry(archive: DocumentStore, entry: dict[str, Any]) -> str:
     """Create the entry; when it exists (the same body archived again), merge into it. Its name."""
-    name = entry_name(entry["job_id"], entry["digest"], bool(entry.get("parsed", True)))
+    name = entry_name(entry["job_id"], entry["digest"], bool(entry.get("owned", entry.get("parsed", True))))
     try:
         archive.create(name, entry)
         return name

@@ -1,9 +1,11 @@
 """The poison-queue trigger and the sweeper: every poisoned message ends archived and listable.
 
-A `-poison` queue has no poison queue of its own: a handler that keeps failing is never called
-again for that message. So the handler retries storage failures itself before raising, and the
-`sweep_poison` timer archives whatever the host will not hand over any more (bodies that are not
-base64, and messages past maxDequeueCount).
+With `messageEncoding: none` the host hands every body to `handle_poison` as it was sent; the
+app decodes it (`decode_message`) exactly as the jobs trigger does. A `-poison` queue has no
+poison queue of its own: a handler that keeps failing is never called again for that message
+(the host leaves it leased, 10 minutes at a time). So the handler retries storage failures
+itself before raising, and the `sweep_poison` timer archives messages dequeued
+maxDequeueCount times or more, which the host will not hand over any more.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +22,14 @@ from azure.core.exceptions import AzureError
 from shared import ledger
 from shared.abandon import abandon_work
 from shared.documents import Conflict
-from shared.envelope import Envelope, best_effort_id, body_digest, encode_json, parse_body
+from shared.envelope import (
+    Envelope,
+    best_effort_id,
+    body_digest,
+    decode_message,
+    encode_json,
+    parse_body,
+)
 from shared.errors import EnvelopeError, JobError
 from shared.ledger import Decision, Facts, Record
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
@@ -30,9 +39,6 @@ from shared.runtime import Runtime, get_runtime
 
 log = logging.getLogger("jobs.poison")
 HOST_REASON = "the host moved it after maxDequeueCount failed runs"
-UNREADABLE_REASON = (
-    "body is not valid base64, so the host cannot hand it to any function (messageEncoding: base64)"
-)
 HANDLER_TRIES = 8
 """Archiving attempts per invocation of handle_poison, about 1.5 minutes of waiting between them
 (1, 2, 4, 8, 16, 30, 30 s). The host gives a failed `-poison` message back only after its
@@ -52,6 +58,8 @@ class Verdict:
     """The body was the job's current message: its record becomes poisoned."""
     recheck_at: datetime | None = None
     """A live claim holds the job: send the message back to the jobs queue for this moment."""
+    create: bool = False
+    """Not an envelope, but its id is well formed and has no record: create one, poisoned."""
 
 
 def judge(
@@ -59,10 +67,8 @@ def judge(
 ) -> Verdict:
     """What a poisoned body means for its job (pure). Only the job's own current message may
     poison it: a stale copy, a malformed body carrying its id, or a copy of a completed job may not."""
-    if (
-        env is None
-    ):  # not an envelope: listed for operators; its id may be another job's, so no record changes
-        return Verdict("poisoned", app.reason if app else HOST_REASON)
+    if env is None:  # not an envelope: its id may be another job's, so no existing record changes
+        return Verdict("poisoned", app.reason if app else HOST_REASON, create=record is None)
     if record is not None and record.get("status") == ledger.COMPLETED:
         return Verdict("duplicate_of_completed", "a copy of a job that had already completed")
     if app is not None and app.under_claim:
@@ -91,7 +97,7 @@ def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None) -> N
     """Archive one poisoned message and settle its job. Never raises because of a body; raises
     only when storage failed `HANDLER_TRIES` times in a row, so the message comes back."""
     try:
-        body = msg.get_body() or b""
+        body = decode_message(msg.get_body() or b"")
     except Exception:  # a body the worker could not even hand over
         body = b""
     rt = rt or get_runtime()
@@ -131,16 +137,32 @@ def give_back(rt: Runtime, msg: QueueMessageLike, body: bytes, exc: Exception) -
 
 
 def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequeue_count: int | None) -> str:
-    """Archive one poison-queue body, mark or re-check its job as `judge` says. Returns the entry name."""
+    """Archive one poison-queue body (as `decode_message` gives it), mark or re-check its job as
+    `judge` says. Returns the entry name.
+
+    A body that is not an envelope is filed under its job only when the job's record is its own
+    (created poisoned by it, If-None-Match); otherwise under unparsed/."""
     job_id = best_effort_id(body)
+    error: EnvelopeError | None = None
     try:
         env: Envelope | None = parse_body(body, rt.handlers.keys())
-    except EnvelopeError:
-        env = None
+    except EnvelopeError as exc:
+        env, error = None, exc
     app = read_reason(rt.archive, body_digest(body))
     record = rt.ledger.get(job_id) if job_id else None
     now = rt.clock()
     verdict = judge(record.data if record else None, env, app, now)
+    if verdict.reason == HOST_REASON and error is not None:
+        verdict = replace(verdict, reason=f"{error.reason_code}: {error}")
+    owned = env is not None
+    if env is None and job_id is not None:
+        owned = (
+            rt.ledger.create_rejected(
+                job_id, Facts(now), verdict.reason, error.reason_code if error else None, body
+            )
+            if verdict.create
+            else record is not None and ledger.poisoned_by(record.data, body)
+        )
     entry = new_entry(
         body,
         job_id,
@@ -151,6 +173,7 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
         queue_message_id=queue_message_id,
         dequeue_count=dequeue_count,
         record=record.data if record else None,
+        owned=owned,
     )
     name = write_entry(rt.archive, entry)
     if verdict.recheck_at is not None and env is not None:
@@ -195,8 +218,9 @@ def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verd
 
 
 def sweep(rt: Runtime | None = None, limit: int = 32) -> int:
-    """Archive and remove poison-queue messages the host will not hand to `handle_poison`:
-    bodies that are not base64, and messages dequeued maxDequeueCount times or more.
+    """Archive and remove poison-queue messages the host will not hand to `handle_poison` any
+    more: those dequeued maxDequeueCount times or more (their handler kept failing, and a
+    `-poison` queue has no poison queue). Every other body reaches `handle_poison` as sent.
 
     Peeks first: nothing is received unless such a message is visible. Every message received is
     archived here (none is released, which would raise its dequeue count). Returns how many."""
@@ -204,57 +228,15 @@ def sweep(rt: Runtime | None = None, limit: int = 32) -> int:
     queue = rt.poison_queue
     limit = min(32, limit)
     max_count = rt.settings.max_dequeue_count
-    if all(
-        _is_base64(str(m.content or "")) and int(m.dequeue_count or 0) < max_count
-        for m in queue.peek_messages(max_messages=limit)
-    ):
+    if all(int(m.dequeue_count or 0) < max_count for m in queue.peek_messages(max_messages=limit)):
         return 0
     swept = 0
     for msg in queue.receive_messages(max_messages=limit, visibility_timeout=60):
-        text = str(msg.content or "")
         try:
-            if _is_base64(text):
-                archive_message(rt, base64.b64decode(text), msg.id, msg.dequeue_count)
-            else:
-                archive_unreadable(rt, text, msg.id, msg.dequeue_count)
+            body = decode_message(str(msg.content or "").encode("utf-8"))
+            archive_message(rt, body, msg.id, msg.dequeue_count)
             queue.delete_message(msg)
             swept += 1
         except (AzureError, JobError, Conflict) as exc:  # visible again in 60 s; the next sweep retries
             log.warning("sweep: poison message %s could not be archived (%s)", msg.id, exc)
     return swept
-
-
-def archive_unreadable(
-    rt: Runtime, text: str, queue_message_id: str | None, dequeue_count: int | None
-) -> str:
-    body = text.encode("utf-8", errors="surrogateescape")
-    entry = new_entry(
-        body,
-        None,
-        False,
-        "poisoned",
-        UNREADABLE_REASON,
-        now=rt.clock(),
-        queue_message_id=queue_message_id,
-        dequeue_count=dequeue_count,
-        record=None,
-    )
-    name = write_entry(rt.archive, entry)
-    log_decision(
-        "archived",
-        None,
-        queue_message_id=queue_message_id,
-        dequeue_count=dequeue_count,
-        reason=UNREADABLE_REASON,
-        state="poisoned",
-        level=logging.WARNING,
-    )
-    return name
-
-
-def _is_base64(text: str) -> bool:
-    try:
-        base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        return False
-    return True

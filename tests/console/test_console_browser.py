@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -225,6 +226,64 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
         .endswith(f"/api/console/jobs/{job}/result")
     )
     shot(browser, "job-timeline")
+
+
+def test_unknown_kind_job_without_a_record_is_poisoned_edited_and_replayed(
+    stack: Stack, browser: WebDriver
+) -> None:
+    """Put raw (no base64, no API): the job has no record until its body is refused."""
+    job = unique("unk-")
+    queue = stack.storage.raw_queue(stack.settings.jobs_queue)
+    queue.send_message(json.dumps({"id": job, "kind": "nope", "payload": {"note": "x"}}))
+    wait_for("poisoned", lambda: stack.call("GET", f"jobs/{job}")[0] == 200)
+    record = stack.record(job)
+    assert record["status"] == "poisoned" and "unknown kind 'nope'" in record["reason"]
+    poisoned_and_archived(stack, [job])
+
+    browser.get(f"{stack.console}/jobs/{job}")
+    assert "unknown kind 'nope'" in browser.find_element(By.ID, "reason").text
+    editor = browser.find_element(By.ID, "envelope")
+    envelope = json.loads(editor.get_property("value"))
+    assert envelope["kind"] == "nope"
+    browser.execute_script(
+        "arguments[0].value = arguments[1]", editor, json.dumps({**envelope, "kind": "noop"})
+    )
+    browser.find_element(By.ID, "replay-edited").click()
+    wait_for("completed", lambda: stack.record(job)["status"] == "completed", 60)
+    edited = [h for h in stack.record(job)["history"] if h["event"] == "edited"]
+    assert len(edited) == 1 and edited[0]["changes"] == ["kind"]
+
+
+def test_garbage_body_is_shown_as_hex_then_fixed_and_replayed(stack: Stack, browser: WebDriver) -> None:
+    garbage = b"\xff\xfe\x00" + unique("").encode()
+    queue = stack.storage.raw_queue(stack.settings.jobs_queue)
+    queue.send_message(base64.b64encode(garbage).decode())
+
+    def entry() -> Any:
+        for e in stack.archived()["archived"]:
+            if e["name"].startswith("unparsed/"):
+                status, doc = stack.call("GET", f"console/data/entry?name={e['name']}")
+                if status == 200 and base64.b64decode(doc["body_b64"]) == garbage:
+                    return doc
+        return None
+
+    name = wait_for("garbage listed", entry, 60)["name"]
+    browser.get(f"{stack.console}/poison")
+    link = next(
+        a
+        for a in browser.find_elements(By.CSS_SELECTOR, "a.entry")
+        if urlencode({"name": name}) in a.get_attribute("href")
+    )
+    link.click()
+    assert browser.find_element(By.ID, "body-hex").text == garbage.hex(" ")
+    fixed = browser.find_element(By.ID, "fixed")
+    job = unique("fixed-")
+    browser.execute_script(
+        "arguments[0].value = arguments[1]", fixed, json.dumps({"id": job, "kind": "noop", "payload": {}})
+    )
+    browser.find_element(By.ID, "replay-fixed").click()
+    wait_for("fixed job completed", lambda: stack.call("GET", f"jobs/{job}")[1].get("status") == "completed")
+    assert entry() is None  # no longer listed: marked replayed, kept in the archive
 
 
 def test_replay_of_50_at_a_rate_shows_progress_and_moves_each_once(stack: Stack, browser: WebDriver) -> None:

@@ -28,8 +28,8 @@ FAST_QUEUES = {
     "maxPollingInterval": "00:00:01",
     "visibilityTimeout": "00:00:02",
     "maxDequeueCount": 3,
-    "messageEncoding": "base64",
 }
+"""Faster timing than shipped; the shipped messageEncoding (none) is kept."""
 
 
 def app_dir(tmp_path: Path, queues: dict[str, Any]) -> Path:

@@ -127,7 +127,7 @@ def test_bad_envelope_is_poisoned_with_reason_kept(rt: Runtime) -> None:
     assert poisoned == [b"{not json"]
     archive = rt.storage.container(rt.settings.poison_archive_container)
     reasons = [json.loads(archive.download_blob(b.name).readall()) for b in archive.list_blobs()]
-    assert reasons[0]["reason"].startswith("bad_envelope: message: body is not JSON")
+    assert reasons[0]["reason"].startswith("bad_envelope: message: body (raw, or base64-decoded) is not JSON")
 
 
 def test_happy_path_costs_two_ledger_requests(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from shared import ledger, poison
 from shared.processing import process_message
@@ -24,9 +26,13 @@ class Scenario:
     name: str
     setup: Callable[[World], None]
     expect: dict[str, str]
-    """job id -> completed | poisoned | invalid (a malformed body: listed, refused by replay, no record)."""
+    """job id -> completed | poisoned | invalid (a malformed body of another job's id: listed
+    under unparsed/, refused by replay, the record unchanged) | rejected (a malformed body whose id
+    had no record: a poisoned record with its reason, listed under the job, refused by replay)."""
     operator: Callable[[World], None] | None = None
     expect_before_operator: dict[str, str] = field(default_factory=dict)
+    unparsed: tuple[bytes, ...] = ()
+    """Bodies with no job of their own: each must be archived under unparsed/, byte for byte."""
 
 
 def _fix_and_replay(world: World) -> None:
@@ -35,9 +41,26 @@ def _fix_and_replay(world: World) -> None:
 
 
 def _malformed(world: World) -> None:
-    world.submit(job("b1"))
-    world.submit(json.dumps({"id": "b1", "kind": "sim", "payload": [1]}).encode(), delay_s=1)
+    world.submit(job("b1"))  # its malformed twin comes well after any recovery: b1 has a record then
+    world.submit(json.dumps({"id": "b1", "kind": "sim", "payload": [1]}).encode(), delay_s=3600)
     world.submit(json.dumps({"id": "ghost", "kind": "sim", "payload": "x"}).encode(), delay_s=1)
+    world.put_text(json.dumps({"id": "stray", "kind": "nope", "payload": {}}), delay_s=2)
+
+
+GARBAGE = (
+    b"not base64, not JSON",  # a producer's plain text
+    b"\xff\xfe\x00 binary \x80",  # not UTF-8 (sent base64-encoded: a queue holds text)
+    b"{truncated",  # JSON cut short, sent base64-encoded
+)
+
+
+def _bodies_of_every_form(world: World) -> None:
+    world.put_text(json.dumps(job("raw1")))  # raw JSON, as `az storage message put` sends it
+    world.submit(job("b64"))  # base64, as the app and the base64 era send it
+    world.put_text(base64.encodebytes(json.dumps(job("wrapped")).encode()).decode())  # line-wrapped
+    world.put_text(GARBAGE[0].decode(), delay_s=1)
+    world.submit(GARBAGE[1], delay_s=1)
+    world.submit(GARBAGE[2], delay_s=2)
 
 
 def _long_work_with_duplicate(world: World) -> None:
@@ -70,13 +93,21 @@ SCENARIOS = [
     Scenario(
         "malformed messages carrying job ids",
         _malformed,
-        {"b1": "completed", "ghost": "invalid"},
+        {"b1": "completed", "ghost": "rejected", "stray": "rejected"},
+        unparsed=(json.dumps({"id": "b1", "kind": "sim", "payload": [1]}).encode(),),
+    ),
+    Scenario(
+        "raw JSON, base64 and undecodable bodies",
+        _bodies_of_every_form,
+        {"raw1": "completed", "b64": "completed", "wrapped": "completed"},
+        unparsed=GARBAGE,
     ),
 ]
 
 
 def run_scenario(scenario: Scenario, faults: Faults) -> World:
     world = World(faults)
+    world.expect_unparsed = scenario.unparsed
     scenario.setup(world)
     world.run()
     if scenario.operator is not None:
@@ -121,6 +152,9 @@ def check(world: World, expect: dict[str, str], replay: bool = True) -> list[str
             continue
         if world.effect_applied(job_id):
             problems.append(f"{job_id}: effect applied to a job that did not complete")
+        if want == "rejected":
+            problems.extend(_rejected(world, job_id, data, listed, replay))
+            continue
         if want == "invalid":
             if job_id in records:
                 problems.append(f"{job_id}: a malformed body changed the ledger ({status})")
@@ -137,6 +171,33 @@ def check(world: World, expect: dict[str, str], replay: bool = True) -> list[str
             problems.append(f"{job_id}: not listed in the poison archive with a reason")
         elif replay:
             problems.extend(_replayable(world, job_id, want))
+    problems.extend(_unparsed_kept(world, world.expect_unparsed))
+    return problems
+
+
+def _unparsed_kept(world: World, bodies: tuple[bytes, ...]) -> list[str]:
+    """Every body with no job of its own is archived under unparsed/, byte for byte, with a reason."""
+    kept = {}
+    for name, (data, _, _) in world.archive_docs.docs.items():
+        if name.startswith("unparsed/") and data.get("state") == "poisoned" and data.get("reason"):
+            kept[base64.b64decode(data["body_b64"])] = name
+    return [
+        f"body {body!r} not archived under unparsed/ with a reason" for body in bodies if body not in kept
+    ]
+
+
+def _rejected(
+    world: World, job_id: str, data: Mapping[str, Any], listed: Mapping[str | None, Any], replay: bool
+) -> list[str]:
+    problems = []
+    if data.get("status") != ledger.POISONED or not data.get("reason"):
+        problems.append(f"{job_id}: {data.get('status')}, expected poisoned with its reason")
+    if job_id not in listed:
+        problems.append(f"{job_id}: its malformed body is not listed under the job")
+    elif replay:
+        report = poison.replay(world.rt, [job_id], rate_per_s=0)
+        if report.skipped_invalid != [job_id]:
+            problems.append(f"{job_id}: replay of its malformed body said {report.as_dict()}")
     return problems
 
 

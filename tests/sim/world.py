@@ -26,7 +26,7 @@ from typing import Any, cast
 from azure.core.exceptions import ServiceResponseError
 
 from shared.documents import Conflict, MemoryDocuments
-from shared.envelope import best_effort_id
+from shared.envelope import best_effort_id, decode_message
 from shared.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.ledger import Ledger
@@ -200,10 +200,7 @@ class SimQueue:
     def put(self, text: str, delay_s: float = 0.0) -> SimMessage:
         now = self.clock()
         msg = SimMessage(uuid.uuid4().hex, text, 0, now, now + timedelta(seconds=delay_s))
-        try:
-            self.jobs_of[msg.id] = best_effort_id(base64.b64decode(text))
-        except ValueError:
-            self.jobs_of[msg.id] = None
+        self.jobs_of[msg.id] = best_effort_id(decode_message(text.encode("utf-8")))
         with self._lock:
             self.messages[msg.id] = msg
         return msg
@@ -316,12 +313,17 @@ class HostRules:
 
     visibility_timeout_s: float
     max_dequeue_count: int
+    message_encoding: str = "base64"
     lease_s: float = HOST_LEASE_S
 
     @classmethod
     def shipped(cls) -> HostRules:
         queues = json.loads(HOST_JSON.read_text())["extensions"]["queues"]
-        return cls(parse_timespan(queues["visibilityTimeout"]), int(queues["maxDequeueCount"]))
+        return cls(
+            parse_timespan(queues["visibilityTimeout"]),
+            int(queues["maxDequeueCount"]),
+            str(queues.get("messageEncoding", "base64")),
+        )
 
 
 class World:
@@ -344,6 +346,8 @@ class World:
         self.executions: dict[str, int] = {}
         self.fixed = False
         self.crashes = 0
+        self.expect_unparsed: tuple[bytes, ...] = ()
+        """Bodies the scenario expects archived under unparsed/ (checked at the end)."""
         self.rt = Runtime(
             settings=self.settings,
             storage=cast(StorageClients, None),
@@ -370,9 +374,13 @@ class World:
         return f"{job_id}.json" in self.effects.docs
 
     def submit(self, body: Mapping[str, Any] | bytes, delay_s: float = 0.0) -> None:
-        """A producer's message (not a storage call of the app under test)."""
+        """A producer's message, base64-encoded (not a storage call of the app under test)."""
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.jobs.put(base64.b64encode(raw).decode("ascii"), delay_s)
+
+    def put_text(self, text: str, delay_s: float = 0.0) -> None:
+        """A producer's message put as text, without base64 (raw JSON, or anything else)."""
+        self.jobs.put(text, delay_s)
 
     # -- the host ----------------------------------------------------------------------------
 
@@ -409,12 +417,11 @@ class World:
             if not is_poison_queue:
                 self.move_to_poison(queue, msg)
             return  # a -poison queue has no poison queue: left leased, never called
-        try:
-            body = base64.b64decode(msg.content.encode("ascii"), validate=True)
-        except ValueError:
+        body = self.received_body(msg)
+        if body is None:
             if not is_poison_queue:
                 self.move_to_poison(queue, msg)
-            return
+            return  # a -poison queue has no poison queue: left leased, never called
         try:
             function(Delivered(msg.id, msg.dequeue_count, body), self.rt)
         except SimCrash:
@@ -428,6 +435,16 @@ class World:
             msg.visible_at = self.clock() + timedelta(seconds=self.rules.visibility_timeout_s)
             return
         self.host_delete(queue, msg)
+
+    def received_body(self, msg: SimMessage) -> bytes | None:
+        """The body the host hands the function under host.json's messageEncoding (None: the
+        host cannot decode it, so it calls nothing)."""
+        if self.rules.message_encoding == "none":
+            return msg.content.encode("utf-8")
+        try:
+            return base64.b64decode(msg.content.encode("ascii"), validate=True)
+        except ValueError:
+            return None
 
     def host_delete(self, queue: SimQueue, msg: SimMessage) -> None:
         try:

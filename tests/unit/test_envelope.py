@@ -12,7 +12,7 @@ from shared.envelope import (
     Envelope,
     best_effort_id,
     check_payload_ref,
-    decode_base64_text,
+    decode_message,
     encode_text,
     fits_queue,
     parse_body,
@@ -56,8 +56,8 @@ def test_valid_envelope_round_trips() -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        (b"\xff\xfe not utf8", "message: body is not UTF-8"),
-        (b"{not json", "message: body is not JSON"),
+        (b"\xff\xfe not utf8", "message: body (raw, or base64-decoded) is not UTF-8 text (byte 0 of 11)"),
+        (b"{not json", "message: body (raw, or base64-decoded) is not JSON"),
         (b"[1, 2]", "message: expected a JSON object, got array"),
         (b'"text"', "message: expected a JSON object, got string"),
         (body({"kind": "noop", "payload": {}}), "id: required"),
@@ -65,6 +65,9 @@ def test_valid_envelope_round_trips() -> None:
         (body({"id": "a/b", "kind": "noop", "payload": {}}), 'id: "a/b" must be 1 to 128 characters'),
         (body({"id": "x" * 129, "kind": "noop", "payload": {}}), "must be 1 to 128 characters"),
         (body({"id": "", "kind": "noop", "payload": {}}), "must be 1 to 128 characters"),
+        (body({"id": ".", "kind": "noop", "payload": {}}), 'id: "." must be 1 to 128'),
+        (body({"id": "..", "kind": "noop", "payload": {}}), "and not only dots"),
+        (body({"id": "....", "kind": "noop", "payload": {}}), "and not only dots"),
         (body({"id": "j", "payload": {}}), "kind: required"),
         (body({"id": "j", "kind": "median", "payload": {}}), "kind: unknown kind 'median'"),
         (body({"id": "j", "kind": 3, "payload": {}}), "kind: must be a lower-case name"),
@@ -111,10 +114,42 @@ def test_missing_id_gets_a_uuid_when_allowed() -> None:
     assert len(env.id) == 36
 
 
-def test_bad_base64_is_an_envelope_error() -> None:
-    with pytest.raises(EnvelopeError, match="not valid base64"):
-        decode_base64_text("not base64 !!!")
-    assert decode_base64_text(base64.b64encode(b"hi").decode()) == b"hi"
+def test_base64_and_raw_bodies_decode_to_the_same_envelope() -> None:
+    raw = body({"id": "j1", "kind": "noop", "payload": {"a": 1}})
+    for received in (raw, base64.b64encode(raw), base64.encodebytes(raw), b" " + raw + b"\n"):
+        assert parse_body(decode_message(received), KINDS).id == "j1"
+
+
+@pytest.mark.parametrize(
+    "received",
+    [
+        b"not base64 !!!",
+        b"",
+        b"  ",
+        b"QR==",
+        b"\xff\xfe",
+        b"{truncated",
+        b'"quoted"',
+        b"1234x",
+        b"null",
+        b"1234",
+    ],
+)
+def test_what_is_not_canonical_base64_is_kept_as_received(received: bytes) -> None:
+    assert decode_message(received) == received
+
+
+def test_canonical_base64_is_decoded_byte_for_byte() -> None:
+    for raw in (b"\xff\xfe\x00 binary", b"{truncated", b"hi"):
+        assert decode_message(base64.b64encode(raw)) == raw
+
+
+def test_ids_a_blob_name_would_normalise_are_refused_everywhere() -> None:
+    for job_id in (".", "..", "..."):
+        assert best_effort_id(body({"id": job_id})) is None
+        with pytest.raises(EnvelopeError, match="not only dots"):
+            parse_dict({"id": job_id, "kind": "noop", "payload": {}}, KINDS)
+    assert parse_dict({"id": "a..b.", "kind": "noop", "payload": {}}, KINDS).id == "a..b."
 
 
 def test_queue_limit_is_measured_on_the_encoded_text() -> None:
