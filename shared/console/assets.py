@@ -112,6 +112,7 @@ const DOES = {
   'purge': () => purge(),
   'edit': el => editAction(el.dataset.op),
   'pick-all': el => pickAll(el.dataset.table, el.checked),
+  'fix': () => fixAction(),
 };
 document.addEventListener('click', e => {
   const el = e.target.closest('[data-do]');

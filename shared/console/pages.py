@@ -266,7 +266,7 @@ def entry_page(view: EntryView) -> str:
             "stays in the archive, marked replayed.</p>"
             f"<textarea id=fixed data-entry='{escape(view.name)}' spellcheck=false>"
             f"{escape(view.body_text or '')}</textarea>"
-            "<button id=replay-fixed onclick='fixAction()'>Replay fixed</button><ul id=problems></ul>"
+            "<button id=replay-fixed data-do=fix>Replay fixed</button><ul id=problems></ul>"
         )
     return (
         f"<p>state <b id=entry-state>{escape(str(entry.get('state', '')))}</b> · "
