@@ -505,14 +505,20 @@ def _line_at(stream: ByteStream, origin: int | None, offset: int) -> int | None:
     if origin is None:
         return None
     getattr(stream, "seek")(origin)  # noqa: B009
-    lines, left = 1, offset
+    lines, left, last = 1, offset, b""
     while left > 0:
         data = stream.read(min(left, 4 * 1024 * 1024)) or b""
         if not data:
             break
-        lines += data.count(b"\n")
+        lines += _line_breaks(data) - (last == b"\r" and data[:1] == b"\n")
+        last = data[-1:]
         left -= len(data)
     return lines
+
+
+def _line_breaks(data: bytes) -> int:
+    """Line breaks in `data`: \\n, \\r\\n or a lone \\r (the CSV record endings) each count one."""
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
 
 
 class _Block(NamedTuple):
@@ -598,7 +604,7 @@ class _BlockSplitter:
                 self._grow("the header line")
         end = end or self.filled
         raw = bytes(self.buf[:end])
-        self.header_lines = max(1, raw.count(b"\n"))
+        self.header_lines = max(1, _line_breaks(raw))
         self.start = self.offset = end
         return _header_names(raw)
 
@@ -607,7 +613,10 @@ class _BlockSplitter:
         while True:
             self._fill(min(len(self.buf), self.start + self.target))
             if self.filled == self.start:
-                return
+                if self.eof:
+                    return
+                self._make_room()  # the buffer ended just where the header did: not the end
+                continue
             cut = self.filled if self.eof else self.cut(self.buf, self.start, self.filled)
             if cut == 0:
                 self._make_room()
@@ -712,13 +721,16 @@ class _CsvParser:
             raise InputDataError(f"column {doubled[0]!r} appears more than once in the CSV header (line 1)")
 
     def _convert_options(self, fast: bool) -> pacsv.ConvertOptions:
-        """Fast: as `_CsvParser` says. Slow: every column as strings."""
+        """Fast: as `_CsvParser` says. Slow: every column as strings. Columns only counted are
+        binary in both: a value is counted whatever its bytes (as the C scanner does)."""
         columns = list(self.plan.columns) or self.names[:1]
         if fast:
             types = {c: self.plan.csv_type(c) for c in columns}
             types.update({c: pa.binary() for c in self.plan.keys if c not in self.plan.numeric})
         else:
             types = {c: pa.string() for c in columns}
+        keys_or_numbers = set(self.plan.keys) | self.plan.numeric
+        types.update({c: pa.binary() for c in self.plan.columns if c not in keys_or_numbers})
         return pacsv.ConvertOptions(
             include_columns=columns,
             column_types=types,
@@ -727,10 +739,16 @@ class _CsvParser:
             quoted_strings_can_be_null=True,
         )
 
-    def _read(self, block: pa.Buffer, convert: pacsv.ConvertOptions) -> pa.Table:
-        """`block` parsed on this thread as one chunk (pyarrow's chunk size is above its size)."""
+    def _read(
+        self, block: pa.Buffer, convert: pacsv.ConvertOptions, parse: pacsv.ParseOptions = _PARSE_OPTIONS
+    ) -> pa.Table:
+        """`block` parsed on this thread as one chunk (pyarrow's chunk size is above its size).
+        A byte-order mark is data except at the start of the input: pyarrow would skip one at
+        the start of a block, so a block starting with one is read after an empty line."""
+        if block.size >= 3 and block[:3].to_pybytes() == _BOM:
+            block = pa.py_buffer(b"\n" + block.to_pybytes())
         read = pacsv.ReadOptions(column_names=self.names, block_size=block.size + 1, use_threads=False)
-        table: pa.Table = pacsv.read_csv(block, read, _PARSE_OPTIONS, convert)
+        table: pa.Table = pacsv.read_csv(block, read, parse, convert)
         return table
 
     def parse(self, block: pa.Buffer, offset: int) -> tuple[pa.Table, int]:
@@ -759,9 +777,26 @@ class _CsvParser:
         return self.reducer.reduce(frame), rows
 
     def _parse_serially(self, block: pa.Buffer, offset: int) -> pa.Table:
-        """Re-parse a block that failed, all as strings, to say where and why."""
+        """Re-parse a block that failed, all as strings, to say where and why: the first bad
+        record in file order (a bad number before a record with the wrong number of fields)."""
+        invalid: list[pacsv.InvalidRow] = []
+
+        def skip(row: pacsv.InvalidRow) -> str:
+            invalid.append(row)
+            return "skip"
+
         try:
-            return self._read(block, self.slow)
+            table = self._read(
+                block, self.slow, pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=skip)
+            )
+            if not invalid or invalid[0].number is None:
+                return table
+            row = invalid[0]
+            assert row.number is not None
+            self._reduce(table.slice(0, row.number - 1), block, offset)  # an earlier bad number
+            line = _record_line(block.to_pybytes(), row.number - 1)
+            detail = f"Expected {row.expected_columns} columns, got {row.actual_columns}: {row.text}"[:300]
+            raise _BadRecord("CSV input is not valid on line ", f": {detail}", offset, 0, line)
         except pa.ArrowInvalid as exc:
             text = str(exc)
             detail = _ARROW_PREFIX.sub("", text)[:300]
@@ -771,6 +806,7 @@ class _CsvParser:
             raise _BadRecord(f"CSV input is not valid {where}", f": {detail}", offset, 0, line) from None
 
 
+_BOM: Final = b"\xef\xbb\xbf"
 _ARROW_ROW = re.compile(r"Row #(\d+)")
 _ARROW_PREFIX = re.compile(r"^(CSV parse error: )?(In CSV column #\d+: )?(Row #\d+: )?")
 
