@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install run up test test-fast test-unit lint bench chaos chaos-long package clean
+.PHONY: install run up test test-fast test-unit lint bench chaos chaos-long package clean fuzz
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -48,6 +48,18 @@ test-unit: $(STAMP)
 
 bench: install $(BENCH_STAMP)  ## benchmarks: prints tables, saves JSON under bench/out/
 	$(PY) -m bench.run
+
+FUZZ_SECONDS ?= 180
+FUZZ_DIR := build/fuzz
+fuzz: $(STAMP)  ## differential fuzz of the scanner vs the Python path, scanner under ASan + UBSan (FUZZ_SECONDS=180)
+	rm -rf $(FUZZ_DIR) && mkdir -p $(FUZZ_DIR)
+	cd native && CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined" ../$(PY) setup.py -q build_ext --build-temp ../$(FUZZ_DIR)/tmp --build-lib ../$(FUZZ_DIR)/lib
+	set -o pipefail; LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONPATH=$(FUZZ_DIR)/lib:. \
+		$(PY) -m tests.fuzz.differential --seconds $(FUZZ_SECONDS) 2>&1 | tee $(FUZZ_DIR)/log.txt; status=$$?; \
+		reports=$$(grep -cE "ERROR: AddressSanitizer|runtime error:" $(FUZZ_DIR)/log.txt); \
+		echo "sanitizer reports: $$reports"; test $$status -eq 0 && test $$reports -eq 0
 
 chaos-long: install  ## the long chaos run (>= 2,000 jobs)
 	$(PY) -m pytest -q -m slow tests/chaos -p no:cacheprovider

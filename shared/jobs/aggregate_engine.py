@@ -51,6 +51,11 @@ import pyarrow.json as pajson
 from shared.errors import InputDataError, LimitExceeded
 
 try:
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy is in requirements.txt (not always on Spark executors)
+    np = None  # type: ignore[assignment]
+
+try:
     import aggkernel as _kernel  # the C scanner in native/ (built by pip from source)
 except ImportError:  # not built here (e.g. the engine zip on Spark executors): pyarrow does it all
     _kernel = None
@@ -78,6 +83,11 @@ JSONL_BLOCK_SIZE: Final = 1024 * 1024
 C scanner, JSON lines use DEFAULT_BLOCK_SIZE: 4 MiB was 12% faster than 1 MiB (fewer hand-offs)."""
 MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
 """A single CSV record (or the header) larger than this is refused: memory stays bounded."""
+MAX_JSON_DEPTH: Final = 64
+"""Arrays and objects nested in one JSON line, the line's own object included: a deeper line is
+refused before any parser sees it (pyarrow's JSON reader and Python's `json` recurse: ~60,000
+levels overflow the thread's stack, ~1,000 raise RecursionError). The C scanner keeps the same
+bound (JSON_MAX_DEPTH) and hands deeper lines to the Python path, whose check names the line."""
 COMBINE_ROWS: Final = 262_144
 """Partial aggregate rows held before they are combined (more when there are many groups)."""
 
@@ -241,11 +251,18 @@ class _Plan:
     def frame(self, columns: dict[str, pa.Array], to_float: Callable[[str, pa.Array], pa.Array]) -> pa.Table:
         """The aggregation table (k*, v*) from input columns; numeric ones converted by `to_float`."""
         data: dict[str, Any] = {f"k{i}": columns[name] for i, name in enumerate(self.keys)}
+        first_bad: BadNumber | None = None
         for i, name in enumerate(self.values):
             array = columns[name]
             if name in self.numeric and not pa.types.is_floating(array.type):
-                array = to_float(name, array)
+                try:
+                    array = to_float(name, array)
+                except BadNumber as bad:  # the first bad row wins, whatever its column
+                    if first_bad is None or bad.index < first_bad.index:
+                        first_bad = bad
             data[f"v{i}"] = array
+        if first_bad is not None:
+            raise first_bad
         return pa.table(data)
 
 
@@ -488,14 +505,20 @@ def _line_at(stream: ByteStream, origin: int | None, offset: int) -> int | None:
     if origin is None:
         return None
     getattr(stream, "seek")(origin)  # noqa: B009
-    lines, left = 1, offset
+    lines, left, last = 1, offset, b""
     while left > 0:
         data = stream.read(min(left, 4 * 1024 * 1024)) or b""
         if not data:
             break
-        lines += data.count(b"\n")
+        lines += _line_breaks(data) - (last == b"\r" and data[:1] == b"\n")
+        last = data[-1:]
         left -= len(data)
     return lines
+
+
+def _line_breaks(data: bytes) -> int:
+    """Line breaks in `data`: \\n, \\r\\n or a lone \\r (the CSV record endings) each count one."""
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
 
 
 class _Block(NamedTuple):
@@ -581,7 +604,7 @@ class _BlockSplitter:
                 self._grow("the header line")
         end = end or self.filled
         raw = bytes(self.buf[:end])
-        self.header_lines = max(1, raw.count(b"\n"))
+        self.header_lines = max(1, _line_breaks(raw))
         self.start = self.offset = end
         return _header_names(raw)
 
@@ -590,7 +613,10 @@ class _BlockSplitter:
         while True:
             self._fill(min(len(self.buf), self.start + self.target))
             if self.filled == self.start:
-                return
+                if self.eof:
+                    return
+                self._make_room()  # the buffer ended just where the header did: not the end
+                continue
             cut = self.filled if self.eof else self.cut(self.buf, self.start, self.filled)
             if cut == 0:
                 self._make_room()
@@ -695,13 +721,16 @@ class _CsvParser:
             raise InputDataError(f"column {doubled[0]!r} appears more than once in the CSV header (line 1)")
 
     def _convert_options(self, fast: bool) -> pacsv.ConvertOptions:
-        """Fast: as `_CsvParser` says. Slow: every column as strings."""
+        """Fast: as `_CsvParser` says. Slow: every column as strings. Columns only counted are
+        binary in both: a value is counted whatever its bytes (as the C scanner does)."""
         columns = list(self.plan.columns) or self.names[:1]
         if fast:
             types = {c: self.plan.csv_type(c) for c in columns}
             types.update({c: pa.binary() for c in self.plan.keys if c not in self.plan.numeric})
         else:
             types = {c: pa.string() for c in columns}
+        keys_or_numbers = set(self.plan.keys) | self.plan.numeric
+        types.update({c: pa.binary() for c in self.plan.columns if c not in keys_or_numbers})
         return pacsv.ConvertOptions(
             include_columns=columns,
             column_types=types,
@@ -710,10 +739,16 @@ class _CsvParser:
             quoted_strings_can_be_null=True,
         )
 
-    def _read(self, block: pa.Buffer, convert: pacsv.ConvertOptions) -> pa.Table:
-        """`block` parsed on this thread as one chunk (pyarrow's chunk size is above its size)."""
+    def _read(
+        self, block: pa.Buffer, convert: pacsv.ConvertOptions, parse: pacsv.ParseOptions = _PARSE_OPTIONS
+    ) -> pa.Table:
+        """`block` parsed on this thread as one chunk (pyarrow's chunk size is above its size).
+        A byte-order mark is data except at the start of the input: pyarrow would skip one at
+        the start of a block, so a block starting with one is read after an empty line."""
+        if block.size >= 3 and block[:3].to_pybytes() == _BOM:
+            block = pa.py_buffer(b"\n" + block.to_pybytes())
         read = pacsv.ReadOptions(column_names=self.names, block_size=block.size + 1, use_threads=False)
-        table: pa.Table = pacsv.read_csv(block, read, _PARSE_OPTIONS, convert)
+        table: pa.Table = pacsv.read_csv(block, read, parse, convert)
         return table
 
     def parse(self, block: pa.Buffer, offset: int) -> tuple[pa.Table, int]:
@@ -742,9 +777,26 @@ class _CsvParser:
         return self.reducer.reduce(frame), rows
 
     def _parse_serially(self, block: pa.Buffer, offset: int) -> pa.Table:
-        """Re-parse a block that failed, all as strings, to say where and why."""
+        """Re-parse a block that failed, all as strings, to say where and why: the first bad
+        record in file order (a bad number before a record with the wrong number of fields)."""
+        invalid: list[pacsv.InvalidRow] = []
+
+        def skip(row: pacsv.InvalidRow) -> str:
+            invalid.append(row)
+            return "skip"
+
         try:
-            return self._read(block, self.slow)
+            table = self._read(
+                block, self.slow, pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=skip)
+            )
+            if not invalid or invalid[0].number is None:
+                return table
+            row = invalid[0]
+            assert row.number is not None
+            self._reduce(table.slice(0, row.number - 1), block, offset)  # an earlier bad number
+            line = _record_line(block.to_pybytes(), row.number - 1)
+            detail = f"Expected {row.expected_columns} columns, got {row.actual_columns}: {row.text}"[:300]
+            raise _BadRecord("CSV input is not valid on line ", f": {detail}", offset, 0, line)
         except pa.ArrowInvalid as exc:
             text = str(exc)
             detail = _ARROW_PREFIX.sub("", text)[:300]
@@ -754,6 +806,7 @@ class _CsvParser:
             raise _BadRecord(f"CSV input is not valid {where}", f": {detail}", offset, 0, line) from None
 
 
+_BOM: Final = b"\xef\xbb\xbf"
 _ARROW_ROW = re.compile(r"Row #(\d+)")
 _ARROW_PREFIX = re.compile(r"^(CSV parse error: )?(In CSV column #\d+: )?(Row #\d+: )?")
 
@@ -945,7 +998,8 @@ class _JsonPartial:
     """Needed columns that occur (as keys) in the block."""
 
 
-_TWO_OBJECTS: Final = r"}[ \t\r]*{"
+_TWO_OBJECTS: Final = r"}[ \t\r]*{|\\u[dD][89a-fA-F]"
+"""Two objects on a line, or what may be a surrogate's escape: the exact path decides."""
 
 
 def _offsets(size: int) -> pa.Buffer:
@@ -992,6 +1046,14 @@ class _JsonParser:
             done = self.native.jsonl_reduce(block.data)
             if done is not None:
                 return done
+        deep = _first_deep_line(block.buf, block.start, block.end)
+        if deep is not None:
+            line, offset = deep
+            _exact_frame(self.plan, bytes(block.buf[block.start : offset]), first_line, self.nulls)
+            raise InputDataError(
+                f"line {first_line + line} is nested more than {MAX_JSON_DEPTH} arrays or objects deep: "
+                "refused before parsing (flatten it, or remove the line)"
+            )
         fast = self._fast(block, lines) if self.fast else None
         if fast is not None:
             frame, seen = fast
@@ -1031,7 +1093,8 @@ class _JsonParser:
             frame = self.plan.frame(columns, to_float)
         except BadNumber:
             return None
-        return frame, self._seen(table, block)
+        seen = self._seen(table, block)
+        return None if seen is None else (frame, seen)
 
     def _read(self, data: pa.Buffer) -> pa.Table | None:
         read = pajson.ReadOptions(use_threads=False, block_size=data.size + 1)
@@ -1101,16 +1164,89 @@ class _JsonParser:
             return pc.cast(column, pa.string())
         return None
 
-    def _seen(self, table: pa.Table, block: _Block) -> frozenset[str]:
-        """Needed columns that occur in the block: a non-null value, or the key as written."""
+    def _seen(self, table: pa.Table, block: _Block) -> frozenset[str] | None:
+        """Needed columns that occur in the block (as a key of a line's object, not of a nested
+        one): a non-null value, or the key as written where no line holds a nested object (one
+        `{` per line); None where only the exact path can tell."""
         seen = set()
+        flat: bool | None = None
         for name in self.plan.columns:
             column = table[name]
-            if column.null_count < len(column) or self.key_patterns[name].search(
-                block.buf, block.start, block.end
-            ):
+            if column.null_count < len(column):
+                seen.add(name)
+            elif self.key_patterns[name].search(block.buf, block.start, block.end):
+                if flat is None:
+                    flat = block.buf.count(b"{", block.start, block.end) == table.num_rows
+                if not flat:
+                    return None
                 seen.add(name)
         return frozenset(seen)
+
+
+def _first_deep_line(buf: bytearray, start: int, end: int) -> tuple[int, int] | None:
+    """(index, start offset) of the first line of buf[start:end] nested more than MAX_JSON_DEPTH
+    deep, or None. Vectorised over the structural bytes only (no parser, no recursion): brackets
+    inside strings do not count (a quote after an odd run of backslashes is escaped, and a line
+    break ends any string). Where the line is not JSON the count may be high, never low: a parser
+    stops at the first error, and up to there it tokenises the line as this does."""
+    if np is None:  # pragma: no cover - numpy is in requirements.txt
+        return _first_deep_line_slowly(bytes(buf[start:end]), start)
+    data = np.frombuffer(buf, np.uint8, end - start, start)
+    opens = np.flatnonzero((data == 91) | (data == 123))
+    if len(opens) <= MAX_JSON_DEPTH:
+        return None
+    closes = np.flatnonzero((data == 93) | (data == 125))
+    quotes = _unescaped_quotes(data)
+    newlines = np.flatnonzero(data == 10)
+    events = np.concatenate((opens, closes))
+    delta = np.concatenate((np.ones(len(opens), np.int64), -np.ones(len(closes), np.int64)))
+    order = np.argsort(events, kind="stable")
+    events, delta = events[order], delta[order]
+    line = np.searchsorted(newlines, events)
+    quotes_before_line = np.concatenate(([0], np.searchsorted(quotes, newlines)))[line]
+    outside = (np.searchsorted(quotes, events) - quotes_before_line) % 2 == 0
+    events, delta, line = events[outside], delta[outside], line[outside]
+    if len(events) == 0:
+        return None
+    depth = np.cumsum(delta)
+    first = np.concatenate(([True], line[1:] != line[:-1]))
+    base = (depth - delta)[np.maximum.accumulate(np.where(first, np.arange(len(line)), 0))]
+    deep = np.flatnonzero(depth - base > MAX_JSON_DEPTH)
+    if len(deep) == 0:
+        return None
+    index = int(line[deep[0]])
+    return index, start + (int(newlines[index - 1]) + 1 if index else 0)
+
+
+_JSON_STRING: Final = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
+_BRACKET: Final = re.compile(rb"[][{}]")
+
+
+def _first_deep_line_slowly(block: bytes, start: int) -> tuple[int, int] | None:
+    """`_first_deep_line` without numpy: bracket by bracket, only in lines with enough of them."""
+    offset = 0
+    for index, line in enumerate(block.split(b"\n")):
+        if line.count(b"[") + line.count(b"{") > MAX_JSON_DEPTH:
+            depth = 0
+            for bracket in _BRACKET.finditer(_JSON_STRING.sub(b'""', line)):
+                depth += 1 if bracket.group() in (b"[", b"{") else -1
+                if depth > MAX_JSON_DEPTH:
+                    return index, start + offset
+        offset += len(line) + 1
+    return None
+
+
+def _unescaped_quotes(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Positions of the quotes not escaped by a backslash (one after an odd run of them)."""
+    quotes = np.flatnonzero(data == 34)
+    slashes = np.flatnonzero(data == 92)
+    if len(quotes) == 0 or len(slashes) == 0:
+        return quotes
+    runs = slashes[np.concatenate(([True], np.diff(slashes) != 1))]
+    after = quotes[(quotes > 0) & (data[np.maximum(quotes - 1, 0)] == 92)]
+    run_start = runs[np.searchsorted(runs, after - 1, side="right") - 1]
+    escaped = after[(after - run_start) % 2 == 1]
+    return np.setdiff1d(quotes, escaped, assume_unique=True)
 
 
 def _exact_frame(
@@ -1121,15 +1257,20 @@ def _exact_frame(
     columns: dict[str, list[str | None]] = {name: [] for name in plan.columns}
     lines: list[int] = []
     unseen = set(plan.columns)
-    for line, raw in enumerate(block.split(b"\n"), start=first_line):
-        if not raw.strip():
-            continue
-        record = _json_record(raw, line)
-        lines.append(line)
-        if unseen:
-            unseen.difference_update(record.keys())
-        for name, values in columns.items():
-            values.append(_json_value(record.get(name), name, line, nulls))
+    try:
+        for line, raw in enumerate(block.split(b"\n"), start=first_line):
+            if not raw.strip():
+                continue
+            record = _json_record(raw, line)
+            row = [_json_value(record.get(name), name, line, nulls) for name in columns]
+            lines.append(line)
+            if unseen:
+                unseen.difference_update(record.keys())
+            for values, value in zip(columns.values(), row, strict=True):
+                values.append(value)
+    except InputDataError:
+        _json_frame(plan, columns, lines)  # a bad number on an earlier line is reported first
+        raise
     seen = frozenset(plan.columns) - unseen
     return _json_frame(plan, columns, lines), seen
 
@@ -1149,11 +1290,19 @@ def _json_value(value: Any, column: str, line: int, nulls: frozenset[str]) -> st
     if value is None:
         return None
     if isinstance(value, str):
+        if not value.isascii() and _SURROGATE.search(value):
+            raise InputDataError(
+                f"column {column!r} holds a lone surrogate on line {line}: not valid Unicode"
+            )
         return None if value in nulls else value
     if isinstance(value, bool):
         return "true" if value else "false"
     kind = "object" if isinstance(value, dict) else "array"
     raise InputDataError(f"column {column!r} holds a JSON {kind} on line {line}, not a single value")
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""A code point Python's `json` accepts (from a lone \\ud800 escape) but UTF-8 cannot hold."""
 
 
 def _json_frame(plan: _Plan, columns: dict[str, list[str | None]], lines: list[int]) -> pa.Table:

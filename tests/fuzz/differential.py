@@ -1,0 +1,263 @@
+"""Differential fuzz of the aggregate engine: the C scanner against the Python path, at many
+block sizes. One input must give one answer: the same rows, or the same error message.
+
+Inputs are random and mutated CSV / JSON-lines texts over a small alphabet of the bytes that
+matter (quotes, separators, line breaks, a BOM, escapes, bytes that are not UTF-8, nesting),
+with random group-by and metrics over the columns. Numbers are dyadic (exact in binary), so a
+sum does not depend on the order of the additions.
+
+    python -m tests.fuzz.differential --seconds 180     # what `make fuzz` runs (under sanitizers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import shared.jobs.aggregate_engine as engine
+from shared.errors import InputDataError
+from shared.jobs.aggregate import parse_aggregate_payload
+
+BLOCK_SIZES = (16, 37, 64, 256, 4096, 1 << 20)
+COLUMNS = ("k", "v", "w", "\ufeffk", "k\u00e9")
+NUMBERS = (
+    "1",
+    "2.5",
+    "-0",
+    "0",
+    "-3.25",
+    " 4 ",
+    "1e3",
+    "1e400",
+    "0x10",
+    "NA",
+    "",
+    "nan",
+    "x",
+    "007",
+    "1.",
+    ".5",
+)
+STRINGS = ("a", "b", "NA", "", "\u00e9", "a b", "\ufeffa", "x\r", '"q"', "1", "true")
+CSV_NOISE = (b'"', b",", b"\n", b"\r", b"\r\n", b"\xef\xbb\xbf", b"\xff", b"\xc3", b"a", b" ", b'""')
+JSON_NOISE = (
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b'"',
+    b"\\",
+    b"\\u",
+    b"\\ud800",
+    b",",
+    b":",
+    b"\n",
+    b"\r",
+    b"\xff",
+    b"1",
+)
+NULLS = (("", "NA"), ("NA",), ("", "NA", "1"))
+
+
+@dataclass
+class Case:
+    """One input and one query."""
+
+    data: bytes
+    payload: dict[str, Any]
+
+
+@dataclass
+class Report:
+    """What a run found."""
+
+    cases: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+
+def _number_or_text(rng: random.Random) -> str:
+    return rng.choice(NUMBERS) if rng.random() < 0.6 else rng.choice(STRINGS)
+
+
+def _csv_text(rng: random.Random, header: list[str]) -> bytes:
+    lines = [",".join(_csv_field(rng, name) for name in header)]
+    for _ in range(rng.randrange(0, 12)):
+        fields = [_csv_field(rng, _number_or_text(rng)) for _ in header]
+        if rng.random() < 0.1:
+            fields.append("extra")
+        lines.append(",".join(fields))
+    ending = rng.choice(("\n", "\r\n", "\r", "\n"))
+    text = ending.join(lines) + (ending if rng.random() < 0.8 else "")
+    return text.encode()
+
+
+def _csv_field(rng: random.Random, text: str) -> str:
+    if rng.random() < 0.2 or any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _json_value(rng: random.Random) -> Any:
+    roll = rng.random()
+    if roll < 0.35:
+        text = rng.choice(NUMBERS)
+        try:
+            number = json.loads(text)
+        except ValueError:
+            return text
+        return number if math.isfinite(number) else text
+    if roll < 0.7:
+        return rng.choice(STRINGS)
+    if roll < 0.8:
+        return rng.choice((None, True, False))
+    if roll < 0.9:
+        return {rng.choice(COLUMNS): rng.choice(STRINGS)}
+    return [1, [2]]
+
+
+def _jsonl_text(rng: random.Random) -> bytes:
+    lines = []
+    for _ in range(rng.randrange(0, 12)):
+        record = {name: _json_value(rng) for name in COLUMNS if rng.random() < 0.6}
+        if rng.random() < 0.1:
+            record["n"] = {"k": "nested"}
+        line = json.dumps(record, ensure_ascii=rng.random() < 0.3, allow_nan=False)
+        lines.append(line if rng.random() < 0.9 else "")
+    ending = rng.choice(("\n", "\r\n", "\n"))
+    return (ending.join(lines) + (ending if rng.random() < 0.8 else "")).encode()
+
+
+def _mutate(rng: random.Random, data: bytes, noise: tuple[bytes, ...]) -> bytes:
+    out = bytearray(data)
+    for _ in range(rng.choice((0, 0, 1, 1, 2, 4))):
+        pos = rng.randrange(0, len(out) + 1)
+        roll = rng.random()
+        if roll < 0.5:
+            out[pos:pos] = rng.choice(noise)
+        elif roll < 0.8 and out:
+            del out[pos : pos + rng.randrange(1, 4)]
+        elif out:
+            out[pos : pos + 1] = rng.choice(noise)
+    return bytes(out)
+
+
+CSV_UTF8_NOISE = tuple(n for n in CSV_NOISE if n not in (b"\xff", b"\xc3"))
+"""Known gap (issue 19): a CSV record whose bytes are not UTF-8 in a key or numeric column, or
+with the wrong number of fields, is reported by pyarrow without its row, so which error is named
+can still depend on the block size. `make test` leaves such bytes out; `make fuzz` does not."""
+
+
+def make_case(
+    rng: random.Random, csv_utf8_only: bool = False, formats: tuple[str, ...] = ("csv", "jsonl")
+) -> Case:
+    """A random input and a query over its columns."""
+    fmt = rng.choice(formats)
+    header = rng.sample(COLUMNS, rng.randrange(1, len(COLUMNS) + 1))
+    if fmt == "csv":
+        data = _mutate(rng, _csv_text(rng, header), CSV_UTF8_NOISE if csv_utf8_only else CSV_NOISE)
+        if csv_utf8_only:
+            data = data.decode("utf-8", "replace").encode()
+        if rng.random() < 0.1:
+            data = b"\xef\xbb\xbf" + data
+    else:
+        data = _mutate(rng, _jsonl_text(rng), JSON_NOISE)
+    names = header if fmt == "csv" else list(COLUMNS)
+    group_by = rng.sample(names, rng.randrange(0, min(2, len(names)) + 1))
+    metrics: list[dict[str, Any]] = [{"op": "count"}]
+    for _ in range(rng.randrange(0, 3)):
+        metrics.append(
+            {"op": rng.choice(("count", "sum", "mean", "min", "max")), "column": rng.choice(names)}
+        )
+    payload = {
+        "input": "data/in",
+        "format": fmt,
+        "group_by": group_by,
+        "metrics": metrics,
+        "null_values": list(rng.choice(NULLS)),
+    }
+    return Case(data, payload)
+
+
+def outcome(case: Case, native: bool, block_size: int) -> Any:
+    """The engine's answer (rows, input rows) or its error message, comparable with ==."""
+    try:
+        spec = parse_aggregate_payload(case.payload)
+    except Exception as exc:  # a query the generator made invalid (e.g. a repeated metric name)
+        return ("payload", str(exc))
+    saved = engine.NATIVE
+    engine.NATIVE = native
+    try:
+        result = engine.aggregate_stream(io.BytesIO(case.data), spec, block_size=block_size)
+    except InputDataError as exc:
+        return ("error", str(exc))
+    finally:
+        engine.NATIVE = saved
+    return (result.input_rows, [_comparable(row) for row in result.rows])
+
+
+def _comparable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+
+
+def check(case: Case, native_available: bool) -> str | None:
+    """None when every path and block size agrees, else a description of the mismatch."""
+    first: Any = None
+    first_how = ""
+    for native in (True, False) if native_available else (False,):
+        for size in BLOCK_SIZES:
+            got = outcome(case, native, size)
+            how = f"native={native} block={size}"
+            if first_how == "":
+                first, first_how = got, how
+            elif got != first:
+                return f"{case.payload}\n{case.data!r}\n  {first_how}: {first}\n  {how}: {got}"
+    return None
+
+
+def run(
+    seed: int,
+    cases: int | None = None,
+    seconds: float | None = None,
+    csv_utf8_only: bool = False,
+    formats: tuple[str, ...] = ("csv", "jsonl"),
+) -> Report:
+    """Check `cases` random cases (or as many as fit in `seconds`) from `seed`."""
+    rng = random.Random(seed)
+    report = Report()
+    native = engine._kernel is not None
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while (cases is None or report.cases < cases) and (deadline is None or time.monotonic() < deadline):
+        problem = check(make_case(rng, csv_utf8_only, formats), native)
+        report.cases += 1
+        if problem is not None:
+            report.mismatches.append(problem)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=180.0)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    report = run(args.seed, seconds=args.seconds)
+    for problem in report.mismatches[:20]:
+        print("MISMATCH", problem)
+    print(
+        f"differential fuzz: seed {args.seed}, {report.cases} cases, {len(report.mismatches)} mismatches, "
+        f"scanner {'on' if engine._kernel is not None else 'NOT BUILT'}, {time.monotonic() - started:.0f} s"
+    )
+    return 1 if report.mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
