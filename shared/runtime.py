@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.blob_documents import BlobDocuments
 from shared.console import metrics
 from shared.console.security import in_azure
-from shared.documents import BlobDocuments, DocumentStore
+from shared.documents import DocumentStore
 from shared.jobs import registry
 from shared.jobs.base import Handler
 from shared.ledger import Ledger, listing_metadata

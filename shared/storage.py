@@ -13,11 +13,12 @@ from typing import Any
 import requests
 import requests.adapters
 from azure.core.credentials import TokenCredential
-from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 from shared.settings import Settings, StorageConnection
+from shared.storage_errors import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
 
 log = logging.getLogger("jobs.storage")
 
@@ -27,10 +28,6 @@ DEV_CONNECTION = (
     "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
 )
 
-# Errors a delete/update of a queue message may meet when another consumer took the message.
-GONE_MESSAGE_CODES = frozenset(
-    {"PopReceiptMismatch", "MessageNotFound", "QueueNotFound", "QueueBeingDeleted"}
-)
 _CLIENT_KW: dict[str, Any] = {
     "retry_total": 3,
     "initial_backoff": 1,
@@ -83,30 +80,6 @@ def _session() -> requests.Session:
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
-
-
-def error_code(exc: BaseException) -> str | None:
-    """The storage error code of an SDK exception (e.g. 'BlobAlreadyExists'), if any."""
-    code = getattr(exc, "error_code", None)
-    if code:
-        return str(code)
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or {}
-    value = headers.get("x-ms-error-code")
-    return str(value) if value else None
-
-
-def status_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "status_code", None)
-    return int(value) if isinstance(value, int) else None
-
-
-def is_throttled(exc: BaseException) -> bool:
-    """True for server-busy / 5xx / connection failures: worth retrying later."""
-    if isinstance(exc, ServiceRequestError | ServiceResponseError):
-        return True
-    status = status_code(exc)
-    return isinstance(exc, HttpResponseError) and status is not None and (status == 429 or status >= 500)
 
 
 @dataclass
@@ -244,4 +217,5 @@ __all__ = [
     "ensure_resources",
     "error_code",
     "is_throttled",
+    "status_code",
 ]

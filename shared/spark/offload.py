@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from shared.documents import BlobDocuments
+from shared.blob_documents import BlobDocuments
 from shared.errors import (
     DownstreamUnavailable,
     InputDataError,

@@ -25,11 +25,12 @@ from typing import Any, cast
 
 from azure.core.exceptions import ServiceResponseError
 
-from shared.documents import Conflict, MemoryDocuments
+from shared.documents import Conflict
 from shared.envelope import best_effort_id, decode_message
 from shared.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.ledger import Ledger
+from shared.memory_documents import MemoryDocuments
 from shared.poison import handle_poison_message, sweep
 from shared.processing import process_message
 from shared.runtime import Runtime

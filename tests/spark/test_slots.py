@@ -14,7 +14,7 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared.abandon import abandon_work
-from shared.documents import BlobDocuments
+from shared.blob_documents import BlobDocuments
 from shared.errors import PermanentError
 from shared.jobs import aggregate
 from shared.jobs.aggregate_offload import offload, resume

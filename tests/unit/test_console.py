@@ -34,11 +34,12 @@ from shared.console.security import (
     set_cookie,
     token_refusal,
 )
-from shared.documents import Conflict, MemoryDocuments
+from shared.documents import Conflict
 from shared.envelope import Envelope
 from shared.errors import SettingsError
 from shared.jobs import noop, testing
 from shared.ledger import Facts
+from shared.memory_documents import MemoryDocuments
 
 NOW = datetime(2026, 11, 24, 12, 30, 15, tzinfo=UTC)
 AZURE = {

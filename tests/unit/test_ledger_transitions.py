@@ -9,10 +9,11 @@ import pytest
 from azure.core.exceptions import ServiceResponseError
 
 from shared import ledger
-from shared.documents import Conflict, DocumentChanged, MemoryDocuments
+from shared.documents import Conflict, DocumentChanged
 from shared.envelope import Envelope, isoformat
 from shared.errors import StorageThrottled
 from shared.ledger import Decision, Facts, Ledger
+from shared.memory_documents import MemoryDocuments
 from shared.poison import judge
 from shared.poison.archive import AppReason
 
