@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 import requests
 
 from devstack.azurite import start_azurite
-from shared import processing
-from shared.console import metrics, queries
+from shared import metrics, processing
+from shared.console import queries
 from shared.envelope import utcnow
 from shared.jobs import noop
 from tests.integration.helpers import message, runtime_for

@@ -12,18 +12,18 @@ that never take more than a limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from azure.core.exceptions import HttpResponseError
+
+from shared import containers
+from shared.containers import cut, shown
 
 if TYPE_CHECKING:
     from azure.storage.blob import BlobClient
 
     from shared.settings import Settings
 
-HOST_PREFIX: Final = "azure-webjobs-"
-"""The Functions host's containers (`azure-webjobs-hosts`, `azure-webjobs-secrets`, ...)."""
 RESULT_ROW_BYTES: Final = 512
 """Bytes of result JSON allowed per group: a row of two 40-character keys and six metrics is
 about 200 bytes, so this leaves room for longer keys or more metrics."""
@@ -31,29 +31,14 @@ RESULT_BASE_BYTES: Final = 64 * 1024
 """Bytes allowed for the result document's other members (id, input_rows, engine, elapsed_s)."""
 
 
-def is_host_container(name: str) -> bool:
-    """True for the host's containers: `azure-webjobs-*` and `$`-prefixed ones (`$logs`, `$web`)."""
-    return name.startswith("$") or name.startswith(HOST_PREFIX)
-
-
 def app_containers(settings: Settings) -> dict[str, str]:
     """The app's own containers, each with the setting that names it."""
-    return {
-        settings.ledger_container: "LEDGER_CONTAINER",
-        settings.results_container: "RESULTS_CONTAINER",
-        settings.payloads_container: "PAYLOADS_CONTAINER",
-        settings.poison_archive_container: "POISON_ARCHIVE_CONTAINER",
-    }
+    return settings.own_containers()
 
 
 def internal_reason(container: str, settings: Settings) -> str | None:
     """Why `container` is internal (the app's or the host's), or None when it is not."""
-    own = app_containers(settings).get(container)
-    if own is not None:
-        return f"is this app's {own} (the app's own containers are never job input)"
-    if is_host_container(container):
-        return "belongs to the Functions host (azure-webjobs-* and $-prefixed containers are never job input)"
-    return None
+    return containers.internal_reason(container, app_containers(settings))
 
 
 def input_refusal(container: str, settings: Settings, field: str = "payload.input") -> str | None:
@@ -61,25 +46,15 @@ def input_refusal(container: str, settings: Settings, field: str = "payload.inpu
 
     Only the container name and settings are looked at: nothing is read from storage.
     """
-    name = _shown(container)
+    name = shown(container)
     reason = internal_reason(container, settings)
     if reason is not None:
         return f"{field}: container {name} {reason}"
     allowed = settings.input_containers
     if allowed is not None and container not in allowed:
         listed = ", ".join(allowed)
-        return f"{field}: container {name} is not in INPUT_CONTAINERS (allowed: {_cut(listed)})"
+        return f"{field}: container {name} is not in INPUT_CONTAINERS (allowed: {cut(listed)})"
     return None
-
-
-def check_input_containers(names: Iterable[str], settings: Settings) -> list[str]:
-    """Problems with `INPUT_CONTAINERS`: an internal container may not be listed."""
-    problems = []
-    for container in names:
-        reason = internal_reason(container, settings)
-        if reason is not None:
-            problems.append(f"INPUT_CONTAINERS lists {_shown(container)}, which {reason}")
-    return problems
 
 
 def result_limit_bytes(max_groups: int) -> int:
@@ -124,14 +99,3 @@ def total_size(content_range: str | None, fallback: int) -> int:
         if total.isdigit():
             return int(total)
     return fallback
-
-
-MAX_SHOWN: Final = 80
-
-
-def _shown(name: str) -> str:
-    return _cut(repr(name[: MAX_SHOWN + 1]))
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."

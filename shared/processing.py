@@ -23,10 +23,9 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from shared import ledger
+from shared import ledger, metrics
 from shared.abandon import abandon_work
 from shared.backoff import retry_delay
-from shared.console import metrics as console_metrics
 from shared.documents import Conflict
 from shared.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
 from shared.errors import (
@@ -69,7 +68,7 @@ class Delivery:
         return {"queue_message_id": self.message_id, "dequeue_count": self.dequeue_count, "attempt": attempt}
 
 
-@console_metrics.counted_in_flight  # console: jobs in flight, in memory only
+@metrics.counted_in_flight  # console: jobs in flight, in memory only
 def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     """The queue trigger's body. Returns to acknowledge; raises to have the host retry.
 

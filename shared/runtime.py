@@ -12,14 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared import metrics
 from shared.blob_documents import BlobDocuments
-from shared.console import metrics
-from shared.console.security import in_azure
 from shared.documents import DocumentStore
 from shared.jobs import registry
 from shared.jobs.base import Handler
 from shared.ledger import Ledger, listing_metadata
 from shared.messages import QueueSender
+from shared.platform import in_azure
 from shared.settings import Settings
 from shared.storage import StorageClients, connect, ensure_resources
 from shared.telemetry import configure_telemetry

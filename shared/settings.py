@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.containers import check_input_containers
 from shared.errors import SettingsError
-from shared.limits import check_input_containers
 from shared.setting_reader import NAME_RE, SettingReader
 from shared.spark.backends import read_spark
 from shared.spark.config import SparkSettings
@@ -148,6 +148,15 @@ class Settings:
 
     # -- end console --
 
+    def own_containers(self) -> dict[str, str]:
+        """The app's own containers, each with the setting that names it."""
+        return {
+            self.ledger_container: "LEDGER_CONTAINER",
+            self.results_container: "RESULTS_CONTAINER",
+            self.payloads_container: "PAYLOADS_CONTAINER",
+            self.poison_archive_container: "POISON_ARCHIVE_CONTAINER",
+        }
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, host_json: Path = HOST_JSON) -> Settings:
         """Read and validate; raises SettingsError naming every bad setting."""
@@ -179,7 +188,7 @@ class Settings:
             input_containers=_input_containers(src, problems),
             spark=spark,
         )
-        problems.extend(check_input_containers(settings.input_containers or (), settings))
+        problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(
                 f"CLAIM_HEARTBEAT_SECONDS ({settings.heartbeat_s:g}) must be at most half of "

@@ -20,8 +20,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from shared import poison
-from shared.console import metrics
+from shared import metrics, poison
 from shared.limits import BlobTooLarge, read_capped
 from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
 from shared.runtime import Runtime

@@ -19,8 +19,8 @@ from urllib.parse import quote, urlsplit
 import azure.functions as func
 from azure.core.exceptions import AzureError
 
-from shared import api
-from shared.console import actions, metrics, pages, queries
+from shared import api, metrics
+from shared.console import actions, pages, queries
 from shared.console.assets import CSP
 from shared.console.security import (
     CSRF_TTL_S,

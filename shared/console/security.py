@@ -4,7 +4,7 @@ In Azure, App Service Authentication (Easy Auth, Entra ID) signs operators in an
 principal on in `X-MS-CLIENT-PRINCIPAL` (base64 JSON with claims); Easy Auth removes that header
 from incoming requests, so it is trusted only when the platform says Easy Auth is on
 (`WEBSITE_AUTH_ENABLED`). The principal needs a role in `CONSOLE_ALLOWED_ROLES` or a group in
-`CONSOLE_ALLOWED_GROUPS`. Outside Azure (none of `AZURE_MARKERS`) and addressed to 127.0.0.1 (the
+`CONSOLE_ALLOWED_GROUPS`. Outside Azure (none of `shared.platform.AZURE_MARKERS`) and addressed to 127.0.0.1 (the
 local host binds only there) the console is open, like the rest of the local API.
 
 CSRF: every change is a POST carrying `X-Console-CSRF` equal to the `console_csrf` cookie
@@ -32,6 +32,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
 from shared.errors import SettingsError
+from shared.platform import in_azure
 
 PRINCIPAL_HEADER = "x-ms-client-principal"
 CSRF_COOKIE = "console_csrf"
@@ -104,13 +105,7 @@ def decode_principal(value: str) -> Principal:
     )
 
 
-AZURE_MARKERS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME", "WEBSITE_HOSTNAME")
-"""Set by the platform on every App Service / Functions instance."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-
-
-def in_azure(env: Mapping[str, str]) -> bool:
-    return any(env.get(name) for name in AZURE_MARKERS)
 
 
 def is_local(headers: Mapping[str, str], env: Mapping[str, str]) -> bool:

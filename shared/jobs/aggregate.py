@@ -36,6 +36,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, ContentSettings
 
+from shared.containers import is_host_container
 from shared.errors import (
     InputMissing,
     InputRefused,
@@ -63,7 +64,7 @@ from shared.jobs.aggregate_engine import (
     aggregate_table,
 )
 from shared.jobs.base import Completed, JobContext, Outcome
-from shared.limits import input_refusal, is_host_container, result_limit_bytes
+from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
 from shared.storage import StorageClients, error_code, is_throttled, status_code
 

@@ -1,6 +1,6 @@
 """The aggregate kind on Spark: what is submitted (spark_jobs/aggregate_job.py and its arguments)
 and how its outcome is read back (the result document and error report of
-`shared.jobs.aggregate_result`). The tracking itself is `shared.spark.offload`.
+`shared.jobs.aggregate_result`). The tracking itself is `shared.jobs.spark_offload`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from azure.storage.blob import BlobClient, ContainerClient
 
 from shared.errors import InputRefused, StorageThrottled
 from shared.jobs import aggregate_result
+from shared.jobs import spark_offload as tracking
 from shared.jobs.base import Completed, JobContext, Outcome
+from shared.jobs.spark_storage import job_storage
 from shared.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
 from shared.settings import Settings
-from shared.spark import offload as tracking
 from shared.spark.model import RunError, SparkBackend, SparkJobRequest
-from shared.spark.storage_access import job_storage
 from shared.storage import StorageClients, is_throttled
 
 T = TypeVar("T")
@@ -72,7 +72,7 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
 
 
 class AggregateWork:
-    """`shared.spark.offload.OffloadWork` for aggregate jobs."""
+    """`shared.jobs.spark_offload.OffloadWork` for aggregate jobs."""
 
     def request(self, ctx: JobContext, submission: int) -> SparkJobRequest:
         return build_request(ctx, submission)

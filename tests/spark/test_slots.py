@@ -19,8 +19,8 @@ from shared.errors import PermanentError
 from shared.jobs import aggregate
 from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue
+from shared.jobs.spark_offload import slots_for
 from shared.spark.livy import LivyBackend
-from shared.spark.offload import slots_for
 from shared.spark.slots import Slots, is_free_for, lease_seconds
 from tests.spark.fakes import FakeLivy
 from tests.spark.helpers import PAYLOAD, make_ctx, settings_for, storage_for, unique

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared import ledger
-from shared.console import metrics, queries
+from shared import ledger, metrics
+from shared.console import queries
 from shared.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
 from shared.console.assets import CSP, CSS
 from shared.console.pages import job_page, layout, overview_fragment, poison_page, svg_lines

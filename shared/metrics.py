@@ -1,4 +1,4 @@
-"""Overview counters: counted in memory per process, flushed on a timer to one blob per instance
+"""The console overview's counters (kept by the core, read by the console): counted in memory per process, flushed on a timer to one blob per instance
 per hour, so they add no storage request per message.
 
 Blob: `console/metrics/<YYYY-MM-DDTHH>/<instance>.json` in the poison-archive container, holding
