@@ -17,7 +17,7 @@ from typing import Any
 from shared.errors import DownstreamUnavailable, PermanentError
 from shared.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
+from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import databricks_status
 
@@ -84,9 +84,7 @@ class DatabricksBackend:
         clock: Callable[[], float] = time.time,
         token_provider: Callable[[str], str] | None = None,
     ) -> None:
-        opts = spark.options
-        if not isinstance(opts, DatabricksOptions):
-            raise PermanentError("databricks: settings were not read for SPARK_BACKEND=databricks")
+        opts = own_options(spark, DatabricksOptions, self.name)
         self.base = spark.url.rstrip("/") + API
         self.auth_mode = opts.auth
         self._pat = opts.token
@@ -94,13 +92,7 @@ class DatabricksBackend:
         self.run_timeout_s = opts.run_timeout_s
         self.clock = clock
         self._token_provider = token_provider
-        self.http = HttpClient(
-            self.name,
-            spark.connect_timeout_s,
-            spark.read_timeout_s,
-            headers=self._headers,
-            retry_after_max_s=spark.retry_after_max_s,
-        )
+        self.http = client_for(self.name, spark, self._headers)
 
     def _headers(self) -> dict[str, str]:
         if self.auth_mode == "token":

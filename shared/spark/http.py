@@ -16,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
 from shared.errors import DownstreamUnavailable, PermanentError
-from shared.spark.config import MAX_THROTTLE_RETRIES
+from shared.spark.config import MAX_THROTTLE_RETRIES, BackendOptions, SparkSettings
 
 _SECRETS = re.compile(
     r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
@@ -210,3 +210,30 @@ def _host(url: str) -> str:
 
 def _path(url: str) -> str:
     return re.sub(r"^\w+://[^/?#]+", "", url).split("?")[0] or "/"
+
+
+OptionsT = TypeVar("OptionsT", bound=BackendOptions)
+
+
+def own_options(spark: SparkSettings, kind: type[OptionsT], backend: str) -> OptionsT:
+    """The backend's own settings; PermanentError when they were read for another backend."""
+    if not isinstance(spark.options, kind):
+        raise PermanentError(f"{backend}: settings were not read for SPARK_BACKEND={backend}")
+    return spark.options
+
+
+def client_for(
+    backend: str,
+    spark: SparkSettings,
+    headers: Callable[[], Mapping[str, str]],
+    auth: tuple[str, str] | None = None,
+) -> HttpClient:
+    """The backend's HTTP client, with the timeouts and Retry-After cap every backend shares."""
+    return HttpClient(
+        backend,
+        spark.connect_timeout_s,
+        spark.read_timeout_s,
+        headers=headers,
+        auth=auth,
+        retry_after_max_s=spark.retry_after_max_s,
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from shared.errors import PermanentError
 from shared.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
+from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import livy_status
 
@@ -84,9 +84,7 @@ class LivyBackend:
         clock: Callable[[], float] = time.time,
         token_provider: Callable[[str], str] | None = None,
     ) -> None:
-        opts = spark.options
-        if not isinstance(opts, LivyOptions):
-            raise PermanentError("livy: settings were not read for SPARK_BACKEND=livy")
+        opts = own_options(spark, LivyOptions, self.name)
         self.batches = spark.url.rstrip("/") + "/batches"
         self.auth_mode = opts.auth
         self.scope = opts.scope
@@ -94,14 +92,7 @@ class LivyBackend:
         self.clock = clock
         self._token_provider = token_provider
         auth = (opts.user, opts.password) if opts.auth == "basic" else None
-        self.http = HttpClient(
-            self.name,
-            spark.connect_timeout_s,
-            spark.read_timeout_s,
-            headers=self._headers,
-            auth=auth,
-            retry_after_max_s=spark.retry_after_max_s,
-        )
+        self.http = client_for(self.name, spark, self._headers, auth)
 
     def _headers(self) -> dict[str, str]:
         headers = {"X-Requested-By": "jobs", "Content-Type": "application/json"}

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from shared.errors import DownstreamUnavailable, PermanentError
 from shared.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import HttpClient, ReadTimedOut, json_body, scrub
+from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import standalone_status
 
@@ -100,9 +100,7 @@ class StandaloneBackend:
     name = "standalone"
 
     def __init__(self, spark: SparkSettings, clock: Callable[[], float] = time.time) -> None:
-        opts = spark.options
-        if not isinstance(opts, StandaloneOptions):
-            raise PermanentError("standalone: settings were not read for SPARK_BACKEND=standalone")
+        opts = own_options(spark, StandaloneOptions, self.name)
         self.url = spark.url.rstrip("/")
         self.master_url = opts.master_url
         self.ui_url = opts.ui_url
@@ -116,13 +114,7 @@ class StandaloneBackend:
         }
         self._secret = opts.rest_auth_secret
         self.clock = clock
-        self.http = HttpClient(
-            self.name,
-            spark.connect_timeout_s,
-            spark.read_timeout_s,
-            headers=self._headers,
-            retry_after_max_s=spark.retry_after_max_s,
-        )
+        self.http = client_for(self.name, spark, self._headers)
 
     def _headers(self) -> dict[str, str]:
         if not self._secret:

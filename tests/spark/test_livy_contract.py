@@ -8,9 +8,11 @@ import pytest
 
 from shared.errors import DownstreamUnavailable, PermanentError, SettingsError
 from shared.spark.backends import spark_from_env
+from shared.spark.databricks import DatabricksBackend
 from shared.spark.http import BudgetSpent, ReadTimedOut, remaining_budget, step_budget
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkJobRequest
+from shared.spark.standalone import StandaloneBackend
 from tests.spark.fakes import FakeLivy, Reply
 
 JOB = SparkJobRequest(
@@ -217,3 +219,17 @@ def test_the_step_budget_cuts_timeouts_and_refuses_calls_that_cannot_fit(livy: F
             b.status("0")
     assert len(livy.requests) == seen  # the call that could not fit was not made
     assert remaining_budget() is None
+
+
+@pytest.mark.parametrize("cls", [LivyBackend, DatabricksBackend, StandaloneBackend])
+def test_a_backend_built_from_another_backends_settings_names_the_mismatch(livy: FakeLivy, cls: type) -> None:
+    settings = spark_from_env({
+        "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": JOB.job_file, "SPARK_LIVY_AUTH": "entra",
+    })  # fmt: skip
+    if cls is LivyBackend:
+        assert cls(settings).http.read_timeout_s == settings.read_timeout_s
+        return
+    with pytest.raises(
+        PermanentError, match=f"{cls.name}: settings were not read for SPARK_BACKEND={cls.name}"
+    ):
+        cls(settings)
