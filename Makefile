@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --no-cache
 
 test: install lint  ## unit + integration tests (real Azurite, real Spark), short chaos run
 	$(PY) -m pytest -q -p no:cacheprovider
