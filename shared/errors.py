@@ -109,6 +109,13 @@ class Expired(PermanentError):
     reason_code = "expired"
 
 
+class RunsDied(PermanentError):
+    """The job's runs died `MAX_TAKEOVERS` times in a row without finishing (each one's claim was
+    taken over after its lease ended): it is poisoned instead of being run again."""
+
+    reason_code = "runs_died"
+
+
 class TransientError(JobError):
     """May succeed later: retried with backoff, poisoned after MAX_ATTEMPTS."""
 

@@ -210,14 +210,48 @@ def send_failed(prev: Data | None, job_id: str, facts: Facts, submitter: str, er
     )
 
 
+def dead_runs(data: Mapping[str, Any] | None) -> int:
+    """How many runs of the job died in a row without finishing, as the last claim counted."""
+    raw = (data or {}).get("takeovers", 0)
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
+
+
+def takeovers_after(prev: Mapping[str, Any] | None, owner: str | None) -> int:
+    """The dead-run count a claim by `owner` over `prev` carries (pure).
+
+    Claiming over another owner's claim that is still `in_progress` (its lease ended: the owner
+    crashed, was killed or timed out) is a takeover: one more run died. Our own claim, found
+    again after a lost answer, keeps the count. Any other record means the last run ended (or
+    none ran: queued, replayed): the count starts again at 0. `progressed` also resets it.
+    """
+    if prev is None or prev.get("status") != IN_PROGRESS:
+        return 0
+    count = dead_runs(prev)
+    return count if prev.get("owner") == owner else count + 1
+
+
+def runs_died(data: Mapping[str, Any] | None, max_takeovers: int) -> str | None:
+    """Why a claimed job must be poisoned instead of run (None: run it): its runs died
+    `max_takeovers` times in a row without finishing (pure)."""
+    count = dead_runs(data)
+    if count < max_takeovers:
+        return None
+    return (
+        f"its runs died {count} times in a row without finishing (worker crash, host kill or "
+        f"function timeout); not run again (MAX_TAKEOVERS={max_takeovers})"
+    )
+
+
 def claimed(prev: Data | None, env: Envelope, facts: Facts, lease_s: float) -> Data:
-    """A delivery takes the job: in progress under a lease owned by `facts.owner`."""
+    """A delivery takes the job: in progress under a lease owned by `facts.owner`, with the
+    count of runs that died in a row before it (`takeovers_after`)."""
+    takeovers = takeovers_after(prev, facts.owner)
     data = _next(
         prev,
         env.id,
         facts,
         "claimed",
-        drop=SEND_MARKERS,  # a delivery is here: the producer's message was sent
+        drop=(*SEND_MARKERS, "takeovers"),  # a delivery is here: the producer's message was sent
         kind=env.kind,
         status=IN_PROGRESS,
         attempt=env.attempt,
@@ -225,12 +259,18 @@ def claimed(prev: Data | None, env: Envelope, facts: Facts, lease_s: float) -> D
         lease_until=isoformat(facts.now + timedelta(seconds=lease_s)),
         queue_message_id=facts.queue_message_id,
         dequeue_count=facts.dequeue_count,
-        details={"attempt": env.attempt, "owner": facts.owner},
+        takeovers=takeovers or None,
+        details={"attempt": env.attempt, "owner": facts.owner, "takeover_of": _dead_owner(prev, takeovers)},
     )
     if not (prev or {}).get("created_at"):
         data["created_at"] = isoformat(env.created_at)
     data.setdefault("started_at", isoformat(facts.now))
     return data
+
+
+def _dead_owner(prev: Mapping[str, Any] | None, takeovers: int) -> str | None:
+    """The owner whose dead run a takeover replaces (for the history)."""
+    return str((prev or {}).get("owner")) if takeovers > dead_runs(prev) else None
 
 
 def renewed(prev: Data | None, facts: Facts, lease_s: float) -> Data:
@@ -244,8 +284,10 @@ def renewed(prev: Data | None, facts: Facts, lease_s: float) -> Data:
 
 
 def progressed(prev: Data | None, facts: Facts, progress: Mapping[str, Any], lease_s: float) -> Data:
-    """A handler's checkpoint: progress saved, lease extended."""
+    """A handler's checkpoint: progress saved, lease extended. A run that makes progress is not
+    dying in a loop: the dead-run count starts again (a heartbeat alone does not reset it)."""
     data = renewed(prev, facts, lease_s)
+    data.pop("takeovers", None)
     data["progress"] = dict(progress)
     data["updated_at"] = isoformat(facts.now)
     return data
@@ -402,6 +444,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
             "body",
             "body_digest",
             "cancel_requested",
+            "takeovers",
             *SEND_MARKERS,
         ),
         kind=env.kind,

@@ -36,6 +36,7 @@ from shared.errors import (
     InputMissing,
     LimitExceeded,
     PermanentError,
+    RunsDied,
     StorageThrottled,
     TransientError,
 )
@@ -176,6 +177,10 @@ class Processor:
         if self.expired():
             expired = Expired(f"job expired at {isoformat(self.expiry())} before it could run")
             self.finish(partial(self.poison, expired))
+            return
+        died = ledger.runs_died(keeper.record.data, self.rt.settings.max_takeovers)
+        if died:  # its runs keep dying (a crash the host's dequeue count never sees): stop here
+            self.finish(partial(self.poison, RunsDied(died)))
             return
         started = time.monotonic()
         keeper.start()

@@ -24,6 +24,7 @@ __all__ = ["SettingReader", "Settings", "SparkSettings", "StorageConnection", "p
 HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
 
 DEFAULT_MAX_GROUPS = 50_000
+DEFAULT_MAX_TAKEOVERS = 5
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,11 @@ class Settings:
     heartbeat_s: float = 10.0
     """`CLAIM_HEARTBEAT_SECONDS`: interval of the owner's claim renewal (default: a third of the
     lease, so two renewals may fail before the claim ends)."""
+    max_takeovers: int = DEFAULT_MAX_TAKEOVERS
+    """`MAX_TAKEOVERS`: a job whose runs died this many times in a row without finishing (worker
+    crash, host kill, function timeout; each seen when the next run takes its expired claim over)
+    is poisoned instead of run again. Re-check messages reset the host's dequeue count, so the
+    ledger counts these; progress (a checkpoint) and any run that ends start the count again."""
     max_attempts: int = 5
     """`MAX_ATTEMPTS`: transient failures retried by the app before the job is poisoned."""
     retry_base_s: float = 2.0
@@ -179,6 +185,7 @@ class Settings:
             max_dequeue_count=_max_dequeue_count(host, problems),
             claim_lease_s=lease,
             heartbeat_s=reader.number("CLAIM_HEARTBEAT_SECONDS", lease / 3, 0.5),
+            max_takeovers=reader.integer("MAX_TAKEOVERS", DEFAULT_MAX_TAKEOVERS, 1),
             max_attempts=reader.integer("MAX_ATTEMPTS", 5, 1),
             retry_base_s=reader.number("RETRY_BASE_SECONDS", 2.0, 0.0),
             retry_max_s=reader.number("RETRY_MAX_SECONDS", 300.0, 0.0),

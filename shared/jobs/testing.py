@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -25,7 +26,10 @@ _FIELDS = {
     "effect",
     "note",
     "fail_unless_blob",
+    "exit_worker",
 }
+EXIT_WORKER_CODE = 70
+"""The exit status of a worker process that `exit_worker` ends."""
 
 
 def unit_draw(*parts: object) -> float:
@@ -41,6 +45,7 @@ class FaultHandler:
     transient_rate: p   -> DownstreamUnavailable with probability p per attempt (deterministic)
     permanent: true     -> InputDataError
     crash: true         -> RuntimeError (unexpected: the host's retry path)
+    exit_worker: true   -> os._exit: the worker process dies on every run (the takeover limit)
     sleep_s: s          -> sleeps before finishing
     effect: true        -> applies an idempotent effect keyed by the job id (see apply_effect)
     fail_unless_blob: n -> InputDataError until blob n exists in the results container ("the fix")
@@ -59,6 +64,9 @@ class FaultHandler:
 
     def run(self, ctx: JobContext) -> Outcome:
         payload = ctx.payload
+        if payload.get("exit_worker"):
+            ctx.log.warning("fault: exit_worker: ending the worker process now")
+            os._exit(EXIT_WORKER_CODE)
         if payload.get("permanent"):
             raise InputDataError("fault: permanent failure requested by the payload")
         marker = payload.get("fail_unless_blob")

@@ -355,6 +355,10 @@ class Chaos:
             report.problems.append(
                 f"{expected_unnamed - unnamed} bad messages without an id are not archived"
             )
+        takeovers = {i: takeovers_of(records.get(i, {})) for i in good}
+        died = [i for i in good if runs_died_of(records.get(i, {}))]
+        if died:
+            report.problems.append(f"{len(died)} good jobs poisoned at the takeover limit: {died[:5]}")
         in_flight = [
             i for i, r in records.items() if r.get("status") in ("in_progress", "retry_scheduled", "queued")
         ]
@@ -378,6 +382,8 @@ class Chaos:
             "stale messages acknowledged": decisions["stale"],
             "re-executions absorbed by the idempotent effect": sum(effects.repeats.values()),
             "good jobs the host poisoned and the operator replayed": len(replayed),
+            "most takeovers of one good job (runs that died)": max(takeovers.values(), default=0),
+            "good jobs poisoned at the takeover limit (runs_died)": len(died),
         }
         if self.proxy is not None:
             report.figures.update(self.fault_figures())
@@ -386,6 +392,19 @@ class Chaos:
 
     def decisions(self) -> Counter[str]:
         return count_decisions(*self.workdir.glob("host-*.log"))
+
+
+def takeovers_of(record: dict[str, Any]) -> int:
+    """Claims in a record's history that took over a dead run's expired claim."""
+    return sum(1 for entry in record.get("history") or [] if entry.get("takeover_of"))
+
+
+def runs_died_of(record: dict[str, Any]) -> bool:
+    """True when the record was ever poisoned at the takeover limit."""
+    return any(
+        entry.get("event") == "poisoned" and str(entry.get("reason", "")).startswith("runs_died")
+        for entry in record.get("history") or []
+    )
 
 
 def run_chaos(cfg: ChaosConfig, workdir: Path) -> ChaosReport:

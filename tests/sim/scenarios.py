@@ -12,7 +12,13 @@ from typing import Any
 
 from shared import ledger, poison
 from shared.processing import process_message
-from tests.sim.world import Faults, Interleaver, World
+from shared.settings import DEFAULT_MAX_TAKEOVERS
+from tests.sim.world import HOST_LEASE_S, Faults, Interleaver, World
+
+DYING_LIMIT_S = HOST_LEASE_S + DEFAULT_MAX_TAKEOVERS * 45.0 + 120.0
+"""A job whose runs all kill their worker is poisoned at its MAX_TAKEOVERS-th takeover: each
+death costs about a claim lease (the failed message is back after visibilityTimeout, meets the
+dead run's claim and re-checks at its end); an injected host crash adds the host's lease."""
 
 
 def job(job_id: str, **payload: object) -> dict[str, object]:
@@ -33,6 +39,10 @@ class Scenario:
     expect_before_operator: dict[str, str] = field(default_factory=dict)
     unparsed: tuple[bytes, ...] = ()
     """Bodies with no job of their own: each must be archived under unparsed/, byte for byte."""
+    recovery_limit_s: float | None = None
+    """When set, the longest a job may take to settle after a fault (instead of RECOVERY_LIMIT_S)."""
+    dying: bool = False
+    """Its runs die on purpose: the takeover limit must poison them (others must never reach it)."""
 
 
 def _fix_and_replay(world: World) -> None:
@@ -90,6 +100,13 @@ SCENARIOS = [
         expect_before_operator={"j1": "poisoned"},
     ),
     Scenario("long work outlives the claim lease", _long_work_with_duplicate, {"j1": "completed"}),
+    Scenario(
+        "runs keep dying",
+        lambda w: w.submit(job("j1", dies=True)),
+        {"j1": "poisoned"},
+        recovery_limit_s=DYING_LIMIT_S,
+        dying=True,
+    ),
     Scenario(
         "malformed messages carrying job ids",
         _malformed,
@@ -199,6 +216,17 @@ def _rejected(
         if report.skipped_invalid != [job_id]:
             problems.append(f"{job_id}: replay of its malformed body said {report.as_dict()}")
     return problems
+
+
+def most_takeovers(world: World) -> int:
+    """The most takeovers (dead runs replaced) any job's history holds."""
+    return max(
+        (
+            sum(1 for entry in data.get("history") or [] if entry.get("takeover_of"))
+            for data, _, _ in world.ledger_docs.docs.values()
+        ),
+        default=0,
+    )
 
 
 RECOVERY_LIMIT_S = {"error": 120.0, "lost": 120.0, "crash": 600.0 + 120.0}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from shared import ledger, processing
+from shared import ledger, poison, processing
 from shared.poison import handler
 from tests.sim.scenarios import (
     CONCURRENT,
@@ -23,11 +23,13 @@ from tests.sim.scenarios import (
     SCENARIOS,
     Scenario,
     check,
+    most_takeovers,
     run_concurrent,
     run_scenario,
     settled_after_fault,
 )
-from tests.sim.world import FAULT_KINDS, Faults, World, schedules
+from tests.sim.scenarios import job as sim_job
+from tests.sim.world import FAULT_KINDS, START, Faults, World, schedules
 
 
 @dataclass
@@ -36,6 +38,10 @@ class Exploration:
     failures: list[str] = field(default_factory=list)
     slowest: dict[str, tuple[float, str]] = field(default_factory=dict)
     """Per fault kind: the longest simulated time from the fault to a job's final state."""
+    dying: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """The same for paths whose runs die on purpose (poisoned at the takeover limit)."""
+    most_takeovers: tuple[int, str] = (0, "")
+    """The most takeovers one job of a path whose runs do not die on purpose went through."""
 
 
 def explore(scenarios: list[Scenario], max_calls: int = 200) -> Exploration:
@@ -53,14 +59,21 @@ def explore(scenarios: list[Scenario], max_calls: int = 200) -> Exploration:
                     break  # k is past the last call this run made
                 found.schedules += 1
                 problems = []
+                if not scenario.dying and most_takeovers(world) > found.most_takeovers[0]:
+                    found.most_takeovers = (
+                        most_takeovers(world),
+                        f"{scenario.name} | {faults.injected or 'no fault'}",
+                    )
+                limit = scenario.recovery_limit_s
                 for job_id in scenario.expect if kind and not scenario.operator else ():
                     took = settled_after_fault(world, job_id)  # before check() replays anything
                     if took is None:
                         continue
-                    if took > RECOVERY_LIMIT_S[kind]:
+                    if took > (limit or RECOVERY_LIMIT_S[kind]):
                         problems.append(f"{job_id}: settled {took:.0f} s after the fault")
-                    if took > found.slowest.get(kind, (0.0, ""))[0]:
-                        found.slowest[kind] = (took, f"{scenario.name} | {faults.injected}")
+                    slowest = found.dying if scenario.dying else found.slowest
+                    if took > slowest.get(kind, (0.0, ""))[0]:
+                        slowest[kind] = (took, f"{scenario.name} | {faults.injected}")
                 problems += check(world, scenario.expect)
                 if problems:
                     found.failures.append(f"{scenario.name} | {faults.injected or 'no fault'}: {problems}")
@@ -87,9 +100,56 @@ def test_every_fault_at_every_storage_call_of_every_path() -> None:
     )
     for kind, (took, where) in sorted(found.slowest.items()):
         print(f"  slowest recovery after a {kind}: {took:.0f} s (simulated), {where}")
+    for kind, (took, where) in sorted(found.dying.items()):
+        print(
+            f"  slowest poisoning of runs that keep dying, after a {kind}: {took:.0f} s (simulated), {where}"
+        )
+    print(f"  most takeovers of one job that does not die on purpose: {found.most_takeovers}")
     assert found.failures == []
+    # one fault never kills two runs of a job in a row: even MAX_TAKEOVERS=2 poisons no good job
+    assert found.most_takeovers[0] == 1
     assert found.schedules > 300
     assert set(found.slowest) == set(FAULT_KINDS)
+
+
+def test_runs_that_keep_dying_are_poisoned_at_the_takeover_limit_and_replay_counts_afresh() -> None:
+    """Every run kills its worker: the first run and MAX_TAKEOVERS - 1 takeovers die, the
+    MAX_TAKEOVERS-th takeover poisons the job with the reason, listed; a replay runs it as many
+    times again (a fresh count), then poisons it again."""
+    world = World(Faults())
+    limit = world.settings.max_takeovers
+    world.submit(sim_job("j1", dies=True))
+    world.run()
+    record = world.ledger_docs.docs["j1.json"][0]
+    assert record["status"] == ledger.POISONED and record["reason_code"] == "runs_died"
+    assert f"runs died {limit} times in a row without finishing" in record["reason"]
+    assert world.executions == {"j1": limit} and world.crashes == limit
+    listed = [e for e in poison.list_poisoned(world.rt) if e.job_id == "j1"]
+    assert len(listed) == 1 and "runs_died" in listed[0].reason
+    took = (world.clock() - START).total_seconds()
+    print(
+        f"\nsimulated: poisoned after {limit} dead runs, {took:.0f} s after submit (each run kills its worker)"
+    )
+
+    assert poison.replay(world.rt, ["j1"], rate_per_s=0).replayed == ["j1"]
+    world.run()
+    record = world.ledger_docs.docs["j1.json"][0]
+    assert record["status"] == ledger.POISONED and world.executions == {"j1": 2 * limit}
+    assert check(world, {"j1": "poisoned"}, replay=False) == []
+
+
+def test_runs_that_keep_dying_loop_forever_when_the_limit_is_reverted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 19: without the takeover limit, each death's re-check message starts a new dequeue
+    count, so maxDequeueCount never triggers: the simulation never settles."""
+    monkeypatch.setattr(ledger, "runs_died", lambda data, limit: None)
+    world = World(Faults())
+    world.submit(sim_job("j1", dies=True))
+    with pytest.raises(AssertionError, match="no quiescence"):
+        world.run(max_steps=2_000)
+    assert world.executions["j1"] > 3 * world.settings.max_takeovers
+    assert max(m.dequeue_count for m in world.jobs.messages.values()) <= 2
 
 
 @pytest.mark.parametrize(("name", "body", "want"), CONCURRENT, ids=[c[0] for c in CONCURRENT])

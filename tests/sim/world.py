@@ -46,6 +46,11 @@ class SimCrash(BaseException):
     """The worker process dies here (not an Exception: nothing in the app may catch it)."""
 
 
+class SimWorkerDied(BaseException):
+    """A job's run kills its worker process (a segfault, `os._exit`): the host lives on, restarts
+    the worker and fails the invocation, so its message comes back after `visibilityTimeout`."""
+
+
 # -- clock and timers -------------------------------------------------------------------------
 
 
@@ -266,6 +271,7 @@ class SimHandler:
     permanent_until_fix -> InputDataError until the world's `fixed` flag is set (then replay)
     polls: n            -> offloaded: Continue n times, then the effect
     work_s: s           -> the work takes s seconds of simulated time (heartbeats run meanwhile)
+    dies                -> the run kills its worker process, every time (SimWorkerDied)
     """
 
     def __init__(self, world: World) -> None:
@@ -279,6 +285,7 @@ class SimHandler:
             "permanent_until_fix",
             "polls",
             "work_s",
+            "dies",
         }
         if set(payload) - known:
             raise PayloadError([f"payload.{k}: unknown field" for k in sorted(set(payload) - known)])
@@ -288,6 +295,8 @@ class SimHandler:
         world.executions[ctx.job_id] = world.executions.get(ctx.job_id, 0) + 1
         if payload.get("work_s"):
             world.clock.sleep(float(payload["work_s"]))
+        if payload.get("dies"):
+            raise SimWorkerDied(f"sim: run {world.executions[ctx.job_id]} of {ctx.job_id} kills its worker")
         if payload.get("unexpected_always") or (
             payload.get("unexpected_once") and world.executions[ctx.job_id] == 1
         ):
@@ -428,7 +437,10 @@ class World:
         except SimCrash:
             self.crash(msg)
             return
-        except Exception:
+        except (Exception, SimWorkerDied) as exc:
+            if isinstance(exc, SimWorkerDied):  # every heartbeat of that worker stops with it
+                self.crashes += 1
+                self.clock.cancel_all()
             if msg.dequeue_count >= self.rules.max_dequeue_count:
                 if not is_poison_queue:
                     self.move_to_poison(queue, msg)

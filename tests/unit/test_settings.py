@@ -17,6 +17,7 @@ def test_defaults_with_a_connection_string() -> None:
     s = Settings.from_env({"AzureWebJobsStorage": CONN})
     assert s.jobs_queue == "jobs" and s.poison_queue == "jobs-poison"
     assert s.function_timeout_s == 600 and s.max_dequeue_count == 5
+    assert s.max_takeovers == 5
     assert s.claim_lease_s == 30 and s.heartbeat_s == 10
     assert not s.storage.identity_based
     assert "a2V5" not in s.storage.describe()
@@ -52,6 +53,8 @@ def test_missing_storage_is_named() -> None:
     [
         ({"MAX_ATTEMPTS": "many"}, "MAX_ATTEMPTS='many' is not an integer"),
         ({"MAX_ATTEMPTS": "0"}, "MAX_ATTEMPTS=0 must be >= 1"),
+        ({"MAX_TAKEOVERS": "0"}, "MAX_TAKEOVERS=0 must be >= 1"),
+        ({"MAX_TAKEOVERS": "few"}, "MAX_TAKEOVERS='few' is not an integer"),
         ({"JOBS_QUEUE": "Bad_Name"}, "JOBS_QUEUE='Bad_Name' is not a valid"),
         ({"JOBS_QUEUE": "q" * 57}, "JOBS_QUEUE="),
         ({"SPARK_BACKEND": "yarn"}, "SPARK_BACKEND='yarn' is not one of"),
