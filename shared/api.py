@@ -13,7 +13,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError
 from shared import poison
 from shared.envelope import ID_RE, ID_RULE
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
-from shared.ledger import COMPLETED, Record
+from shared.ledger import COMPLETED, Record, RecordView
 from shared.limits import BlobTooLarge, read_capped, result_limit_bytes
 from shared.runtime import Runtime, get_runtime
 from shared.submit import SubmissionBusy, submit, validate_request
@@ -127,7 +127,7 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     job_id = req.route_params["id"]
     if record.status != COMPLETED:
         return _error(409, f"job {job_id} is {record.status}, not completed", status=record.status)
-    ref = str(record.data.get("result_ref") or "")
+    ref = RecordView.of(record).result_ref
     if not ref:
         return _json(200, {"id": job_id, "summary": record.data.get("summary", {})})
     container, _, name = ref.partition("/")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, cast
 
 from shared.documents import Conflict, Document, DocumentChanged, DocumentExists, DocumentStore
 from shared.envelope import Envelope, body_digest, isoformat
@@ -29,6 +29,7 @@ RETRY_SCHEDULED = "retry_scheduled"
 OFFLOADED = "offloaded"
 POISONED = "poisoned"
 STATUSES = (QUEUED, IN_PROGRESS, COMPLETED, FAILED, RETRY_SCHEDULED, OFFLOADED, POISONED)
+Status = Literal["queued", "in_progress", "completed", "failed", "retry_scheduled", "offloaded", "poisoned"]
 HISTORY_LIMIT = 50
 BODY_KEEP_CHARS = 16_000
 
@@ -489,6 +490,109 @@ def listing_metadata(data: Mapping[str, Any]) -> dict[str, str]:
 
 
 # -- the store -------------------------------------------------------------------------------
+
+
+# -- a typed, read-only view of a record ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Work going on elsewhere: the continuation message `seq` checks it with `state`."""
+
+    seq: int
+    state: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """What the app reads of a ledger record, typed; the record itself stays a JSON document.
+
+    Readers use this instead of `data.get(...)`; only the transitions above write fields."""
+
+    data: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, record: Record | Mapping[str, Any] | None) -> RecordView:
+        data = record.data if isinstance(record, Document) else record
+        return cls(data or {})
+
+    @property
+    def status(self) -> Status | None:
+        raw = self.data.get("status")
+        return cast(Status, raw) if raw in STATUSES else None
+
+    @property
+    def kind(self) -> str:
+        return str(self.data.get("kind") or "")
+
+    @property
+    def owner(self) -> str | None:
+        raw = self.data.get("owner")
+        return raw if isinstance(raw, str) else None
+
+    @property
+    def lease_end(self) -> datetime | None:
+        return lease_end(self.data)
+
+    @property
+    def continuation(self) -> Continuation | None:
+        raw = self.data.get("continuation")
+        if not isinstance(raw, dict):
+            return None
+        state = raw.get("state")
+        return Continuation(_int(raw.get("seq")), state if isinstance(state, dict) else None)
+
+    @property
+    def next_continuation_seq(self) -> int:
+        """The seq of the next continuation message (1 for the first)."""
+        current = self.continuation
+        return current.seq + 1 if current else 1
+
+    @property
+    def retry_seq(self) -> int | None:
+        """The seq a retry's message carries: the next one when work goes on elsewhere, else none."""
+        return self.next_continuation_seq if self.continuation else None
+
+    @property
+    def cancel_request(self) -> CancelRequest | None:
+        raw = self.data.get("cancel_requested")
+        if not isinstance(raw, dict):
+            return None
+        return CancelRequest(str(raw.get("by") or ""), str(raw.get("reason") or ""))
+
+    @property
+    def progress(self) -> Mapping[str, Any] | None:
+        raw = self.data.get("progress")
+        return raw if isinstance(raw, dict) else None
+
+    @property
+    def result_ref(self) -> str | None:
+        raw = self.data.get("result_ref")
+        return raw if isinstance(raw, str) and raw else None
+
+    @property
+    def reason(self) -> str | None:
+        raw = self.data.get("reason")
+        return str(raw) if raw else None
+
+    @property
+    def error(self) -> str | None:
+        raw = self.data.get("error")
+        return str(raw) if raw else None
+
+    @property
+    def takeovers(self) -> int:
+        return dead_runs(self.data)
+
+
+def _int(raw: object) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
 
 
 class Ledger:

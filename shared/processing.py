@@ -41,7 +41,7 @@ from shared.errors import (
     TransientError,
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.ledger import Decision, Facts, Record
+from shared.ledger import Decision, Facts, Record, RecordView
 from shared.limits import BlobTooLarge, read_capped
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
@@ -247,9 +247,10 @@ class Processor:
         """A delivery that may not run: acknowledge it, leaving a re-check when a live claim holds it."""
         fields = self.delivery.fields(self.env.attempt)
         if decision is Decision.BUSY:
-            end = ledger.lease_end(current.data)
+            view = RecordView.of(current)
+            end = view.lease_end
             wait = (end - self.rt.clock()).total_seconds() if end else 0.0
-            self.defer(max(1, math.ceil(wait)) + RECHECK_MARGIN_S, "busy", owner=current.data.get("owner"))
+            self.defer(max(1, math.ceil(wait)) + RECHECK_MARGIN_S, "busy", owner=view.owner)
             return
         log_decision(decision.value, self.env.id, status=current.status, **fields)
 
@@ -283,13 +284,11 @@ class Processor:
         handler = self.rt.handlers[self.env.kind]
         payload = load_payload(self.rt, self.env)
         handler.validate(payload)
-        record = keeper.record
-        cancel = record.data.get("cancel_requested")
-        if isinstance(cancel, dict):  # an operator asked: poison now (offloaded work is stopped)
-            raise CancelledByOperator(
-                f"cancelled by {cancel.get('by')}: {cancel.get('reason') or 'no reason given'}"
-            )
-        continuation = record.data.get("continuation") if resume else None
+        record = RecordView.of(keeper.record)
+        cancel = record.cancel_request
+        if cancel is not None:  # an operator asked: poison now (offloaded work is stopped)
+            raise CancelledByOperator(f"cancelled by {cancel.by}: {cancel.reason or 'no reason given'}")
+        continuation = record.continuation if resume else None
         ctx = JobContext(
             job_id=self.env.id,
             kind=self.env.kind,
@@ -299,8 +298,8 @@ class Processor:
             storage=self.rt.storage,
             log=logging.LoggerAdapter(logging.getLogger(f"jobs.{self.env.kind}"), {"job_id": self.env.id}),
             checkpoint=self.checkpoint,
-            resume_state=continuation.get("state") if isinstance(continuation, dict) else None,
-            progress=record.data.get("progress"),
+            resume_state=continuation.state if continuation else None,
+            progress=record.progress,
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
@@ -338,8 +337,7 @@ class Processor:
     def continue_later(self, outcome: Continue) -> None:
         """Enqueue the continuation first, then record it: a crash in between loses nothing."""
         assert self.keeper is not None
-        previous = self.keeper.record.data.get("continuation")
-        seq = int(previous.get("seq", 0)) + 1 if isinstance(previous, dict) else 1
+        seq = RecordView.of(self.keeper.record).next_continuation_seq
         self.send_followup(self.env.with_attempt(self.env.attempt, seq), outcome.delay_s)
         facts = self.facts()
         self.write(
@@ -363,8 +361,7 @@ class Processor:
             return
         delay = retry_delay(next_attempt, settings.retry_base_s, settings.retry_max_s)
         assert self.keeper is not None
-        continuation = self.keeper.record.data.get("continuation")
-        seq = int(continuation.get("seq", 0)) + 1 if isinstance(continuation, dict) else None
+        seq = RecordView.of(self.keeper.record).retry_seq
         self.send_followup(env.with_attempt(next_attempt, seq), delay)
         facts, error = self.facts(), _describe(exc)
         self.write(lambda prev: ledger.retry_scheduled(prev, env.id, facts, env.attempt, error, delay, seq))

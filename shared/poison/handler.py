@@ -31,7 +31,7 @@ from shared.envelope import (
     parse_body,
 )
 from shared.errors import EnvelopeError, JobError
-from shared.ledger import Decision, Facts, Record
+from shared.ledger import Decision, Facts, Record, RecordView
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
 from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
@@ -69,24 +69,25 @@ def judge(
     poison it: a stale copy, a malformed body carrying its id, or a copy of a completed job may not."""
     if env is None:  # not an envelope: its id may be another job's, so no existing record changes
         return Verdict("poisoned", app.reason if app else HOST_REASON, create=record is None)
-    if record is not None and record.get("status") == ledger.COMPLETED:
+    view = RecordView.of(record)
+    if view.status == ledger.COMPLETED:
         return Verdict("duplicate_of_completed", "a copy of a job that had already completed")
     if app is not None and app.under_claim:
-        return Verdict("poisoned", app.reason, mark=record is None or record.get("status") != ledger.POISONED)
+        return Verdict("poisoned", app.reason, mark=view.status != ledger.POISONED)
     if record is None:
         return Verdict("poisoned", HOST_REASON, mark=True)
     decision = ledger.decide(record, env.attempt, env.continuation_seq, now)
     if decision is Decision.ALREADY_POISONED:
-        return Verdict("poisoned", str(record.get("reason") or HOST_REASON))
+        return Verdict("poisoned", view.reason or HOST_REASON)
     if decision is Decision.STALE:
         return Verdict("stale", "an older message of a job that has moved on")
     if decision is Decision.BUSY:
         return Verdict(
             "rechecked",
             "another invocation held the job's claim; sent back to be re-checked when the claim ends",
-            recheck_at=ledger.lease_end(record),
+            recheck_at=view.lease_end,
         )
-    error = record.get("error")
+    error = view.error
     return Verdict("poisoned", f"{HOST_REASON}; last error: {error}" if error else HOST_REASON, mark=True)
 
 
@@ -198,9 +199,12 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
 
 def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verdict, body: bytes) -> None:
     """The job's record becomes poisoned; offloaded work it still holds is cancelled first."""
-    kind = (record.data.get("kind") if record else None) or ""
     run = abandon_work(
-        rt.handlers.get(str(kind)), rt.settings, rt.storage, record.data if record else None, None
+        rt.handlers.get(RecordView.of(record).kind),
+        rt.settings,
+        rt.storage,
+        record.data if record else None,
+        None,
     )
     facts = Facts(rt.clock())
 
