@@ -42,7 +42,7 @@ test: install lint  ## unit + integration tests (real Azurite, real Spark), shor
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)  ## under a minute: unit, simulation, contract tests on fakes; no Azurite, host, Spark, browser or deploy
-	JOBS_TEST_TIER=fast $(PY) -m pytest -q -p no:cacheprovider -m 'not slow and not integration and not azurite and not spark and not browser and not deploy'
+	JOBS_TEST_TIER=fast $(PY) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow and not integration and not azurite and not spark and not browser and not deploy'
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
