@@ -730,7 +730,7 @@ class _CsvParser:
         else:
             types = {c: pa.string() for c in columns}
         keys_or_numbers = set(self.plan.keys) | self.plan.numeric
-        types.update({c: pa.binary() for c in self.plan.columns if c not in keys_or_numbers})
+        types.update({c: pa.binary() for c in columns if c not in keys_or_numbers})
         return pacsv.ConvertOptions(
             include_columns=columns,
             column_types=types,
@@ -752,77 +752,166 @@ class _CsvParser:
         return table
 
     def parse(self, block: pa.Buffer, offset: int) -> tuple[pa.Table, int]:
-        """(partial aggregates, records) of `block` (at `offset` in the input); _BadRecord if bad."""
+        """(partial aggregates, records) of `block` (at `offset` in the input); _BadRecord if bad.
+
+        The scanner answers only blocks it is sure of; pyarrow reads the others, first with the
+        fast types, then all as strings. A block either refuses (or one with a quote out of
+        place, which pyarrow would take as text) is read record by record by `_first_bad_record`,
+        which names the first bad record in file order: the error never depends on the block.
+        """
         if self.native is not None:
             done = self.native.csv_reduce(block)
             if done is not None:
                 return done
-        try:
-            return self._reduce(self._read(block, self.fast), block, offset)
-        except pa.ArrowInvalid:  # a bad record or number, or a key that is not UTF-8
-            pass
-        return self._reduce(self._parse_serially(block, offset), block, offset)
+        if _quotes_in_place(block):
+            try:
+                return self._reduce(self._read(block, self.fast))
+            except (pa.ArrowInvalid, BadNumber):  # a bad record, number or key, or spaced numbers
+                pass
+            try:
+                return self._reduce(self._read(block, self.slow))
+            except (pa.ArrowInvalid, BadNumber):
+                pass
+        raise self._first_bad_record(block, offset)
 
-    def _reduce(self, table: pa.Table, block: pa.Buffer, offset: int) -> tuple[pa.Table, int]:
+    def _reduce(self, table: pa.Table) -> tuple[pa.Table, int]:
+        """(partial aggregates, records) of a parsed block; BadNumber if a value is not a number."""
         rows = table.num_rows
         if self.plan.columns:
-            try:
-                frame = self.plan.frame({name: table[name] for name in self.plan.columns}, to_float)
-            except BadNumber as bad:
-                line = _record_line(block.to_pybytes(), bad.index)
-                before, after = bad.message_parts()
-                raise _BadRecord(before, after, offset, 0, line) from None
+            frame = self.plan.frame({name: table[name] for name in self.plan.columns}, to_float)
         else:
             frame = pa.table({"_": pa.nulls(rows)})
         return self.reducer.reduce(frame), rows
 
-    def _parse_serially(self, block: pa.Buffer, offset: int) -> pa.Table:
-        """Re-parse a block that failed, all as strings, to say where and why: the first bad
-        record in file order (a bad number before a record with the wrong number of fields)."""
-        invalid: list[pacsv.InvalidRow] = []
+    def _first_bad_record(self, block: pa.Buffer, offset: int) -> _BadRecord:
+        """The first bad record of a block that pyarrow refused, read record by record."""
+        checked = _CsvChecker(self.names, self.plan, self.null_values)
+        found = checked.first_problem(block.to_pybytes())
+        if found is None:  # pragma: no cover - pyarrow refused what the checker accepts
+            return _BadRecord("CSV input is not valid in the block starting on line ", "", offset, 0, 0)
+        line, before, after = found
+        return _BadRecord(before, after, offset, 0, line)
 
-        def skip(row: pacsv.InvalidRow) -> str:
-            invalid.append(row)
-            return "skip"
 
-        try:
-            table = self._read(
-                block, self.slow, pacsv.ParseOptions(newlines_in_values=False, invalid_row_handler=skip)
-            )
-            if not invalid or invalid[0].number is None:
-                return table
-            row = invalid[0]
-            assert row.number is not None
-            self._reduce(table.slice(0, row.number - 1), block, offset)  # an earlier bad number
-            line = _record_line(block.to_pybytes(), row.number - 1)
-            detail = f"Expected {row.expected_columns} columns, got {row.actual_columns}: {row.text}"[:300]
-            raise _BadRecord("CSV input is not valid on line ", f": {detail}", offset, 0, line)
-        except pa.ArrowInvalid as exc:
-            text = str(exc)
-            detail = _ARROW_PREFIX.sub("", text)[:300]
-            row = _ARROW_ROW.search(text)
-            line = _record_line(block.to_pybytes(), int(row.group(1)) - 1) if row else 0
-            where = "on line " if row else "in the block starting on line "
-            raise _BadRecord(f"CSV input is not valid {where}", f": {detail}", offset, 0, line) from None
+_CSV_FIELD: Final = re.compile(rb'"[^"]*+(?:""[^"]*+)*+"|[^,"\r\n]*+')
+"""One CSV field: quoted (RFC 4180: "" is a quote) or unquoted (no quote, separator or line break)."""
+_CSV_QUOTES: Final = re.compile(rb'(?:[^"]++|(?<![^,\r\n])"[^"]*+(?:""[^"]*+)*+"(?![^,\r\n]))*+')
+"""Text whose every quote opens or closes a whole quoted field (matched in C, possessively)."""
+_QUOTE: Final = re.compile(rb'"')
+
+
+def _quotes_in_place(block: pa.Buffer) -> bool:
+    """Whether every quote in `block` opens or closes a whole field. pyarrow takes a quote inside
+    an unquoted field (`5" screen`) or after a closing one as text, but the block cut counts
+    quotes: such input is refused, so that no answer depends on where the blocks are cut."""
+    view = memoryview(block)
+    if _QUOTE.search(view) is None:
+        return True
+    match = _CSV_QUOTES.match(view)
+    return match is not None and match.end() == len(view)
+
+
+class _CsvChecker:
+    """Reads a block record by record, as pyarrow would, to find its first bad record (error
+    path only): a quote out of place, a wrong number of fields, a group or numeric column that is
+    not UTF-8, or a numeric value that is not a number. The first in file order wins; within a
+    record, its fields come first, then its columns in header order."""
+
+    def __init__(self, names: list[str], plan: _Plan, null_values: Sequence[str]) -> None:
+        self.names = names
+        needed = set(plan.keys) | plan.numeric
+        self.checked = [(i, name) for i, name in enumerate(names) if name in needed]
+        self.numeric = plan.numeric
+        self.nulls = frozenset(value.encode() for value in null_values)
+        self.numbers: dict[str, tuple[list[str | None], list[tuple[int, int, int]]]] = {
+            name: ([], []) for name in plan.numeric
+        }
+
+    def first_problem(self, data: bytes) -> tuple[int, str, str] | None:
+        """(lines before the record in `data`, message before and after the line number)."""
+        pos, line, record = 0, 0, 0
+        stop: tuple[int, int, int, str, str] | None = None
+        while pos < len(data) and stop is None:
+            if data[pos] in b"\r\n":
+                pos += 2 if data[pos : pos + 2] == b"\r\n" else 1
+                line += 1
+                continue
+            fields, end, problem = _csv_fields(data, pos)
+            if problem is None and len(fields) != len(self.names):
+                text = _without_line_break(data[pos:end]).decode("utf-8", "replace")
+                problem = f"Expected {len(self.names)} columns, got {len(fields)}: {text}"
+            if problem is not None:
+                stop = (record, -1, line, "CSV input is not valid on line ", f": {problem[:300]}")
+                break
+            stop = self._values(fields, record, line)
+            line += _line_breaks(data[pos:end])
+            pos = end
+            record += 1
+        return self._earliest(stop)
+
+    def _values(self, fields: list[bytes], record: int, line: int) -> tuple[int, int, int, str, str] | None:
+        for i, name in self.checked:
+            raw = _unquote(fields[i])
+            if raw in self.nulls:
+                value: str | None = None
+            else:
+                try:
+                    value = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    after = f": column {name!r} has a value that is not UTF-8: {raw[:100]!r}"
+                    return (record, i, line, "CSV input is not valid on line ", after)
+            if name in self.numbers:
+                values, where = self.numbers[name]
+                values.append(value)
+                where.append((record, i, line))
+        return None
+
+    def _earliest(self, stop: tuple[int, int, int, str, str] | None) -> tuple[int, str, str] | None:
+        found = [stop] if stop is not None else []
+        for name, (values, where) in self.numbers.items():
+            try:
+                to_float(name, pa.array(values, pa.string()))
+            except BadNumber as bad:
+                record, column, line = where[bad.index]
+                found.append((record, column, line, *bad.message_parts()))
+        if not found:
+            return None
+        _, _, line, before, after = min(found)
+        return line, before, after
+
+
+def _csv_fields(data: bytes, pos: int) -> tuple[list[bytes], int, str | None]:
+    """The raw fields of the record at `pos`, the offset after its line break, and what is wrong
+    with its quoting (None if nothing)."""
+    fields: list[bytes] = []
+    while True:
+        match = _CSV_FIELD.match(data, pos)
+        assert match is not None  # the unquoted alternative matches the empty string
+        end = match.end()
+        if end < len(data) and data[end] not in b",\r\n":
+            if end == pos:
+                return fields, end, "a quoted field is not closed"
+            return fields, end, "a quote inside an unquoted field or after a closing quote"
+        fields.append(data[pos:end])
+        if end < len(data) and data[end] == 44:  # ','
+            pos = end + 1
+            continue
+        if data[end : end + 2] == b"\r\n":
+            return fields, end + 2, None
+        return fields, min(end + 1, len(data)), None
+
+
+def _without_line_break(record: bytes) -> bytes:
+    if record.endswith(b"\r\n"):
+        return record[:-2]
+    return record[:-1] if record.endswith((b"\n", b"\r")) else record
+
+
+def _unquote(raw: bytes) -> bytes:
+    return raw[1:-1].replace(b'""', b'"') if raw[:1] == b'"' else raw
 
 
 _BOM: Final = b"\xef\xbb\xbf"
-_ARROW_ROW = re.compile(r"Row #(\d+)")
-_ARROW_PREFIX = re.compile(r"^(CSV parse error: )?(In CSV column #\d+: )?(Row #\d+: )?")
-
-
-def _record_line(data: bytes, index: int) -> int:
-    """Lines before the `index`-th (0-based) non-blank record of a CSV block."""
-    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
-    line_before = 0
-    seen = 0
-    for record in reader:
-        if record:
-            if seen == index:
-                return line_before
-            seen += 1
-        line_before = reader.line_num
-    return line_before
 
 
 def _readinto(stream: ByteStream, view: memoryview) -> int:
@@ -843,10 +932,13 @@ def _last_newline(buf: bytearray, start: int, end: int) -> int:
 def _record_cut(buf: bytearray, start: int, end: int) -> int:
     """Offset just after the last line break outside quotes in buf[start:end]; 0 if none.
 
-    `start` must be a record boundary. A quote inside an unquoted field (`5" screen`) can
-    mislead the count only when the data also has line breaks inside quoted values.
+    `start` must be a record boundary. A quote out of place (`5" screen`) can mislead the
+    count, but only after it: such a record is refused (`_quotes_in_place`), and the first one is
+    in the block cut before the count went wrong. A \r at the end is no cut: a \n may follow.
     """
     pos = _last_newline(buf, start, end)
+    if pos >= 0 and pos == end - 1 and buf[pos] == 13:  # a \r at the end: \r\n may be cut in two
+        pos = _last_newline(buf, start, pos)
     if pos < 0:
         return 0
     if buf.find(b'"', start, pos) < 0:
@@ -896,7 +988,7 @@ def _header_end(buf: bytearray, end: int) -> int:
     while True:
         newline, cr = buf.find(b"\n", pos, end), buf.find(b"\r", pos, end)
         pos = min(p for p in (newline, cr, end) if p >= 0)
-        if pos >= end:
+        if pos >= end or (pos == end - 1 and buf[pos] == 13):  # a \n may follow the \r
             return 0
         if buf.count(b'"', 0, pos) % 2 == 0:
             return pos + 2 if buf[pos : pos + 2] == b"\r\n" else pos + 1

@@ -149,9 +149,8 @@ def _mutate(rng: random.Random, data: bytes, noise: tuple[bytes, ...]) -> bytes:
 
 
 CSV_UTF8_NOISE = tuple(n for n in CSV_NOISE if n not in (b"\xff", b"\xc3"))
-"""Known gap (issue 19): a CSV record whose bytes are not UTF-8 in a key or numeric column, or
-with the wrong number of fields, is reported by pyarrow without its row, so which error is named
-can still depend on the block size. `make test` leaves such bytes out; `make fuzz` does not."""
+"""The CSV noise without bytes that are not UTF-8 (`csv_utf8_only`: to look at other mismatches
+on their own)."""
 
 
 def make_case(

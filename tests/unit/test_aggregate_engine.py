@@ -443,7 +443,7 @@ def test_invalid_utf8_in_a_group_key_names_its_line(block_size: int) -> None:
     with pytest.raises(InputDataError) as info:
         run(data, ["k"], [{"op": "sum", "column": "v"}], block_size=block_size)
     assert str(info.value) == (
-        "CSV input is not valid on line 3002: CSV conversion error to string: invalid UTF8 data"
+        "CSV input is not valid on line 3002: column 'k' has a value that is not UTF-8: b'\\xff\\xfe'"
     )
 
 
@@ -481,8 +481,60 @@ def test_ragged_row_names_its_line() -> None:
 
 
 def test_invalid_utf8_is_a_data_error() -> None:
-    with pytest.raises(InputDataError, match="UTF8"):
+    with pytest.raises(InputDataError, match="on line 2: column 'k' has a value that is not UTF-8"):
         run(b"k,v\n\xff\xfe,1\n", ["k"])
+
+
+BLOCK_SIZES = (16, 37, 64, 256, 1 << 20)
+
+
+def csv_error(data: bytes, group_by: list[str], metrics: list[dict[str, Any]] | None = None) -> str:
+    """The one error message of `data` at every block size (asserted)."""
+    messages = set()
+    for block_size in BLOCK_SIZES:
+        with pytest.raises(InputDataError) as info:
+            run(data, group_by, metrics or [{"op": "count"}], block_size=block_size)
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages
+    return messages.pop()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b'k,v\na,1\nb,5" screen\nc,2\n', "a quote inside an unquoted field or after a closing quote"),
+        (b'k,v\na,1\n"b"x,1\nc,2\n', "a quote inside an unquoted field or after a closing quote"),
+        (b'k,v\na,1\n"b,1\nc,2\n', "a quoted field is not closed"),
+    ],
+)
+def test_a_quote_out_of_place_is_refused_at_every_block_size(data: bytes, problem: str) -> None:
+    assert csv_error(data, ["k"]) == f"CSV input is not valid on line 3: {problem}"
+
+
+def test_a_ragged_record_with_bytes_that_are_not_utf8_names_its_line() -> None:
+    data = b"k,v\na,1\nb\xff,2,3\nc,x\n"
+    message = csv_error(data, ["k"], [{"op": "sum", "column": "v"}])
+    assert message == "CSV input is not valid on line 3: Expected 2 columns, got 3: b\ufffd,2,3"
+
+
+def test_the_first_bad_record_in_file_order_wins_whatever_the_problem() -> None:
+    numbers = [{"op": "sum", "column": "v"}, {"op": "sum", "column": "w"}]
+    later_column_first = b'k,v,w\na,1,1\n\n"x\ny",1,bad\nb,\xff,1\nc,1,2,3\n'
+    assert csv_error(later_column_first, ["k"], numbers) == (
+        "column 'w' has a value that is not a number on line 4: 'bad'"
+    )
+    assert csv_error(b"k,v,w\na,1,1\nb,\xff,x\n", ["k"], numbers) == (
+        "CSV input is not valid on line 3: column 'v' has a value that is not UTF-8: b'\\xff'"
+    )
+    assert csv_error(b"k,v,w\na,1,1\r\n\xc3,1,1\n", ["k"], numbers) == (
+        "CSV input is not valid on line 3: column 'k' has a value that is not UTF-8: b'\\xc3'"
+    )
+
+
+def test_a_column_only_counted_is_counted_whatever_its_bytes() -> None:
+    for block_size in BLOCK_SIZES:
+        result = run(b"k,v\na,\xff\nb,\xc3\n", [], [{"op": "count", "column": "v"}], block_size=block_size)
+        assert result.rows == [{"count_v": 2}]
 
 
 def test_jsonl_errors_name_the_line() -> None:
