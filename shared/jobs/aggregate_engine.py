@@ -83,6 +83,13 @@ JSONL_BLOCK_SIZE: Final = 1024 * 1024
 C scanner, JSON lines use DEFAULT_BLOCK_SIZE: 4 MiB was 12% faster than 1 MiB (fewer hand-offs)."""
 MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
 """A single CSV record (or the header) larger than this is refused: memory stays bounded."""
+MAX_CSV_COLUMNS: Final = 16_384
+"""Columns of a CSV header: a wider one is refused (each column costs pyarrow and the scanner
+memory per block, whatever the record size)."""
+GUESS_LINES: Final = 1_000
+GUESS_BYTES: Final = 256 * 1024
+"""The JSON lines whose types pyarrow guesses for the fast path (the first lines of a block, at
+most this many and bytes): a guess over every distinct key of a whole block costs rows x keys."""
 MAX_JSON_DEPTH: Final = 64
 """Arrays and objects nested in one JSON line, the line's own object included: a deeper line is
 refused before any parser sees it (pyarrow's JSON reader and Python's `json` recurse: ~60,000
@@ -1003,6 +1010,10 @@ def _header_names(raw: bytes) -> list[str]:
     rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows or not rows[0]:
         raise InputDataError("the CSV header (line 1) is empty")
+    if len(rows[0]) > MAX_CSV_COLUMNS:
+        raise InputDataError(
+            f"the CSV header (line 1) has {len(rows[0])} columns: more than {MAX_CSV_COLUMNS} are refused"
+        )
     return rows[0]
 
 
@@ -1195,8 +1206,11 @@ class _JsonParser:
             options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
             with contextlib.suppress(pa.ArrowInvalid):
                 return pajson.read_json(pa.BufferReader(data), read, options)
+        prefix = _guess_prefix(data)
+        if prefix is None:
+            return None
         try:
-            inferred = pajson.read_json(pa.BufferReader(data), read)
+            inferred = pajson.read_json(pa.BufferReader(prefix), read)
         except pa.ArrowInvalid:
             return None
         learnt = self._learn(inferred.schema)
@@ -1273,6 +1287,21 @@ class _JsonParser:
                     return None
                 seen.add(name)
         return frozenset(seen)
+
+
+def _guess_prefix(data: pa.Buffer) -> pa.Buffer | None:
+    """The block's first lines whose types are guessed (GUESS_LINES, GUESS_BYTES), or None if
+    its first line is longer (the exact path reads such a block)."""
+    head = memoryview(data)[: GUESS_BYTES + 1].tobytes()
+    end, lines = 0, 0
+    while lines < GUESS_LINES:
+        found = head.find(b"\n", end, GUESS_BYTES)
+        if found < 0:
+            break
+        end, lines = found + 1, lines + 1
+    if len(head) <= GUESS_BYTES and lines < GUESS_LINES:
+        return data  # the whole block is a small one
+    return data.slice(0, end) if end else None
 
 
 def _first_deep_line(buf: bytearray, start: int, end: int) -> tuple[int, int] | None:

@@ -240,6 +240,11 @@ def run(
     return report
 
 
+def _kernel_file() -> str:
+    """Where the scanner was loaded from (`make fuzz` must load the sanitized build)."""
+    return "NOT BUILT" if engine._kernel is None else f"from {engine._kernel.__file__}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -253,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print("MISMATCH", problem)
     print(
         f"differential fuzz: seed {args.seed}, {report.cases} cases, {len(report.mismatches)} mismatches, "
-        f"scanner {'on' if engine._kernel is not None else 'NOT BUILT'}, {time.monotonic() - started:.0f} s"
+        f"scanner {_kernel_file()}, {time.monotonic() - started:.0f} s"
     )
     return 1 if report.mismatches else 0
 

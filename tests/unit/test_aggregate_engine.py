@@ -831,3 +831,39 @@ def test_property_engine_equals_independent_computation(
     result = run(data, group_by, metrics, fmt=fmt, block_size=block_size)
     assert result.input_rows == len(expected_records)
     assert_same(result.rows, reference(expected_records, group_by, metrics))
+
+
+# --- bounds ------------------------------------------------------------------------------------
+
+
+def test_a_csv_header_of_too_many_columns_is_refused() -> None:
+    names = ",".join(f"c{i}" for i in range(engine.MAX_CSV_COLUMNS + 1))
+    with pytest.raises(InputDataError) as info:
+        run(f"{names}\n" + "1," * engine.MAX_CSV_COLUMNS + "1\n", ["c0"])
+    assert str(info.value) == (
+        f"the CSV header (line 1) has {engine.MAX_CSV_COLUMNS + 1} columns: "
+        f"more than {engine.MAX_CSV_COLUMNS} are refused"
+    )
+
+
+def test_a_csv_header_at_the_column_bound_is_read() -> None:
+    names = ",".join(f"c{i}" for i in range(engine.MAX_CSV_COLUMNS))
+    result = run(f"{names}\n" + ",".join(["a"] * engine.MAX_CSV_COLUMNS) + "\n", ["c0"])
+    assert result.rows == [{"c0": "a", "count": 1}]
+
+
+def test_json_types_are_guessed_from_the_first_lines_only() -> None:
+    lines = [json.dumps({f"key{i}": 1, "k": "a", "v": 1}).encode() for i in range(3 * engine.GUESS_LINES)]
+    data = b"\n".join(lines) + b"\n"
+    prefix = engine._guess_prefix(engine.pa.py_buffer(data))
+    assert prefix is not None and prefix.to_pybytes().count(b"\n") == engine.GUESS_LINES
+    result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
+    assert result.rows == [{"k": "a", "sum_v": 3.0 * engine.GUESS_LINES}]
+
+
+def test_a_json_block_whose_first_line_is_longer_than_the_guess_is_read_exactly() -> None:
+    wide = {f"key{i}": i for i in range(engine.GUESS_BYTES // 8)}
+    data = json.dumps({**wide, "k": "a", "v": 2}).encode() + b'\n{"k": "b", "v": 3}\n'
+    assert engine._guess_prefix(engine.pa.py_buffer(data)) is None
+    result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
+    assert result.rows == [{"k": "a", "sum_v": 2.0}, {"k": "b", "sum_v": 3.0}]
