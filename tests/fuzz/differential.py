@@ -21,6 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 import shared.jobs.aggregate_engine as engine
 from shared.errors import InputDataError
 from shared.jobs.aggregate import parse_aggregate_payload
@@ -240,6 +243,19 @@ def run(
     return report
 
 
+def hand_blocks_in_exact_buffers() -> None:
+    """Give the scanner each block in a buffer of its own size (a block is otherwise a slice of
+    a larger buffer, where a read past its end goes unseen): under ASan, with PYTHONMALLOC=malloc,
+    any read past a block is reported."""
+    for name in ("csv_reduce", "jsonl_reduce"):
+        reduce = getattr(engine._NativeArgs, name)
+
+        def exact(self: engine._NativeArgs, block: pa.Buffer, reduce: Any = reduce) -> Any:
+            return reduce(self, pa.py_buffer(np.frombuffer(block, np.uint8).copy()))
+
+        setattr(engine._NativeArgs, name, exact)
+
+
 def _kernel_file() -> str:
     """Where the scanner was loaded from (`make fuzz` must load the sanitized build)."""
     return "NOT BUILT" if engine._kernel is None else f"from {engine._kernel.__file__}"
@@ -251,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=float, default=180.0)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--exact-buffers", action="store_true", help="see hand_blocks_in_exact_buffers")
     args = parser.parse_args(argv)
+    if args.exact_buffers:
+        hand_blocks_in_exact_buffers()
     started = time.monotonic()
     report = run(args.seed, seconds=args.seconds)
     for problem in report.mismatches[:20]:
