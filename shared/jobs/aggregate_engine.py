@@ -27,6 +27,25 @@ JSON lines (the pyarrow path alone: 0.67-0.87x, 0.74-0.97x, 0.54-0.57x); peak RS
 1 GB of CSV or of JSON lines.
 
 Semantics are SQL's: see `aggregate_stream`.
+
+Input rules (one answer per input: both paths and every block size give the same rows or the
+same error; `tests/fuzz/differential.py` checks it):
+
+- Errors: the first bad record (CSV) or line (JSON lines) in file order is named, with its
+  physical line number (a line break is \n, \r\n or a lone \r; breaks inside quoted CSV values
+  count). Within a CSV record: its quoting and number of fields first, then its columns in
+  header order (a group or numeric column that is not UTF-8, then a value that is not a number).
+- CSV: RFC 4180 quoting, `,` between fields, empty lines skipped. A quote must open or close a
+  whole field: one inside an unquoted field (`5" screen`), text after a closing quote, or a
+  quoted field never closed is refused (they would make the block cut ambiguous). A byte-order
+  mark is skipped only at the start of the input; elsewhere it is data. Group and numeric columns
+  must be UTF-8; a column only counted is counted whatever its bytes. The header has at most
+  MAX_CSV_COLUMNS (16,384) columns; a record (so any key or value) at most MAX_RECORD_BYTES.
+- JSON lines: one object per line, `\n` or `\r\n` endings (a lone `\r` is not a line break,
+  as in Python's `json`); one byte-order mark at the start of a line is ignored. Nesting deeper
+  than MAX_JSON_DEPTH (64) and a lone surrogate (`"\\ud800"`) in a needed column are bad input
+  naming the line; invalid UTF-8 is invalid JSON. A line is at most MAX_RECORD_BYTES; pyarrow
+  guesses types from a block's first GUESS_LINES lines / GUESS_BYTES only.
 """
 
 from __future__ import annotations
