@@ -461,10 +461,10 @@ class _BadRecord(Exception):
     The line number in the file is worked out by the reading thread (see `_csv_partials`).
     """
 
-    def __init__(self, before: str, after: str, offset: int, records_before: int, line_in_block: int) -> None:
+    def __init__(self, before: str, after: str, offset: int, lines_before: int, line_in_block: int) -> None:
         super().__init__(before + after)
         self.before, self.after = before, after
-        self.offset, self.records_before, self.line_in_block = offset, records_before, line_in_block
+        self.offset, self.lines_before, self.line_in_block = offset, lines_before, line_in_block
 
 
 def _csv_partials(
@@ -480,18 +480,18 @@ def _csv_partials(
     parser = _CsvParser(splitter.read_header(), plan, null_values)
     workers = max(1, PARSE_WORKERS)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
-    pending: deque[tuple[Future[tuple[pa.Table, int]], bytearray]] = deque()
-    records = 0
+    pending: deque[tuple[Future[tuple[pa.Table, int]], bytearray, int]] = deque()
+    lines_read = 0
 
     def oldest() -> tuple[pa.Table, int]:
-        nonlocal records
-        future, buf = pending.popleft()
+        nonlocal lines_read
+        future, buf, lines = pending.popleft()
         try:
             partial, rows = future.result()
         except _BadRecord as bad:
-            bad.records_before = records
+            bad.lines_before = lines_read
             raise
-        records += rows
+        lines_read += lines
         splitter.release(buf)
         return partial, rows
 
@@ -500,7 +500,8 @@ def _csv_partials(
             for block in splitter.blocks():
                 while len(pending) >= workers + IN_FLIGHT_EXTRA:
                     yield oldest()
-                pending.append((pool.submit(parser.parse, block.data, block.offset), block.buf))
+                lines = 0 if origin is not None else _block_lines(block.buf, block.start, block.end)
+                pending.append((pool.submit(parser.parse, block.data, block.offset), block.buf, lines))
         except InputDataError:
             while pending:  # a bad record before this point is reported first
                 oldest()
@@ -510,8 +511,8 @@ def _csv_partials(
     except _BadRecord as bad:
         pool.shutdown(wait=True, cancel_futures=True)
         first = _line_at(stream, origin, bad.offset)
-        if first is None:  # not seekable: count one line per record before this block
-            first = 1 + splitter.header_lines + bad.records_before
+        if first is None:  # not seekable: the line breaks of the blocks before, counted as read
+            first = 1 + splitter.header_lines + bad.lines_before
         raise InputDataError(f"{bad.before}{first + bad.line_in_block}{bad.after}") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -540,6 +541,13 @@ def _line_at(stream: ByteStream, origin: int | None, offset: int) -> int | None:
         last = data[-1:]
         left -= len(data)
     return lines
+
+
+def _block_lines(buf: bytearray, start: int, end: int) -> int:
+    """Line breaks in buf[start:end], as `_line_breaks` counts them (no copy)."""
+    crs = buf.count(b"\r", start, end)
+    crlfs = buf.count(b"\r\n", start, end) if crs else 0
+    return buf.count(b"\n", start, end) + crs - crlfs
 
 
 def _line_breaks(data: bytes) -> int:
