@@ -710,7 +710,7 @@ class _BlockSplitter:
                 f"{what} at byte {self.offset} is longer than {MAX_RECORD_BYTES // 2**20} MiB "
                 "(or the input has no line breaks)"
             )
-        grown = bytearray(2 * len(self.buf))
+        grown = bytearray(min(2 * len(self.buf), MAX_RECORD_BYTES))  # the bound, whatever the block size
         grown[: self.filled] = self.buf[: self.filled]
         self.buf = grown
         self.target = len(grown)

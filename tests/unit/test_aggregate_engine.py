@@ -429,6 +429,24 @@ def test_the_first_bad_record_is_reported_whatever_finishes_first(
         assert str(info.value) == "column 'v' has a value that is not a number on line 2002: 'x1'"
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_record_bound_does_not_depend_on_the_block_size(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+
+    def record(size: int) -> str:
+        if fmt == "csv":
+            return "a" * (size - 3) + ",1\n"
+        return '{"k": "' + "a" * (size - 18) + '", "v": 1}\n'
+
+    head = "k,v\n" if fmt == "csv" else ""
+    for block_size in (16, 37, 100, 1000):
+        assert run(head + record(1024), ["k"], fmt=fmt, block_size=block_size).input_rows == 1
+        with pytest.raises(InputDataError, match="longer than"):
+            run(head + record(1025), ["k"], fmt=fmt, block_size=block_size)
+
+
 def test_a_bad_record_before_an_oversized_one_is_reported_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
     text = "k,v\n" + "a,1\n" * 50 + "b,x1\n" + "a,2\n" * 50 + "c" * 5000 + ",1\n"
