@@ -831,7 +831,6 @@ _CSV_FIELD: Final = re.compile(rb'"[^"]*+(?:""[^"]*+)*+"|[^,"\r\n]*+')
 """One CSV field: quoted (RFC 4180: "" is a quote) or unquoted (no quote, separator or line break)."""
 _CSV_QUOTES: Final = re.compile(rb'(?:[^"]++|(?<![^,\r\n])"[^"]*+(?:""[^"]*+)*+"(?![^,\r\n]))*+')
 """Text whose every quote opens or closes a whole quoted field (matched in C, possessively)."""
-_QUOTE: Final = re.compile(rb'"')
 
 
 def _quotes_in_place(block: pa.Buffer) -> bool:
@@ -839,10 +838,32 @@ def _quotes_in_place(block: pa.Buffer) -> bool:
     an unquoted field (`5" screen`) or after a closing one as text, but the block cut counts
     quotes: such input is refused, so that no answer depends on where the blocks are cut."""
     view = memoryview(block)
-    if _QUOTE.search(view) is None:
+    if np is None:  # pragma: no cover - numpy is in requirements.txt
+        match = _CSV_QUOTES.match(view)
+        return match is not None and match.end() == len(view)
+    return _quotes_in_place_np(np.frombuffer(view, np.uint8))
+
+
+_FIELD_EDGE: Final = None if np is None else np.isin(np.arange(256), (44, 13, 10, 34))
+"""By byte: `,` `\r` `\n` `"`, what may precede an opening quote and follow a closing one."""
+
+
+def _quotes_in_place_np(data: np.ndarray[Any, Any]) -> bool:
+    """`_quotes_in_place`, vectorised (~6x faster than the regex on quoted CSV). Counted from a
+    record boundary, an even quote (the 0th, 2nd...) opens a field, so follows a field edge or
+    starts the block; an odd one closes it, so precedes a field edge or ends the block. A `"`
+    as the edge is a doubled quote inside a field, whose two halves have those parities."""
+    is_quote = data == 34
+    if not is_quote.any():  # ~0.4 ms a 4 MiB block (a regex search: ~9 ms)
         return True
-    match = _CSV_QUOTES.match(view)
-    return match is not None and match.end() == len(view)
+    quotes = np.flatnonzero(is_quote)
+    if len(quotes) % 2:
+        return False  # a quoted field is not closed
+    opening, closing = quotes[0::2], quotes[1::2]
+    before = data[opening[opening > 0] - 1]
+    after = data[closing[closing < len(data) - 1] + 1]
+    assert _FIELD_EDGE is not None
+    return bool(_FIELD_EDGE[before].all() and _FIELD_EDGE[after].all())
 
 
 class _CsvChecker:

@@ -884,3 +884,13 @@ def test_a_json_block_whose_first_line_is_longer_than_the_guess_is_read_exactly(
     assert engine._guess_prefix(engine.pa.py_buffer(data)) is None
     result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
     assert result.rows == [{"k": "a", "sum_v": 2.0}, {"k": "b", "sum_v": 3.0}]
+
+
+def test_the_vectorised_quote_check_is_the_grammar_s() -> None:
+    rng = random.Random(19)
+    pieces = [b'"', b",", b"\n", b"\r", b"a", b'""', b'"a"', b"\r\n"]
+    for _ in range(3000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12)))
+        match = engine._CSV_QUOTES.match(data)
+        by_grammar = match is not None and match.end() == len(data)
+        assert engine._quotes_in_place_np(engine.np.frombuffer(data, engine.np.uint8)) == by_grammar, data
