@@ -57,8 +57,8 @@ fuzz: $(STAMP)  ## differential fuzz of the scanner vs the Python path, scanner 
 	cd native && CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 		LDFLAGS="-fsanitize=address,undefined" ../$(PY) setup.py -q build_ext --build-temp ../$(FUZZ_DIR)/tmp --build-lib ../$(FUZZ_DIR)/lib
 	set -o pipefail; LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONPATH=$(FUZZ_DIR)/lib:. \
-		$(PY) -m tests.fuzz.differential --seconds $(FUZZ_SECONDS) 2>&1 | tee $(FUZZ_DIR)/log.txt; status=$$?; \
+		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONMALLOC=malloc PYTHONPATH=$(FUZZ_DIR)/lib:. \
+		$(PY) -m tests.fuzz.differential --seconds $(FUZZ_SECONDS) --exact-buffers 2>&1 | tee $(FUZZ_DIR)/log.txt; status=$$?; \
 		reports=$$(grep -cE "ERROR: AddressSanitizer|runtime error:" $(FUZZ_DIR)/log.txt); \
 		echo "sanitizer reports: $$reports"; test $$status -eq 0 && test $$reports -eq 0
 

@@ -406,14 +406,13 @@ def test_non_number_in_a_grouped_numeric_column() -> None:
         run("v\n1\nx\n", ["v"], [{"op": "max", "column": "v"}])
 
 
-def test_line_numbers_without_seeking_count_records() -> None:
+def test_line_numbers_without_seeking_are_those_with_seeking() -> None:
     spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
-    with pytest.raises(InputDataError) as info:
-        aggregate_stream(OneWayStream(bad_number_text().encode()), spec, block_size=1 << 20)
-    assert "on line 3505: '12x'" in str(info.value)  # same block: exact
-    with pytest.raises(InputDataError) as info:
-        aggregate_stream(OneWayStream(bad_number_text().encode()), spec, block_size=1000)
-    assert "on line 3503: '12x'" in str(info.value)  # earlier blank line and line break not seen
+    for block_size in (1 << 20, 1000, 64):
+        for stream in (io.BytesIO(bad_number_text().encode()), OneWayStream(bad_number_text().encode())):
+            with pytest.raises(InputDataError) as info:
+                aggregate_stream(stream, spec, block_size=block_size)
+            assert "on line 3505: '12x'" in str(info.value)  # blank lines and \r\n counted as read
 
 
 @pytest.mark.parametrize("block_size", [64, 1000, 4096])
@@ -430,6 +429,24 @@ def test_the_first_bad_record_is_reported_whatever_finishes_first(
         assert str(info.value) == "column 'v' has a value that is not a number on line 2002: 'x1'"
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_record_bound_does_not_depend_on_the_block_size(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+
+    def record(size: int) -> str:
+        if fmt == "csv":
+            return "a" * (size - 3) + ",1\n"
+        return '{"k": "' + "a" * (size - 18) + '", "v": 1}\n'
+
+    head = "k,v\n" if fmt == "csv" else ""
+    for block_size in (16, 37, 100, 1000):
+        assert run(head + record(1024), ["k"], fmt=fmt, block_size=block_size).input_rows == 1
+        with pytest.raises(InputDataError, match="longer than"):
+            run(head + record(1025), ["k"], fmt=fmt, block_size=block_size)
+
+
 def test_a_bad_record_before_an_oversized_one_is_reported_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
     text = "k,v\n" + "a,1\n" * 50 + "b,x1\n" + "a,2\n" * 50 + "c" * 5000 + ",1\n"
@@ -443,7 +460,7 @@ def test_invalid_utf8_in_a_group_key_names_its_line(block_size: int) -> None:
     with pytest.raises(InputDataError) as info:
         run(data, ["k"], [{"op": "sum", "column": "v"}], block_size=block_size)
     assert str(info.value) == (
-        "CSV input is not valid on line 3002: CSV conversion error to string: invalid UTF8 data"
+        "CSV input is not valid on line 3002: column 'k' has a value that is not UTF-8: b'\\xff\\xfe'"
     )
 
 
@@ -481,8 +498,60 @@ def test_ragged_row_names_its_line() -> None:
 
 
 def test_invalid_utf8_is_a_data_error() -> None:
-    with pytest.raises(InputDataError, match="UTF8"):
+    with pytest.raises(InputDataError, match="on line 2: column 'k' has a value that is not UTF-8"):
         run(b"k,v\n\xff\xfe,1\n", ["k"])
+
+
+BLOCK_SIZES = (16, 37, 64, 256, 1 << 20)
+
+
+def csv_error(data: bytes, group_by: list[str], metrics: list[dict[str, Any]] | None = None) -> str:
+    """The one error message of `data` at every block size (asserted)."""
+    messages = set()
+    for block_size in BLOCK_SIZES:
+        with pytest.raises(InputDataError) as info:
+            run(data, group_by, metrics or [{"op": "count"}], block_size=block_size)
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages
+    return messages.pop()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b'k,v\na,1\nb,5" screen\nc,2\n', "a quote inside an unquoted field or after a closing quote"),
+        (b'k,v\na,1\n"b"x,1\nc,2\n', "a quote inside an unquoted field or after a closing quote"),
+        (b'k,v\na,1\n"b,1\nc,2\n', "a quoted field is not closed"),
+    ],
+)
+def test_a_quote_out_of_place_is_refused_at_every_block_size(data: bytes, problem: str) -> None:
+    assert csv_error(data, ["k"]) == f"CSV input is not valid on line 3: {problem}"
+
+
+def test_a_ragged_record_with_bytes_that_are_not_utf8_names_its_line() -> None:
+    data = b"k,v\na,1\nb\xff,2,3\nc,x\n"
+    message = csv_error(data, ["k"], [{"op": "sum", "column": "v"}])
+    assert message == "CSV input is not valid on line 3: Expected 2 columns, got 3: b\ufffd,2,3"
+
+
+def test_the_first_bad_record_in_file_order_wins_whatever_the_problem() -> None:
+    numbers = [{"op": "sum", "column": "v"}, {"op": "sum", "column": "w"}]
+    later_column_first = b'k,v,w\na,1,1\n\n"x\ny",1,bad\nb,\xff,1\nc,1,2,3\n'
+    assert csv_error(later_column_first, ["k"], numbers) == (
+        "column 'w' has a value that is not a number on line 4: 'bad'"
+    )
+    assert csv_error(b"k,v,w\na,1,1\nb,\xff,x\n", ["k"], numbers) == (
+        "CSV input is not valid on line 3: column 'v' has a value that is not UTF-8: b'\\xff'"
+    )
+    assert csv_error(b"k,v,w\na,1,1\r\n\xc3,1,1\n", ["k"], numbers) == (
+        "CSV input is not valid on line 3: column 'k' has a value that is not UTF-8: b'\\xc3'"
+    )
+
+
+def test_a_column_only_counted_is_counted_whatever_its_bytes() -> None:
+    for block_size in BLOCK_SIZES:
+        result = run(b"k,v\na,\xff\nb,\xc3\n", [], [{"op": "count", "column": "v"}], block_size=block_size)
+        assert result.rows == [{"count_v": 2}]
 
 
 def test_jsonl_errors_name_the_line() -> None:
@@ -779,3 +848,49 @@ def test_property_engine_equals_independent_computation(
     result = run(data, group_by, metrics, fmt=fmt, block_size=block_size)
     assert result.input_rows == len(expected_records)
     assert_same(result.rows, reference(expected_records, group_by, metrics))
+
+
+# --- bounds ------------------------------------------------------------------------------------
+
+
+def test_a_csv_header_of_too_many_columns_is_refused() -> None:
+    names = ",".join(f"c{i}" for i in range(engine.MAX_CSV_COLUMNS + 1))
+    with pytest.raises(InputDataError) as info:
+        run(f"{names}\n" + "1," * engine.MAX_CSV_COLUMNS + "1\n", ["c0"])
+    assert str(info.value) == (
+        f"the CSV header (line 1) has {engine.MAX_CSV_COLUMNS + 1} columns: "
+        f"more than {engine.MAX_CSV_COLUMNS} are refused"
+    )
+
+
+def test_a_csv_header_at_the_column_bound_is_read() -> None:
+    names = ",".join(f"c{i}" for i in range(engine.MAX_CSV_COLUMNS))
+    result = run(f"{names}\n" + ",".join(["a"] * engine.MAX_CSV_COLUMNS) + "\n", ["c0"])
+    assert result.rows == [{"c0": "a", "count": 1}]
+
+
+def test_json_types_are_guessed_from_the_first_lines_only() -> None:
+    lines = [json.dumps({f"key{i}": 1, "k": "a", "v": 1}).encode() for i in range(3 * engine.GUESS_LINES)]
+    data = b"\n".join(lines) + b"\n"
+    prefix = engine._guess_prefix(engine.pa.py_buffer(data))
+    assert prefix is not None and prefix.to_pybytes().count(b"\n") == engine.GUESS_LINES
+    result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
+    assert result.rows == [{"k": "a", "sum_v": 3.0 * engine.GUESS_LINES}]
+
+
+def test_a_json_block_whose_first_line_is_longer_than_the_guess_is_read_exactly() -> None:
+    wide = {f"key{i}": i for i in range(engine.GUESS_BYTES // 8)}
+    data = json.dumps({**wide, "k": "a", "v": 2}).encode() + b'\n{"k": "b", "v": 3}\n'
+    assert engine._guess_prefix(engine.pa.py_buffer(data)) is None
+    result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
+    assert result.rows == [{"k": "a", "sum_v": 2.0}, {"k": "b", "sum_v": 3.0}]
+
+
+def test_the_vectorised_quote_check_is_the_grammar_s() -> None:
+    rng = random.Random(19)
+    pieces = [b'"', b",", b"\n", b"\r", b"a", b'""', b'"a"', b"\r\n"]
+    for _ in range(3000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12)))
+        match = engine._CSV_QUOTES.match(data)
+        by_grammar = match is not None and match.end() == len(data)
+        assert engine._quotes_in_place_np(engine.np.frombuffer(data, engine.np.uint8)) == by_grammar, data
