@@ -161,7 +161,7 @@ var consoleSettings = {
 }
 // Every container, and the data role each principal gets on it ('' = none). Roles are scoped to the
 // container, not the account: the app identity can touch only what it uses.
-// - app: the app's own documents (Contributor), the job inputs (Reader: INPUT_CONTAINERS), and what
+// - app: the app's own documents (Contributor; Owner on the ledger, whose index tags it sets and queries), the job inputs (Reader: INPUT_CONTAINERS), and what
 //   the Functions host and the platform need with identity-based AzureWebJobsStorage (Owner, as
 //   documented for host storage): azure-webjobs-hosts (host id, singleton and timer locks, timer
 //   schedule status), azure-webjobs-secrets (function keys) and the Flex Consumption deployment
@@ -171,8 +171,11 @@ var consoleSettings = {
 // - deployer: deploy/deploy_spark_job.sh uploads the job file.
 var containerSpecs = [
   {
+    // Owner, not Contributor: the app sets blob index tags in the ledger's own writes and queries
+    // them (Find Blobs by Tags), which need the tags/write, tags/read and filter data actions
+    // (recovery of ended claims, retention of finished records: issue 21).
     container: 'ledger'
-    app: roles.storageBlobDataContributor
+    app: roles.storageBlobDataOwner
     spark: ''
     deployer: ''
   }

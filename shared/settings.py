@@ -116,6 +116,11 @@ class Settings:
     crash, host kill, function timeout; each seen when the next run takes its expired claim over)
     is poisoned instead of run again. Re-check messages reset the host's dequeue count, so the
     ledger counts these; progress (a checkpoint) and any run that ends start the count again."""
+    recovery_interval_s: float = 30.0
+    """`RECOVERY_INTERVAL_SECONDS`: how often each worker that processes jobs looks for claims
+    that ended without an outcome (one Find Blobs by Tags request) and re-sends their jobs
+    (shared/recovery.py): a job of a killed host runs again within the claim lease + 10 s + this
+    + the queue's polling interval, instead of the host's 10-minute message lease."""
     max_attempts: int = 5
     """`MAX_ATTEMPTS`: transient failures retried by the app before the job is poisoned."""
     retry_base_s: float = 2.0
@@ -186,6 +191,7 @@ class Settings:
             claim_lease_s=lease,
             heartbeat_s=reader.number("CLAIM_HEARTBEAT_SECONDS", lease / 3, 0.5),
             max_takeovers=reader.integer("MAX_TAKEOVERS", DEFAULT_MAX_TAKEOVERS, 1),
+            recovery_interval_s=reader.number("RECOVERY_INTERVAL_SECONDS", 30.0, 5.0),
             max_attempts=reader.integer("MAX_ATTEMPTS", 5, 1),
             retry_base_s=reader.number("RETRY_BASE_SECONDS", 2.0, 0.0),
             retry_max_s=reader.number("RETRY_MAX_SECONDS", 300.0, 0.0),
