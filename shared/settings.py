@@ -15,6 +15,8 @@ from typing import Any
 
 from shared.containers import check_input_containers
 from shared.errors import SettingsError
+from shared.retention import RetentionDays, Rule, rules
+from shared.retention import problems as retention_problems
 from shared.setting_reader import NAME_RE, SettingReader
 from shared.spark.backends import read_spark
 from shared.spark.config import SparkSettings
@@ -146,6 +148,21 @@ class Settings:
     `shared.limits.input_refusal`), and listing one here is a settings error."""
     spark: SparkSettings = field(default_factory=SparkSettings)
     """Spark offload settings."""
+    retention: RetentionDays = field(default_factory=RetentionDays)
+    """`LEDGER_RETENTION_DAYS` (finished records), `RESULTS_RETENTION_DAYS`,
+    `PAYLOADS_RETENTION_DAYS`, `ARCHIVE_RETENTION_DAYS` (poison archive entries; reasons 7 days
+    longer; edits never): days without modification before deletion, 0 = never. Applied by the
+    lifecycle policy in Azure, by `python -m shared.cli retention` locally (shared/retention.py)."""
+
+    def retention_rules(self) -> list[Rule]:
+        """The retention rules of these settings (shared/retention.py)."""
+        return rules(
+            self.retention,
+            self.ledger_container,
+            self.results_container,
+            self.payloads_container,
+            self.poison_archive_container,
+        )
 
     @property
     def poison_queue(self) -> str:
@@ -200,7 +217,14 @@ class Settings:
             max_groups=reader.integer("MAX_GROUPS", DEFAULT_MAX_GROUPS, 1),
             input_containers=_input_containers(src, problems),
             spark=spark,
+            retention=RetentionDays(
+                ledger=reader.integer("LEDGER_RETENTION_DAYS", RetentionDays.ledger, 0),
+                results=reader.integer("RESULTS_RETENTION_DAYS", RetentionDays.results, 0),
+                payloads=reader.integer("PAYLOADS_RETENTION_DAYS", RetentionDays.payloads, 0),
+                archive=reader.integer("ARCHIVE_RETENTION_DAYS", RetentionDays.archive, 0),
+            ),
         )
+        problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(
