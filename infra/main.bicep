@@ -31,6 +31,22 @@ param storageSku string = 'Standard_LRS'
 @description('Name of the job queue; the host moves poisoned messages to <name>-poison.')
 param jobsQueueName string = 'jobs'
 
+@description('Days the ledger record of a finished job (tag state=done) is kept after its last write (LEDGER_RETENTION_DAYS; more than JOB_TTL_SECONDS + 1 day).')
+@minValue(1)
+param ledgerRetentionDays int = 30
+
+@description('Days a result document is kept (RESULTS_RETENTION_DAYS; at most the ledger retention).')
+@minValue(1)
+param resultsRetentionDays int = 30
+
+@description('Days a claim-checked payload is kept (PAYLOADS_RETENTION_DAYS; more than JOB_TTL_SECONDS + 1 day).')
+@minValue(1)
+param payloadsRetentionDays int = 30
+
+@description('Days a poison archive entry is kept (ARCHIVE_RETENTION_DAYS; reasons 7 days longer; edits/ never).')
+@minValue(1)
+param archiveRetentionDays int = 90
+
 @description('Transient failures retried by the app before a job is poisoned (MAX_ATTEMPTS).')
 @minValue(1)
 param maxAttempts int = 5
@@ -310,6 +326,164 @@ resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2
   }
 ]
 
+// Retention (issue 21): the storage account deletes what the app no longer needs, at no cost to the
+// app. Finished ledger records by their `state=done` index tag (never a record still in flight or
+// poisoned), results, payloads, poison archive entries and their reasons by prefix; the archive's
+// edits/ (operators' audit) and console/metrics/ (pruned by the app) have no rule. The same days
+// are app settings, validated by the app at start-up against JOB_TTL_SECONDS (README: Retention).
+resource lifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [
+      {
+        name: 'ledger-finished'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'ledger/'
+            ]
+          blobIndexMatch: [
+            {
+              name: 'state'
+              op: '=='
+              value: 'done'
+            }
+          ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: ledgerRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'results'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'results/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: resultsRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'payloads'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'payloads/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: payloadsRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'archive-jobs'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'poison-archive/jobs/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: archiveRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'archive-unparsed'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'poison-archive/unparsed/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: archiveRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'archive-reasons'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'poison-archive/reasons/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: archiveRetentionDays + 7
+              }
+            }
+          }
+        }
+      }
+      ]
+    }
+  }
+  dependsOn: [
+    containers
+  ]
+}
+
 resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
   parent: storage
   name: 'default'
@@ -440,6 +614,10 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     POISON_ARCHIVE_CONTAINER: 'poison-archive'
     INPUT_CONTAINERS: inputContainerName
     MAX_ATTEMPTS: string(maxAttempts)
+    LEDGER_RETENTION_DAYS: string(ledgerRetentionDays)
+    RESULTS_RETENTION_DAYS: string(resultsRetentionDays)
+    PAYLOADS_RETENTION_DAYS: string(payloadsRetentionDays)
+    ARCHIVE_RETENTION_DAYS: string(archiveRetentionDays)
     SPARK_BACKEND: sparkBackend
     SPARK_URL: sparkUrl
     SPARK_LIVY_AUTH: sparkLivyAuth

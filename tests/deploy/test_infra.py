@@ -782,3 +782,46 @@ def test_console_sign_in_is_easy_auth_with_entra_when_a_client_id_is_given(templ
     assert template["parameters"]["consoleCsrfSecret"]["type"] == "securestring", (
         "kept out of deployment history"
     )
+
+
+# ------------------------------------------------------------------ retention (issue 21)
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_the_lifecycle_policy_implements_the_apps_retention_rules(
+    template: dict[str, Any], case: str
+) -> None:
+    """Each rule the app derives from its settings (shared/retention.py) is a lifecycle rule of the
+    account with the same container prefix, tag and days; nothing else is deleted (edits/, metrics,
+    unfinished or poisoned ledger records have no rule)."""
+    resources, _ = deployment(template, case)
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    policy = one(resources, "Microsoft.Storage/storageAccounts/managementPolicies")
+    assert policy.id.startswith(account.id) and policy.name.endswith("/default")
+    parsed = Settings.from_env(app_settings(resources), host_json=_host_json(Path(ROOT / "build")))
+    wanted = {
+        (
+            rule.name,
+            f"{rule.container}/{rule.prefix}",
+            rule.tag,
+            rule.days,
+        )
+        for rule in parsed.retention_rules()
+    }
+    got = set()
+    for rule in policy.body["properties"]["policy"]["rules"]:
+        assert rule["enabled"] is True and rule["type"] == "Lifecycle"
+        filters, actions = rule["definition"]["filters"], rule["definition"]["actions"]
+        assert filters["blobTypes"] == ["blockBlob"] and set(actions) == {"baseBlob"}
+        [prefix] = filters["prefixMatch"]
+        tags = [(t["name"], t["value"]) for t in filters.get("blobIndexMatch", []) if t["op"] == "=="]
+        got.add(
+            (
+                rule["name"],
+                prefix,
+                tags[0] if tags else None,
+                actions["baseBlob"]["delete"]["daysAfterModificationGreaterThan"],
+            )
+        )
+    assert got == wanted
+    assert parsed.retention.ledger * 86400 > parsed.job_ttl_s
