@@ -4,7 +4,7 @@ import os
 
 import azure.functions as func
 
-from shared import api, poison, processing
+from shared import api, poison, processing, recovery
 from shared.console import routes as console_routes
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -34,6 +34,19 @@ def handle_poison(msg: func.QueueMessage) -> None:
 @app.timer_trigger(arg_name="timer", schedule=SWEEP_SCHEDULE, run_on_startup=False)
 def sweep_poison(timer: func.TimerRequest) -> None:
     poison.sweep()
+
+
+# Issue 21: claims that ended without an outcome (a killed host) are re-sent to a live instance.
+# Each worker that processes jobs checks every RECOVERY_INTERVAL_SECONDS while it lives; this timer
+# runs when a host starts (a restarted host's own dead claims) and with the sweep, so it wakes no
+# idle app more often than the sweep does.
+RECOVERY_SCHEDULE = os.environ.get("RECOVERY_SCHEDULE", "").strip() or SWEEP_SCHEDULE
+
+
+@app.function_name("recover_claims")
+@app.timer_trigger(arg_name="timer", schedule=RECOVERY_SCHEDULE, run_on_startup=True)
+def recover_claims(timer: func.TimerRequest) -> None:
+    recovery.on_timer()
 
 
 @app.function_name("submit_job")

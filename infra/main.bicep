@@ -31,6 +31,22 @@ param storageSku string = 'Standard_LRS'
 @description('Name of the job queue; the host moves poisoned messages to <name>-poison.')
 param jobsQueueName string = 'jobs'
 
+@description('Days the ledger record of a finished job (tag state=done) is kept after its last write (LEDGER_RETENTION_DAYS; more than JOB_TTL_SECONDS + 1 day).')
+@minValue(1)
+param ledgerRetentionDays int = 30
+
+@description('Days a result document is kept (RESULTS_RETENTION_DAYS; at most the ledger retention).')
+@minValue(1)
+param resultsRetentionDays int = 30
+
+@description('Days a claim-checked payload is kept (PAYLOADS_RETENTION_DAYS; more than JOB_TTL_SECONDS + 1 day).')
+@minValue(1)
+param payloadsRetentionDays int = 30
+
+@description('Days a poison archive entry is kept (ARCHIVE_RETENTION_DAYS; reasons 7 days longer; edits/ never).')
+@minValue(1)
+param archiveRetentionDays int = 90
+
 @description('Transient failures retried by the app before a job is poisoned (MAX_ATTEMPTS).')
 @minValue(1)
 param maxAttempts int = 5
@@ -161,7 +177,7 @@ var consoleSettings = {
 }
 // Every container, and the data role each principal gets on it ('' = none). Roles are scoped to the
 // container, not the account: the app identity can touch only what it uses.
-// - app: the app's own documents (Contributor), the job inputs (Reader: INPUT_CONTAINERS), and what
+// - app: the app's own documents (Contributor; Owner on the ledger, whose index tags it sets and queries), the job inputs (Reader: INPUT_CONTAINERS), and what
 //   the Functions host and the platform need with identity-based AzureWebJobsStorage (Owner, as
 //   documented for host storage): azure-webjobs-hosts (host id, singleton and timer locks, timer
 //   schedule status), azure-webjobs-secrets (function keys) and the Flex Consumption deployment
@@ -171,8 +187,11 @@ var consoleSettings = {
 // - deployer: deploy/deploy_spark_job.sh uploads the job file.
 var containerSpecs = [
   {
+    // Owner, not Contributor: the app sets blob index tags in the ledger's own writes and queries
+    // them (Find Blobs by Tags), which need the tags/write, tags/read and filter data actions
+    // (recovery of ended claims, retention of finished records: issue 21).
     container: 'ledger'
-    app: roles.storageBlobDataContributor
+    app: roles.storageBlobDataOwner
     spark: ''
     deployer: ''
   }
@@ -307,6 +326,164 @@ resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2
   }
 ]
 
+// Retention (issue 21): the storage account deletes what the app no longer needs, at no cost to the
+// app. Finished ledger records by their `state=done` index tag (never a record still in flight or
+// poisoned), results, payloads, poison archive entries and their reasons by prefix; the archive's
+// edits/ (operators' audit) and console/metrics/ (pruned by the app) have no rule. The same days
+// are app settings, validated by the app at start-up against JOB_TTL_SECONDS (README: Retention).
+resource lifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [
+      {
+        name: 'ledger-finished'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'ledger/'
+            ]
+          blobIndexMatch: [
+            {
+              name: 'state'
+              op: '=='
+              value: 'done'
+            }
+          ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: ledgerRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'results'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'results/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: resultsRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'payloads'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'payloads/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: payloadsRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'archive-jobs'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'poison-archive/jobs/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: archiveRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'archive-unparsed'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'poison-archive/unparsed/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: archiveRetentionDays
+              }
+            }
+          }
+        }
+      }
+      {
+        name: 'archive-reasons'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              'poison-archive/reasons/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: archiveRetentionDays + 7
+              }
+            }
+          }
+        }
+      }
+      ]
+    }
+  }
+  dependsOn: [
+    containers
+  ]
+}
+
 resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
   parent: storage
   name: 'default'
@@ -437,6 +614,10 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     POISON_ARCHIVE_CONTAINER: 'poison-archive'
     INPUT_CONTAINERS: inputContainerName
     MAX_ATTEMPTS: string(maxAttempts)
+    LEDGER_RETENTION_DAYS: string(ledgerRetentionDays)
+    RESULTS_RETENTION_DAYS: string(resultsRetentionDays)
+    PAYLOADS_RETENTION_DAYS: string(payloadsRetentionDays)
+    ARCHIVE_RETENTION_DAYS: string(archiveRetentionDays)
     SPARK_BACKEND: sparkBackend
     SPARK_URL: sparkUrl
     SPARK_LIVY_AUTH: sparkLivyAuth

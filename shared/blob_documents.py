@@ -18,7 +18,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient, ContentSettings
 
-from shared.documents import Document, DocumentChanged, DocumentExists, dump
+from shared.documents import Document, DocumentChanged, DocumentExists, TagQuery, dump
 from shared.storage_errors import error_code, storage_failure
 
 _JSON = ContentSettings(content_type="application/json")
@@ -28,14 +28,27 @@ class BlobDocuments:
     """Documents as JSON blobs in one container."""
 
     def __init__(
-        self, container: ContainerClient, metadata: Callable[[dict[str, Any]], dict[str, str]] | None = None
+        self,
+        container: ContainerClient,
+        metadata: Callable[[dict[str, Any]], dict[str, str]] | None = None,
+        tags: Callable[[dict[str, Any]], dict[str, str]] | None = None,
     ) -> None:
         self.container = container
         self.metadata = metadata
         """Blob metadata derived from each document, set by the same write (listings return it)."""
+        self.tags = tags
+        """Blob index tags derived from each document, set by the same write (`find` queries them);
+        a write whose document has none clears them."""
 
     def _meta(self, data: dict[str, Any]) -> dict[str, str] | None:
         return self.metadata(data) if self.metadata is not None else None
+
+    def _extra(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Keyword arguments of every write: metadata, and index tags when this store keeps them."""
+        extra: dict[str, Any] = {"metadata": self._meta(data)}
+        if self.tags is not None:
+            extra["tags"] = self.tags(data) or None  # none given: the overwrite clears them
+        return extra
 
     def read(self, name: str) -> Document | None:
         try:
@@ -59,7 +72,7 @@ class BlobDocuments:
                 dump(data),
                 match_condition=MatchConditions.IfMissing,
                 content_settings=_JSON,
-                metadata=self._meta(data),
+                **self._extra(data),
             )
         except (ResourceExistsError, ResourceModifiedError):
             raise DocumentExists(name) from None
@@ -79,7 +92,7 @@ class BlobDocuments:
                 etag=current.etag,
                 match_condition=MatchConditions.IfNotModified,
                 content_settings=_JSON,
-                metadata=self._meta(data),
+                **self._extra(data),
             )
         except (ResourceModifiedError, ResourceNotFoundError):
             raise DocumentChanged(name) from None
@@ -94,7 +107,7 @@ class BlobDocuments:
     def upsert(self, name: str, data: dict[str, Any]) -> Document:
         try:
             props = self.container.get_blob_client(name).upload_blob(
-                dump(data), overwrite=True, content_settings=_JSON, metadata=self._meta(data)
+                dump(data), overwrite=True, content_settings=_JSON, **self._extra(data)
             )
         except AzureError as exc:
             raise storage_failure(exc, "write", name) from exc
@@ -103,6 +116,13 @@ class BlobDocuments:
     def delete(self, name: str) -> None:
         with contextlib.suppress(ResourceNotFoundError):
             self.container.delete_blob(name)
+
+    def find(self, query: TagQuery) -> Iterator[str]:
+        try:
+            for blob in self.container.find_blobs_by_tags(query.expression()):
+                yield blob.name
+        except AzureError as exc:
+            raise storage_failure(exc, "find", query.expression()) from exc
 
     def names(self, prefix: str) -> Iterator[tuple[str, datetime | None]]:
         for blob in self.container.list_blobs(name_starts_with=prefix):

@@ -9,10 +9,10 @@ module imports no storage SDK, so the pure ledger above it loads none.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 
 class Conflict(Exception):
@@ -43,6 +43,38 @@ class Document:
         return str(self.data.get("status", ""))
 
 
+@dataclass(frozen=True)
+class TagQuery:
+    """One comparison on a blob index tag: `key op value` (string order, as Azure compares tags)."""
+
+    key: str
+    op: str
+    value: str
+
+    OPS: ClassVar[tuple[str, ...]] = ("=", "<", "<=", ">", ">=")
+
+    def __post_init__(self) -> None:
+        if self.op not in self.OPS or "'" in self.value or '"' in self.key:
+            raise ValueError(f"unsupported tag query: {self.key!r} {self.op} {self.value!r}")
+
+    def expression(self) -> str:
+        """The Find Blobs by Tags expression (`"key" < 'value'`)."""
+        return f"\"{self.key}\" {self.op} '{self.value}'"
+
+    def matches(self, tags: Mapping[str, str]) -> bool:
+        """The same comparison evaluated in memory (a blob without the tag never matches)."""
+        have = tags.get(self.key)
+        if have is None:
+            return False
+        return {
+            "=": have == self.value,
+            "<": have < self.value,
+            "<=": have <= self.value,
+            ">": have > self.value,
+            ">=": have >= self.value,
+        }[self.op]
+
+
 class DocumentStore(Protocol):
     """JSON documents by name, with conditional writes."""
 
@@ -63,6 +95,9 @@ class DocumentStore(Protocol):
 
     def names(self, prefix: str) -> Iterator[tuple[str, datetime | None]]:
         """(name, last modified) of the documents under `prefix`."""
+
+    def find(self, query: TagQuery) -> Iterator[str]:
+        """Names of the documents whose index tags match `query` (one request per 5,000 found)."""
 
 
 def dump(data: dict[str, Any]) -> bytes:

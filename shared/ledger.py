@@ -92,6 +92,46 @@ def claim_is_live(data: Mapping[str, Any], now: datetime) -> bool:
     return end is not None and end > now
 
 
+# -- issue 21: what an index of in-flight and finished jobs keeps (blob index tags) -----------
+
+CLAIM_ENVELOPE = "envelope"
+"""The claiming message's envelope, kept while the claim lasts: recovery re-sends it when the
+claim ends without an outcome (the dead owner's own message is leased by a dead host)."""
+TAG_LEASE = "lease_until"
+"""Index tag of an in-progress record: when its claim ends (ISO-8601 UTC, ordered as text)."""
+TAG_STATE = "state"
+"""Index tag of a finished record: `done` (completed) or `poisoned`; retention reads it."""
+STATE_DONE = "done"
+STATE_POISONED = "poisoned"
+
+
+def index_tags(data: Mapping[str, Any]) -> dict[str, str]:
+    """Blob index tags for a record, set by the same write (pure): the claim's end while in
+    progress, the finished state once finished, none otherwise (the write clears old ones)."""
+    status = data.get("status")
+    if status == IN_PROGRESS and isinstance(data.get("lease_until"), str):
+        return {TAG_LEASE: str(data["lease_until"])}
+    if status == COMPLETED:
+        return {TAG_STATE: STATE_DONE}
+    if status == POISONED:
+        return {TAG_STATE: STATE_POISONED}
+    return {}
+
+
+def claim_to_recover(data: Mapping[str, Any] | None, now: datetime, grace_s: float) -> dict[str, Any] | None:
+    """The envelope to re-send for a record whose claim ended at least `grace_s` ago without an
+    outcome (pure); None when the record is finished, live, or moved on, or keeps no envelope."""
+    if data is None:
+        return None
+    end = lease_end(data)
+    envelope = data.get(CLAIM_ENVELOPE)
+    if end is None or end + timedelta(seconds=grace_s) > now or not isinstance(envelope, dict):
+        return None
+    if envelope.get("id") != data.get("id") or envelope.get("attempt") != data.get("attempt"):
+        return None
+    return dict(envelope)
+
+
 # -- transitions (pure) ----------------------------------------------------------------------
 
 
@@ -261,6 +301,7 @@ def claimed(prev: Data | None, env: Envelope, facts: Facts, lease_s: float) -> D
         queue_message_id=facts.queue_message_id,
         dequeue_count=facts.dequeue_count,
         takeovers=takeovers or None,
+        envelope=env.to_dict(),  # recovery re-sends it when this claim ends unfinished (issue 21)
         details={"attempt": env.attempt, "owner": facts.owner, "takeover_of": _dead_owner(prev, takeovers)},
     )
     if not (prev or {}).get("created_at"):
@@ -308,7 +349,7 @@ def completed(
         job_id,
         facts,
         "completed",
-        drop=("lease_until", "continuation", "error"),
+        drop=("lease_until", "continuation", "error", CLAIM_ENVELOPE),
         status=COMPLETED,
         finished_at=isoformat(facts.now),
         result_ref=result_ref,
@@ -333,7 +374,7 @@ def continued(
         job_id,
         facts,
         status,
-        drop=("lease_until",),
+        drop=("lease_until", CLAIM_ENVELOPE),
         status=status,
         continuation={"seq": seq, "state": dict(state)},
         next_check_at=isoformat(facts.now + timedelta(seconds=delay_s)),
@@ -351,7 +392,7 @@ def retry_scheduled(
         job_id,
         facts,
         "retry_scheduled",
-        drop=("lease_until",),
+        drop=("lease_until", CLAIM_ENVELOPE),
         status=RETRY_SCHEDULED,
         attempt=attempt + 1,
         error=error,
@@ -370,7 +411,7 @@ def released(prev: Data | None, job_id: str, facts: Facts, attempt: int, error: 
         job_id,
         facts,
         "failed",
-        drop=("lease_until",),
+        drop=("lease_until", CLAIM_ENVELOPE),
         status=FAILED,
         error=error,
         details={"attempt": attempt, "error": error},
@@ -389,7 +430,7 @@ def poisoned(
         job_id,
         facts,
         "poisoned",
-        drop=("lease_until", "reason_code"),
+        drop=("lease_until", "reason_code", CLAIM_ENVELOPE),
         status=POISONED,
         reason=reason,
         reason_code=code,
@@ -446,6 +487,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
             "body_digest",
             "cancel_requested",
             "takeovers",
+            CLAIM_ENVELOPE,
             *SEND_MARKERS,
         ),
         kind=env.kind,

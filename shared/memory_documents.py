@@ -10,7 +10,7 @@ from typing import Any
 
 from azure.core.exceptions import AzureError
 
-from shared.documents import Document, DocumentChanged, DocumentExists, dump
+from shared.documents import Document, DocumentChanged, DocumentExists, TagQuery, dump
 from shared.storage_errors import storage_failure
 
 
@@ -22,8 +22,12 @@ class MemoryDocuments:
         clock: Callable[[], datetime],
         before: Callable[[str, str], Callable[[], None] | None] | None = None,
         label: str = "docs",
+        tags: Callable[[dict[str, Any]], dict[str, str]] | None = None,
     ) -> None:
         self.clock = clock
+        self.tag_of = tags
+        """Index tags derived from each document written (as `BlobDocuments.tags`)."""
+        self.tags: dict[str, dict[str, str]] = {}
         self.before = before
         self.label = label
         self.docs: dict[str, tuple[dict[str, Any], int, datetime]] = {}
@@ -52,6 +56,8 @@ class MemoryDocuments:
         self._version += 1
         copy = json.loads(dump(data))
         self.docs[name] = (copy, self._version, self.clock())
+        if self.tag_of is not None:
+            self.tags[name] = dict(self.tag_of(copy))
         return Document(json.loads(dump(copy)), str(self._version))
 
     def read(self, name: str) -> Document | None:
@@ -96,8 +102,17 @@ class MemoryDocuments:
         after = self._gate("delete", name)
         with self._lock:
             self.docs.pop(name, None)
+            self.tags.pop(name, None)
         if after:
             after()
+
+    def find(self, query: TagQuery) -> Iterator[str]:
+        after = self._gate("find", query.expression())
+        with self._lock:
+            found = sorted(name for name, tags in self.tags.items() if query.matches(tags))
+        if after:
+            after()
+        yield from found
 
     def names(self, prefix: str) -> Iterator[tuple[str, datetime | None]]:
         after = self._gate("list", prefix)

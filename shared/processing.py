@@ -23,7 +23,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from shared import ledger, metrics
+from shared import ledger, metrics, recovery
 from shared.abandon import abandon_work
 from shared.backoff import retry_delay
 from shared.documents import Conflict
@@ -75,7 +75,9 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
 
     The host hands every body over as sent (`messageEncoding: none`): `decode_message` takes
     base64 and raw JSON alike, and whatever does not parse is poisoned at once, never retried."""
-    rt = rt or get_runtime()
+    if rt is None:
+        rt = get_runtime()
+        recovery.watch(rt)  # issue 21: this worker also looks for claims that ended unfinished
     delivery = Delivery(msg.id, msg.dequeue_count, decode_message(msg.get_body()))
     try:
         env = parse_body(delivery.body, rt.handlers.keys())

@@ -17,7 +17,7 @@ from shared.blob_documents import BlobDocuments
 from shared.documents import DocumentStore
 from shared.jobs import registry
 from shared.jobs.base import Handler
-from shared.ledger import Ledger, listing_metadata
+from shared.ledger import Ledger, index_tags, listing_metadata
 from shared.messages import QueueSender
 from shared.platform import in_azure
 from shared.settings import Settings
@@ -59,7 +59,9 @@ class Runtime:
             handlers=handlers,
             instance=instance,
             ledger=Ledger(
-                BlobDocuments(storage.container(settings.ledger_container), metadata=listing_metadata)
+                BlobDocuments(
+                    storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
+                )
             ),
             archive=BlobDocuments(storage.container(settings.poison_archive_container)),
             jobs_queue=storage.queue(settings.jobs_queue),

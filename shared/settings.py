@@ -15,6 +15,8 @@ from typing import Any
 
 from shared.containers import check_input_containers
 from shared.errors import SettingsError
+from shared.retention import RetentionDays, Rule, rules
+from shared.retention import problems as retention_problems
 from shared.setting_reader import NAME_RE, SettingReader
 from shared.spark.backends import read_spark
 from shared.spark.config import SparkSettings
@@ -116,6 +118,11 @@ class Settings:
     crash, host kill, function timeout; each seen when the next run takes its expired claim over)
     is poisoned instead of run again. Re-check messages reset the host's dequeue count, so the
     ledger counts these; progress (a checkpoint) and any run that ends start the count again."""
+    recovery_interval_s: float = 30.0
+    """`RECOVERY_INTERVAL_SECONDS`: how often each worker that processes jobs looks for claims
+    that ended without an outcome (one Find Blobs by Tags request) and re-sends their jobs
+    (shared/recovery.py): a job of a killed host runs again within the claim lease + 10 s + this
+    + the queue's polling interval, instead of the host's 10-minute message lease."""
     max_attempts: int = 5
     """`MAX_ATTEMPTS`: transient failures retried by the app before the job is poisoned."""
     retry_base_s: float = 2.0
@@ -141,6 +148,21 @@ class Settings:
     `shared.limits.input_refusal`), and listing one here is a settings error."""
     spark: SparkSettings = field(default_factory=SparkSettings)
     """Spark offload settings."""
+    retention: RetentionDays = field(default_factory=RetentionDays)
+    """`LEDGER_RETENTION_DAYS` (finished records), `RESULTS_RETENTION_DAYS`,
+    `PAYLOADS_RETENTION_DAYS`, `ARCHIVE_RETENTION_DAYS` (poison archive entries; reasons 7 days
+    longer; edits never): days without modification before deletion, 0 = never. Applied by the
+    lifecycle policy in Azure, by `python -m shared.cli retention` locally (shared/retention.py)."""
+
+    def retention_rules(self) -> list[Rule]:
+        """The retention rules of these settings (shared/retention.py)."""
+        return rules(
+            self.retention,
+            self.ledger_container,
+            self.results_container,
+            self.payloads_container,
+            self.poison_archive_container,
+        )
 
     @property
     def poison_queue(self) -> str:
@@ -186,6 +208,7 @@ class Settings:
             claim_lease_s=lease,
             heartbeat_s=reader.number("CLAIM_HEARTBEAT_SECONDS", lease / 3, 0.5),
             max_takeovers=reader.integer("MAX_TAKEOVERS", DEFAULT_MAX_TAKEOVERS, 1),
+            recovery_interval_s=reader.number("RECOVERY_INTERVAL_SECONDS", 30.0, 5.0),
             max_attempts=reader.integer("MAX_ATTEMPTS", 5, 1),
             retry_base_s=reader.number("RETRY_BASE_SECONDS", 2.0, 0.0),
             retry_max_s=reader.number("RETRY_MAX_SECONDS", 300.0, 0.0),
@@ -194,7 +217,14 @@ class Settings:
             max_groups=reader.integer("MAX_GROUPS", DEFAULT_MAX_GROUPS, 1),
             input_containers=_input_containers(src, problems),
             spark=spark,
+            retention=RetentionDays(
+                ledger=reader.integer("LEDGER_RETENTION_DAYS", RetentionDays.ledger, 0),
+                results=reader.integer("RESULTS_RETENTION_DAYS", RetentionDays.results, 0),
+                payloads=reader.integer("PAYLOADS_RETENTION_DAYS", RetentionDays.payloads, 0),
+                archive=reader.integer("ARCHIVE_RETENTION_DAYS", RetentionDays.archive, 0),
+            ),
         )
+        problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(

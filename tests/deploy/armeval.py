@@ -406,6 +406,7 @@ Evaluator.FUNCTIONS = {
     "or": lambda _, *v: any(Evaluator._bool(x) for x in v),
     "string": _string,
     "int": lambda _, v: int(v),
+    "add": lambda _, a, b: int(a) + int(b),
     "bool": lambda _, v: bool(v),
     "tolower": lambda _, v: v.lower(),
     "toupper": lambda _, v: v.upper(),

@@ -54,6 +54,9 @@ ROLE = {
     "metrics_publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
 }
 APP_CONTAINERS = {"ledger", "results", "payloads", "poison-archive"}
+TAGGED_CONTAINERS = {"ledger"}
+"""Containers whose blobs the app tags and finds by tag: Storage Blob Data Owner (tags/write,
+tags/read and filter/action are in no smaller built-in role)."""
 HOST_CONTAINERS = {"azure-webjobs-hosts", "azure-webjobs-secrets", "app-package"}
 """The Functions host's own containers (identity-based AzureWebJobsStorage) and the Flex deployment one."""
 CONTAINERS = APP_CONTAINERS | HOST_CONTAINERS | {"inputs", "spark-jobs"}
@@ -462,9 +465,14 @@ def test_role_assignments(template: dict[str, Any], case: str) -> None:
         (ROLE["blob_reader"], principal, _container_id(account, "inputs"), app),
     }
     expected |= {
-        (ROLE["blob_contributor"], principal, _container_id(account, c), app) for c in APP_CONTAINERS
+        (ROLE["blob_contributor"], principal, _container_id(account, c), app)
+        for c in APP_CONTAINERS - TAGGED_CONTAINERS
     }
-    expected |= {(ROLE["blob_owner"], principal, _container_id(account, c), app) for c in HOST_CONTAINERS}
+    # Owner where the app sets and queries blob index tags (issue 21: the ledger)
+    expected |= {
+        (ROLE["blob_owner"], principal, _container_id(account, c), app)
+        for c in HOST_CONTAINERS | TAGGED_CONTAINERS
+    }
     if params.get("grantStorageAccountContributor"):
         expected.add((ROLE["account_contributor"], principal, account.id, app))
     if params.get("sparkPrincipalId"):
@@ -505,28 +513,26 @@ def test_the_app_identity_reaches_what_the_app_and_the_host_use(
     parsed = Settings.from_env(app_settings(resources), host_json=_host_json(tmp_path))
     deployment_container = one(resources, "Microsoft.Web/sites").body["properties"]["functionAppConfig"]
     deployment_container = deployment_container["deployment"]["storage"]["value"].rsplit("/", 1)[1]
-    write = {
-        parsed.ledger_container,
-        parsed.results_container,
-        parsed.payloads_container,
-        parsed.poison_archive_container,
-    }
+    write = {parsed.results_container, parsed.payloads_container, parsed.poison_archive_container}
+    tagged = {parsed.ledger_container}  # the app sets and finds blob index tags there (issue 21)
     read = set(parsed.input_containers or ())
     host = {"azure-webjobs-hosts", "azure-webjobs-secrets", deployment_container}
     created = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/blobServices/containers")}
-    assert write | read | host <= created, "every container the identity needs is created by the template"
+    assert write | tagged | read | host <= created, (
+        "every container the identity needs is created by the template"
+    )
     mine = {(role, scope) for role, who, scope, _ in _assignments(resources) if who == principal}
     for name in write:
         assert (ROLE["blob_contributor"], _container_id(account, name)) in mine, name
     for name in read:
         assert (ROLE["blob_reader"], _container_id(account, name)) in mine, name
         assert (ROLE["blob_contributor"], _container_id(account, name)) not in mine, "inputs are read-only"
-    for name in host:
+    for name in host | tagged:
         assert (ROLE["blob_owner"], _container_id(account, name)) in mine, name
     for name in (parsed.jobs_queue, parsed.poison_queue, parsed.parked_queue):
         assert (ROLE["queue_contributor"], _queue_id(account, name)) in mine, name
     blob_scopes = {scope for role, scope in mine if "/containers/" in scope}
-    assert blob_scopes == {_container_id(account, c) for c in write | read | host}, "nothing else"
+    assert blob_scopes == {_container_id(account, c) for c in write | tagged | read | host}, "nothing else"
 
 
 def test_role_assignment_names_are_stable_across_runs(template: dict[str, Any]) -> None:
@@ -776,3 +782,46 @@ def test_console_sign_in_is_easy_auth_with_entra_when_a_client_id_is_given(templ
     assert template["parameters"]["consoleCsrfSecret"]["type"] == "securestring", (
         "kept out of deployment history"
     )
+
+
+# ------------------------------------------------------------------ retention (issue 21)
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_the_lifecycle_policy_implements_the_apps_retention_rules(
+    template: dict[str, Any], case: str
+) -> None:
+    """Each rule the app derives from its settings (shared/retention.py) is a lifecycle rule of the
+    account with the same container prefix, tag and days; nothing else is deleted (edits/, metrics,
+    unfinished or poisoned ledger records have no rule)."""
+    resources, _ = deployment(template, case)
+    account = one(resources, "Microsoft.Storage/storageAccounts")
+    policy = one(resources, "Microsoft.Storage/storageAccounts/managementPolicies")
+    assert policy.id.startswith(account.id) and policy.name.endswith("/default")
+    parsed = Settings.from_env(app_settings(resources), host_json=_host_json(Path(ROOT / "build")))
+    wanted = {
+        (
+            rule.name,
+            f"{rule.container}/{rule.prefix}",
+            rule.tag,
+            rule.days,
+        )
+        for rule in parsed.retention_rules()
+    }
+    got = set()
+    for rule in policy.body["properties"]["policy"]["rules"]:
+        assert rule["enabled"] is True and rule["type"] == "Lifecycle"
+        filters, actions = rule["definition"]["filters"], rule["definition"]["actions"]
+        assert filters["blobTypes"] == ["blockBlob"] and set(actions) == {"baseBlob"}
+        [prefix] = filters["prefixMatch"]
+        tags = [(t["name"], t["value"]) for t in filters.get("blobIndexMatch", []) if t["op"] == "=="]
+        got.add(
+            (
+                rule["name"],
+                prefix,
+                tags[0] if tags else None,
+                actions["baseBlob"]["delete"]["daysAfterModificationGreaterThan"],
+            )
+        )
+    assert got == wanted
+    assert parsed.retention.ledger * 86400 > parsed.job_ttl_s

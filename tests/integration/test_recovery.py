@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +211,59 @@ def test_poison_handler_storage_failing_six_times_in_a_row(stack: Stack) -> None
     print(
         f"\npoison handler storage failing 6 times: archived {done - fault_end:.1f} s after the last failure"
     )
+
+
+def _moment(text: object) -> float:
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.timeout(600)
+def test_host_killed_mid_job_and_restarted_recovers_within_2_minutes_of_the_claim_end(
+    azurite: Azurite, tmp_path: Path
+) -> None:
+    """Issue 21: two jobs in progress, the host and its worker killed with kill -9, the host
+    restarted 5 s later. Their messages stay leased by the dead host for 10 minutes; recovery
+    (the restarted host's startup pass and its worker's watch) finds the ended claims through the
+    ledger's index tags and re-sends them. Recovery timer on Azure's schedule (every 15 minutes),
+    so only the startup pass and the watch can do it."""
+    with FaultProxy.for_azurite(azurite) as proxy:
+        stack = Stack(azurite, proxy, tmp_path)
+        stack.host.env["RECOVERY_SCHEDULE"] = "0 */15 * * * *"
+        stack.host.start()
+        try:
+            jobs = {f"long-{uuid.uuid4().hex[:8]}": 40, f"short-{uuid.uuid4().hex[:8]}": 15}
+            for job_id, seconds in jobs.items():
+                stack.submit(job_id, sleep_s=seconds)
+            stack.wait_for(
+                lambda: all(stack.record(j).get("status") == "in_progress" for j in jobs), 60, "both claimed"
+            )
+            time.sleep(12)  # a heartbeat each: the claims are renewed, then the host dies mid-run
+            assert stack.host.process is not None
+            os.killpg(stack.host.process.pid, signal.SIGKILL)  # the host and its worker: kill -9
+            stack.host.kill()
+            killed = time.time()
+            ends = {j: _moment(stack.record(j)["lease_until"]) for j in jobs}
+            assert all(stack.record(j)["status"] == "in_progress" for j in jobs)
+            time.sleep(5)
+            stack.host.start()
+            restarted = time.time()
+            stack.wait_for(
+                lambda: all(stack.record(j).get("status") == "completed" for j in jobs), 300, "both completed"
+            )
+            for job_id in jobs:
+                record = stack.record(job_id)
+                applied_once(stack, job_id)
+                assert any(e.get("takeover_of") for e in record["history"]), record["history"]
+                after_end = _moment(record["finished_at"]) - ends[job_id]
+                after_restart = _moment(record["finished_at"]) - restarted
+                print(
+                    f"\n{job_id} ({jobs[job_id]} s of work): claim ended {ends[job_id] - killed:.1f} s after "
+                    f"the kill; completed {after_end:.1f} s after the claim's end, {after_restart:.1f} s "
+                    f"after the restart; resumed run started "
+                    f"{_moment(record['history'][-2]['at']) - ends[job_id]:.1f} s after the claim's end"
+                )
+            assert not list(stack.poison.peek_messages())
+            archive = stack.blobs.get_container_client(stack.settings["POISON_ARCHIVE_CONTAINER"])
+            assert not [b.name for b in archive.list_blobs() if b.name.startswith("jobs/")]
+        finally:
+            stack.host.stop()

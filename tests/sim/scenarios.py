@@ -231,7 +231,24 @@ def most_takeovers(world: World) -> int:
 
 RECOVERY_LIMIT_S = {"error": 120.0, "lost": 120.0, "crash": 600.0 + 120.0}
 """The recovery objective: with the host alive, a job settles within 2 minutes of a storage
-fault; after a worker crash, within the host's 10-minute message lease plus those 2 minutes."""
+fault; after a worker crash, within 2 minutes of the end of the claim it held (issue 21:
+recovery re-sends it), or, when it held none (a crash before its claim was written), within
+the host's 10-minute message lease plus those 2 minutes."""
+AFTER_CLAIM_END_S = 120.0
+
+
+def claim_end_after_crash(world: World, job_id: str) -> float | None:
+    """Seconds from the injected crash to the end of the claim the job held then (None: none)."""
+    end = world.claims_at_crash.get(job_id)
+    if end is None or world.faults.injected_at is None:
+        return None
+    return (end - world.faults.injected_at).total_seconds()
+
+
+def recovery_limit(world: World, job_id: str, kind: str) -> float:
+    """The longest a job may take to settle after the injected fault (see RECOVERY_LIMIT_S)."""
+    claim_end = claim_end_after_crash(world, job_id) if kind == "crash" else None
+    return RECOVERY_LIMIT_S[kind] if claim_end is None else claim_end + AFTER_CLAIM_END_S
 
 
 def settled_after_fault(world: World, job_id: str) -> float | None:

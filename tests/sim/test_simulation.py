@@ -10,8 +10,9 @@ MAX_ATTEMPTS), on a fake clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import pytest
 
@@ -19,17 +20,18 @@ from shared import ledger, poison, processing
 from shared.poison import handler
 from tests.sim.scenarios import (
     CONCURRENT,
-    RECOVERY_LIMIT_S,
     SCENARIOS,
     Scenario,
     check,
+    claim_end_after_crash,
     most_takeovers,
+    recovery_limit,
     run_concurrent,
     run_scenario,
     settled_after_fault,
 )
 from tests.sim.scenarios import job as sim_job
-from tests.sim.world import FAULT_KINDS, START, Faults, World, schedules
+from tests.sim.world import FAULT_KINDS, START, Faults, SimCrash, World, schedules
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Exploration:
     """Per fault kind: the longest simulated time from the fault to a job's final state."""
     dying: dict[str, tuple[float, str]] = field(default_factory=dict)
     """The same for paths whose runs die on purpose (poisoned at the takeover limit)."""
+    after_claim_end: tuple[float, str] = (0.0, "")
+    """After a crash that left a claim: the longest time from the claim's end to the job's final state."""
     most_takeovers: tuple[int, str] = (0, "")
     """The most takeovers one job of a path whose runs do not die on purpose went through."""
 
@@ -69,8 +73,15 @@ def explore(scenarios: list[Scenario], max_calls: int = 200) -> Exploration:
                     took = settled_after_fault(world, job_id)  # before check() replays anything
                     if took is None:
                         continue
-                    if took > (limit or RECOVERY_LIMIT_S[kind]):
+                    if took > (limit or recovery_limit(world, job_id, kind)):
                         problems.append(f"{job_id}: settled {took:.0f} s after the fault")
+                    claim_end = claim_end_after_crash(world, job_id) if kind == "crash" else None
+                    if (
+                        claim_end is not None
+                        and not scenario.dying
+                        and took - claim_end > found.after_claim_end[0]
+                    ):
+                        found.after_claim_end = (took - claim_end, f"{scenario.name} | {faults.injected}")
                     slowest = found.dying if scenario.dying else found.slowest
                     if took > slowest.get(kind, (0.0, ""))[0]:
                         slowest[kind] = (took, f"{scenario.name} | {faults.injected}")
@@ -104,6 +115,10 @@ def test_every_fault_at_every_storage_call_of_every_path() -> None:
         print(
             f"  slowest poisoning of runs that keep dying, after a {kind}: {took:.0f} s (simulated), {where}"
         )
+    print(
+        f"  slowest recovery after a crash that left a claim: {found.after_claim_end[0]:.0f} s after "
+        f"the claim's end (simulated), {found.after_claim_end[1]}"
+    )
     print(f"  most takeovers of one job that does not die on purpose: {found.most_takeovers}")
     assert found.failures == []
     # one fault never kills two runs of a job in a row: even MAX_TAKEOVERS=2 poisons no good job
@@ -213,6 +228,7 @@ def test_the_stuck_job_of_issue_9_is_caught_when_its_fix_is_reverted(monkeypatch
     monkeypatch.setattr(processing.Processor, "meet", busy_raises)
     monkeypatch.setattr(handler, "judge", no_recheck)
     monkeypatch.setattr(World, "__init__", old_claim)
+    monkeypatch.setattr(World, "claims_open", lambda self: {})  # no recovery watch: it would rescue it
     found = explore([SCENARIOS[0]])
     print("\n" + "\n".join(found.failures))
     assert any(
@@ -230,3 +246,96 @@ def test_poison_handler_storage_failing_many_times_in_a_row(failures: int) -> No
     world = run_scenario(scenario, Faults(at=1, kind="error", burst=failures, only="archive."))
     assert world.faults.injections == failures
     assert check(world, scenario.expect) == []
+
+
+class CrashThenFault(Faults):
+    """A worker crash at call `crash_at` (leaving a claim for recovery to find), then one fault
+    of `kind` at call `at` (> crash_at): in the recovery pass or in the resumed run."""
+
+    def __init__(self, crash_at: int, at: int, kind: str) -> None:
+        super().__init__(at=at, kind=kind)
+        self.crash_at = crash_at
+        self.faults_at: list[datetime] = []
+
+    def before(self, op: str, name: str) -> Callable[[], None] | None:
+        if len(self.calls) + 1 == self.crash_at:
+            self.calls.append(f"{op} {name}")
+            self.faults_at.append(self.clock() if self.clock else START)
+            raise SimCrash(f"crash at call {self.crash_at}: {op} {name}")
+        answer = super().before(op, name)
+        if self.injected is not None and len(self.faults_at) < 2 and self.clock is not None:
+            self.faults_at.append(self.clock())
+        return answer
+
+
+RECOVERY_PATHS = [
+    ("new job", sim_job("j1"), "effects.create"),  # dead after its claim, before its effect
+    ("long work", sim_job("j1", work_s=45), "ledger.replace"),  # dead at its first heartbeat
+    ("offload and continuation", sim_job("j1", polls=2), "queue.send"),  # dead sending its continuation
+]
+
+
+@pytest.mark.parametrize(("name", "body", "crash_on"), RECOVERY_PATHS, ids=[p[0] for p in RECOVERY_PATHS])
+def test_a_crash_then_a_fault_at_every_call_of_the_recovery_and_the_resumed_run(
+    name: str, body: dict[str, object], crash_on: str
+) -> None:
+    """Issue 21: the worker dies holding a claim; its message stays leased by the dead host for
+    10 minutes, so only recovery can bring the job back within 2 minutes of the claim's end.
+    Then one more fault (crash, error, lost answer) at every later storage call: the recovery
+    pass (the tag query, the record read, the re-send) and the resumed run. Each schedule ends
+    with the job completed, its effect applied once, nothing left, and within 2 minutes of the
+    end of the last claim or fault (a second crash before a new claim: of the older claim)."""
+    probe = World(Faults())
+    probe.submit(body)
+    probe.run()
+    crash_at = 1 + next(i for i, call in enumerate(probe.faults.calls) if call.startswith(crash_on))
+    failures, schedules, slowest, recovered = [], 0, (0.0, ""), 0
+    for kind in FAULT_KINDS:
+        for at in range(crash_at + 1, crash_at + 200):
+            faults = CrashThenFault(crash_at, at, kind)
+            world = World(faults)
+            world.submit(body)
+            try:
+                world.run()
+            except AssertionError as exc:
+                failures.append(f"{kind} at {at}: {exc}")
+                continue
+            if faults.injected is None:
+                break
+            schedules += 1
+            recovered += world.recoveries > 0
+            data = world.ledger_docs.docs["j1.json"][0]
+            finished = datetime.fromisoformat(str(data.get("finished_at")).replace("Z", "+00:00"))
+            since = max([*world.claim_ends, *faults.faults_at])
+            took = (finished - since).total_seconds()
+            if took > slowest[0]:
+                slowest = (took, f"{kind} at call {at}: {faults.injected}")
+            problems = check(world, {"j1": "completed"})
+            if took > 120:
+                problems.append(f"settled {took:.0f} s after the last claim end or fault")
+            if problems:
+                failures.append(f"{kind} at {at} ({faults.injected}): {problems}")
+    print(
+        f"\n{name}: crash at call {crash_at} ({crash_on}), then {schedules} schedules; recovery "
+        f"re-sent the job in {recovered}; slowest {slowest[0]:.0f} s after the last claim end or fault ({slowest[1]})"
+    )
+    assert failures == []
+    assert schedules > 20 and recovered > 0
+
+
+def test_a_host_crash_mid_job_is_recovered_within_2_minutes_of_the_claim_end() -> None:
+    """Without the recovery watch, the job waits for the dead host's 10-minute message lease."""
+    times = {}
+    for label, recover in (("with recovery", True), ("without", False)):
+        world = World(Faults(at=2, kind="crash"))  # call 2: the effect, right after the claim
+        if not recover:
+            world.recover = lambda: None  # type: ignore[method-assign]
+        world.submit(sim_job("j1"))
+        world.run()
+        [claim_end] = world.claims_at_crash.values()
+        data = world.ledger_docs.docs["j1.json"][0]
+        finished = datetime.fromisoformat(str(data["finished_at"]).replace("Z", "+00:00"))
+        times[label] = (finished - claim_end).total_seconds()
+        assert check(world, {"j1": "completed"}) == []
+    print(f"\nsimulated, completed after the claim's end: {times}")
+    assert times["with recovery"] <= 120 < times["without"]

@@ -29,10 +29,11 @@ from shared.documents import Conflict
 from shared.envelope import best_effort_id, decode_message
 from shared.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.ledger import Ledger
+from shared.ledger import Ledger, index_tags, lease_end
 from shared.memory_documents import MemoryDocuments
 from shared.poison import handle_poison_message, sweep
 from shared.processing import process_message
+from shared.recovery import recover_claims
 from shared.runtime import Runtime
 from shared.settings import HOST_JSON, Settings, parse_timespan
 from shared.storage import StorageClients
@@ -346,7 +347,7 @@ class World:
         self.rules = HostRules.shipped()
         env = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", **(settings_env or {})}
         self.settings = Settings.from_env(env)  # the defaults: what ships
-        self.ledger_docs = MemoryDocuments(self.clock, faults.before, "ledger")
+        self.ledger_docs = MemoryDocuments(self.clock, faults.before, "ledger", tags=index_tags)
         self.archive_docs = MemoryDocuments(self.clock, faults.before, "archive")
         self.effects = MemoryDocuments(self.clock, faults.before, "effects")
         self.message_jobs: dict[str, str | None] = {}
@@ -372,6 +373,13 @@ class World:
             sleep=self.clock.sleep,
         )
         self._next_sweep = self.clock() + timedelta(seconds=SWEEP_EVERY_S)
+        self._next_recovery = self.clock() + timedelta(seconds=self.settings.recovery_interval_s)
+        self.claims_at_crash: dict[str, datetime] = {}
+        """Job id -> the end of its claim, for claims in progress at the first crash."""
+        self.claim_ends: list[datetime] = []
+        """The ends of the claims in progress at every crash."""
+        self.recoveries = 0
+        """Jobs re-sent by the recovery watch."""
 
     # -- what jobs do ------------------------------------------------------------------------
 
@@ -406,6 +414,10 @@ class World:
             self._next_sweep = self.clock() + timedelta(seconds=SWEEP_EVERY_S)
             self.guarded(lambda: sweep(self.rt))
             return True
+        if self.claims_open() and self.clock() >= self._next_recovery:
+            self._next_recovery = self.clock() + timedelta(seconds=self.settings.recovery_interval_s)
+            self.guarded(self.recover)
+            return True
         moments = [
             m
             for m in (self.jobs.next_visible_at(), self.poison.next_visible_at(), self.clock.next_due())
@@ -413,6 +425,8 @@ class World:
         ]
         if self.poison.messages:
             moments.append(self._next_sweep)
+        if self.claims_open():
+            moments.append(self._next_recovery)
         if not moments:
             return False
         try:
@@ -420,6 +434,20 @@ class World:
         except SimCrash:
             self.crash(None)
         return True
+
+    def claims_open(self) -> dict[str, datetime]:
+        """In-progress records and their claims' ends (read directly: not a storage call). The
+        recovery watch runs (on a live or restarted worker, every RECOVERY_INTERVAL_SECONDS)
+        only while one exists: with none it would find nothing, and the world could not settle."""
+        found = {}
+        for name, (data, _, _) in self.ledger_docs.docs.items():
+            end = lease_end(data)
+            if end is not None:
+                found[name.removesuffix(".json")] = end
+        return found
+
+    def recover(self) -> None:
+        self.recoveries += len(recover_claims(self.rt).resent)
 
     def deliver(self, queue: SimQueue, msg: SimMessage, function: Callable[..., None]) -> None:
         is_poison_queue = queue is self.poison
@@ -474,6 +502,9 @@ class World:
     def crash(self, msg: SimMessage | None) -> None:
         """The worker dies: heartbeats stop; the message comes back when its lease ends."""
         self.crashes += 1
+        if self.crashes == 1:
+            self.claims_at_crash = self.claims_open()
+        self.claim_ends.extend(self.claims_open().values())
         self.clock.cancel_all()
         if msg is not None:
             msg.visible_at = self.clock() + timedelta(seconds=self.rules.lease_s)

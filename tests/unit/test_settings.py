@@ -347,3 +347,9 @@ def test_local_development_credentials() -> None:
     developer = _credential({"AzureWebJobsStorage__tenantId": "00000000-0000-0000-0000-000000000001"})
     assert isinstance(developer, DefaultAzureCredential)
     assert isinstance(_credential({}), DefaultAzureCredential)
+
+
+def test_recovery_interval_default_and_floor() -> None:
+    assert Settings.from_env({"AzureWebJobsStorage": CONN}).recovery_interval_s == 30
+    with pytest.raises(SettingsError, match="RECOVERY_INTERVAL_SECONDS"):
+        Settings.from_env({"AzureWebJobsStorage": CONN, "RECOVERY_INTERVAL_SECONDS": "1"})
