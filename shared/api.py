@@ -10,7 +10,7 @@ from typing import Any
 import azure.functions as func
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-from shared import poison
+from shared import jsontext, poison
 from shared.envelope import ID_RE, ID_RULE
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record, RecordView
@@ -66,7 +66,7 @@ def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     if len(body) > MAX_REQUEST_BYTES:
         return _error(413, f"request body is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}")
     try:
-        data = json.loads(body.decode("utf-8"))
+        data = jsontext.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
     try:
@@ -178,7 +178,7 @@ def list_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
 def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false}."""
     try:
-        body = json.loads(req.get_body() or b"{}")
+        body = jsontext.loads(req.get_body() or b"{}")
     except json.JSONDecodeError:
         return _error(400, "request body is not JSON")
     ids = body.get("ids")
@@ -197,7 +197,7 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
 def purge_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     """POST /api/poison/purge {"older_than_days": N, "dry_run": false}."""
     try:
-        body = json.loads(req.get_body() or b"{}")
+        body = jsontext.loads(req.get_body() or b"{}")
     except json.JSONDecodeError:
         return _error(400, "request body is not JSON")
     days = body.get("older_than_days")

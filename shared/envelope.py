@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from shared import jsontext
 from shared.errors import EnvelopeError
 
 ID_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._:-]{1,128}$")
@@ -119,7 +120,7 @@ def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envel
             [f"message: body (raw, or base64-decoded) is not UTF-8 text (byte {exc.start} of {len(body)})"]
         ) from None
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         raise EnvelopeError(
             [
@@ -196,8 +197,8 @@ def parse_dict(
 def best_effort_id(body: bytes) -> str | None:
     """The job id of a body that may be invalid in other ways, when one can be read."""
     try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = jsontext.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     job_id = data.get("id") if isinstance(data, dict) else None
     return job_id if isinstance(job_id, str) and ID_RE.match(job_id) else None

@@ -23,7 +23,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from shared import ledger, metrics, recovery
+from shared import jsontext, ledger, metrics, recovery
 from shared.abandon import abandon_work
 from shared.backoff import retry_delay
 from shared.documents import Conflict
@@ -446,7 +446,7 @@ def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
             f"over MAX_PAYLOAD_BYTES={limit}: not read"
         ) from None
     try:
-        payload = json.loads(raw)
+        payload = jsontext.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise EnvelopeError([f"payload_ref: blob {env.payload_ref} is not JSON"], job_id=env.id) from None
     if not isinstance(payload, dict):

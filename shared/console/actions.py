@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import ledger, poison
+from shared import jsontext, ledger, poison
 from shared.console.queries import EDITS_PREFIX, PARKED, archived_bodies
 from shared.documents import Conflict
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
@@ -200,7 +200,7 @@ def check_edit(rt: Runtime, job_id: str, text: str) -> Checked:
     """Validate an edited envelope as the function would: the envelope parser (`parse_dict`), then
     the kind's own payload validation. The id must stay the job's."""
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         return Checked(
             None, problems=[f"envelope: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
@@ -238,7 +238,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     original: dict[str, Any] = {}
     if entries:
         try:
-            loaded = json.loads(base64.b64decode(str(entries[0][1].get("body_b64", ""))))
+            loaded = jsontext.loads(base64.b64decode(str(entries[0][1].get("body_b64", ""))))
             original = loaded if isinstance(loaded, dict) else {}
         except (ValueError, UnicodeDecodeError):
             original = {}
@@ -279,7 +279,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
     if doc is None or not name.startswith(UNPARSED_PREFIX) or doc.data.get("state") != LISTED_STATE:
         raise ActionRefused(f"{name} is not a listed unparsed entry", status=409)
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         problems = [f"envelope: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
         raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", problems) from None

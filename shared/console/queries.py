@@ -20,7 +20,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from shared import metrics, poison
+from shared import jsontext, metrics, poison
 from shared.limits import BlobTooLarge, read_capped
 from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
 from shared.runtime import Runtime
@@ -247,7 +247,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         raw = base64.b64decode(str(entries[0][1].get("body_b64", "")))
         text = raw.decode("utf-8", errors="replace")
         try:
-            parsed = json.loads(text)
+            parsed = jsontext.loads(text)
             envelope = parsed if isinstance(parsed, dict) else None
         except json.JSONDecodeError:
             envelope = None
@@ -257,7 +257,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         not entries or str(edit.get("at", "")) > str(entries[0][1].get("archived_at", ""))
     ):
         try:
-            payload = json.loads(base64.b64decode(str(edit.get("body_b64", "")))).get("payload")
+            payload = jsontext.loads(base64.b64decode(str(edit.get("body_b64", "")))).get("payload")
             note = f"as edited by {edit.get('by')} at {edit.get('at')} (the original is kept in the poison archive)"
         except (ValueError, AttributeError):
             pass
@@ -285,7 +285,7 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
         except BlobTooLarge as big:
             return None, f"claim-checked payload {ref} is {big.size} bytes: read it from storage"
         try:
-            return json.loads(raw), f"claim-checked: {rt.settings.payloads_container}/{ref}"
+            return jsontext.loads(raw), f"claim-checked: {rt.settings.payloads_container}/{ref}"
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None, f"claim-checked payload {ref} is not JSON"
     return None, "an inline payload travels in the message and is not kept in the ledger"

@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 import azure.functions as func
 from azure.core.exceptions import AzureError
 
-from shared import api, metrics
+from shared import api, jsontext, metrics
 from shared.console import actions, pages, queries
 from shared.console.assets import CSP
 from shared.console.security import (
@@ -250,7 +250,7 @@ def _post(call: Call, keyed: bool = False) -> func.HttpResponse:
     if len(parts) != 2 or parts[0] != "action" or parts[1] not in ACTIONS:
         return _json(404, {"error": f"unknown action {call.path}; known: {', '.join(sorted(ACTIONS))}"})
     try:
-        body = json.loads(call.req.get_body() or b"{}")
+        body = jsontext.loads(call.req.get_body() or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError):
         return _json(400, {"error": "request body is not JSON"})
     if not isinstance(body, dict):

@@ -14,6 +14,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, ContainerClient
 
+from shared import jsontext
 from shared.errors import InputRefused, StorageThrottled
 from shared.jobs import aggregate_result
 from shared.jobs import spark_offload as tracking
@@ -211,7 +212,7 @@ def _read_json(blob: BlobClient, max_bytes: int) -> dict[str, Any] | None:
     except ResourceNotFoundError:
         return None
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
     except ValueError:
         return None
     return doc if isinstance(doc, dict) else None

@@ -160,3 +160,9 @@ def test_a_claim_checked_payload_survives_a_failed_send(rt: Runtime) -> None:
     process_message(message(sent), rt)
     record = rt.ledger.get("big-1")
     assert record is not None and record.status == "completed"
+
+
+def test_a_request_body_nested_too_deeply_gets_400_not_a_crash(rt: Runtime) -> None:
+    status, body = post(b'{"id": "deep", "kind": "noop", "payload": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert status == 400 and "nested too deeply" in body["problems"][0], body
+    assert rt.ledger.get("deep") is None

@@ -167,3 +167,12 @@ def test_payload_ref_path_tricks(ref: str) -> None:
 
 def test_payload_ref_plain_name_is_fine() -> None:
     assert check_payload_ref("job-1/abc.json") == []
+
+
+@pytest.mark.parametrize("depth", [2_000, 32_000])
+def test_a_body_nested_too_deeply_is_a_bad_envelope_not_a_crash(depth: int) -> None:
+    body = b"[" * depth + b"]" * depth
+    for received in (body, base64.b64encode(body)):
+        with pytest.raises(EnvelopeError, match="nested too deeply"):
+            parse_body(decode_message(received))
+    assert best_effort_id(body) is None
