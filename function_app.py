@@ -10,8 +10,8 @@ from shared.console import routes as console_routes
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
 # Every 15 minutes in Azure: on Flex Consumption each run wakes an instance, which then polls both
-# queues until it scales in, so a short period would keep an idle app awake for good (README: what an
-# idle deployment costs). What the sweeper archives (`-poison` messages past maxDequeueCount, whose
+# queues until it scales in, so a short period would keep an idle app awake for good (docs/deploy.md:
+# what an idle deployment costs). What the sweeper archives (`-poison` messages past maxDequeueCount, whose
 # handler kept failing; every body reaches handle_poison with messageEncoding none) is rare, and
 # `poison peek` shows it meanwhile. Local stacks set POISON_SWEEP_SCHEDULE (local.settings.sample.json:
 # every 30 s) so that a demo or a test sees such a message archived quickly.

@@ -330,7 +330,7 @@ resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2
 // app. Finished ledger records by their `state=done` index tag (never a record still in flight or
 // poisoned), results, payloads, poison archive entries and their reasons by prefix; the archive's
 // edits/ (operators' audit) and console/metrics/ (pruned by the app) have no rule. The same days
-// are app settings, validated by the app at start-up against JOB_TTL_SECONDS (README: Retention).
+// are app settings, validated by the app at start-up against JOB_TTL_SECONDS (docs/reliability.md: Retention).
 resource lifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
   parent: storage
   name: 'default'

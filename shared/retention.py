@@ -73,7 +73,7 @@ def rules(
 
 
 def problems(days: RetentionDays, job_ttl_s: float) -> list[str]:
-    """What breaks idempotency or operators' work (pure; see README "Retention")."""
+    """What breaks idempotency or operators' work (pure; see docs/reliability.md, "Retention")."""
     found = []
     if days.ledger and days.ledger * DAY_S < job_ttl_s + IDEMPOTENCY_MARGIN_S:
         found.append(

@@ -125,7 +125,7 @@ def authorize(headers: Mapping[str, str], env: Mapping[str, str]) -> Principal:
         return Principal(name="local", how="local")
     if env.get("WEBSITE_AUTH_ENABLED", "").lower() != "true":
         raise Denied(
-            403, "the console needs App Service Authentication (Entra ID) on this app; see the README"
+            403, "the console needs App Service Authentication (Entra ID) on this app; see docs/operations.md"
         )
     roles, groups = _listed(env, "CONSOLE_ALLOWED_ROLES"), _listed(env, "CONSOLE_ALLOWED_GROUPS")
     if not roles and not groups:

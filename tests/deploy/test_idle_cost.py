@@ -1,7 +1,7 @@
-"""The sweep_poison schedule lets an idle Flex Consumption app scale to zero, and the README's idle
-cost figures are the ones this schedule, host.json and the template give.
+"""The sweep_poison schedule lets an idle Flex Consumption app scale to zero, and the idle cost
+figures in docs/deploy.md are the ones this schedule, host.json and the template give.
 
-The figures are computed, not measured: see the README ("What an idle deployment costs") for the
+The figures are computed, not measured: see docs/deploy.md ("What an idle deployment costs") for the
 assumptions, which are the constants below.
 """
 
@@ -29,7 +29,7 @@ GB_S_PRICE = 0.000026  # USD, Flex Consumption on demand
 FREE_GB_S = 100_000  # per subscription and month
 MIN_BILLED_S = 1.0  # per execution
 MONTH_H = 30 * 24
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+DEPLOY_DOC = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
 
 
 def runs_per_day(schedule: str) -> int:
@@ -83,7 +83,7 @@ def _money(value: float) -> str:
     return f"${value:.2f}"
 
 
-def test_readme_idle_cost_matches_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_documented_idle_cost_matches_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     gb = instance_gb()
     rate = polls_per_second()
     assert (gb, rate) == (2.0, 1.0)
@@ -114,6 +114,6 @@ def test_readme_idle_cost_matches_the_schedule(monkeypatch: pytest.MonkeyPatch) 
         f"{new_gb_s:,.0f} GB-s, inside the free grant ({new_gb_s / FREE_GB_S:.1%} of it; "
         f"{_money(new_gb_s * GB_S_PRICE)} at list price)": "compute, now",
     }
-    missing = {text: what for text, what in figures.items() if text not in README}
+    missing = {text: what for text, what in figures.items() if text not in DEPLOY_DOC}
     assert not missing, missing
     assert new_gb_s < FREE_GB_S < old_gb_s

@@ -1,7 +1,7 @@
 """Recovery under production timing: the local host with the SHIPPED host.json and the default
 claim settings, storage faults injected by a proxy in front of a real Azurite.
 
-The recovery objective (README, "What can fail, and what happens"): with a host alive, a job
+The recovery objective (docs/reliability.md, "What can fail, and what happens"): with a host alive, a job
 hit by a storage fault between claim and completion completes within 2 minutes of the fault's
 end, its effect applied once; a poison message is archived and listable whatever its handler's
 storage did. Each test prints the time it measured.
