@@ -4,7 +4,7 @@ import os
 
 import azure.functions as func
 
-from shared import api, poison, processing, recovery
+from shared import api, poison, processing, recovery, retention_apply
 from shared.console import routes as console_routes
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -14,7 +14,9 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 # what an idle deployment costs). What the sweeper archives (`-poison` messages past maxDequeueCount, whose
 # handler kept failing; every body reaches handle_poison with messageEncoding none) is rare, and
 # `poison peek` shows it meanwhile. Local stacks set POISON_SWEEP_SCHEDULE (local.settings.sample.json:
-# every 30 s) so that a demo or a test sees such a message archived quickly.
+# every 30 s) so that a demo or a test sees such a message archived quickly. The same timer applies
+# retention when RETENTION_BY_APP is on (the local stack: Azurite has no lifecycle policy), at most
+# every 5 minutes; in Azure the lifecycle policy deletes and this adds no run and no request.
 SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 * * * *"
 
 
@@ -33,7 +35,10 @@ def handle_poison(msg: func.QueueMessage) -> None:
 @app.function_name("sweep_poison")
 @app.timer_trigger(arg_name="timer", schedule=SWEEP_SCHEDULE, run_on_startup=False)
 def sweep_poison(timer: func.TimerRequest) -> None:
-    poison.sweep()
+    try:
+        poison.sweep()
+    finally:  # issue 21: retention where no lifecycle policy runs (RETENTION_BY_APP; no-op in Azure)
+        retention_apply.on_timer()
 
 
 # Issue 21: claims that ended without an outcome (a killed host) are re-sent to a live instance.

@@ -4,6 +4,7 @@
     python -m shared.cli enqueue --kind aggregate --payload '{"input": ...}'
     python -m shared.cli show JOB_ID | result JOB_ID | tail
     python -m shared.cli poison list | peek | replay --all --rate 5 [--dry-run] | purge --older-than-days 30
+    python -m shared.cli retention [--dry-run] [--now ISO] [--limit N]
 
 Settings come from the environment, then from ./local.settings.json (Values), like `func start`.
 """
@@ -16,12 +17,14 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared import poison
+from shared import poison, retention_apply
 from shared.cancel import request_cancel
 from shared.documents import Conflict
+from shared.envelope import isoformat
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
 from shared.runtime import Runtime, get_runtime
 from shared.submit import SubmissionBusy, envelope_from_args, submit, validate_request
@@ -169,6 +172,56 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_retention(rt: Runtime, args: argparse.Namespace) -> int:
+    """Delete what the retention settings make due (Azurite has no lifecycle policy)."""
+    now = args.now or rt.clock()
+    rules = rt.settings.retention_rules()
+    if not rules:
+        print("retention: every *_RETENTION_DAYS setting is 0: nothing is ever deleted")
+        return 0
+    report = retention_apply.run(
+        rt, now, dry_run=args.dry_run, limit=args.limit, progress=_retention_progress
+    )
+    sys.stderr.write("\r" + " " * 72 + "\r")
+    print(f"retention as of {isoformat(now)}" + (" (dry run: nothing deleted)" if args.dry_run else ""))
+    print(f"{'rule':17} {'where':34} {'days':>4} {'due':>7} {'deleted':>7} {'kept':>7} {'changed':>7}")
+    for r in report.rules:
+        where = f"{r.rule.container}/{r.rule.prefix}" + (f" [{'='.join(r.rule.tag)}]" if r.rule.tag else "")
+        kept = "-" if r.kept is None else str(r.kept)
+        print(
+            f"{r.rule.name:17} {where:34} {r.rule.days:>4} {r.due:>7} {r.deleted:>7} {kept:>7} {r.changed:>7}"
+        )
+    changed = sum(r.changed for r in report.rules)
+    done = (
+        f"{report.due} would be deleted"
+        if args.dry_run
+        else f"{report.due} due, {report.deleted} deleted, {changed} kept (written since listed)"
+    )
+    print(
+        f"{done}; {report.requests} requests"
+        + ("; stopped at --limit, run again for the rest" if report.stopped_at_limit else "")
+    )
+    print(
+        "never deleted: unfinished or poisoned ledger records, the archive's edits/ and console/metrics/; "
+        "kept '-': the tag query returns due records only"
+    )
+    return 0
+
+
+def _iso_time(raw: str) -> datetime:
+    """An ISO-8601 time for --now (UTC when it names no zone)."""
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an ISO-8601 date-time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _retention_progress(rule: str, seen: int, due: int) -> None:
+    sys.stderr.write(f"\r{f'{rule}: {seen} seen, {due} due':72}")
+    sys.stderr.flush()
+
+
 def _progress_bar(done: int, total: int, job_id: str) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
@@ -210,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     pois.add_argument("--rate", type=float, default=10.0, help="replay: messages per second")
     pois.add_argument("--dry-run", action="store_true")
     pois.add_argument("--older-than-days", type=float)
+    keep = sub.add_parser("retention", help="delete what the *_RETENTION_DAYS settings make due (local)")
+    keep.add_argument("--dry-run", action="store_true", help="count only: nothing is deleted")
+    keep.add_argument("--now", type=_iso_time, help="judge ages as of this ISO time (default: now)")
+    keep.add_argument("--limit", type=int, help="stop after this many due blobs (run again for the rest)")
     return parser
 
 
@@ -229,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tail": cmd_tail,
         "cancel": cmd_cancel,
         "poison": cmd_poison,
+        "retention": cmd_retention,
     }
     return commands[args.command](rt, args)
 

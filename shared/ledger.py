@@ -103,6 +103,10 @@ TAG_STATE = "state"
 """Index tag of a finished record: `done` (completed) or `poisoned`; retention reads it."""
 STATE_DONE = "done"
 STATE_POISONED = "poisoned"
+TAG_DONE_AT = "done_at"
+"""Index tag of a completed record: when it completed (its `finished_at`, ISO-8601 UTC, ordered as
+text), so local retention finds the records past their days with one query (`done_at < cutoff`)
+instead of reading every finished record's properties (shared/retention_apply.py)."""
 
 
 def index_tags(data: Mapping[str, Any]) -> dict[str, str]:
@@ -112,7 +116,8 @@ def index_tags(data: Mapping[str, Any]) -> dict[str, str]:
     if status == IN_PROGRESS and isinstance(data.get("lease_until"), str):
         return {TAG_LEASE: str(data["lease_until"])}
     if status == COMPLETED:
-        return {TAG_STATE: STATE_DONE}
+        done_at = data.get("finished_at") or data.get("updated_at")
+        return {TAG_STATE: STATE_DONE, **({TAG_DONE_AT: done_at} if isinstance(done_at, str) else {})}
     if status == POISONED:
         return {TAG_STATE: STATE_POISONED}
     return {}

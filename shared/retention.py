@@ -6,6 +6,10 @@ by the app itself. A rule deletes blobs of one container under a prefix, optiona
 carrying an index tag, once not modified for `days` days. Never deleted: ledger records that are
 not finished (no `state=done` tag), the archive's `edits/` audit, its `console/metrics/`
 counters (shared/metrics.py prunes those after 48 h), anything of a setting set to 0.
+Reasons of entries still listed are not deleted either: the poison handler deletes a reason once
+it has written the entry from it, and a reason is noted before its body's copy reaches the poison
+queue (which keeps it at most 7 days), so it is due 7 days after any entry written from it.
+Where the app applies them: shared/retention_apply.py.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from shared import ledger
+from shared.documents import TagQuery
+from shared.envelope import isoformat
 
 # The poison archive's layout (shared/poison/archive.py, which imports settings: not imported
 # here; a unit test checks these are its prefixes).
@@ -38,9 +44,19 @@ class Rule:
     prefix: str
     days: int
     tag: tuple[str, str] | None = None
+    since_tag: str | None = None
+    """An index tag holding when the blob got `tag` (its last write): where no lifecycle policy
+    runs, `due_query` finds the due blobs with it instead of listing the container."""
 
     def cutoff(self, now: datetime) -> datetime:
         return now - timedelta(days=self.days)
+
+    def due_query(self, now: datetime) -> TagQuery | None:
+        """The Find Blobs by Tags query that returns exactly this rule's due blobs (pure); None
+        when the rule has no time tag and its prefix must be listed."""
+        if self.since_tag is None:
+            return None
+        return TagQuery(self.since_tag, "<", isoformat(self.cutoff(now)))
 
     def due(self, last_modified: datetime, now: datetime) -> bool:
         """True when a blob last modified then is past the rule (strictly, as Azure's policy)."""
@@ -62,7 +78,14 @@ def rules(
 ) -> list[Rule]:
     """The rules the settings give, in a stable order (settings of 0 give none)."""
     found = [
-        Rule("ledger-finished", ledger_container, "", days.ledger, (ledger.TAG_STATE, ledger.STATE_DONE)),
+        Rule(
+            "ledger-finished",
+            ledger_container,
+            "",
+            days.ledger,
+            (ledger.TAG_STATE, ledger.STATE_DONE),
+            ledger.TAG_DONE_AT,
+        ),
         Rule("results", results, "", days.results),
         Rule("payloads", payloads, "", days.payloads),
         Rule("archive-jobs", archive, JOBS_PREFIX, days.archive),

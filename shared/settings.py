@@ -153,6 +153,10 @@ class Settings:
     `PAYLOADS_RETENTION_DAYS`, `ARCHIVE_RETENTION_DAYS` (poison archive entries; reasons 7 days
     longer; edits never): days without modification before deletion, 0 = never. Applied by the
     lifecycle policy in Azure, by `python -m shared.cli retention` locally (shared/retention.py)."""
+    retention_by_app: bool = False
+    """`RETENTION_BY_APP` (`true`/`false`): the sweep timer also deletes what the rules make
+    due, at most every 5 minutes (shared/retention_apply.py). Off by default: in Azure the lifecycle policy does it at
+    no request cost; the local stack (Azurite has no lifecycle policies) turns it on."""
 
     def retention_rules(self) -> list[Rule]:
         """The retention rules of these settings (shared/retention.py)."""
@@ -223,6 +227,7 @@ class Settings:
                 payloads=reader.integer("PAYLOADS_RETENTION_DAYS", RetentionDays.payloads, 0),
                 archive=reader.integer("ARCHIVE_RETENTION_DAYS", RetentionDays.archive, 0),
             ),
+            retention_by_app=reader.choice("RETENTION_BY_APP", "false", ("true", "false")) == "true",
         )
         problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))

@@ -36,7 +36,7 @@ def test_tags_follow_each_write_and_recovery_resends_an_ended_claim(azurite: Azu
     record = rt.ledger.write(
         env.id, record, lambda prev: ledger.completed(prev, env.id, Facts(now), 0, "", {}, 0.1)
     )
-    assert blob.get_blob_tags() == {"state": "done"}
+    assert blob.get_blob_tags() == {"state": "done", "done_at": record.data["finished_at"]}
     assert list(rt.ledger.store.find(ended_claims_query(now))) == []
     assert list(rt.ledger.store.find(TagQuery("state", "=", "done"))) == ["tagged.json"]
     assert recover_claims(rt).ended == 0

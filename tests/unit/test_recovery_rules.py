@@ -33,7 +33,10 @@ def test_a_claim_keeps_its_envelope_and_tags_its_end() -> None:
 @pytest.mark.parametrize(
     ("end", "tags"),
     [
-        (lambda d, f: ledger.completed(d, "j1", f, 2, "", {}, 1.0), {"state": "done"}),
+        (
+            lambda d, f: ledger.completed(d, "j1", f, 2, "", {}, 1.0),
+            {"state": "done", "done_at": isoformat(NOW + timedelta(seconds=5))},
+        ),
         (lambda d, f: ledger.poisoned(d, "j1", f, "bad", "x", b"{}"), {"state": "poisoned"}),
         (lambda d, f: ledger.released(d, "j1", f, 2, "boom"), {}),
         (lambda d, f: ledger.retry_scheduled(d, "j1", f, 2, "later", 5, None), {}),

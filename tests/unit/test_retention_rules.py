@@ -6,10 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import retention
+from shared import ledger, retention
+from shared.envelope import Envelope, isoformat
 from shared.errors import SettingsError
+from shared.ledger import Facts
+from shared.memory_documents import MemoryDocuments
 from shared.poison import archive
 from shared.retention import RetentionDays
+from shared.retention_apply import DocumentTarget, apply
 from shared.settings import Settings
 
 CONN = "UseDevelopmentStorage=true"
@@ -63,3 +67,54 @@ def test_a_longer_ttl_with_a_longer_ledger_retention_is_accepted() -> None:
         }
     )
     assert s.retention.ledger == 45
+
+
+def test_finished_records_are_found_by_their_done_at_tag_strictly_before_the_cutoff() -> None:
+    [rule] = [r for r in Settings.from_env({"AzureWebJobsStorage": CONN}).retention_rules() if r.tag]
+    query = rule.due_query(NOW)
+    assert query is not None and query.expression() == "\"done_at\" < '2026-01-30T00:00:00.000000Z'"
+    assert query.matches({"state": "done", "done_at": "2026-01-29T23:59:59.999999Z"})
+    assert not query.matches({"state": "done", "done_at": "2026-01-30T00:00:00.000000Z"})
+    assert not query.matches({"state": "poisoned"}) and not query.matches({"lease_until": "2020-01-01"})
+    assert retention.Rule("results", "results", "", 30).due_query(NOW) is None  # listed by prefix
+
+
+def test_a_completed_record_carries_its_finish_time_as_a_tag() -> None:
+    env = Envelope(id="j1", kind="noop", created_at=NOW, payload={})
+    claimed = ledger.claimed(None, env, Facts(NOW, "m", 1, "h/1"), 30.0)
+    done = ledger.completed(claimed, "j1", Facts(NOW + timedelta(seconds=5)), 1, "", {}, 1.0)
+    assert ledger.index_tags(done) == {"state": "done", "done_at": "2026-03-01T00:00:05.000000Z"}
+
+
+def test_apply_on_a_memory_store_deletes_only_due_blobs_and_bounds_a_run() -> None:
+    clock = FakeNow(NOW - timedelta(days=40))
+    store = MemoryDocuments(clock, tags=ledger.index_tags)
+    for name in ("a", "b"):
+        store.upsert(f"{name}.json", {"status": ledger.COMPLETED, "finished_at": isoformat(clock())})
+    store.upsert("live.json", {"status": ledger.IN_PROGRESS, "lease_until": isoformat(clock())})
+    store.upsert("poisoned.json", {"status": ledger.POISONED})
+    clock.now = NOW - timedelta(days=10)
+    store.upsert("c.json", {"status": ledger.COMPLETED, "finished_at": isoformat(clock())})
+    rules = retention.rules(RetentionDays(), "ledger", "r", "p", "a")[:1]
+
+    def target(_: str) -> DocumentTarget:
+        return DocumentTarget(store)
+
+    dry = apply(target, rules, NOW, dry_run=True)
+    assert (dry.due, dry.deleted, set(store.docs)) == (
+        2,
+        0,
+        {"a.json", "b.json", "c.json", "live.json", "poisoned.json"},
+    )
+    first = apply(target, rules, NOW, dry_run=False, limit=1)
+    assert (first.deleted, first.stopped_at_limit) == (1, True)
+    apply(target, rules, NOW, dry_run=False)
+    assert set(store.docs) == {"c.json", "live.json", "poisoned.json"}
+
+
+class FakeNow:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
