@@ -111,8 +111,12 @@ def _is_json(body: bytes) -> bool:
     return True
 
 
-def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envelope:
-    """Parse a message body (as `decode_message` gives it) into an Envelope."""
+def parse_body(
+    body: bytes, known_kinds: Collection[str] | None = None, *, received_at: datetime | None = None
+) -> Envelope:
+    """Parse a message body (as `decode_message` gives it) into an Envelope. A body without
+    `created_at` is dated `received_at` (the queue message's insertion time: the same on every
+    delivery of that message), so its expiry, which bounds the ledger's retention, holds for it too."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -127,7 +131,7 @@ def parse_body(body: bytes, known_kinds: Collection[str] | None = None) -> Envel
                 f"message: body (raw, or base64-decoded) is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
             ]
         ) from None
-    return parse_dict(data, known_kinds)
+    return parse_dict(data, known_kinds, received_at=received_at)
 
 
 def parse_dict(
@@ -136,6 +140,7 @@ def parse_dict(
     *,
     require_id: bool = True,
     producer: bool = False,
+    received_at: datetime | None = None,
 ) -> Envelope:
     """Validate a decoded JSON value as an envelope; EnvelopeError lists every problem.
 
@@ -175,7 +180,9 @@ def parse_dict(
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
         problems.append(f"continuation_seq: must be a positive integer, got {_short(seq)}")
         seq = None
-    created_at = _parse_time(data, "created_at", problems) if "created_at" in data else utcnow()
+    created_at = (
+        _parse_time(data, "created_at", problems) if "created_at" in data else received_at or utcnow()
+    )
     expires_at = _parse_time(data, "expires_at", problems) if "expires_at" in data else None
     if problems:
         raise EnvelopeError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 NEVER_EXPIRE = -1
@@ -24,3 +25,9 @@ class QueueSender(Protocol):
     def send_message(
         self, content: Any, *, visibility_timeout: int | None = None, time_to_live: int | None = None
     ) -> Any: ...
+
+
+def inserted_at(msg: object) -> datetime | None:
+    """When the queue message was first put (the host's `insertion_time`), if known and aware."""
+    value = getattr(msg, "insertion_time", None)
+    return value if isinstance(value, datetime) and value.tzinfo is not None else None

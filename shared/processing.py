@@ -43,7 +43,7 @@ from shared.errors import (
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.ledger import Decision, Facts, Record, RecordView
 from shared.limits import BlobTooLarge, read_capped
-from shared.messages import NEVER_EXPIRE, QueueMessageLike
+from shared.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
 from shared.observability import log_decision
 from shared.poison.archive import note_reason
 from shared.runtime import Runtime, get_runtime
@@ -80,7 +80,7 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
         recovery.watch(rt)  # issue 21: this worker also looks for claims that ended unfinished
     delivery = Delivery(msg.id, msg.dequeue_count, decode_message(msg.get_body()))
     try:
-        env = parse_body(delivery.body, rt.handlers.keys())
+        env = parse_body(delivery.body, rt.handlers.keys(), received_at=inserted_at(msg))
     except EnvelopeError as exc:
         poison_unparsed(rt, delivery, exc)
         return

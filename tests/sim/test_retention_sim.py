@@ -9,6 +9,7 @@ CLI, on the simulation's store); the old message comes back once more and is ref
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import timedelta
 
@@ -60,22 +61,29 @@ def test_a_message_whose_record_retention_deleted_is_refused_as_expired_never_ru
     assert not world.jobs.messages and not world.poison.messages
 
 
-@pytest.mark.xfail(
-    strict=True, reason="known gap: a body without created_at is dated on arrival (README, Retention)"
-)
-def test_a_body_without_created_at_is_not_run_again_after_its_record_is_deleted(
+def test_a_message_without_created_at_is_dated_by_its_insertion_and_never_run_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A producer writing to the queue directly may omit created_at: the envelope dates the body
-    when it is parsed, so its copy back after the record's deletion looks new and runs again."""
+    """A producer writing to the queue directly may omit created_at: the app dates the body by its
+    queue message's insertion time, the same on every delivery of that message. So a message put
+    on day 0 and delivered again after the record's deletion (day 36) is expired, never run again."""
     world = World(Faults())
     monkeypatch.setattr(envelope, "utcnow", world.clock)
-    body = json.dumps(job("j1")).encode()
-    world.submit(body)
+    text = base64.b64encode(json.dumps(job("j1")).encode()).decode("ascii")
+    world.jobs.put(text)
+    late = world.jobs.put(text)  # a second message of the same job, put on day 0 too
+    del world.jobs.messages[late.id]  # held back (by a host that leased it) while the first runs
     world.run()
+    assert world.executions == {"j1": 1}
+
     world.clock.advance_to(START + timedelta(days=31))
     target = DocumentTarget(world.ledger_docs)
     assert apply(lambda _: target, _finished_rule(world), world.clock(), dry_run=False).deleted == 1
-    world.submit(body)
+    late.visible_at = world.clock()  # back now, its record gone: the same message, inserted on day 0
+    world.jobs.messages[late.id] = late
     world.run()
-    assert world.executions == {"j1": 1}
+    assert world.executions == {"j1": 1}, "ran again after its record was deleted"
+    record = world.ledger_docs.docs["j1.json"][0]
+    assert record["status"] == ledger.POISONED and "expired" in str(
+        record.get("reason_code") or record["reason"]
+    )

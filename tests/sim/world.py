@@ -255,6 +255,7 @@ class Delivered:
     id: str | None
     dequeue_count: int | None
     body: bytes
+    insertion_time: datetime | None = None
 
     def get_body(self) -> bytes:
         return self.body
@@ -461,7 +462,7 @@ class World:
                 self.move_to_poison(queue, msg)
             return  # a -poison queue has no poison queue: left leased, never called
         try:
-            function(Delivered(msg.id, msg.dequeue_count, body), self.rt)
+            function(Delivered(msg.id, msg.dequeue_count, body, msg.inserted_on), self.rt)
         except SimCrash:
             self.crash(msg)
             return
