@@ -26,6 +26,7 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
+from devstack import datagen
 from devstack.azurite import DEV_ACCOUNT, Azurite
 from devstack.faultproxy import FaultProxy, FaultRule
 from devstack.hostproc import REPO_ROOT, HostProcess, host_env
@@ -221,7 +222,8 @@ def _moment(text: object) -> float:
 def test_host_killed_mid_job_and_restarted_recovers_within_2_minutes_of_the_claim_end(
     azurite: Azurite, tmp_path: Path
 ) -> None:
-    """Issue 21: two jobs in progress, the host and its worker killed with kill -9, the host
+    """Issue 21: two jobs in progress (an aggregate over a blob whose reads the proxy slows to
+    20 s each, and a long `fault` job), the host and its worker killed with kill -9, the host
     restarted 5 s later. Their messages stay leased by the dead host for 10 minutes; recovery
     (the restarted host's startup pass and its worker's watch) finds the ended claims through the
     ledger's index tags and re-sends them. Recovery timer on Azure's schedule (every 15 minutes),
@@ -231,9 +233,25 @@ def test_host_killed_mid_job_and_restarted_recovers_within_2_minutes_of_the_clai
         stack.host.env["RECOVERY_SCHEDULE"] = "0 */15 * * * *"
         stack.host.start()
         try:
-            jobs = {f"long-{uuid.uuid4().hex[:8]}": 40, f"short-{uuid.uuid4().hex[:8]}": 15}
-            for job_id, seconds in jobs.items():
-                stack.submit(job_id, sleep_s=seconds)
+            data = unique("data")
+            stack.blobs.create_container(data)
+            csv = "".join(datagen.csv_lines(50_000, seed=3)).encode()
+            stack.blobs.get_blob_client(data, "sales.csv").upload_blob(csv)
+            stack.proxy.add(
+                FaultRule("delay", methods=("GET",), path=rf"^/{DEV_ACCOUNT}/{data}/", delay_s=20.0)
+            )
+            aggregate = f"agg-{uuid.uuid4().hex[:8]}"
+            jobs = {f"long-{uuid.uuid4().hex[:8]}": 40, aggregate: 0}
+            stack.submit(next(iter(jobs)), sleep_s=40)
+            payload = {
+                "input": f"{data}/sales.csv",
+                "format": "csv",
+                "group_by": ["region"],
+                "metrics": [{"op": "count"}],
+            }
+            stack.jobs.send_message(
+                json.dumps({"id": aggregate, "kind": "aggregate", "payload": payload}), time_to_live=-1
+            )
             stack.wait_for(
                 lambda: all(stack.record(j).get("status") == "in_progress" for j in jobs), 60, "both claimed"
             )
@@ -252,12 +270,15 @@ def test_host_killed_mid_job_and_restarted_recovers_within_2_minutes_of_the_clai
             )
             for job_id in jobs:
                 record = stack.record(job_id)
-                applied_once(stack, job_id)
+                if job_id == aggregate:  # its result: the rows of the whole input, once
+                    assert record["summary"]["input_rows"] == 50_000, record["summary"]
+                else:
+                    applied_once(stack, job_id)
                 assert any(e.get("takeover_of") for e in record["history"]), record["history"]
                 after_end = _moment(record["finished_at"]) - ends[job_id]
                 after_restart = _moment(record["finished_at"]) - restarted
                 print(
-                    f"\n{job_id} ({jobs[job_id]} s of work): claim ended {ends[job_id] - killed:.1f} s after "
+                    f"\n{job_id} ({jobs[job_id] or 'an aggregate, reads slowed to 20'} s of work): claim ended {ends[job_id] - killed:.1f} s after "
                     f"the kill; completed {after_end:.1f} s after the claim's end, {after_restart:.1f} s "
                     f"after the restart; resumed run started "
                     f"{_moment(record['history'][-2]['at']) - ends[job_id]:.1f} s after the claim's end"
