@@ -11,22 +11,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
 from shared import ledger, poison
 from shared.console.queries import EDITS_PREFIX, PARKED, archived_bodies
 from shared.documents import Conflict
+from shared.entry_index import index_key
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.errors import EnvelopeError, PayloadError
 from shared.ledger import Facts
 from shared.messages import NEVER_EXPIRE
 from shared.observability import log_decision
+from shared.poison import bulk
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.runtime import Runtime
+from shared.storage_errors import error_code
 from shared.submit import send_job, submit, validate_request
 
 log = logging.getLogger("jobs.console")
 MAX_BATCH = 50
-UNPARK_SCAN_BATCHES = 20
-"""Receive batches (32 messages each) an unpark looks through on the parked queue."""
 
 
 class ActionRefused(Exception):
@@ -79,14 +82,30 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix
 
 
 def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dict[str, Any]:
-    """Replay up to MAX_BATCH poisoned jobs at `rate_per_s` (see shared/poison/operations.replay)."""
+    """Replay up to MAX_BATCH poisoned jobs at `rate_per_s`. With the entry index each id costs
+    its own requests (its listed entry found by one query); without, the archive is listed."""
     plan = rate_plan(ids, rate_per_s)
     if len(plan.batches) != 1:  # the page sends one tick's worth per request (its progress bar)
         size = len(plan.batches[0])
         raise ActionRefused(f"give at most {size} job ids per request at this rate", [f"ids: at most {size}"])
-    report = poison.replay(rt, ids, rate_per_s=rate_per_s)
-    logged("replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
-    return report.as_dict()
+    if rt.entry_index is None:
+        report = poison.replay(rt, ids, rate_per_s=rate_per_s)
+        logged("replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
+        return report.as_dict()
+    out: dict[str, Any] = {"replayed": [], "skipped": [], "not_found": []}
+    for job_id in dict.fromkeys(ids):
+        rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
+        doc = rt.archive.read(rows[0].name) if rows else None
+        if doc is None:
+            out["not_found"].append(job_id)
+            continue
+        outcome, reason = bulk.replay_entry(rt, rows[0].name, doc, by)
+        if outcome == "replayed":
+            out["replayed"].append(job_id)
+        else:
+            out["skipped"].append({"id": job_id, "reason": reason})
+    logged("replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
+    return out
 
 
 # -- park / unpark / delete / purge -----------------------------------------------------------
@@ -98,10 +117,16 @@ def _entry(rt: Runtime, name: str) -> Any:
     return rt.archive.read(name)
 
 
-def park(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
+def _event(rt: Runtime, data: dict[str, Any], event: str, by: str) -> list[dict[str, Any]]:
+    return [*(data.get("events") or []), {"at": isoformat(rt.clock()), "event": event, "by": by}]
+
+
+def park(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
     """Move entries aside: their body goes to the parked queue and the entry is marked `parked`
-    (no longer listed or replayed as poison). Unpark brings them back."""
-    parked, skipped = [], []
+    (no longer listed or replayed as poison), keeping the parked message's id and pop receipt so
+    that unpark deletes it directly. Per entry: read, send, write (+ its index row)."""
+    parked: list[str] = []
+    skipped: list[Any] = []
     queue = rt.storage.raw_queue(rt.settings.parked_queue)
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
@@ -109,79 +134,155 @@ def park(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
             skipped.append(name)
             continue
         sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=NEVER_EXPIRE)
-        data = {**doc.data, "state": PARKED, "parked_message_id": getattr(sent, "id", None)}
-        data["events"] = [
-            *(doc.data.get("events") or []),
-            {"at": isoformat(rt.clock()), "event": PARKED, "by": by},
-        ]
+        data = {
+            **doc.data,
+            "state": PARKED,
+            "index_key": index_key(name, doc.data),
+            "parked_message_id": getattr(sent, "id", None),
+            "parked_pop_receipt": getattr(sent, "pop_receipt", None),
+            "events": _event(rt, doc.data, PARKED, by),
+        }
         try:
             rt.archive.replace(name, doc, data)
         except Conflict:
+            queue.delete_message(sent)
             skipped.append(name)
             continue
+        if rt.entry_index is not None:
+            rt.entry_index.move(name, doc.data, data)
         parked.append(name)
         logged("park", by, doc.data.get("job_id"), entry=name)
     return {"parked": parked, "skipped": skipped}
 
 
-def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
-    """Take the entries' messages off the parked queue and list the entries as poison again."""
-    wanted: dict[str, str] = {}
+def _drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
+    """Delete an entry's parked message by its id and pop receipt (nothing else receives from the
+    parked queue, so the receipt from the send stays good): what happened, in words."""
+    msg_id, receipt = data.get("parked_message_id"), data.get("parked_pop_receipt")
+    if not msg_id or not receipt:
+        return "parked before receipts were kept: its parked message is left on the queue"
+    try:
+        rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+    except ResourceNotFoundError:
+        return "its parked message was already gone"
+    except HttpResponseError as exc:
+        return f"its parked message could not be deleted ({error_code(exc) or exc.status_code})"
+    return ""
+
+
+def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
+    """List parked entries as poison again and delete their parked messages by id: two or three
+    requests per entry plus its index row, whatever the parked queue's depth."""
+    unparked: list[str] = []
+    missing: list[str] = []
+    notes: dict[str, str] = {}
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is not None and doc.data.get("state") == PARKED:
-            wanted[str(doc.data.get("digest"))] = name
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
-    found: dict[str, str] = {}
-    for _ in range(UNPARK_SCAN_BATCHES):
-        if len(found) == len(wanted):
-            break
-        batch = list(queue.receive_messages(max_messages=32, visibility_timeout=30))
-        if not batch:
-            break
-        for msg in batch:
-            try:
-                digest = body_digest(base64.b64decode(str(msg.content or ""), validate=True))
-            except ValueError:
-                digest = ""
-            if digest in wanted:
-                queue.delete_message(msg)
-                found[digest] = wanted[digest]
-            else:  # not ours: visible again at once
-                queue.update_message(msg, visibility_timeout=0)
-    for name in found.values():
-        doc = rt.archive.read(name)
-        if doc is None:
+        if doc is None or doc.data.get("state") != PARKED:
+            missing.append(name)
             continue
-        data = {**doc.data, "state": LISTED_STATE}
-        data.pop("parked_message_id", None)
-        data["events"] = [
-            *(doc.data.get("events") or []),
-            {"at": isoformat(rt.clock()), "event": "unparked", "by": by},
-        ]
-        rt.archive.replace(name, doc, data)
+        data = {k: v for k, v in doc.data.items() if k not in ("parked_message_id", "parked_pop_receipt")}
+        data.update(
+            state=LISTED_STATE,
+            index_key=index_key(name, doc.data),
+            events=_event(rt, doc.data, "unparked", by),
+        )
+        try:
+            rt.archive.replace(name, doc, data)
+        except Conflict:
+            missing.append(name)
+            continue
+        if rt.entry_index is not None:
+            rt.entry_index.move(name, doc.data, data)
+        note = _drop_parked_message(rt, doc.data)
+        if note:
+            notes[name] = note
+        unparked.append(name)
         logged("unpark", by, doc.data.get("job_id"), entry=name)
-    missing = [name for name in wanted.values() if name not in found.values()]
-    return {"unparked": list(found.values()), "not_found": missing}
+    out: dict[str, Any] = {"unparked": unparked, "not_found": missing}
+    if notes:
+        out["notes"] = notes
+    return out
 
 
-def delete(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
-    """Delete archive entries (the operator confirmed in the page)."""
-    deleted = []
+def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
+    """Mark archive entries deleted (the operator confirmed in the page): no longer listed; purge
+    removes them for good. A parked entry's parked message is deleted with it."""
+    deleted: list[str] = []
+    missing: list[str] = []
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is None:
+        if doc is None or doc.data.get("state") == bulk.DELETED:
+            missing.append(name)
             continue
-        rt.archive.delete(name)
+        if doc.data.get("state") == PARKED:
+            _drop_parked_message(rt, doc.data)
+        set_state(rt.archive, name, bulk.DELETED, rt.clock(), rt.entry_index, by)
         deleted.append(name)
         logged("delete", by, doc.data.get("job_id"), entry=name)
-    return {"deleted": deleted}
+    return {"deleted": deleted, **({"not_found": missing} if missing else {})}
 
 
-def purge(rt: Runtime, older_than_days: float, by: str) -> dict[str, Any]:
-    names = poison.purge(rt, older_than_days)
-    logged("purge", by, None, older_than_days=older_than_days, purged=len(names))
-    return {"purged": names}
+def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -> dict[str, Any]:
+    """Start a purge operation (in the app, in steps): poison entries only, never parked ones,
+    edits, the audit or counters. Without the entry index: the old one-request purge of entries."""
+    if rt.entry_index is None:
+        names = poison.purge(rt, older_than_days, dry_run=dry_run)
+        logged("purge", by, None, older_than_days=older_than_days, purged=len(names))
+        return {"purged": names}
+    op = bulk.start(
+        rt,
+        "purge",
+        by,
+        states=list(bulk.PURGE_STATES),
+        older_than_days=older_than_days,
+        rate_per_s=0,
+        dry_run=dry_run,
+    )
+    logged("purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
+    return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
+
+
+def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
+    """Start a bulk operation: {kind, names | state, rate, dry_run, older_than_days}."""
+    kind = str(body.get("kind", ""))
+    names = body.get("names")
+    state = body.get("state")
+    if names is not None:
+        names = names_of(names)
+    elif not isinstance(state, str) or not state:
+        raise ActionRefused("give names, or a state to select all entries in it", ["names|state: required"])
+    rate = body.get("rate", 50)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1000:
+        raise ActionRefused("rate: items per second in (0, 1000]", ["rate: items per second in (0, 1000]"])
+    days = body.get("older_than_days")
+    try:
+        op = bulk.start(
+            rt,
+            kind,
+            by,
+            names=names,
+            states=[state] if names is None and isinstance(state, str) else None,
+            older_than_days=float(days) if isinstance(days, int | float) else None,
+            rate_per_s=float(rate),
+            dry_run=bool(body.get("dry_run")),
+        )
+    except bulk.OpRefused as exc:
+        raise ActionRefused(str(exc), [str(exc)]) from None
+    logged("op_start", by, None, op=op["id"], kind=kind, dry_run=op["dry_run"])
+    return {"op": op["id"], "status": op["status"], "total": op["total"], "dry_run": op["dry_run"]}
+
+
+def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dict[str, Any]:
+    op_id = body.get("op")
+    if not isinstance(op_id, str) or not op_id:
+        raise ActionRefused("op: an operation id", ["op: an operation id"])
+    try:
+        data = bulk.cancel(rt, op_id, by) if change == "cancel" else bulk.resume(rt, op_id, by)
+    except bulk.OpRefused as exc:
+        raise ActionRefused(str(exc), [str(exc)], status=409) from None
+    logged(f"op_{change}", by, None, op=op_id)
+    return {"op": op_id, "status": data.get("status"), "step": data.get("step")}
 
 
 # -- edit before replay -----------------------------------------------------------------------
@@ -267,7 +368,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         raise ActionRefused(f"job {job_id} changed meanwhile; reload and try again", status=409) from None
     send_job(rt, env)
     for name, _ in entries:
-        set_state(rt.archive, name, "replayed", rt.clock())
+        set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
     logged("replay_edited", by, job_id, changes=changes, digest=digest)
     return {"id": job_id, "replayed": True, "changes": changes}
 
@@ -290,7 +391,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
     if not result.created:
         status = result.existing.status if result.existing else "unknown"
         raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
-    set_state(rt.archive, name, "replayed", rt.clock())
+    set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
     logged("replay_fixed", by, result.envelope.id, entry=name)
     return {"id": result.envelope.id, "replayed": True}
 

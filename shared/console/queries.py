@@ -16,13 +16,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
 from shared import metrics, poison
+from shared.entry_index import EntryRow
+from shared.envelope import ID_RE
 from shared.limits import BlobTooLarge, read_capped
-from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.runtime import Runtime
 
 LIST_PAGE = 5000
@@ -79,6 +82,7 @@ class JobRow:
     kind: str
     created_at: str
     updated_at: str
+    reason_code: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,9 @@ class Page:
     rows: list[JobRow]
     page: int
     pages: int
+    """-1 when paged by the index (the total is not counted: that would cost the history)."""
     total: int
+    next_token: str = ""
 
 
 def rows_from_listing(items: Iterable[Any]) -> list[JobRow]:
@@ -162,10 +168,39 @@ SNAPSHOTS = JobSnapshots()
 
 
 def jobs_page(
-    rt: Runtime, status: str = "", kind: str = "", id_part: str = "", page: int = 1, fresh: bool = False
+    rt: Runtime,
+    status: str = "",
+    kind: str = "",
+    id_part: str = "",
+    page: int = 1,
+    fresh: bool = False,
+    token: str = "",
+    reason_code: str = "",
 ) -> Page:
+    """A page of jobs, newest first. With the jobs index: one query or a few (O(page)), paged by
+    `token`; an id is found by one read (a part of an id is not searchable there). Without an
+    index (no table endpoint): the ledger's listing, kept as a snapshot."""
+    if rt.job_index is not None:
+        if id_part:
+            record = rt.ledger.get(id_part) if ID_RE.match(id_part) else None
+            rows = [_row_of_record(record.data)] if record is not None else []
+            return Page(rows, 1, 1, len(rows))
+        found = rt.job_index.page(status, kind, reason_code, token or None, PAGE_SIZE)
+        rows = [JobRow(r.id, r.status, r.kind, r.created_at, r.updated_at, r.reason_code) for r in found.rows]
+        return Page(rows, max(1, page), -1, -1, found.next_token or "")
     rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
     return paginate(filter_rows(rows, status, kind, id_part), page)
+
+
+def _row_of_record(data: Mapping[str, Any]) -> JobRow:
+    return JobRow(
+        str(data.get("id", "")),
+        str(data.get("status", "")),
+        str(data.get("kind", "")),
+        str(data.get("created_at", "")),
+        str(data.get("updated_at", "")),
+        str(data.get("reason_code") or ""),
+    )
 
 
 # -- one job ----------------------------------------------------------------------------------
@@ -327,10 +362,41 @@ class PoisonView:
     archived: list[poison.PoisonEntry]
     parked: list[poison.PoisonEntry]
     on_queue: list[dict[str, Any]]
+    next_archived: str = ""
+    """The RowKey the next page of listed entries starts after ("" when this is the last)."""
+    next_parked: str = ""
+    paged: bool = False
 
 
-def poison_view(rt: Runtime) -> PoisonView:
-    """Archived entries (one read each), parked ones, and up to 32 messages still on the poison queue."""
+def entry_of(row: EntryRow, now: datetime) -> poison.PoisonEntry:
+    age = (now - datetime.fromisoformat(row.archived_at)).total_seconds() if row.archived_at else 0.0
+    return poison.PoisonEntry(
+        row.name,
+        row.job_id or None,
+        row.state,
+        row.reason,
+        row.archived_at,
+        row.attempts,
+        row.body_bytes,
+        age,
+    )
+
+
+def poison_view(rt: Runtime, after: str = "", after_parked: str = "", size: int = PAGE_SIZE) -> PoisonView:
+    """With the entry index: a page of listed entries, a page of parked ones (one query each) and
+    up to 32 messages still on the poison queue (one peek). Without: every entry, one read each."""
+    if rt.entry_index is not None:
+        now = rt.clock()
+        listed = rt.entry_index.page(LISTED_STATE, after, size)
+        parked = rt.entry_index.page(PARKED, after_parked, size)
+        return PoisonView(
+            archived=[entry_of(r, now) for r in listed],
+            parked=[entry_of(r, now) for r in parked],
+            on_queue=poison.peek_poison_queue(rt),
+            next_archived=listed[-1].key if len(listed) == size else "",
+            next_parked=parked[-1].key if len(parked) == size else "",
+            paged=True,
+        )
     entries = poison.list_poisoned(rt, include_done=True)
     return PoisonView(
         archived=[e for e in entries if e.state == "poisoned"],

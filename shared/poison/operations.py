@@ -175,7 +175,7 @@ def replay_one(rt: Runtime, job_id: str, names: list[str], dry_run: bool = False
 
 def _mark(rt: Runtime, names: list[str], state: str) -> None:
     for name in names:
-        set_state(rt.archive, name, state, rt.clock())
+        set_state(rt.archive, name, state, rt.clock(), rt.entry_index)
 
 
 def purge(rt: Runtime, older_than_days: float, dry_run: bool = False) -> list[str]:
