@@ -292,6 +292,8 @@ def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = Fa
         return "skipped", "expired: it would be poisoned again (extend expires_at in the job's editor)"
     record = rt.ledger.get(env.id)
     status = record.status if record is not None else ""
+    if status == ledger.POISONED and by.startswith("op:") and not mine:
+        _note_intent(rt, name, doc, by)  # a repeated step then knows this job was sent by this op
     if status == ledger.COMPLETED:
         set_state(rt.archive, name, "skipped_completed", now, rt.entry_index, by)
         return "skipped", "the job completed meanwhile"
@@ -309,6 +311,17 @@ def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = Fa
     set_state(rt.archive, name, "replayed", now, rt.entry_index, by)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""
+
+
+def _note_intent(rt: Runtime, name: str, doc: Document, by: str) -> None:
+    data = {
+        **doc.data,
+        "events": [
+            *(doc.data.get("events") or []),
+            {"at": isoformat(rt.clock()), "event": "replaying", "by": by},
+        ],
+    }
+    rt.archive.replace(name, doc, data)
 
 
 def _record(

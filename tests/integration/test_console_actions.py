@@ -11,9 +11,9 @@ import pytest
 from devstack.azurite import Azurite
 from shared.console import actions, queries
 from shared.envelope import isoformat, utcnow
+from shared.poison import bulk
 from shared.processing import process_message
 from shared.runtime import Runtime
-from shared.poison import bulk
 from tests.integration.helpers import message, queue_length, runtime_for
 from tests.integration.ops_helpers import take_steps
 from tests.integration.test_poison import drain_jobs, run_poison_trigger
