@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.documents import Conflict, DocumentStore
+from shared.documents import Conflict, Document, DocumentStore
 from shared.entry_index import EntryIndex, index_key
 from shared.envelope import body_digest, isoformat
 
@@ -145,11 +145,13 @@ def set_state(
     now: datetime,
     index: EntryIndex | None = None,
     by: str | None = None,
+    current: Document | None = None,
 ) -> dict[str, Any] | None:
     """Mark an entry (replayed, skipped_completed, parked, ...) and move its index row; a
-    concurrent change is retried. The entry as written, or None when there is none."""
+    concurrent change is retried. `current`: the entry as just read (saves the first read). The
+    entry as written, or None when there is none."""
     for _ in range(5):
-        old = archive.read(name)
+        old, current = current or archive.read(name), None
         if old is None:
             return None
         data = {**old.data, "state": state, "index_key": index_key(name, old.data)}

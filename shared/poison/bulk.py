@@ -22,6 +22,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -54,6 +55,8 @@ PURGE_STATES = (
 """States purge deletes from; `parked` is never among them (parked entries stay until unparked or
 deleted explicitly)."""
 STEP_ITEMS = 100
+STEP_THREADS = 16
+"""Entries of a step applied at once (each is independent: its own entry, its own job)."""
 FAILURES_KEPT = 500
 PARKED = "parked"
 DELETED = "deleted"
@@ -200,7 +203,9 @@ def run_step(rt: Runtime, body: bytes) -> str:
     data = doc.data
     plan = step_plan(float(data.get("rate_per_s") or 0))
     items, cursor, finished = _next_items(rt, data, plan.size)
-    results = [(name, *_apply(rt, data, name, row)) for name, row in items]
+    with ThreadPoolExecutor(max(1, min(STEP_THREADS, len(items)))) as pool:
+        outcomes = list(pool.map(lambda item: _apply(rt, data, item[0], item[1]), items))
+    results = [(name, *outcome) for (name, _), outcome in zip(items, outcomes, strict=True)]
     finished = finished or not items
     if not finished:
         wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, len(items))
@@ -293,7 +298,7 @@ def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = Fa
     record = rt.ledger.get(env.id)
     status = record.status if record is not None else ""
     if status == ledger.POISONED and by.startswith("op:") and not mine:
-        _note_intent(rt, name, doc, by)  # a repeated step then knows this job was sent by this op
+        doc = _note_intent(rt, name, doc, by)  # a repeated step then knows this job was sent by this op
     if status == ledger.COMPLETED:
         set_state(rt.archive, name, "skipped_completed", now, rt.entry_index, by)
         return "skipped", "the job completed meanwhile"
@@ -308,12 +313,12 @@ def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = Fa
     except Conflict:
         return "skipped", "the job changed meanwhile"
     send_job(rt, env.with_attempt(0))
-    set_state(rt.archive, name, "replayed", now, rt.entry_index, by)
+    set_state(rt.archive, name, "replayed", now, rt.entry_index, by, current=doc)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""
 
 
-def _note_intent(rt: Runtime, name: str, doc: Document, by: str) -> None:
+def _note_intent(rt: Runtime, name: str, doc: Document, by: str) -> Document:
     data = {
         **doc.data,
         "events": [
@@ -321,7 +326,7 @@ def _note_intent(rt: Runtime, name: str, doc: Document, by: str) -> None:
             {"at": isoformat(rt.clock()), "event": "replaying", "by": by},
         ],
     }
-    rt.archive.replace(name, doc, data)
+    return rt.archive.replace(name, doc, data)
 
 
 def _record(
