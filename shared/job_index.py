@@ -88,11 +88,15 @@ def row_of(entity: Mapping[str, Any]) -> IndexRow:
     )
 
 
-def query_filter(status: str = "", kind: str = "", reason_code: str = "") -> str:
+def query_filter(status: str = "", kind: str = "", reason_code: str = "", id_prefix: str = "") -> str:
+    """The OData filter of a page; an id prefix is a range (ids are letters, digits and `._:-`,
+    all below `~`)."""
     parts = [f"PartitionKey eq {quoted(PARTITION)}"]
     for name, value in (("status", status), ("kind", kind), ("reason_code", reason_code)):
         if value:
             parts.append(f"{name} eq {quoted(value)}")
+    if id_prefix:
+        parts.append(f"id ge {quoted(id_prefix)} and id lt {quoted(id_prefix + '~')}")
     return " and ".join(parts)
 
 
@@ -160,9 +164,10 @@ class JobIndex:
         token: str | None = None,
         size: int = 50,
         until_day: str = "",
+        id_prefix: str = "",
     ) -> IndexPage:
         """Up to `size` jobs newest first from `token` on (None: the newest), and the next token."""
-        where = query_filter(status, kind, reason_code)
+        where = query_filter(status, kind, reason_code, id_prefix)
         at = decode_token(token) or {}
         days = [d for d in self.days() if (not until_day or d <= until_day)]
         start = str(at.get("day") or (days[0] if days else ""))

@@ -23,7 +23,6 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from shared import metrics, poison
 from shared.entry_index import EntryRow
-from shared.envelope import ID_RE
 from shared.limits import BlobTooLarge, read_capped
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.runtime import Runtime
@@ -178,29 +177,14 @@ def jobs_page(
     reason_code: str = "",
 ) -> Page:
     """A page of jobs, newest first. With the jobs index: one query or a few (O(page)), paged by
-    `token`; an id is found by one read (a part of an id is not searchable there). Without an
+    `token`; `id_part` is an id prefix there (the routes find a whole id by one read). Without an
     index (no table endpoint): the ledger's listing, kept as a snapshot."""
     if rt.job_index is not None:
-        if id_part:
-            record = rt.ledger.get(id_part) if ID_RE.match(id_part) else None
-            rows = [_row_of_record(record.data)] if record is not None else []
-            return Page(rows, 1, 1, len(rows))
-        found = rt.job_index.page(status, kind, reason_code, token or None, PAGE_SIZE)
+        found = rt.job_index.page(status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part)
         rows = [JobRow(r.id, r.status, r.kind, r.created_at, r.updated_at, r.reason_code) for r in found.rows]
         return Page(rows, max(1, page), -1, -1, found.next_token or "")
     rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
     return paginate(filter_rows(rows, status, kind, id_part), page)
-
-
-def _row_of_record(data: Mapping[str, Any]) -> JobRow:
-    return JobRow(
-        str(data.get("id", "")),
-        str(data.get("status", "")),
-        str(data.get("kind", "")),
-        str(data.get("created_at", "")),
-        str(data.get("updated_at", "")),
-        str(data.get("reason_code") or ""),
-    )
 
 
 # -- one job ----------------------------------------------------------------------------------
