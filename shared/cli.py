@@ -23,6 +23,7 @@ from shared import poison
 from shared.cancel import request_cancel
 from shared.documents import Conflict
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.poison import bulk
 from shared.runtime import Runtime, get_runtime
 from shared.submit import SubmissionBusy, envelope_from_args, submit, validate_request
 
@@ -169,6 +170,37 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
+    """Bulk operations the app carries out in steps (shared/poison/bulk.py): start, show, cancel, resume."""
+    try:
+        if args.action == "start":
+            names = [n for n in (args.names or "").split(",") if n] or None
+            op = bulk.start(
+                rt,
+                args.kind,
+                args.by,
+                names=names,
+                states=None if names else [args.state],
+                older_than_days=args.older_than_days,
+                rate_per_s=args.rate,
+                dry_run=args.dry_run,
+            )
+        elif not args.id:
+            print(f"ops {args.action}: give the operation id", file=sys.stderr)
+            return 2
+        elif args.action == "show":
+            op = bulk.read(rt, args.id) or {}
+        elif args.action == "cancel":
+            op = bulk.cancel(rt, args.id, args.by)
+        else:
+            op = bulk.resume(rt, args.id, args.by)
+    except bulk.OpRefused as exc:
+        print(f"ops: {exc}", file=sys.stderr)
+        return 2
+    _print({k: v for k, v in op.items() if k != "names"})
+    return 0
+
+
 def _progress_bar(done: int, total: int, job_id: str) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
@@ -210,6 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
     pois.add_argument("--rate", type=float, default=10.0, help="replay: messages per second")
     pois.add_argument("--dry-run", action="store_true")
     pois.add_argument("--older-than-days", type=float)
+    ops = sub.add_parser("ops", help="bulk operations on poison entries, carried out by the app in steps")
+    ops.add_argument("action", choices=["start", "show", "cancel", "resume"])
+    ops.add_argument("id", nargs="?", help="the operation (show, cancel, resume)")
+    ops.add_argument("--kind", choices=list(bulk.KINDS), default="replay")
+    ops.add_argument("--state", default="poisoned", help="select every entry in this state")
+    ops.add_argument("--names", help="comma-separated entry names instead of a state")
+    ops.add_argument("--older-than-days", type=float)
+    ops.add_argument("--rate", type=float, default=50.0, help="entries per second")
+    ops.add_argument("--dry-run", action="store_true", help="count what it would touch; change nothing")
+    ops.add_argument("--by", default="cli", help="who asks (kept in the operation)")
     return parser
 
 
@@ -229,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tail": cmd_tail,
         "cancel": cmd_cancel,
         "poison": cmd_poison,
+        "ops": cmd_ops,
     }
     return commands[args.command](rt, args)
 
