@@ -21,6 +21,7 @@ from azure.data.tables import TableServiceClient, UpdateMode
 from shared.index_keys import clip, newest_first, quoted
 
 SUFFIX = "entries"
+MAX_QUERIES = 8
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,24 @@ class EntryIndex:
             self.remove(name, before)
 
     def page(self, state: str, after_key: str = "", size: int = 50, job_id: str = "") -> list[EntryRow]:
-        """Up to `size` rows of `state`, newest first, after RowKey `after_key`: one query."""
+        """Up to `size` rows of `state`, newest first, after RowKey `after_key`: one query, more
+        only when the service answers a short page with a continuation (at most `MAX_QUERIES`)."""
         where = f"PartitionKey eq {quoted(state)}"
         if after_key:
             where += f" and RowKey gt {quoted(after_key)}"
         if job_id:
             where += f" and job_id eq {quoted(job_id)}"
+        rows: list[EntryRow] = []
+        cont: Any = None
         try:
-            pager = self.table.query_entities(where, results_per_page=size).by_page()
-            return [row_of(e) for e in list(next(pager, []))[:size]]
+            for _ in range(MAX_QUERIES):
+                pager = self.table.query_entities(where, results_per_page=size - len(rows)).by_page(
+                    continuation_token=cont
+                )
+                rows.extend(row_of(e) for e in list(next(pager, []))[: size - len(rows)])
+                cont = getattr(pager, "continuation_token", None)
+                if len(rows) >= size or not cont:
+                    break
         except ResourceNotFoundError:
             return []
+        return rows
