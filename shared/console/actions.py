@@ -11,21 +11,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-
 from shared import ledger, poison
-from shared.console.queries import EDITS_PREFIX, PARKED, archived_bodies
+from shared.console.queries import EDITS_PREFIX, archived_bodies
 from shared.documents import Conflict
-from shared.entry_index import index_key
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.errors import EnvelopeError, PayloadError
 from shared.ledger import Facts
-from shared.messages import NEVER_EXPIRE
 from shared.observability import log_decision
-from shared.poison import bulk
+from shared.poison import bulk, parking
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.runtime import Runtime
-from shared.storage_errors import error_code
 from shared.submit import send_job, submit, validate_request
 
 log = logging.getLogger("jobs.console")
@@ -117,87 +112,36 @@ def _entry(rt: Runtime, name: str) -> Any:
     return rt.archive.read(name)
 
 
-def _event(rt: Runtime, data: dict[str, Any], event: str, by: str) -> list[dict[str, Any]]:
-    return [*(data.get("events") or []), {"at": isoformat(rt.clock()), "event": event, "by": by}]
-
-
 def park(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
-    """Move entries aside: their body goes to the parked queue and the entry is marked `parked`
-    (no longer listed or replayed as poison), keeping the parked message's id and pop receipt so
-    that unpark deletes it directly. Per entry: read, send, write (+ its index row)."""
+    """Move entries aside (shared/poison/parking.py): read, send, write and the index row each."""
     parked: list[str] = []
     skipped: list[Any] = []
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is None or doc.data.get("state") != LISTED_STATE:
+        outcome = parking.park_entry(rt, name, doc, by) if doc is not None else ("skipped", "no such entry")
+        if outcome[0] == parking.PARKED:
+            parked.append(name)
+            logged("park", by, doc.data.get("job_id"), entry=name)
+        else:
             skipped.append(name)
-            continue
-        sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=NEVER_EXPIRE)
-        data = {
-            **doc.data,
-            "state": PARKED,
-            "index_key": index_key(name, doc.data),
-            "parked_message_id": getattr(sent, "id", None),
-            "parked_pop_receipt": getattr(sent, "pop_receipt", None),
-            "events": _event(rt, doc.data, PARKED, by),
-        }
-        try:
-            rt.archive.replace(name, doc, data)
-        except Conflict:
-            queue.delete_message(sent)
-            skipped.append(name)
-            continue
-        if rt.entry_index is not None:
-            rt.entry_index.move(name, doc.data, data)
-        parked.append(name)
-        logged("park", by, doc.data.get("job_id"), entry=name)
     return {"parked": parked, "skipped": skipped}
 
 
-def _drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
-    """Delete an entry's parked message by its id and pop receipt (nothing else receives from the
-    parked queue, so the receipt from the send stays good): what happened, in words."""
-    msg_id, receipt = data.get("parked_message_id"), data.get("parked_pop_receipt")
-    if not msg_id or not receipt:
-        return "parked before receipts were kept: its parked message is left on the queue"
-    try:
-        rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
-    except ResourceNotFoundError:
-        return "its parked message was already gone"
-    except HttpResponseError as exc:
-        return f"its parked message could not be deleted ({error_code(exc) or exc.status_code})"
-    return ""
-
-
 def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
-    """List parked entries as poison again and delete their parked messages by id: two or three
-    requests per entry plus its index row, whatever the parked queue's depth."""
+    """List parked entries as poison again and delete their parked messages by id and receipt:
+    a few requests per entry, whatever the parked queue's depth."""
     unparked: list[str] = []
     missing: list[str] = []
     notes: dict[str, str] = {}
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is None or doc.data.get("state") != PARKED:
+        outcome, note = parking.unpark_entry(rt, name, doc, by) if doc is not None else ("not_found", "")
+        if outcome != "unparked":
             missing.append(name)
             continue
-        data = {k: v for k, v in doc.data.items() if k not in ("parked_message_id", "parked_pop_receipt")}
-        data.update(
-            state=LISTED_STATE,
-            index_key=index_key(name, doc.data),
-            events=_event(rt, doc.data, "unparked", by),
-        )
-        try:
-            rt.archive.replace(name, doc, data)
-        except Conflict:
-            missing.append(name)
-            continue
-        if rt.entry_index is not None:
-            rt.entry_index.move(name, doc.data, data)
-        note = _drop_parked_message(rt, doc.data)
+        unparked.append(name)
         if note:
             notes[name] = note
-        unparked.append(name)
         logged("unpark", by, doc.data.get("job_id"), entry=name)
     out: dict[str, Any] = {"unparked": unparked, "not_found": missing}
     if notes:
@@ -212,12 +156,10 @@ def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
     missing: list[str] = []
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is None or doc.data.get("state") == bulk.DELETED:
+        outcome = parking.delete_entry(rt, name, doc, by)[0] if doc is not None else "not_found"
+        if outcome != parking.DELETED:
             missing.append(name)
             continue
-        if doc.data.get("state") == PARKED:
-            _drop_parked_message(rt, doc.data)
-        set_state(rt.archive, name, bulk.DELETED, rt.clock(), rt.entry_index, by)
         deleted.append(name)
         logged("delete", by, doc.data.get("job_id"), entry=name)
     return {"deleted": deleted, **({"not_found": missing} if missing else {})}

@@ -37,6 +37,7 @@ from shared.ledger import Facts
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, REASONS_PREFIX, UNPARSED_PREFIX, set_state
+from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
 from shared.runtime import Runtime, get_runtime
 from shared.submit import send_job
 
@@ -58,8 +59,6 @@ STEP_ITEMS = 100
 STEP_THREADS = 16
 """Entries of a step applied at once (each is independent: its own entry, its own job)."""
 FAILURES_KEPT = 500
-PARKED = "parked"
-DELETED = "deleted"
 
 
 class OpRefused(Exception):
@@ -266,15 +265,15 @@ def _apply(rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None) -> 
         if rt.entry_index is not None:
             rt.entry_index.remove(name, doc.data)
         return "purged", ""
-    wanted = {"park": (LISTED_STATE, PARKED), "unpark": (PARKED, LISTED_STATE), "delete": (None, DELETED)}[
-        kind
-    ]
-    if state == wanted[1]:
-        return (kind + "ed" if not kind.endswith("e") else kind + "d"), "already" if not mine else ""
-    if wanted[0] is not None and state != wanted[0]:
-        return "skipped", f"entry is {state}, not {wanted[0]}"
-    set_state(rt.archive, name, wanted[1], rt.clock(), rt.entry_index, by)
-    return (kind + "ed" if not kind.endswith("e") else kind + "d"), ""
+    if kind == "park":
+        return park_entry(rt, name, doc, by) if not (state == PARKED and mine) else (PARKED, "")
+    if kind == "unpark":
+        if state == LISTED_STATE and mine:
+            return "unparked", ""
+        return unpark_entry(rt, name, doc, by)
+    if state == DELETED and mine:
+        return DELETED, ""
+    return delete_entry(rt, name, doc, by)
 
 
 def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = False) -> tuple[str, str]:

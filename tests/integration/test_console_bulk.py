@@ -132,3 +132,20 @@ def test_unpark_of_the_last_of_1000_parked_entries(rt: Runtime) -> None:
     entry = rt.archive.read(names[-1])
     assert entry is not None and entry.data["state"] == "poisoned"
     assert names[-1] in {e.name for e in queries.poison_view(rt, size=1000).archived}
+
+
+def test_bulk_park_and_unpark_keep_the_parked_queue_in_step(rt: Runtime) -> None:
+    names = [poisoned_noop(rt, f"bp-{i}") for i in range(3)]
+    parked = bulk.start(rt, "park", "t", names=[*names, "jobs/bp-x/none.json"], rate_per_s=100)
+    take_steps(rt)
+    done = bulk.read(rt, parked["id"])
+    assert done["counts"] == {"parked": 3, "not_found": 1}
+    assert done["failures"] == [
+        {"name": "jobs/bp-x/none.json", "outcome": "not_found", "reason": "no such archive entry"}
+    ]
+    assert queue_length(rt, rt.settings.parked_queue) == 3
+    unparked = bulk.start(rt, "unpark", "t", states=["parked"], rate_per_s=100)
+    take_steps(rt)
+    assert bulk.read(rt, unparked["id"])["counts"] == {"unparked": 3}
+    assert queue_length(rt, rt.settings.parked_queue) == 0
+    assert {e.name for e in queries.poison_view(rt).archived} >= set(names)
