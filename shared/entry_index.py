@@ -10,16 +10,18 @@ no entry blob is read to list. Actions address entries by name (one read each), 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.index_keys import clip, newest_first, quoted
 
+log = logging.getLogger("jobs.index")
 SUFFIX = "entries"
 MAX_QUERIES = 8
 
@@ -66,6 +68,15 @@ def row_of(entity: Mapping[str, Any]) -> EntryRow:
         body_bytes=int(entity.get("body_bytes") or 0),
         key=str(entity.get("RowKey", "")),
     )
+
+
+def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
+    """Run an index write; a failure is logged, never raised: the entry blob is the truth, and a
+    poison handler must not fail (and retry) because the view could not be updated."""
+    try:
+        action(name, *args)
+    except AzureError as exc:
+        log.warning("poison entry %s: index not updated (%s)", name, exc.__class__.__name__)
 
 
 class EntryIndex:

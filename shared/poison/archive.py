@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.documents import Conflict, Document, DocumentStore
-from shared.entry_index import EntryIndex, index_key
+from shared.entry_index import EntryIndex, best_effort, index_key
 from shared.envelope import body_digest, isoformat
 
 JOBS_PREFIX = "jobs/"
@@ -109,7 +109,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
     try:
         archive.create(name, entry)
         if index is not None:
-            index.put(name, entry)
+            best_effort(name, index.put, entry)
         return name
     except Conflict:
         pass
@@ -119,7 +119,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
             try:
                 archive.create(name, entry)
                 if index is not None:
-                    index.put(name, entry)
+                    best_effort(name, index.put, entry)
                 return name
             except Conflict:
                 continue
@@ -131,7 +131,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
         try:
             archive.replace(name, old, merged)
             if index is not None:
-                index.move(name, old.data, merged)
+                best_effort(name, index.move, old.data, merged)
             return name
         except Conflict:
             continue
@@ -164,6 +164,6 @@ def set_state(
         except Conflict:
             continue
         if index is not None:
-            index.move(name, old.data, data)
+            best_effort(name, index.move, old.data, data)
         return data
     return None
