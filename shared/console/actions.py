@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import ledger, poison
+from shared.cancel import request_cancel
 from shared.console.queries import EDITS_PREFIX, archived_bodies
 from shared.documents import Conflict
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
@@ -183,6 +184,17 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
     )
     logged("purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
     return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
+
+
+def cancel_job(rt: Runtime, job_id: str, by: str, reason: str = "") -> dict[str, Any]:
+    """Ask to cancel a job, as the CLI does: poisoned at its next delivery (an offloaded run is
+    cancelled then)."""
+    try:
+        said = request_cancel(rt, job_id, by=by, reason=reason or "cancelled from the console")
+    except Conflict as exc:
+        raise ActionRefused(f"not cancelled: {exc}", status=409) from None
+    logged("cancel", by, job_id)
+    return {"id": job_id, "cancel_requested": True, "said": said}
 
 
 def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:

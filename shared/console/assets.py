@@ -121,6 +121,14 @@ async function refreshOverview() {
 if (document.getElementById('overview')) setInterval(refreshOverview, 5000);
 const OP = document.getElementById('op');
 if (OP && OP.dataset.running === '1') setTimeout(() => location.reload(), 2000);
+const LIVE = document.getElementById('live');
+if (LIVE && LIVE.dataset.running === '1') setTimeout(() => location.reload(), 3000);
+async function cancelJob(el) {
+  if (!window.confirm(el.dataset.confirm)) return;
+  const r = await post('cancel', {job_id: el.dataset.job});
+  if (!r.ok) { say('cancel failed: ' + (r.data.error || r.status), true); return; }
+  say(r.data.said);
+}
 const DOES = {
   'replay-selected': () => replaySelected(),
   'entries': el => entriesAction(el.dataset.op, el.dataset.table, el.dataset.confirm),
@@ -130,6 +138,7 @@ const DOES = {
   'fix': () => fixAction(),
   'op': el => startOp(el),
   'op-change': el => opChange(el),
+  'cancel-job': el => cancelJob(el),
 };
 document.addEventListener('click', e => {
   const el = e.target.closest('[data-do]');

@@ -202,10 +202,24 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             if last and not reason
             else ""
         )
-        + f"</p><h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
+        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
         f"<h2>Record</h2><pre id=record>{escape(json.dumps(record, indent=2))}</pre>"
+    )
+
+
+LIVE_STATUSES = ("queued", "in_progress", "retry_scheduled", "offloaded")
+
+
+def _live(status: str, job_id: str) -> str:
+    """While the job can still change: the page reloads itself, and it can be cancelled."""
+    if status not in LIVE_STATUSES:
+        return ""
+    return (
+        f"<p id=live data-running=1 class=muted>refreshing every 3 s while the job is {escape(status)} "
+        f"<button id=cancel-job data-do=cancel-job data-job='{escape(job_id)}' "
+        "data-confirm='Cancel this job? It is poisoned at its next delivery.'>Cancel job</button></p>"
     )
 
 

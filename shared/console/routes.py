@@ -323,6 +323,13 @@ def _entry_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
     return name, text
 
 
+def _job_id(body: Mapping[str, Any]) -> str:
+    job_id = body.get("job_id")
+    if not isinstance(job_id, str) or not ID_RE.match(job_id):
+        raise actions.ActionRefused("job_id: a job id", ["job_id: a job id"])
+    return job_id
+
+
 def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
     job_id, text = _job_and_text(body)
     checked = actions.check_edit(rt, job_id, text)
@@ -336,6 +343,7 @@ ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] 
     "delete": lambda rt, b, by: actions.delete(rt, actions.names_of(b.get("names")), by),
     "purge": lambda rt, b, by: actions.purge(rt, _days(b), by, dry_run=bool(b.get("dry_run"))),
     "op-start": actions.start_op,
+    "cancel": lambda rt, b, by: actions.cancel_job(rt, _job_id(b), by, str(b.get("reason") or "")),
     "op-cancel": lambda rt, b, by: actions.op_change(rt, b, by, "cancel"),
     "op-resume": lambda rt, b, by: actions.op_change(rt, b, by, "resume"),
     "validate": _validate,

@@ -79,3 +79,15 @@ def test_the_indexed_ledger_store_writes_the_index_after_the_record_and_never_fa
     assert index.put_ids == ["a:completed"]
     broken = IndexedStore(MemoryDocuments(utcnow), FakeIndex(fail=True))  # type: ignore[arg-type]
     assert broken.create("b.json", {"id": "b", "status": "queued"}).data["status"] == "queued"
+
+
+def test_a_running_jobs_page_refreshes_itself_and_offers_cancel() -> None:
+    from shared.console import pages
+    from shared.console.queries import JobView
+
+    def page(status: str) -> str:
+        view = JobView({"status": status, "kind": "noop"}, [], None, None, None, "", [])
+        return pages.job_page(view, "/api/console", "j1")
+
+    assert "id=live data-running=1" in page("in_progress") and "data-do=cancel-job" in page("offloaded")
+    assert "id=live" not in page("completed") and "cancel-job" not in page("poisoned")
