@@ -278,6 +278,12 @@ def poison_page(view: PoisonView, base: str) -> str:
         "data-confirm='Delete {n} archive entries for good?'>Delete selected</button> "
         "purge older than <input id=days value=30 size=3> days <button id=purge data-do=purge>Purge</button></p>"
         + bulk_row
+        + (
+            f"<p>export listed entries: <a id=export-csv href='{base}/data/poison.csv'>CSV</a> · "
+            f"<a id=export-json href='{base}/data/poison.json'>JSON</a> (1,000 a file; `after` pages on)</p>"
+            if view.paged
+            else ""
+        )
         + _entries_table("archived", view.archived, base)
         + f"<h2>Parked ({len(view.parked)})</h2>"
         "<p><button id=unpark data-do=entries data-op=unpark data-table=parked>Unpark selected</button></p>"

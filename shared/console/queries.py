@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import base64
+import csv
+import io
 import json
 import threading
 import time
@@ -387,6 +389,26 @@ def poison_view(rt: Runtime, after: str = "", after_parked: str = "", size: int 
         parked=[e for e in entries if e.state == PARKED],
         on_queue=poison.peek_poison_queue(rt),
     )
+
+
+EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts", "body_bytes")
+
+
+def export_entries(rt: Runtime, state: str, after: str = "", limit: int = 1000) -> list[dict[str, Any]]:
+    """Up to `limit` (<= 1,000) entries of a state from the entry index, newest first, after a
+    RowKey; each row carries `key` (the next export's `after`). Empty without the index."""
+    if rt.entry_index is None:
+        return []
+    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)))
+    return [{**{f: getattr(r, f) for f in EXPORT_FIELDS}, "key": r.key} for r in rows]
+
+
+def as_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[*EXPORT_FIELDS, "key"], extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 PARKED = "parked"

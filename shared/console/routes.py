@@ -238,6 +238,17 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
     if parts == ["poison"]:
         listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
         return _json(200, dataclasses.asdict(listed))
+    if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
+        state = params.get("state", "poisoned")
+        rows = queries.export_entries(rt, state, params.get("after", ""), _int(params.get("limit"), 1000))
+        if parts == ["poison.json"]:
+            return _json(200, rows)
+        return func.HttpResponse(
+            queries.as_csv(rows),
+            status_code=200,
+            mimetype="text/csv",
+            headers={"Content-Disposition": f"attachment; filename=poison-{quote(state)}.csv"},
+        )
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         return _json(200, op) if op is not None else _json(404, {"error": f"no operation {parts[1]}"})

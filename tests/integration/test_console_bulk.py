@@ -68,6 +68,7 @@ def test_purge_deletes_poison_entries_only(rt: Runtime) -> None:
     assert any(n.startswith(bulk.OPS_PREFIX) for n in left), "the operations (the audit of bulk actions)"
     assert queue_length(rt, rt.settings.parked_queue) == 1, "no parked message stranded"
     assert [e.name for e in queries.poison_view(rt).parked] == [kept]
+    assert [r["name"] for r in queries.export_entries(rt, "parked")] == [kept]
 
 
 def test_a_bulk_replay_killed_half_way_and_resumed_applies_each_job_once(

@@ -91,3 +91,13 @@ def test_a_running_jobs_page_refreshes_itself_and_offers_cancel() -> None:
 
     assert "id=live data-running=1" in page("in_progress") and "data-do=cancel-job" in page("offloaded")
     assert "id=live" not in page("completed") and "cancel-job" not in page("poisoned")
+
+
+def test_an_export_is_csv_with_a_header_and_the_next_key() -> None:
+    from shared.console.queries import as_csv
+
+    text = as_csv([{"name": "jobs/a/1.json", "state": "poisoned", "job_id": "a", "reason": 'say "x", y',
+                    "archived_at": "t", "attempts": 5, "body_bytes": 9, "key": "k1"}])  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "name,state,job_id,reason,archived_at,attempts,body_bytes,key"
+    assert lines[1] == 'jobs/a/1.json,poisoned,a,"say ""x"", y",t,5,9,k1'
