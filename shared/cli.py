@@ -158,7 +158,7 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
             print("purge: --older-than-days is required", file=sys.stderr)
             return 2
         names = poison.purge(rt, args.older_than_days, dry_run=args.dry_run)
-        print(f"{'would purge' if args.dry_run else 'purged'} {len(names)} archive blobs")
+        print(f"{'would purge' if args.dry_run else 'purged'} {len(names)} poison entries")
         return 0
     ids = None if args.all else [i for i in (args.ids or "").split(",") if i]
     if ids is not None and not ids:

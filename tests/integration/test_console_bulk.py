@@ -150,3 +150,17 @@ def test_bulk_park_and_unpark_keep_the_parked_queue_in_step(rt: Runtime) -> None
     assert bulk.read(rt, unparked["id"])["counts"] == {"unparked": 3}
     assert queue_length(rt, rt.settings.parked_queue) == 0
     assert {e.name for e in queries.poison_view(rt).archived} >= set(names)
+
+
+def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> None:
+    from shared import poison
+
+    listed = poisoned_noop(rt, "cli-listed")
+    kept = poisoned_noop(rt, "cli-parked")
+    actions.park(rt, [kept], "t")
+    rt.archive.upsert("edits/cli-listed/abc.json", {"job_id": "cli-listed"})
+    rt.archive.upsert(f"{metrics.PREFIX}2026010100/cli.json", {"completed": [1]})
+    assert poison.purge(rt, 0.0) == [listed]
+    left = {name for name, _ in rt.archive.names("")}
+    assert kept in left and "edits/cli-listed/abc.json" in left
+    assert f"{metrics.PREFIX}2026010100/cli.json" in left and listed not in left
