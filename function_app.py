@@ -32,6 +32,12 @@ def handle_poison(msg: func.QueueMessage) -> None:
     poison.handle_poison_message(msg)
 
 
+@app.function_name("run_op_step")
+@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%-ops", connection="AzureWebJobsStorage")
+def run_op_step(msg: func.QueueMessage) -> None:
+    poison.handle_op_message(msg)
+
+
 @app.function_name("sweep_poison")
 @app.timer_trigger(arg_name="timer", schedule=SWEEP_SCHEDULE, run_on_startup=False)
 def sweep_poison(timer: func.TimerRequest) -> None:

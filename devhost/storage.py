@@ -145,13 +145,17 @@ _install_lock = threading.Lock()
 
 
 def _endpoints_from_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """netloc -> 'blob'/'queue' for every storage endpoint named in a connection-string setting."""
+    """netloc -> 'blob'/'queue'/'table' for every storage endpoint named in a connection-string setting."""
     found: dict[str, str] = {}
     for value in environ.values():
         if "Endpoint" not in value and "UseDevelopmentStorage" not in value:
             continue
         parts = dict(p.split("=", 1) for p in expand_connection_string(value).split(";") if "=" in p)
-        for key, service in (("BlobEndpoint", "blob"), ("QueueEndpoint", "queue")):
+        for key, service in (
+            ("BlobEndpoint", "blob"),
+            ("QueueEndpoint", "queue"),
+            ("TableEndpoint", "table"),
+        ):
             if parts.get(key):
                 found[urlsplit(parts[key]).netloc.lower()] = service
     return found

@@ -29,6 +29,8 @@ class Azurite:
     table_port: int
     location: Path
     process: subprocess.Popen[bytes] | None = None
+    in_memory: bool = False
+    """Keep everything in memory (`--inMemoryPersistence`): nothing on disk, no restart."""
     _owns_location: bool = field(default=False, repr=False)
 
     @property
@@ -63,9 +65,8 @@ class Azurite:
             "127.0.0.1",
             "--tablePort",
             str(self.table_port),
-            "--location",
-            str(self.location),
         ]
+        args += ["--inMemoryPersistence"] if self.in_memory else ["--location", str(self.location)]
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -105,13 +106,14 @@ def start_azurite(
     standard_ports: bool = False,
     location: Path | None = None,
     log_path: Path | None = None,
+    in_memory: bool = False,
 ) -> Azurite:
     """Start Azurite on free ports (or 10000-10002 when `standard_ports`)."""
     owns = location is None
     loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
     loc.mkdir(parents=True, exist_ok=True)
     ports = (10000, 10001, 10002) if standard_ports else (free_port(), free_port(), free_port())
-    az = Azurite(*ports, location=loc, _owns_location=owns)
+    az = Azurite(*ports, location=loc, _owns_location=owns, in_memory=in_memory)
     az.start(log_path=log_path)
     return az
 

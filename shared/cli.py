@@ -26,6 +26,7 @@ from shared.cancel import request_cancel
 from shared.documents import Conflict
 from shared.envelope import isoformat
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.poison import bulk
 from shared.runtime import Runtime, get_runtime
 from shared.submit import SubmissionBusy, envelope_from_args, submit, validate_request
 
@@ -160,7 +161,7 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
             print("purge: --older-than-days is required", file=sys.stderr)
             return 2
         names = poison.purge(rt, args.older_than_days, dry_run=args.dry_run)
-        print(f"{'would purge' if args.dry_run else 'purged'} {len(names)} archive blobs")
+        print(f"{'would purge' if args.dry_run else 'purged'} {len(names)} poison entries")
         return 0
     ids = None if args.all else [i for i in (args.ids or "").split(",") if i]
     if ids is not None and not ids:
@@ -222,6 +223,37 @@ def _retention_progress(rule: str, seen: int, due: int) -> None:
     sys.stderr.flush()
 
 
+def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
+    """Bulk operations the app carries out in steps (shared/poison/bulk.py): start, show, cancel, resume."""
+    try:
+        if args.action == "start":
+            names = [n for n in (args.names or "").split(",") if n] or None
+            op = bulk.start(
+                rt,
+                args.kind,
+                args.by,
+                names=names,
+                states=None if names else [args.state],
+                older_than_days=args.older_than_days,
+                rate_per_s=args.rate,
+                dry_run=args.dry_run,
+            )
+        elif not args.id:
+            print(f"ops {args.action}: give the operation id", file=sys.stderr)
+            return 2
+        elif args.action == "show":
+            op = bulk.read(rt, args.id) or {}
+        elif args.action == "cancel":
+            op = bulk.cancel(rt, args.id, args.by)
+        else:
+            op = bulk.resume(rt, args.id, args.by)
+    except bulk.OpRefused as exc:
+        print(f"ops: {exc}", file=sys.stderr)
+        return 2
+    _print({k: v for k, v in op.items() if k != "names"})
+    return 0
+
+
 def _progress_bar(done: int, total: int, job_id: str) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
@@ -267,6 +299,16 @@ def build_parser() -> argparse.ArgumentParser:
     keep.add_argument("--dry-run", action="store_true", help="count only: nothing is deleted")
     keep.add_argument("--now", type=_iso_time, help="judge ages as of this ISO time (default: now)")
     keep.add_argument("--limit", type=int, help="stop after this many due blobs (run again for the rest)")
+    ops = sub.add_parser("ops", help="bulk operations on poison entries, carried out by the app in steps")
+    ops.add_argument("action", choices=["start", "show", "cancel", "resume"])
+    ops.add_argument("id", nargs="?", help="the operation (show, cancel, resume)")
+    ops.add_argument("--kind", choices=list(bulk.KINDS), default="replay")
+    ops.add_argument("--state", default="poisoned", help="select every entry in this state")
+    ops.add_argument("--names", help="comma-separated entry names instead of a state")
+    ops.add_argument("--older-than-days", type=float)
+    ops.add_argument("--rate", type=float, default=50.0, help="entries per second")
+    ops.add_argument("--dry-run", action="store_true", help="count what it would touch; change nothing")
+    ops.add_argument("--by", default="cli", help="who asks (kept in the operation)")
     return parser
 
 
@@ -287,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cancel": cmd_cancel,
         "poison": cmd_poison,
         "retention": cmd_retention,
+        "ops": cmd_ops,
     }
     return commands[args.command](rt, args)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -15,6 +16,9 @@ from typing import Any
 from shared import metrics
 from shared.blob_documents import BlobDocuments
 from shared.documents import DocumentStore
+from shared.entry_index import EntryIndex
+from shared.index_keys import table_prefix
+from shared.job_index import IndexedStore, JobIndex
 from shared.jobs import registry
 from shared.jobs.base import Handler
 from shared.ledger import Ledger, index_tags, listing_metadata
@@ -22,6 +26,7 @@ from shared.messages import QueueSender
 from shared.platform import in_azure
 from shared.settings import Settings
 from shared.storage import StorageClients, connect, ensure_resources
+from shared.tables import NoTableEndpoint, table_service
 from shared.telemetry import configure_telemetry
 from shared.timers import Clock, ThreadTimers, Timers, system_clock
 
@@ -47,25 +52,39 @@ class Runtime:
     clock: Clock = system_clock
     timers: Timers = field(default_factory=ThreadTimers)
     sleep: Callable[[float], None] = time.sleep
+    job_index: JobIndex | None = None
+    """The jobs index (Table storage), None without a table endpoint: the console then lists blobs."""
+    entry_index: EntryIndex | None = None
+    """The poison archive's index (Table storage), None likewise."""
 
     @classmethod
     def over(
         cls, settings: Settings, storage: StorageClients, handlers: Mapping[str, Handler], instance: str
     ) -> Runtime:
         """A runtime on the configured storage account."""
+        try:
+            tables = table_service(settings.storage)
+            job_index: JobIndex | None = JobIndex(tables, table_prefix(settings.ledger_container))
+            entry_index: EntryIndex | None = EntryIndex(
+                tables, table_prefix(settings.poison_archive_container) + "entries"
+            )
+        except NoTableEndpoint as exc:
+            log.warning("no console indexes: %s", exc)
+            job_index = entry_index = None
+        ledger_store: DocumentStore = BlobDocuments(
+            storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
+        )
         return cls(
             settings=settings,
             storage=storage,
             handlers=handlers,
             instance=instance,
-            ledger=Ledger(
-                BlobDocuments(
-                    storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
-                )
-            ),
+            ledger=Ledger(IndexedStore(ledger_store, job_index) if job_index else ledger_store),
             archive=BlobDocuments(storage.container(settings.poison_archive_container)),
             jobs_queue=storage.queue(settings.jobs_queue),
             poison_queue=storage.raw_queue(settings.poison_queue),
+            job_index=job_index,
+            entry_index=entry_index,
         )
 
     def new_owner(self) -> str:
@@ -88,9 +107,24 @@ def build_runtime(
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
     runtime = Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
+    if create_resources:
+        ensure_console_resources(runtime)
     if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
         metrics.install(runtime.archive, instance)  # console counters: flushed on a timer, never per message
     return runtime
+
+
+def ensure_console_resources(rt: Runtime) -> None:
+    """The entry index's table and the bulk operations' queue (start-up, never per message)."""
+    from azure.core.exceptions import HttpResponseError, ResourceExistsError
+
+    try:
+        if rt.entry_index is not None:
+            rt.entry_index.ensure()
+        with contextlib.suppress(ResourceExistsError):
+            rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
+    except HttpResponseError as exc:  # identity scoped to its resources: the deployment creates them
+        log.warning("console resources not created here (%s)", exc.__class__.__name__)
 
 
 def get_runtime() -> Runtime:

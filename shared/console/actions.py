@@ -12,21 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import jsontext, ledger, poison
-from shared.console.queries import EDITS_PREFIX, PARKED, archived_bodies
+from shared.cancel import request_cancel
+from shared.console.queries import EDITS_PREFIX, archived_bodies
 from shared.documents import Conflict
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.errors import EnvelopeError, PayloadError
 from shared.ledger import Facts
-from shared.messages import NEVER_EXPIRE
 from shared.observability import log_decision
+from shared.poison import bulk, parking
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.runtime import Runtime
 from shared.submit import send_job, submit, validate_request
 
 log = logging.getLogger("jobs.console")
 MAX_BATCH = 50
-UNPARK_SCAN_BATCHES = 20
-"""Receive batches (32 messages each) an unpark looks through on the parked queue."""
 
 
 class ActionRefused(Exception):
@@ -79,14 +78,30 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix
 
 
 def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dict[str, Any]:
-    """Replay up to MAX_BATCH poisoned jobs at `rate_per_s` (see shared/poison/operations.replay)."""
+    """Replay up to MAX_BATCH poisoned jobs at `rate_per_s`. With the entry index each id costs
+    its own requests (its listed entry found by one query); without, the archive is listed."""
     plan = rate_plan(ids, rate_per_s)
     if len(plan.batches) != 1:  # the page sends one tick's worth per request (its progress bar)
         size = len(plan.batches[0])
         raise ActionRefused(f"give at most {size} job ids per request at this rate", [f"ids: at most {size}"])
-    report = poison.replay(rt, ids, rate_per_s=rate_per_s)
-    logged("replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
-    return report.as_dict()
+    if rt.entry_index is None:
+        report = poison.replay(rt, ids, rate_per_s=rate_per_s)
+        logged("replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
+        return report.as_dict()
+    out: dict[str, Any] = {"replayed": [], "skipped": [], "not_found": []}
+    for job_id in dict.fromkeys(ids):
+        rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
+        doc = rt.archive.read(rows[0].name) if rows else None
+        if doc is None:
+            out["not_found"].append(job_id)
+            continue
+        outcome, reason = bulk.replay_entry(rt, rows[0].name, doc, by)
+        if outcome == "replayed":
+            out["replayed"].append(job_id)
+        else:
+            out["skipped"].append({"id": job_id, "reason": reason})
+    logged("replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
+    return out
 
 
 # -- park / unpark / delete / purge -----------------------------------------------------------
@@ -98,90 +113,130 @@ def _entry(rt: Runtime, name: str) -> Any:
     return rt.archive.read(name)
 
 
-def park(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
-    """Move entries aside: their body goes to the parked queue and the entry is marked `parked`
-    (no longer listed or replayed as poison). Unpark brings them back."""
-    parked, skipped = [], []
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
+def park(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
+    """Move entries aside (shared/poison/parking.py): read, send, write and the index row each."""
+    parked: list[str] = []
+    skipped: list[Any] = []
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is None or doc.data.get("state") != LISTED_STATE:
+        outcome = parking.park_entry(rt, name, doc, by) if doc is not None else ("skipped", "no such entry")
+        if outcome[0] == parking.PARKED:
+            parked.append(name)
+            logged("park", by, doc.data.get("job_id"), entry=name)
+        else:
             skipped.append(name)
-            continue
-        sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=NEVER_EXPIRE)
-        data = {**doc.data, "state": PARKED, "parked_message_id": getattr(sent, "id", None)}
-        data["events"] = [
-            *(doc.data.get("events") or []),
-            {"at": isoformat(rt.clock()), "event": PARKED, "by": by},
-        ]
-        try:
-            rt.archive.replace(name, doc, data)
-        except Conflict:
-            skipped.append(name)
-            continue
-        parked.append(name)
-        logged("park", by, doc.data.get("job_id"), entry=name)
     return {"parked": parked, "skipped": skipped}
 
 
-def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
-    """Take the entries' messages off the parked queue and list the entries as poison again."""
-    wanted: dict[str, str] = {}
+def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
+    """List parked entries as poison again and delete their parked messages by id and receipt:
+    a few requests per entry, whatever the parked queue's depth."""
+    unparked: list[str] = []
+    missing: list[str] = []
+    notes: dict[str, str] = {}
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is not None and doc.data.get("state") == PARKED:
-            wanted[str(doc.data.get("digest"))] = name
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
-    found: dict[str, str] = {}
-    for _ in range(UNPARK_SCAN_BATCHES):
-        if len(found) == len(wanted):
-            break
-        batch = list(queue.receive_messages(max_messages=32, visibility_timeout=30))
-        if not batch:
-            break
-        for msg in batch:
-            try:
-                digest = body_digest(base64.b64decode(str(msg.content or ""), validate=True))
-            except ValueError:
-                digest = ""
-            if digest in wanted:
-                queue.delete_message(msg)
-                found[digest] = wanted[digest]
-            else:  # not ours: visible again at once
-                queue.update_message(msg, visibility_timeout=0)
-    for name in found.values():
-        doc = rt.archive.read(name)
-        if doc is None:
+        outcome, note = parking.unpark_entry(rt, name, doc, by) if doc is not None else ("not_found", "")
+        if outcome != "unparked":
+            missing.append(name)
             continue
-        data = {**doc.data, "state": LISTED_STATE}
-        data.pop("parked_message_id", None)
-        data["events"] = [
-            *(doc.data.get("events") or []),
-            {"at": isoformat(rt.clock()), "event": "unparked", "by": by},
-        ]
-        rt.archive.replace(name, doc, data)
+        unparked.append(name)
+        if note:
+            notes[name] = note
         logged("unpark", by, doc.data.get("job_id"), entry=name)
-    missing = [name for name in wanted.values() if name not in found.values()]
-    return {"unparked": list(found.values()), "not_found": missing}
+    out: dict[str, Any] = {"unparked": unparked, "not_found": missing}
+    if notes:
+        out["notes"] = notes
+    return out
 
 
-def delete(rt: Runtime, names: list[str], by: str) -> dict[str, list[str]]:
-    """Delete archive entries (the operator confirmed in the page)."""
-    deleted = []
+def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
+    """Mark archive entries deleted (the operator confirmed in the page): no longer listed; purge
+    removes them for good. A parked entry's parked message is deleted with it."""
+    deleted: list[str] = []
+    missing: list[str] = []
     for name in dict.fromkeys(names):
         doc = _entry(rt, name)
-        if doc is None:
+        outcome = parking.delete_entry(rt, name, doc, by)[0] if doc is not None else "not_found"
+        if outcome != parking.DELETED:
+            missing.append(name)
             continue
-        rt.archive.delete(name)
         deleted.append(name)
         logged("delete", by, doc.data.get("job_id"), entry=name)
-    return {"deleted": deleted}
+    return {"deleted": deleted, **({"not_found": missing} if missing else {})}
 
 
-def purge(rt: Runtime, older_than_days: float, by: str) -> dict[str, Any]:
-    names = poison.purge(rt, older_than_days)
-    logged("purge", by, None, older_than_days=older_than_days, purged=len(names))
-    return {"purged": names}
+def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -> dict[str, Any]:
+    """Start a purge operation (in the app, in steps): poison entries only, never parked ones,
+    edits, the audit or counters. Without the entry index: the old one-request purge of entries."""
+    if rt.entry_index is None:
+        names = poison.purge(rt, older_than_days, dry_run=dry_run)
+        logged("purge", by, None, older_than_days=older_than_days, purged=len(names))
+        return {"purged": names}
+    op = bulk.start(
+        rt,
+        "purge",
+        by,
+        states=list(bulk.PURGE_STATES),
+        older_than_days=older_than_days,
+        rate_per_s=0,
+        dry_run=dry_run,
+    )
+    logged("purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
+    return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
+
+
+def cancel_job(rt: Runtime, job_id: str, by: str, reason: str = "") -> dict[str, Any]:
+    """Ask to cancel a job, as the CLI does: poisoned at its next delivery (an offloaded run is
+    cancelled then)."""
+    try:
+        said = request_cancel(rt, job_id, by=by, reason=reason or "cancelled from the console")
+    except Conflict as exc:
+        raise ActionRefused(f"not cancelled: {exc}", status=409) from None
+    logged("cancel", by, job_id)
+    return {"id": job_id, "cancel_requested": True, "said": said}
+
+
+def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
+    """Start a bulk operation: {kind, names | state, rate, dry_run, older_than_days}."""
+    kind = str(body.get("kind", ""))
+    names = body.get("names")
+    state = body.get("state")
+    if names is not None:
+        names = names_of(names)
+    elif not isinstance(state, str) or not state:
+        raise ActionRefused("give names, or a state to select all entries in it", ["names|state: required"])
+    rate = body.get("rate", 50)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1000:
+        raise ActionRefused("rate: items per second in (0, 1000]", ["rate: items per second in (0, 1000]"])
+    days = body.get("older_than_days")
+    try:
+        op = bulk.start(
+            rt,
+            kind,
+            by,
+            names=names,
+            states=[state] if names is None and isinstance(state, str) else None,
+            older_than_days=float(days) if isinstance(days, int | float) else None,
+            rate_per_s=float(rate),
+            dry_run=bool(body.get("dry_run")),
+        )
+    except bulk.OpRefused as exc:
+        raise ActionRefused(str(exc), [str(exc)]) from None
+    logged("op_start", by, None, op=op["id"], kind=kind, dry_run=op["dry_run"])
+    return {"op": op["id"], "status": op["status"], "total": op["total"], "dry_run": op["dry_run"]}
+
+
+def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dict[str, Any]:
+    op_id = body.get("op")
+    if not isinstance(op_id, str) or not op_id:
+        raise ActionRefused("op: an operation id", ["op: an operation id"])
+    try:
+        data = bulk.cancel(rt, op_id, by) if change == "cancel" else bulk.resume(rt, op_id, by)
+    except bulk.OpRefused as exc:
+        raise ActionRefused(str(exc), [str(exc)], status=409) from None
+    logged(f"op_{change}", by, None, op=op_id)
+    return {"op": op_id, "status": data.get("status"), "step": data.get("step")}
 
 
 # -- edit before replay -----------------------------------------------------------------------
@@ -267,7 +322,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         raise ActionRefused(f"job {job_id} changed meanwhile; reload and try again", status=409) from None
     send_job(rt, env)
     for name, _ in entries:
-        set_state(rt.archive, name, "replayed", rt.clock())
+        set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
     logged("replay_edited", by, job_id, changes=changes, digest=digest)
     return {"id": job_id, "replayed": True, "changes": changes}
 
@@ -290,7 +345,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
     if not result.created:
         status = result.existing.status if result.existing else "unknown"
         raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
-    set_state(rt.archive, name, "replayed", rt.clock())
+    set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
     logged("replay_fixed", by, result.envelope.id, entry=name)
     return {"id": result.envelope.id, "replayed": True}
 

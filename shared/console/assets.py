@@ -73,6 +73,19 @@ async function purge() {
   if (!window.confirm('Delete archive entries older than ' + days + ' days?')) return;
   const r = await post('purge', {older_than_days: days});
   if (!r.ok) { say('purge failed: ' + (r.data.error || r.status), true); return; }
+  if (r.data.op) { location.href = BASE + '/ops/' + r.data.op; return; }
+  location.reload();
+}
+async function startOp(el) {
+  if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
+  const rate = parseFloat((document.getElementById('rate') || {}).value) || 10;
+  const r = await post('op-start', {kind: el.dataset.op, state: el.dataset.state, rate: rate, dry_run: el.dataset.dry === '1'});
+  if (!r.ok) { say(el.dataset.op + ' failed: ' + (r.data.error || r.status), true); return; }
+  location.href = BASE + '/ops/' + r.data.op;
+}
+async function opChange(el) {
+  const r = await post('op-' + el.dataset.op, {op: el.dataset.id});
+  if (!r.ok) { say(el.dataset.op + ' failed: ' + (r.data.error || r.status), true); return; }
   location.reload();
 }
 function showProblems(list) {
@@ -106,6 +119,16 @@ async function refreshOverview() {
   } catch (e) { /* the next refresh tries again */ }
 }
 if (document.getElementById('overview')) setInterval(refreshOverview, 5000);
+const OP = document.getElementById('op');
+if (OP && OP.dataset.running === '1') setTimeout(() => location.reload(), 2000);
+const LIVE = document.getElementById('live');
+if (LIVE && LIVE.dataset.running === '1') setTimeout(() => location.reload(), 3000);
+async function cancelJob(el) {
+  if (!window.confirm(el.dataset.confirm)) return;
+  const r = await post('cancel', {job_id: el.dataset.job});
+  if (!r.ok) { say('cancel failed: ' + (r.data.error || r.status), true); return; }
+  say(r.data.said);
+}
 const DOES = {
   'replay-selected': () => replaySelected(),
   'entries': el => entriesAction(el.dataset.op, el.dataset.table, el.dataset.confirm),
@@ -113,6 +136,9 @@ const DOES = {
   'edit': el => editAction(el.dataset.op),
   'pick-all': el => pickAll(el.dataset.table, el.checked),
   'fix': () => fixAction(),
+  'op': el => startOp(el),
+  'op-change': el => opChange(el),
+  'cancel-job': el => cancelJob(el),
 };
 document.addEventListener('click', e => {
   const el = e.target.closest('[data-do]');

@@ -124,13 +124,14 @@ def overview_page(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
     )
 
 
-def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str) -> str:
+def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reason_code: str = "") -> str:
     options = "".join(
         f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
     )
     form = (
         f"<form method=get action='{base}/jobs'>id <input name=id value='{escape(id_part)}'> "
         f"status <select name=status>{options}</select> kind <input name=kind value='{escape(kind)}' size=10> "
+        f"reason code <input name=reason_code value='{escape(reason_code)}' size=12> "
         "<button>Find</button></form>"
     )
     rows = "".join(
@@ -138,15 +139,22 @@ def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str) -> st
         f"<td>{escape(r.kind)}</td><td>{escape(r.created_at)}</td><td>{escape(r.updated_at)}</td></tr>"
         for r in page.rows
     )
-    query = {"status": status, "kind": kind, "id": id_part}
+    query = {"status": status, "kind": kind, "id": id_part, "reason_code": reason_code}
 
-    def link(n: int, text: str) -> str:
-        return f"<a href='{base}/jobs?{escape(urlencode({**query, 'page': n}))}'>{text}</a>"
+    def link(n: int, text: str, token: str = "") -> str:
+        extra = {"token": token} if token else {}
+        return f"<a href='{base}/jobs?{escape(urlencode({**query, 'page': n, **extra}))}'>{text}</a>"
 
     pager = (
-        (link(page.page - 1, "← newer") + " " if page.page > 1 else "")
-        + f"page {page.page} of {page.pages} ({page.total} jobs)"
-        + (" " + link(page.page + 1, "older →") if page.page < page.pages else "")
+        (link(1, "newest") + " · " if page.page > 1 else "")
+        + f"page {page.page}"
+        + (" · " + link(page.page + 1, "older →", page.next_token) if page.next_token else "")
+        if page.pages < 0
+        else (
+            (link(page.page - 1, "← newer") + " " if page.page > 1 else "")
+            + f"page {page.page} of {page.pages} ({page.total} jobs)"
+            + (" " + link(page.page + 1, "older →") if page.page < page.pages else "")
+        )
     )
     return (
         f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th><th>status</th><th>kind</th><th>created</th>"
@@ -194,10 +202,24 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             if last and not reason
             else ""
         )
-        + f"</p><h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
+        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
         f"<h2>Record</h2><pre id=record>{escape(json.dumps(record, indent=2))}</pre>"
+    )
+
+
+LIVE_STATUSES = ("queued", "in_progress", "retry_scheduled", "offloaded")
+
+
+def _live(status: str, job_id: str) -> str:
+    """While the job can still change: the page reloads itself, and it can be cancelled."""
+    if status not in LIVE_STATUSES:
+        return ""
+    return (
+        f"<p id=live data-running=1 class=muted>refreshing every 3 s while the job is {escape(status)} "
+        f"<button id=cancel-job data-do=cancel-job data-job='{escape(job_id)}' "
+        "data-confirm='Cancel this job? It is poisoned at its next delivery.'>Cancel job</button></p>"
     )
 
 
@@ -233,14 +255,35 @@ def poison_page(view: PoisonView, base: str) -> str:
         f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
         for m in view.on_queue
     )
+    more = ""
+    if view.next_archived:
+        more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({'after': view.next_archived}))}'>next page →</a>"
+    if view.next_parked:
+        more += f" <a id=more-parked href='{base}/poison?{escape(urlencode({'after_parked': view.next_parked}))}'>more parked →</a>"
+    shown = f"{len(view.archived)} on this page" if view.paged else str(len(view.archived))
+    bulk_row = (
+        "<p>all listed entries, in the app at the rate above: "
+        "<button id=replay-all-dry data-do=op data-op=replay data-state=poisoned data-dry=1>Count (dry run)</button>"
+        "<button id=replay-all data-do=op data-op=replay data-state=poisoned "
+        "data-confirm='Replay every listed entry?'>Replay all listed</button></p>"
+        if view.paged
+        else ""
+    )
     return (
-        f"<h2>Archived ({len(view.archived)})</h2>"
+        f"<h2>Archived ({shown})</h2>{more and '<p>' + more + '</p>'}"
         "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"
         "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
         "<p><button id=park data-do=entries data-op=park data-table=archived>Park selected</button>"
         "<button id=delete data-do=entries data-op=delete data-table=archived "
         "data-confirm='Delete {n} archive entries for good?'>Delete selected</button> "
         "purge older than <input id=days value=30 size=3> days <button id=purge data-do=purge>Purge</button></p>"
+        + bulk_row
+        + (
+            f"<p>export listed entries: <a id=export-csv href='{base}/data/poison.csv'>CSV</a> · "
+            f"<a id=export-json href='{base}/data/poison.json'>JSON</a> (1,000 a file; `after` pages on)</p>"
+            if view.paged
+            else ""
+        )
         + _entries_table("archived", view.archived, base)
         + f"<h2>Parked ({len(view.parked)})</h2>"
         "<p><button id=unpark data-do=entries data-op=unpark data-table=parked>Unpark selected</button></p>"
@@ -272,6 +315,37 @@ def entry_page(view: EntryView) -> str:
         f"<p>state <b id=entry-state>{escape(str(entry.get('state', '')))}</b> · "
         f"{int(entry.get('body_bytes') or 0)} bytes · reason <span id=reason class=bad>"
         f"{escape(str(entry.get('reason', '')))}</span></p><h2>Body</h2>{shown}{editor}"
+    )
+
+
+def op_page(op: Mapping[str, Any]) -> str:
+    """A bulk operation's progress, counts and failures (the page refreshes itself while it runs)."""
+    total = op.get("total")
+    counts = "".join(
+        f"<tr><td>{escape(str(k))}</td><td data-count='{escape(str(k))}'>{int(v)}</td></tr>"
+        for k, v in sorted((op.get("counts") or {}).items())
+    )
+    failures = "".join(
+        f"<tr><td>{escape(str(f.get('name')))}</td><td>{escape(str(f.get('outcome')))}</td>"
+        f"<td>{escape(str(f.get('reason')))}</td></tr>"
+        for f in op.get("failures") or []
+    )
+    running = op.get("status") == "running"
+    buttons = (
+        f"<button id=op-cancel data-do=op-change data-op=cancel data-id='{escape(str(op.get('id')))}'>Cancel</button>"
+        f"<button id=op-resume data-do=op-change data-op=resume data-id='{escape(str(op.get('id')))}'>Resume</button>"
+        if running
+        else ""
+    )
+    return (
+        f"<p id=op data-status='{escape(str(op.get('status')))}' data-running='{int(running)}'>"
+        f"{escape(str(op.get('kind')))}{' (dry run)' if op.get('dry_run') else ''} by {escape(str(op.get('by')))} "
+        f"· <b id=op-status>{escape(str(op.get('status')))}</b> · <span id=op-done>{int(op.get('done') or 0)}</span>"
+        f"{' of ' + str(int(total)) if total is not None else ''} done · step {int(op.get('step') or 0)} "
+        f"· updated {escape(str(op.get('updated_at')))}</p>{buttons}"
+        f"<h2>Results</h2><table id=op-counts>{counts}</table>"
+        f"<h2>Not done ({len(op.get('failures') or [])})</h2><table id=op-failures>"
+        f"<tr><th>entry</th><th>outcome</th><th>reason</th></tr>{failures}</table>"
     )
 
 

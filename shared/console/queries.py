@@ -11,18 +11,22 @@
 from __future__ import annotations
 
 import base64
+import csv
+import io
 import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
 from shared import jsontext, metrics, poison
+from shared.entry_index import EntryRow
 from shared.limits import BlobTooLarge, read_capped
-from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.runtime import Runtime
 
 LIST_PAGE = 5000
@@ -79,6 +83,7 @@ class JobRow:
     kind: str
     created_at: str
     updated_at: str
+    reason_code: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,9 @@ class Page:
     rows: list[JobRow]
     page: int
     pages: int
+    """-1 when paged by the index (the total is not counted: that would cost the history)."""
     total: int
+    next_token: str = ""
 
 
 def rows_from_listing(items: Iterable[Any]) -> list[JobRow]:
@@ -162,8 +169,22 @@ SNAPSHOTS = JobSnapshots()
 
 
 def jobs_page(
-    rt: Runtime, status: str = "", kind: str = "", id_part: str = "", page: int = 1, fresh: bool = False
+    rt: Runtime,
+    status: str = "",
+    kind: str = "",
+    id_part: str = "",
+    page: int = 1,
+    fresh: bool = False,
+    token: str = "",
+    reason_code: str = "",
 ) -> Page:
+    """A page of jobs, newest first. With the jobs index: one query or a few (O(page)), paged by
+    `token`; `id_part` is an id prefix there (the routes find a whole id by one read). Without an
+    index (no table endpoint): the ledger's listing, kept as a snapshot."""
+    if rt.job_index is not None:
+        found = rt.job_index.page(status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part)
+        rows = [JobRow(r.id, r.status, r.kind, r.created_at, r.updated_at, r.reason_code) for r in found.rows]
+        return Page(rows, max(1, page), -1, -1, found.next_token or "")
     rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
     return paginate(filter_rows(rows, status, kind, id_part), page)
 
@@ -327,16 +348,67 @@ class PoisonView:
     archived: list[poison.PoisonEntry]
     parked: list[poison.PoisonEntry]
     on_queue: list[dict[str, Any]]
+    next_archived: str = ""
+    """The RowKey the next page of listed entries starts after ("" when this is the last)."""
+    next_parked: str = ""
+    paged: bool = False
 
 
-def poison_view(rt: Runtime) -> PoisonView:
-    """Archived entries (one read each), parked ones, and up to 32 messages still on the poison queue."""
+def entry_of(row: EntryRow, now: datetime) -> poison.PoisonEntry:
+    age = (now - datetime.fromisoformat(row.archived_at)).total_seconds() if row.archived_at else 0.0
+    return poison.PoisonEntry(
+        row.name,
+        row.job_id or None,
+        row.state,
+        row.reason,
+        row.archived_at,
+        row.attempts,
+        row.body_bytes,
+        age,
+    )
+
+
+def poison_view(rt: Runtime, after: str = "", after_parked: str = "", size: int = PAGE_SIZE) -> PoisonView:
+    """With the entry index: a page of listed entries, a page of parked ones (one query each) and
+    up to 32 messages still on the poison queue (one peek). Without: every entry, one read each."""
+    if rt.entry_index is not None:
+        now = rt.clock()
+        listed = rt.entry_index.page(LISTED_STATE, after, size)
+        parked = rt.entry_index.page(PARKED, after_parked, size)
+        return PoisonView(
+            archived=[entry_of(r, now) for r in listed],
+            parked=[entry_of(r, now) for r in parked],
+            on_queue=poison.peek_poison_queue(rt),
+            next_archived=listed[-1].key if len(listed) == size else "",
+            next_parked=parked[-1].key if len(parked) == size else "",
+            paged=True,
+        )
     entries = poison.list_poisoned(rt, include_done=True)
     return PoisonView(
         archived=[e for e in entries if e.state == "poisoned"],
         parked=[e for e in entries if e.state == PARKED],
         on_queue=poison.peek_poison_queue(rt),
     )
+
+
+EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts", "body_bytes")
+
+
+def export_entries(rt: Runtime, state: str, after: str = "", limit: int = 1000) -> list[dict[str, Any]]:
+    """Up to `limit` (<= 1,000) entries of a state from the entry index, newest first, after a
+    RowKey; each row carries `key` (the next export's `after`). Empty without the index."""
+    if rt.entry_index is None:
+        return []
+    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)))
+    return [{**{f: getattr(r, f) for f in EXPORT_FIELDS}, "key": r.key} for r in rows]
+
+
+def as_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[*EXPORT_FIELDS, "key"], extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 PARKED = "parked"

@@ -2,7 +2,8 @@
 
 Pages: `` (overview), `jobs`, `jobs/<id>`, `jobs/<id>/result`, `poison`; `fragment/overview` (the
 refreshed charts); JSON: `data/overview`, `data/jobs`, `data/jobs/<id>`, `data/poison`; changes
-(POST, CSRF token): `action/<replay|park|unpark|delete|purge|validate|replay-edited>`.
+(POST, CSRF token): `action/<replay|park|unpark|delete|purge|validate|replay-edited|op-start|op-cancel|
+op-resume>`; bulk operations: `ops/<id>` (page) and `data/ops/<id>` (progress, per-item results).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from shared.console.security import (
 )
 from shared.envelope import ID_RE
 from shared.errors import SettingsError, StorageThrottled
+from shared.poison import bulk
 from shared.runtime import Runtime, get_runtime
 
 log = logging.getLogger("jobs.console")
@@ -172,9 +174,20 @@ def _get(call: Call) -> func.HttpResponse:
                 status_code=303, headers={"Location": f"{call.base}/jobs/{quote(id_part)}"}
             )
         page = queries.jobs_page(
-            rt, status, kind, id_part, _int(params.get("page"), 1), params.get("fresh") == "1"
+            rt,
+            status,
+            kind,
+            id_part,
+            _int(params.get("page"), 1),
+            params.get("fresh") == "1",
+            token=params.get("token", ""),
+            reason_code=params.get("reason_code", ""),
         )
-        return _html(call, "Jobs", pages.jobs_page(page, call.base, status, kind, id_part))
+        return _html(
+            call,
+            "Jobs",
+            pages.jobs_page(page, call.base, status, kind, id_part, params.get("reason_code", "")),
+        )
     if parts[0] == "jobs" and len(parts) in (2, 3) and ID_RE.match(parts[1]):
         job_id = parts[1]
         if len(parts) == 3 and parts[2] == "result":
@@ -188,7 +201,13 @@ def _get(call: Call) -> func.HttpResponse:
             return _html(call, f"Job {job_id}", pages.message_page(f"job {job_id} is unknown"), 404)
         return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
     if parts == ["poison"]:
-        return _html(call, "Poison", pages.poison_page(queries.poison_view(rt), call.base))
+        listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
+        return _html(call, "Poison", pages.poison_page(listed, call.base))
+    if len(parts) == 2 and parts[0] == "ops":
+        op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
+        if op is None:
+            return _html(call, "Operation", pages.message_page(f"no operation {parts[1]}"), 404)
+        return _html(call, f"Operation {parts[1]}", pages.op_page(op))
     if parts == ["poison", "entry"]:
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
@@ -207,6 +226,8 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             params.get("kind", ""),
             params.get("id", ""),
             _int(params.get("page"), 1),
+            token=params.get("token", ""),
+            reason_code=params.get("reason_code", ""),
         )
         return _json(200, dataclasses.asdict(page))
     if len(parts) == 2 and parts[0] == "jobs" and ID_RE.match(parts[1]):
@@ -215,7 +236,22 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             return _json(404, {"error": f"job {parts[1]} is unknown"})
         return _json(200, dataclasses.asdict(view))
     if parts == ["poison"]:
-        return _json(200, dataclasses.asdict(queries.poison_view(rt)))
+        listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
+        return _json(200, dataclasses.asdict(listed))
+    if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
+        state = params.get("state", "poisoned")
+        rows = queries.export_entries(rt, state, params.get("after", ""), _int(params.get("limit"), 1000))
+        if parts == ["poison.json"]:
+            return _json(200, rows)
+        return func.HttpResponse(
+            queries.as_csv(rows),
+            status_code=200,
+            mimetype="text/csv",
+            headers={"Content-Disposition": f"attachment; filename=poison-{quote(state)}.csv"},
+        )
+    if len(parts) == 2 and parts[0] == "ops":
+        op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
+        return _json(200, op) if op is not None else _json(404, {"error": f"no operation {parts[1]}"})
     if parts == ["entry"]:
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
@@ -298,6 +334,13 @@ def _entry_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
     return name, text
 
 
+def _job_id(body: Mapping[str, Any]) -> str:
+    job_id = body.get("job_id")
+    if not isinstance(job_id, str) or not ID_RE.match(job_id):
+        raise actions.ActionRefused("job_id: a job id", ["job_id: a job id"])
+    return job_id
+
+
 def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
     job_id, text = _job_and_text(body)
     checked = actions.check_edit(rt, job_id, text)
@@ -309,7 +352,11 @@ ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] 
     "park": lambda rt, b, by: actions.park(rt, actions.names_of(b.get("names")), by),
     "unpark": lambda rt, b, by: actions.unpark(rt, actions.names_of(b.get("names")), by),
     "delete": lambda rt, b, by: actions.delete(rt, actions.names_of(b.get("names")), by),
-    "purge": lambda rt, b, by: actions.purge(rt, _days(b), by),
+    "purge": lambda rt, b, by: actions.purge(rt, _days(b), by, dry_run=bool(b.get("dry_run"))),
+    "op-start": actions.start_op,
+    "cancel": lambda rt, b, by: actions.cancel_job(rt, _job_id(b), by, str(b.get("reason") or "")),
+    "op-cancel": lambda rt, b, by: actions.op_change(rt, b, by, "cancel"),
+    "op-resume": lambda rt, b, by: actions.op_change(rt, b, by, "resume"),
     "validate": _validate,
     "replay-edited": lambda rt, b, by: actions.replay_edited(rt, *_job_and_text(b), by),
     "replay-fixed": lambda rt, b, by: actions.replay_fixed(rt, *_entry_and_text(b), by),

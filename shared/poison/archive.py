@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.documents import Conflict, DocumentStore
+from shared.documents import Conflict, Document, DocumentStore
+from shared.entry_index import EntryIndex, best_effort, index_key
 from shared.envelope import body_digest, isoformat
 
 JOBS_PREFIX = "jobs/"
@@ -100,11 +101,15 @@ def new_entry(
     }
 
 
-def write_entry(archive: DocumentStore, entry: dict[str, Any]) -> str:
-    """Create the entry; when it exists (the same body archived again), merge into it. Its name."""
+def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex | None = None) -> str:
+    """Create the entry; when it exists (the same body archived again), merge into it (its index
+    row follows it). Its name."""
     name = entry_name(entry["job_id"], entry["digest"], bool(entry.get("owned", entry.get("parsed", True))))
+    entry = {**entry, "index_key": index_key(name, entry)}
     try:
         archive.create(name, entry)
+        if index is not None:
+            best_effort(name, index.put, entry)
         return name
     except Conflict:
         pass
@@ -113,28 +118,52 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any]) -> str:
         if old is None:
             try:
                 archive.create(name, entry)
+                if index is not None:
+                    best_effort(name, index.put, entry)
                 return name
             except Conflict:
                 continue
-        merged = {**entry, "events": (old.data.get("events") or []) + entry["events"]}
+        merged = {
+            **entry,
+            "index_key": index_key(name, old.data),
+            "events": (old.data.get("events") or []) + entry["events"],
+        }
         try:
             archive.replace(name, old, merged)
+            if index is not None:
+                best_effort(name, index.move, old.data, merged)
             return name
         except Conflict:
             continue
     raise Conflict(f"archive entry {name} kept changing")
 
 
-def set_state(archive: DocumentStore, name: str, state: str, now: datetime) -> None:
-    """Mark an entry (replayed, skipped_completed, ...); a concurrent change is retried."""
+def set_state(
+    archive: DocumentStore,
+    name: str,
+    state: str,
+    now: datetime,
+    index: EntryIndex | None = None,
+    by: str | None = None,
+    current: Document | None = None,
+) -> dict[str, Any] | None:
+    """Mark an entry (replayed, skipped_completed, parked, ...) and move its index row; a
+    concurrent change is retried. `current`: the entry as just read (saves the first read). The
+    entry as written, or None when there is none."""
     for _ in range(5):
-        old = archive.read(name)
+        old, current = current or archive.read(name), None
         if old is None:
-            return
-        data = {**old.data, "state": state}
-        data["events"] = [*(old.data.get("events") or []), {"at": isoformat(now), "event": state}]
+            return None
+        data = {**old.data, "state": state, "index_key": index_key(name, old.data)}
+        event: dict[str, Any] = {"at": isoformat(now), "event": state}
+        if by:
+            event["by"] = by
+        data["events"] = [*(old.data.get("events") or []), event]
         try:
             archive.replace(name, old, data)
-            return
         except Conflict:
             continue
+        if index is not None:
+            best_effort(name, index.move, old.data, data)
+        return data
+    return None

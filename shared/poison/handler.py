@@ -176,7 +176,7 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
         record=record.data if record else None,
         owned=owned,
     )
-    name = write_entry(rt.archive, entry)
+    name = write_entry(rt.archive, entry, rt.entry_index)
     if verdict.recheck_at is not None and env is not None:
         delay = max(1, math.ceil((verdict.recheck_at - now).total_seconds()) + 1)
         rt.jobs_queue.send_message(encode_json(env), visibility_timeout=delay, time_to_live=NEVER_EXPIRE)

@@ -12,11 +12,12 @@ from typing import Any
 
 from shared import ledger
 from shared.documents import Conflict
+from shared.entry_index import best_effort
 from shared.envelope import best_effort_id, parse_body
 from shared.errors import EnvelopeError
 from shared.ledger import Facts
 from shared.observability import log_decision
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, reason_name, set_state
 from shared.runtime import Runtime
 from shared.submit import send_job
 
@@ -175,16 +176,29 @@ def replay_one(rt: Runtime, job_id: str, names: list[str], dry_run: bool = False
 
 def _mark(rt: Runtime, names: list[str], state: str) -> None:
     for name in names:
-        set_state(rt.archive, name, state, rt.clock())
+        set_state(rt.archive, name, state, rt.clock(), rt.entry_index)
 
 
 def purge(rt: Runtime, older_than_days: float, dry_run: bool = False) -> list[str]:
-    """Delete archive entries (and recorded reasons) older than N days. Returns their names."""
+    """Delete poison entries (jobs/ and unparsed/, with their recorded reasons and index rows)
+    older than N days, parked ones excepted. Edits, operations, counters and the reasons of entries
+    kept are never touched. Lists the entries (the CLI's and API's purge; the console runs it as a
+    bulk operation over the entry index). Returns the names deleted."""
     cutoff = rt.clock() - timedelta(days=older_than_days)
-    doomed = [name for name, modified in rt.archive.names("") if modified and modified < cutoff]
-    if not dry_run:
-        for name in doomed:
-            rt.archive.delete(name)
+    doomed = []
+    for prefix in (JOBS_PREFIX, UNPARSED_PREFIX):
+        for name, modified in rt.archive.names(prefix):
+            if not modified or modified >= cutoff:
+                continue
+            doc = rt.archive.read(name)
+            if doc is None or doc.data.get("state") == "parked":
+                continue
+            doomed.append(name)
+            if not dry_run:
+                rt.archive.delete(name)
+                rt.archive.delete(reason_name(str(doc.data.get("digest"))))
+                if rt.entry_index is not None:
+                    best_effort(name, rt.entry_index.remove, doc.data)
     return doomed
 
 

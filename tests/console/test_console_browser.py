@@ -302,7 +302,7 @@ def test_replay_of_50_at_a_rate_shows_progress_and_moves_each_once(stack: Stack,
     assert {(cells[1].text, cells[2].text) for cells in listed} == {("poisoned", "fault")}
     created = [cells[3].text for cells in listed]
     assert created == sorted(created, reverse=True), "newest first"
-    assert "page 1 of 1 (50 jobs)" in browser.page_source
+    assert "page 1" in browser.page_source  # paged by the jobs index: no total is counted
 
     browser.get(f"{stack.console}/poison")
     for job in jobs:

@@ -11,9 +11,11 @@ import pytest
 from devstack.azurite import Azurite
 from shared.console import actions, queries
 from shared.envelope import isoformat, utcnow
+from shared.poison import bulk
 from shared.processing import process_message
 from shared.runtime import Runtime
 from tests.integration.helpers import message, queue_length, runtime_for
+from tests.integration.ops_helpers import take_steps
 from tests.integration.test_poison import drain_jobs, run_poison_trigger
 
 pytestmark = pytest.mark.integration
@@ -93,9 +95,14 @@ def test_delete_and_purge_from_the_console(rt: Runtime) -> None:
     with pytest.raises(actions.ActionRefused):
         actions.delete(rt, ["ledger/d1.json"], "t")
     assert actions.delete(rt, [a], "t") == {"deleted": [a]}
-    assert actions.purge(rt, 1.0, "t") == {"purged": []}
-    assert b in actions.purge(rt, 0.0, "t")["purged"]
-    assert queries.poison_view(rt).archived == []
+    assert [e.name for e in queries.poison_view(rt).archived] == [b], "deleted: no longer listed"
+    op = actions.purge(rt, 1.0, "t")  # a purge is an operation the app carries out in steps
+    take_steps(rt)
+    assert bulk.read(rt, op["op"])["counts"] == {} and rt.archive.read(b) is not None
+    op = actions.purge(rt, 0.0, "t")
+    take_steps(rt)
+    assert bulk.read(rt, op["op"])["counts"] == {"purged": 2}
+    assert queries.poison_view(rt).archived == [] and rt.archive.read(a) is None
 
 
 def test_the_jobs_page_reads_the_listing_metadata_of_real_ledger_writes(rt: Runtime) -> None:

@@ -1,0 +1,236 @@
+"""The jobs index: one Table entity per job, in one table per UTC day of creation.
+
+Table `<ledger container, letters and digits><YYYYMMDD>`, PartitionKey `j`, RowKey newest-first (`shared/index_keys.newest_first`),
+properties status, kind, reason code, reason, created_at, updated_at. A page is one query with
+`$top` and a server-side filter (status, kind, reason code) on the newest day, continuing into older
+days: O(page), whatever the history. A day per table keeps each query to one day's jobs on Azurite
+(it scans a table per query) and makes retention a table delete.
+
+The ledger's store is wrapped (`IndexedStore`): every record write except a claim (`in_progress`)
+upserts the job's entity after the ledger write, so the happy path adds one request (at completion).
+A running job therefore shows its last indexed status (queued) in lists; its own page reads the ledger.
+The index is a view: a failed index write is logged, never fails the ledger write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableServiceClient, UpdateMode
+
+from shared.documents import Document, DocumentStore, TagQuery
+from shared.index_keys import clip, day_of, decode_token, encode_token, newest_first, quoted
+
+log = logging.getLogger("jobs.index")
+PARTITION = "j"
+NOT_INDEXED = frozenset({"in_progress"})
+"""Statuses whose write does not touch the index (a claim): the happy path pays one index write."""
+DAYS_TTL_S = 10.0
+MAX_QUERIES = 8
+"""Queries one page may take at most (a filter matching nothing old stops there with a token)."""
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    id: str
+    status: str
+    kind: str
+    created_at: str
+    updated_at: str
+    reason_code: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class IndexPage:
+    rows: list[IndexRow]
+    next_token: str | None
+    queries: int
+
+
+def should_index(data: Mapping[str, Any]) -> bool:
+    return isinstance(data.get("id"), str) and str(data.get("status", "")) not in NOT_INDEXED
+
+
+def entity_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's index entity (pure)."""
+    created = str(data.get("created_at") or "")
+    return {
+        "PartitionKey": PARTITION,
+        "RowKey": newest_first(created, str(data["id"])),
+        "id": str(data["id"]),
+        "status": clip(data.get("status"), 32),
+        "kind": clip(data.get("kind"), 64),
+        "reason_code": clip(data.get("reason_code") or "", 64),
+        "reason": clip(data.get("reason") or data.get("error") or ""),
+        "created_at": created,
+        "updated_at": clip(data.get("updated_at") or "", 40),
+    }
+
+
+def row_of(entity: Mapping[str, Any]) -> IndexRow:
+    return IndexRow(
+        id=str(entity.get("id", "")),
+        status=str(entity.get("status", "")),
+        kind=str(entity.get("kind", "")),
+        created_at=str(entity.get("created_at", "")),
+        updated_at=str(entity.get("updated_at", "")),
+        reason_code=str(entity.get("reason_code", "")),
+        reason=str(entity.get("reason", "")),
+    )
+
+
+def query_filter(status: str = "", kind: str = "", reason_code: str = "", id_prefix: str = "") -> str:
+    """The OData filter of a page; an id prefix is a range (ids are letters, digits and `._:-`,
+    all below `~`)."""
+    parts = [f"PartitionKey eq {quoted(PARTITION)}"]
+    for name, value in (("status", status), ("kind", kind), ("reason_code", reason_code)):
+        if value:
+            parts.append(f"{name} eq {quoted(value)}")
+    if id_prefix:
+        parts.append(f"id ge {quoted(id_prefix)} and id lt {quoted(id_prefix + '~')}")
+    return " and ".join(parts)
+
+
+class JobIndex:
+    """Reads and writes the per-day job tables."""
+
+    def __init__(
+        self, service: TableServiceClient, prefix: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.service = service
+        self.prefix = prefix
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._known: set[str] = set()
+        self._days: tuple[float, list[str]] | None = None
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put(self, data: Mapping[str, Any]) -> None:
+        """Upsert the job's entity (creating its day's table on first use)."""
+        entity = entity_of(data)
+        name = self.table_name(day_of(entity["created_at"]))
+        client = self.service.get_table_client(name)
+        try:
+            client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        except ResourceNotFoundError:
+            self.ensure_table(name)
+            client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def table_name(self, day: str) -> str:
+        return f"{self.prefix}{day}"
+
+    def ensure_table(self, name: str) -> None:
+        if name in self._known:
+            return
+        with contextlib.suppress(ResourceExistsError):
+            self.service.create_table(name)
+        with self._lock:
+            self._known.add(name)
+            self._days = None
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def days(self, fresh: bool = False) -> list[str]:
+        """Days that have a table, newest first (one listing, kept `DAYS_TTL_S`)."""
+        with self._lock:
+            if self._days and not fresh and self.clock() - self._days[0] < DAYS_TTL_S:
+                return self._days[1]
+        low, high = f"{self.prefix}0", f"{self.prefix}9~"
+        names = [
+            t.name
+            for t in self.service.query_tables(f"TableName ge {quoted(low)} and TableName lt {quoted(high)}")
+        ]
+        cut = len(self.prefix)
+        days = sorted((n[cut:] for n in names if n[cut:].isdigit() and len(n) == cut + 8), reverse=True)
+        with self._lock:
+            self._days = (self.clock(), days)
+        return days
+
+    def page(
+        self,
+        status: str = "",
+        kind: str = "",
+        reason_code: str = "",
+        token: str | None = None,
+        size: int = 50,
+        until_day: str = "",
+        id_prefix: str = "",
+    ) -> IndexPage:
+        """Up to `size` jobs newest first from `token` on (None: the newest), and the next token."""
+        where = query_filter(status, kind, reason_code, id_prefix)
+        at = decode_token(token) or {}
+        days = [d for d in self.days() if (not until_day or d <= until_day)]
+        start = str(at.get("day") or (days[0] if days else ""))
+        cont: Any = at.get("cont")
+        rows: list[IndexRow] = []
+        queries = 0
+        older = [d for d in days if d <= start]
+        for i, day in enumerate(older):
+            while True:
+                if queries >= MAX_QUERIES:
+                    return IndexPage(rows, encode_token({"day": day, "cont": cont}), queries)
+                pager = (
+                    self.service.get_table_client(self.table_name(day))
+                    .query_entities(where, results_per_page=size - len(rows))
+                    .by_page(continuation_token=cont)
+                )
+                got = list(next(pager, []))
+                queries += 1
+                rows.extend(row_of(e) for e in got[: size - len(rows)])
+                cont = getattr(pager, "continuation_token", None)
+                if len(rows) >= size:
+                    if cont:
+                        return IndexPage(rows, encode_token({"day": day, "cont": cont}), queries)
+                    following = older[i + 1] if i + 1 < len(older) else None
+                    return IndexPage(rows, encode_token({"day": following}) if following else None, queries)
+                if not cont:
+                    break
+            cont = None
+        return IndexPage(rows, None, queries)
+
+
+class IndexedStore:
+    """A `DocumentStore` (the ledger's) whose writes also upsert the job index, after the write."""
+
+    def __init__(self, inner: DocumentStore, index: JobIndex) -> None:
+        self.inner = inner
+        self.index = index
+
+    def _indexed(self, doc: Document) -> Document:
+        if should_index(doc.data):
+            try:
+                self.index.put(doc.data)
+            except AzureError as exc:  # a view: the ledger write stands
+                log.warning("job %s: index not updated (%s)", doc.data.get("id"), exc.__class__.__name__)
+        return doc
+
+    def read(self, name: str) -> Document | None:
+        return self.inner.read(name)
+
+    def create(self, name: str, data: dict[str, Any]) -> Document:
+        return self._indexed(self.inner.create(name, data))
+
+    def replace(self, name: str, current: Document, data: dict[str, Any]) -> Document:
+        return self._indexed(self.inner.replace(name, current, data))
+
+    def upsert(self, name: str, data: dict[str, Any]) -> Document:
+        return self._indexed(self.inner.upsert(name, data))
+
+    def delete(self, name: str) -> None:
+        self.inner.delete(name)
+
+    def names(self, prefix: str) -> Iterator[tuple[str, datetime | None]]:
+        return self.inner.names(prefix)
+
+    def find(self, query: TagQuery) -> Iterator[str]:
+        return self.inner.find(query)

@@ -1,0 +1,385 @@
+"""Bulk operations on the poison archive, carried out by the app in bounded steps.
+
+An operation is a document `ops/<id>.json` in the archive container and a chain of messages on
+`<jobs queue>-ops`, one per step: `{"op": id, "step": n}`. A step (the `run_op_step` trigger) reads
+the document, takes at most `step_size` items from where the last step stopped (a cursor into an
+explicit list of entry names, or the RowKey reached in the entry index of a state), applies the
+operation to each, sends the next step's message (delayed to keep the rate), then records the
+progress with a conditional write. A message whose step is not the document's is ignored, so a
+redelivered or duplicated message never runs a step twice; a crash before the progress write makes
+the host redeliver the step, which redoes only idempotent work (an entry already replayed by this
+operation counts as replayed; a job already queued again is never sent twice). The trigger message
+itself is never touched (the host owns its pop receipt). `resume` re-sends the current step of an
+operation whose chain broke (its messages poisoned); `cancel` stops it at the next step.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from shared import ledger
+from shared.documents import Conflict, Document
+from shared.entry_index import EntryRow
+from shared.envelope import decode_message, isoformat, parse_body
+from shared.errors import EnvelopeError
+from shared.index_keys import newest_first
+from shared.ledger import Facts
+from shared.messages import NEVER_EXPIRE, QueueMessageLike
+from shared.observability import log_decision
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, REASONS_PREFIX, UNPARSED_PREFIX, set_state
+from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
+from shared.runtime import Runtime, get_runtime
+from shared.submit import send_job
+
+log = logging.getLogger("jobs.ops")
+OPS_PREFIX = "ops/"
+KINDS = ("replay", "purge", "park", "unpark", "delete")
+PURGE_STATES = (
+    LISTED_STATE,
+    "replayed",
+    "deleted",
+    "skipped_completed",
+    "duplicate_of_completed",
+    "stale",
+    "rechecked",
+)
+"""States purge deletes from; `parked` is never among them (parked entries stay until unparked or
+deleted explicitly)."""
+STEP_ITEMS = 100
+STEP_THREADS = 16
+"""Entries of a step applied at once (each is independent: its own entry, its own job)."""
+FAILURES_KEPT = 500
+
+
+class OpRefused(Exception):
+    """An operation that cannot start or change as asked."""
+
+
+def ops_queue_name(jobs_queue: str) -> str:
+    return f"{jobs_queue}-ops"
+
+
+def op_name(op_id: str) -> str:
+    return f"{OPS_PREFIX}{op_id}.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one step does (pure): how many items, and how long to wait before the next."""
+
+    size: int
+    delay_s: int
+
+
+def step_plan(rate_per_s: float, done_in_s: float = 0.0, items: int = 0, max_items: int = STEP_ITEMS) -> Plan:
+    """At most `max_items`, about one second's worth at `rate_per_s`; the next step waits what the
+    rate still asks for after this one took `done_in_s` for `items`."""
+    size = max(1, min(max_items, math.floor(rate_per_s))) if rate_per_s > 0 else max_items
+    wait = (items / rate_per_s - done_in_s) if rate_per_s > 0 else 0.0
+    return Plan(size, max(0, math.ceil(wait)))
+
+
+# -- starting, cancelling, reading -------------------------------------------------------------
+
+
+def start(
+    rt: Runtime,
+    kind: str,
+    by: str,
+    *,
+    names: list[str] | None = None,
+    states: list[str] | None = None,
+    older_than_days: float | None = None,
+    rate_per_s: float = 50.0,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Create the operation and send its first step: two requests, whatever its size."""
+    if kind not in KINDS:
+        raise OpRefused(f"unknown operation {kind!r}; known: {', '.join(KINDS)}")
+    if names is None and not states:
+        raise OpRefused("give entry names or states to select entries")
+    if names is not None and not all(n.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) for n in names):
+        raise OpRefused("names must be poison archive entries (jobs/... or unparsed/...)")
+    if kind == "purge" and states and PARKED in states:
+        raise OpRefused("purge never deletes parked entries: unpark or delete them first")
+    now = rt.clock()
+    op_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    doc = {
+        "id": op_id,
+        "kind": kind,
+        "by": by,
+        "created_at": isoformat(now),
+        "updated_at": isoformat(now),
+        "dry_run": dry_run,
+        "rate_per_s": rate_per_s,
+        "names": list(dict.fromkeys(names)) if names is not None else None,
+        "states": states,
+        "older_than_days": older_than_days,
+        "cursor": {"i": 0, "state": 0, "after": ""},
+        "step": 1,
+        "status": "running",
+        "total": len(set(names)) if names is not None else None,
+        "done": 0,
+        "counts": {},
+        "failures": [],
+        "recent": [],
+    }
+    rt.archive.create(op_name(op_id), doc)
+    send_step(rt, op_id, 1, 0)
+    log_decision("op_started", None, op=op_id, kind=kind, by=by, dry_run=dry_run)
+    return doc
+
+
+def send_step(rt: Runtime, op_id: str, step: int, delay_s: int) -> None:
+    rt.storage.queue(ops_queue_name(rt.settings.jobs_queue)).send_message(
+        json.dumps({"op": op_id, "step": step}), visibility_timeout=delay_s or None, time_to_live=NEVER_EXPIRE
+    )
+
+
+def read(rt: Runtime, op_id: str) -> dict[str, Any] | None:
+    doc = rt.archive.read(op_name(op_id))
+    return doc.data if doc is not None else None
+
+
+def cancel(rt: Runtime, op_id: str, by: str) -> dict[str, Any]:
+    return _set_status(rt, op_id, "cancelled", by)
+
+
+def resume(rt: Runtime, op_id: str, by: str) -> dict[str, Any]:
+    """Send the operation's current step again (its chain broke: a step's message was poisoned).
+    A duplicate is harmless: only the message whose step is the document's runs."""
+    data = read(rt, op_id)
+    if data is None:
+        raise OpRefused(f"no operation {op_id}")
+    if data.get("status") != "running":
+        raise OpRefused(f"operation {op_id} is {data.get('status')}")
+    send_step(rt, op_id, int(data["step"]), 0)
+    log_decision("op_resumed", None, op=op_id, by=by, step=data["step"])
+    return data
+
+
+def _set_status(rt: Runtime, op_id: str, status: str, by: str) -> dict[str, Any]:
+    for _ in range(5):
+        doc = rt.archive.read(op_name(op_id))
+        if doc is None:
+            raise OpRefused(f"no operation {op_id}")
+        if doc.data.get("status") != "running":
+            return doc.data
+        data = {**doc.data, "status": status, "updated_at": isoformat(rt.clock()), f"{status}_by": by}
+        try:
+            rt.archive.replace(op_name(op_id), doc, data)
+            return data
+        except Conflict:
+            continue
+    raise OpRefused(f"operation {op_id} kept changing; try again")
+
+
+# -- one step ---------------------------------------------------------------------------------
+
+
+def run_step(rt: Runtime, body: bytes) -> str:
+    """Carry out one step of an operation (the ops-queue trigger). Returns what it did."""
+    try:
+        msg = json.loads(body)
+        op_id, step = str(msg["op"]), int(msg["step"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("ops: a message that is not a step: %r", body[:200])
+        return "ignored"
+    doc = rt.archive.read(op_name(op_id))
+    if doc is None or doc.data.get("status") != "running" or int(doc.data.get("step", 0)) != step:
+        return "ignored"
+    started = time.monotonic()
+    data = doc.data
+    plan = step_plan(float(data.get("rate_per_s") or 0))
+    items, cursor, finished = _next_items(rt, data, plan.size)
+    with ThreadPoolExecutor(max(1, min(STEP_THREADS, len(items)))) as pool:
+        outcomes = list(pool.map(lambda item: _apply(rt, data, item[0], item[1]), items))
+    results = [(name, *outcome) for (name, _), outcome in zip(items, outcomes, strict=True)]
+    finished = finished or not items
+    if not finished:
+        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, len(items))
+        send_step(rt, op_id, step + 1, wait.delay_s)
+    _record(rt, op_id, doc, step, cursor, results, finished)
+    return "finished" if finished else "stepped"
+
+
+def _next_items(
+    rt: Runtime, data: dict[str, Any], size: int
+) -> tuple[list[tuple[str, EntryRow | None]], dict[str, Any], bool]:
+    """The step's items (name, index row when listed from the index), the cursor after them, and
+    whether the operation has no more."""
+    cursor = dict(data.get("cursor") or {})
+    names = data.get("names")
+    if names is not None:
+        i = int(cursor.get("i", 0))
+        chunk = names[i : i + size]
+        cursor["i"] = i + len(chunk)
+        return [(n, None) for n in chunk], cursor, cursor["i"] >= len(names)
+    if rt.entry_index is None:
+        raise OpRefused("operations over a state need the entry index (a table endpoint)")
+    states = list(data.get("states") or [])
+    bound = ""
+    if data.get("older_than_days") is not None:
+        cutoff = rt.clock() - timedelta(days=float(data["older_than_days"]))
+        bound = newest_first(isoformat(cutoff), "")
+    while int(cursor.get("state", 0)) < len(states):
+        state = states[int(cursor["state"])]
+        after = max(str(cursor.get("after") or ""), bound)
+        rows = rt.entry_index.page(state, after, size)
+        if rows:
+            cursor["after"] = rows[-1].key
+            return [(r.name, r) for r in rows], cursor, False
+        cursor["state"], cursor["after"] = int(cursor["state"]) + 1, ""
+    return [], cursor, True
+
+
+def _apply(rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None) -> tuple[str, str]:
+    """(outcome, reason) for one entry."""
+    kind, by = str(op["kind"]), f"op:{op['id']}"
+    doc = rt.archive.read(name)
+    if doc is None:
+        if row is not None and rt.entry_index is not None:
+            rt.entry_index.remove(name, {"state": row.state, "index_key": row.key})
+        return "not_found", "no such archive entry"
+    state = str(doc.data.get("state", ""))
+    mine = any(e.get("by") == by for e in doc.data.get("events") or [])
+    if op.get("dry_run"):
+        return "counted", state
+    if kind == "replay":
+        return replay_entry(rt, name, doc, by, mine)
+    if kind == "purge":
+        if state == PARKED:
+            return "skipped", "parked entries are never purged"
+        rt.archive.delete(name)
+        rt.archive.delete(f"{REASONS_PREFIX}{doc.data.get('digest')}.json")
+        if rt.entry_index is not None:
+            rt.entry_index.remove(name, doc.data)
+        return "purged", ""
+    if kind == "park":
+        return park_entry(rt, name, doc, by) if not (state == PARKED and mine) else (PARKED, "")
+    if kind == "unpark":
+        if state == LISTED_STATE and mine:
+            return "unparked", ""
+        return unpark_entry(rt, name, doc, by)
+    if state == DELETED and mine:
+        return DELETED, ""
+    return delete_entry(rt, name, doc, by)
+
+
+def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = False) -> tuple[str, str]:
+    """Replay one archive entry: (outcome, reason). A job is sent again only while its record is
+    poisoned (or missing), so a repeated step never queues it twice."""
+    state = str(doc.data.get("state", ""))
+    if state == "replayed" and mine:
+        return "replayed", ""
+    if state != LISTED_STATE:
+        return "skipped", f"entry is {state}"
+    if name.startswith(UNPARSED_PREFIX):
+        return "skipped", "not a valid envelope: fix and replay it from the entry page"
+    body = base64.b64decode(str(doc.data.get("body_b64", "")))
+    try:
+        env = parse_body(body, rt.handlers.keys())
+    except EnvelopeError as exc:
+        return "skipped", f"invalid envelope: {exc}"
+    now = rt.clock()
+    if env.expires_at is not None and env.expires_at <= now:
+        return "skipped", "expired: it would be poisoned again (extend expires_at in the job's editor)"
+    record = rt.ledger.get(env.id)
+    status = record.status if record is not None else ""
+    if status == ledger.POISONED and by.startswith("op:") and not mine:
+        doc = _note_intent(rt, name, doc, by)  # a repeated step then knows this job was sent by this op
+    if status == ledger.COMPLETED:
+        set_state(rt.archive, name, "skipped_completed", now, rt.entry_index, by)
+        return "skipped", "the job completed meanwhile"
+    if record is not None and status != ledger.POISONED:
+        if mine:  # this operation queued it, and stopped before marking the entry
+            set_state(rt.archive, name, "replayed", now, rt.entry_index, by)
+            return "replayed", ""
+        return "skipped", f"the job is {status}, not poisoned"
+    facts = Facts(now)
+    try:
+        rt.ledger.write(env.id, record, lambda prev: ledger.replayed(prev, env, facts))
+    except Conflict:
+        return "skipped", "the job changed meanwhile"
+    send_job(rt, env.with_attempt(0))
+    set_state(rt.archive, name, "replayed", now, rt.entry_index, by, current=doc)
+    log_decision("replayed", env.id, attempt=0, by=by)
+    return "replayed", ""
+
+
+def _note_intent(rt: Runtime, name: str, doc: Document, by: str) -> Document:
+    data = {
+        **doc.data,
+        "events": [
+            *(doc.data.get("events") or []),
+            {"at": isoformat(rt.clock()), "event": "replaying", "by": by},
+        ],
+    }
+    return rt.archive.replace(name, doc, data)
+
+
+def _record(
+    rt: Runtime,
+    op_id: str,
+    doc: Document,
+    step: int,
+    cursor: dict[str, Any],
+    results: list[tuple[str, str, str]],
+    finished: bool,
+) -> None:
+    """The step's progress, merged into the document (a cancel written meanwhile stands)."""
+    current: Document | None = doc
+    for _ in range(5):
+        if current is None:
+            return
+        data = dict(current.data)
+        counts = dict(data.get("counts") or {})
+        failures = list(data.get("failures") or [])
+        for name, outcome, reason in results:
+            counts[outcome] = counts.get(outcome, 0) + 1
+            if outcome not in ("replayed", "purged", "parked", "unparked", "deleted", "counted"):
+                failures.append({"name": name, "outcome": outcome, "reason": reason})
+        data.update(
+            counts=counts,
+            failures=failures[-FAILURES_KEPT:],
+            recent=[{"name": n, "outcome": o, "reason": r} for n, o, r in results[-20:]],
+            done=int(data.get("done") or 0) + len(results),
+            cursor=cursor,
+            step=step + 1,
+            updated_at=isoformat(rt.clock()),
+        )
+        if finished and data.get("status") == "running":
+            data["status"] = "done"
+        try:
+            rt.archive.replace(op_name(op_id), current, data)
+            return
+        except Conflict:
+            current = rt.archive.read(op_name(op_id))
+
+
+def handle_op_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
+    """The ops-queue trigger: one step (the host deletes the message when this returns)."""
+    run_step(rt or get_runtime(), decode_message(msg.get_body() or b""))
+
+
+def drain(rt: Runtime, receive: Callable[[], list[bytes]], limit: int = 10_000) -> int:
+    """Run steps from `receive` until it gives nothing (tests and tools); steps run."""
+    ran = 0
+    while ran < limit:
+        bodies = receive()
+        if not bodies:
+            return ran
+        for body in bodies:
+            run_step(rt, body)
+            ran += 1
+    return ran

@@ -1,0 +1,93 @@
+"""Park, unpark and delete one archive entry: the console's single actions and the bulk operations
+share these (an entry's state, its index row and its parked message change together).
+
+Parking sends the body to `<queue>-parked` and keeps the message's id and pop receipt in the entry;
+nothing else receives from that queue, so the receipt stays good and unpark deletes the message
+directly, whatever the queue's depth (no scan)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+from shared.documents import Conflict, Document
+from shared.entry_index import index_key
+from shared.envelope import isoformat
+from shared.messages import NEVER_EXPIRE
+from shared.poison.archive import LISTED_STATE, set_state
+from shared.runtime import Runtime
+from shared.storage_errors import error_code
+
+PARKED = "parked"
+DELETED = "deleted"
+RECEIPT_FIELDS = ("parked_message_id", "parked_pop_receipt")
+
+
+def _events(rt: Runtime, data: dict[str, Any], event: str, by: str) -> list[dict[str, Any]]:
+    return [*(data.get("events") or []), {"at": isoformat(rt.clock()), "event": event, "by": by}]
+
+
+def park_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
+    """(outcome, reason): `parked`, or `skipped` with why."""
+    if doc.data.get("state") != LISTED_STATE:
+        return "skipped", f"entry is {doc.data.get('state')}, not {LISTED_STATE}"
+    queue = rt.storage.raw_queue(rt.settings.parked_queue)
+    sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=NEVER_EXPIRE)
+    data = {
+        **doc.data,
+        "state": PARKED,
+        "index_key": index_key(name, doc.data),
+        "parked_message_id": getattr(sent, "id", None),
+        "parked_pop_receipt": getattr(sent, "pop_receipt", None),
+        "events": _events(rt, doc.data, PARKED, by),
+    }
+    try:
+        rt.archive.replace(name, doc, data)
+    except Conflict:
+        queue.delete_message(sent)
+        return "skipped", "the entry changed meanwhile"
+    if rt.entry_index is not None:
+        rt.entry_index.move(name, doc.data, data)
+    return PARKED, ""
+
+
+def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
+    """Delete an entry's parked message by id and pop receipt: "" when done, else what happened."""
+    msg_id, receipt = (data.get(k) for k in RECEIPT_FIELDS)
+    if not msg_id or not receipt:
+        return "parked before receipts were kept: its parked message is left on the queue"
+    try:
+        rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+    except ResourceNotFoundError:
+        return "its parked message was already gone"
+    except HttpResponseError as exc:
+        return f"its parked message could not be deleted ({error_code(exc) or exc.status_code})"
+    return ""
+
+
+def unpark_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
+    """(outcome, note): `unparked` (the note says when its parked message could not be deleted),
+    or `not_found` when the entry is not parked."""
+    if doc.data.get("state") != PARKED:
+        return "not_found", f"entry is {doc.data.get('state')}, not parked"
+    data = {k: v for k, v in doc.data.items() if k not in RECEIPT_FIELDS}
+    data.update(
+        state=LISTED_STATE, index_key=index_key(name, doc.data), events=_events(rt, doc.data, "unparked", by)
+    )
+    try:
+        rt.archive.replace(name, doc, data)
+    except Conflict:
+        return "not_found", "the entry changed meanwhile"
+    if rt.entry_index is not None:
+        rt.entry_index.move(name, doc.data, data)
+    return "unparked", drop_parked_message(rt, doc.data)
+
+
+def delete_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
+    """Mark an entry deleted (no longer listed; purge removes it); a parked one's message goes too."""
+    if doc.data.get("state") == DELETED:
+        return "not_found", "already deleted"
+    note = drop_parked_message(rt, doc.data) if doc.data.get("state") == PARKED else ""
+    set_state(rt.archive, name, DELETED, rt.clock(), rt.entry_index, by, current=doc)
+    return DELETED, note

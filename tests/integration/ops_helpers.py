@@ -1,0 +1,35 @@
+"""Run bulk operations' steps from the ops queue in-process, as the `run_op_step` trigger would."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+
+from shared.poison import bulk
+from shared.runtime import Runtime
+from tests.integration.helpers import queue_length
+
+
+def ops_queue(rt: Runtime) -> str:
+    return bulk.ops_queue_name(rt.settings.jobs_queue)
+
+
+def take_steps(rt: Runtime, limit: int = 1000, on_step: Callable[[bytes], None] | None = None) -> int:
+    """Receive step messages and run each (`on_step` instead, when given) until the queue is empty;
+    a delayed next step is waited for. Returns the steps taken."""
+    client = rt.storage.raw_queue(ops_queue(rt))
+    taken = 0
+    while taken < limit:
+        batch = list(client.receive_messages(max_messages=1, visibility_timeout=60))
+        if not batch:
+            if queue_length(rt, ops_queue(rt)) == 0:
+                return taken
+            time.sleep(0.2)
+            continue
+        msg = batch[0]
+        body = base64.b64decode(msg.content)
+        (on_step or (lambda b: bulk.run_step(rt, b)))(body)
+        client.delete_message(msg)  # the host deletes it once the function returned
+        taken += 1
+    return taken

@@ -1,0 +1,166 @@
+"""Bulk operations, purge and unpark at scale against a real Azurite (counts, never timings)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from devstack.azurite import Azurite
+from shared import ledger, metrics
+from shared.console import actions, queries
+from shared.envelope import isoformat
+from shared.ledger import Facts
+from shared.poison import bulk
+from shared.poison.archive import new_entry, note_reason, write_entry
+from shared.processing import process_message
+from shared.runtime import Runtime
+from tests.integration.helpers import drain_raw, message, queue_length, runtime_for
+from tests.integration.ops_helpers import take_steps
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rt(azurite: Azurite) -> Runtime:
+    return runtime_for(azurite)
+
+
+def poisoned_noop(rt: Runtime, job_id: str) -> str:
+    """A poisoned job whose archived body is a valid noop envelope (replayable); its entry name."""
+    now = rt.clock()
+    body = json.dumps({"id": job_id, "kind": "noop", "payload": {}, "created_at": isoformat(now)}).encode()
+    env_data = {"id": job_id, "kind": "noop", "created_at": isoformat(now), "status": "queued"}
+    rt.ledger.create(job_id, {**env_data, "history": []})
+    record = rt.ledger.get(job_id)
+    rt.ledger.write(
+        job_id, record, lambda prev: ledger.poisoned(prev, job_id, Facts(now), "bench", None, body)
+    )
+    entry = new_entry(
+        body, job_id, True, "poisoned", "test", now=now, queue_message_id=None, dequeue_count=5, record=None
+    )
+    return write_entry(rt.archive, entry, rt.entry_index)
+
+
+def test_purge_deletes_poison_entries_only(rt: Runtime) -> None:
+    listed = poisoned_noop(rt, "pg-listed")
+    kept = poisoned_noop(rt, "pg-parked")
+    actions.park(rt, [kept], "t")
+    rt.archive.upsert("edits/pg-listed/abc.json", {"job_id": "pg-listed", "by": "t"})
+    rt.archive.upsert(f"{metrics.PREFIX}2026010100/pg-instance.json", {"completed": [1]})
+    note_reason(rt.archive, b"another body", "why", "pg-other", None, under_claim=True, now=rt.clock())
+    dry = actions.purge(rt, 0.0, "t", dry_run=True)
+    take_steps(rt)
+    assert bulk.read(rt, dry["op"])["counts"] == {"counted": 1}, "the dry run counts and changes nothing"
+    assert rt.archive.read(listed) is not None
+    op = actions.purge(rt, 0.0, "t")
+    take_steps(rt)
+    done = bulk.read(rt, op["op"])
+    assert done["status"] == "done" and done["counts"] == {"purged": 1}
+    assert rt.archive.read(listed) is None
+    left = {name for name, _ in rt.archive.names("")}
+    assert kept in left, "parked entries are kept"
+    assert "edits/pg-listed/abc.json" in left
+    assert any(n.startswith(metrics.PREFIX) for n in left), "counters are kept"
+    assert any(n.startswith("reasons/") for n in left), "reasons of bodies not purged are kept"
+    assert any(n.startswith(bulk.OPS_PREFIX) for n in left), "the operations (the audit of bulk actions)"
+    assert queue_length(rt, rt.settings.parked_queue) == 1, "no parked message stranded"
+    assert [e.name for e in queries.poison_view(rt).parked] == [kept]
+    assert [r["name"] for r in queries.export_entries(rt, "parked")] == [kept]
+
+
+def test_a_bulk_replay_killed_half_way_and_resumed_applies_each_job_once(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [poisoned_noop(rt, f"kill-{i:02d}") for i in range(12)]
+    op = bulk.start(rt, "replay", "t", names=names, rate_per_s=4)  # 4 entries a step: 3 steps
+    real_set_state = bulk.set_state
+    crashes = {"left": 1}
+
+    def crashing(*args: Any, **kwargs: Any) -> Any:
+        if args[2] == "replayed" and args[1] == names[5] and crashes["left"]:
+            crashes["left"] -= 1
+            raise RuntimeError("killed: the job was sent, its entry not yet marked")
+        return real_set_state(*args, **kwargs)
+
+    monkeypatch.setattr(bulk, "set_state", crashing)
+
+    def step(body: bytes) -> None:
+        try:
+            bulk.run_step(rt, body)
+        except RuntimeError:
+            bulk.run_step(rt, body)  # the host delivers the same step again
+
+    take_steps(rt, on_step=step)
+    assert crashes["left"] == 0
+    done = bulk.read(rt, op["id"])
+    assert done["status"] == "done" and done["counts"] == {"replayed": 12} and done["failures"] == []
+    bodies = drain_raw(rt, rt.settings.jobs_queue)
+    assert sorted(json.loads(b)["id"] for b in bodies) == [f"kill-{i:02d}" for i in range(12)], (
+        "each sent once"
+    )
+    for body in bodies:
+        process_message(message(body), rt)
+    for i in range(12):
+        record = rt.ledger.get(f"kill-{i:02d}")
+        assert record is not None and record.status == ledger.COMPLETED
+        assert sum(1 for h in record.data["history"] if h["event"] == "completed") == 1
+
+
+def test_cancel_stops_an_operation_at_its_next_step(rt: Runtime) -> None:
+    names = [poisoned_noop(rt, f"cancel-{i}") for i in range(6)]
+    op = bulk.start(rt, "replay", "t", names=names, rate_per_s=2)
+    assert actions.op_change(rt, {"op": op["id"]}, "t", "cancel")["status"] == "cancelled"
+    take_steps(rt)
+    assert bulk.read(rt, op["id"])["done"] == 0
+    assert queue_length(rt, rt.settings.jobs_queue) == 0
+
+
+def test_unpark_of_the_last_of_1000_parked_entries(rt: Runtime) -> None:
+    def one(i: int) -> str:
+        name = poisoned_noop(rt, f"park-{i:04d}")
+        assert actions.park(rt, [name], "t")["parked"] == [name]
+        return name
+
+    with ThreadPoolExecutor(8) as pool:
+        names = list(pool.map(one, range(1000)))
+    assert queue_length(rt, rt.settings.parked_queue) == 1000
+    answer = actions.unpark(rt, [names[-1]], "t")
+    assert answer == {"unparked": [names[-1]], "not_found": []}
+    assert queue_length(rt, rt.settings.parked_queue) == 999
+    entry = rt.archive.read(names[-1])
+    assert entry is not None and entry.data["state"] == "poisoned"
+    assert names[-1] in {e.name for e in queries.poison_view(rt, size=1000).archived}
+
+
+def test_bulk_park_and_unpark_keep_the_parked_queue_in_step(rt: Runtime) -> None:
+    names = [poisoned_noop(rt, f"bp-{i}") for i in range(3)]
+    parked = bulk.start(rt, "park", "t", names=[*names, "jobs/bp-x/none.json"], rate_per_s=100)
+    take_steps(rt)
+    done = bulk.read(rt, parked["id"])
+    assert done["counts"] == {"parked": 3, "not_found": 1}
+    assert done["failures"] == [
+        {"name": "jobs/bp-x/none.json", "outcome": "not_found", "reason": "no such archive entry"}
+    ]
+    assert queue_length(rt, rt.settings.parked_queue) == 3
+    unparked = bulk.start(rt, "unpark", "t", states=["parked"], rate_per_s=100)
+    take_steps(rt)
+    assert bulk.read(rt, unparked["id"])["counts"] == {"unparked": 3}
+    assert queue_length(rt, rt.settings.parked_queue) == 0
+    assert {e.name for e in queries.poison_view(rt).archived} >= set(names)
+
+
+def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> None:
+    from shared import poison
+
+    listed = poisoned_noop(rt, "cli-listed")
+    kept = poisoned_noop(rt, "cli-parked")
+    actions.park(rt, [kept], "t")
+    rt.archive.upsert("edits/cli-listed/abc.json", {"job_id": "cli-listed"})
+    rt.archive.upsert(f"{metrics.PREFIX}2026010100/cli.json", {"completed": [1]})
+    assert poison.purge(rt, 0.0) == [listed]
+    left = {name for name, _ in rt.archive.names("")}
+    assert kept in left and "edits/cli-listed/abc.json" in left
+    assert f"{metrics.PREFIX}2026010100/cli.json" in left and listed not in left

@@ -1,0 +1,103 @@
+"""The console's indexes and bulk operations: the pure parts (keys, entities, filters, plans)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from azure.core.exceptions import ServiceRequestError
+
+from shared.entry_index import entity_of as entry_entity
+from shared.entry_index import index_key
+from shared.envelope import utcnow
+from shared.index_keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
+from shared.job_index import IndexedStore, entity_of, query_filter, should_index
+from shared.memory_documents import MemoryDocuments
+from shared.poison.bulk import STEP_ITEMS, step_plan
+
+
+def test_row_keys_sort_newer_first_and_are_safe_in_table_keys() -> None:
+    older = newest_first("2026-01-01T00:00:00Z", "jobs/a/1.json")
+    newer = newest_first("2026-01-02T00:00:00Z", "jobs/a/1.json")
+    assert newer < older
+    assert "/" not in older and "#" not in newest_first("", "a#b?c\\d")
+    assert day_of("2026-03-04T23:59:59+00:00") == "20260304" and day_of(None) == "19700101"
+
+
+def test_filters_quote_values_and_table_names_are_letters_and_digits() -> None:
+    assert quoted("it's") == "'it''s'"
+    where = query_filter(status="poisoned", kind="noop", reason_code="bad_input_data", id_prefix="job-1")
+    assert where == (
+        "PartitionKey eq 'j' and status eq 'poisoned' and kind eq 'noop' and reason_code eq 'bad_input_data'"
+        " and id ge 'job-1' and id lt 'job-1~'"
+    )
+    assert table_prefix("job-ledger") == "jobledger" and table_prefix("1st-ledger") == "t1stledger"
+    assert decode_token(encode_token({"day": "20260101"})) == {"day": "20260101"}
+    assert decode_token("not a token!") is None
+
+
+def test_a_claim_is_not_indexed_and_every_other_write_is() -> None:
+    assert not should_index({"id": "a", "status": "in_progress"})
+    assert should_index({"id": "a", "status": "completed"})
+    entity = entity_of(
+        {"id": "a", "status": "poisoned", "kind": "noop", "reason_code": "x", "reason": "r" * 999}
+    )
+    assert entity["PartitionKey"] == "j" and entity["RowKey"].endswith("_a") and len(entity["reason"]) == 256
+
+
+def test_an_entry_keeps_its_index_key_across_changes_of_state() -> None:
+    entry = {"state": "poisoned", "archived_at": "2026-01-01T00:00:00Z", "job_id": "a"}
+    key = index_key("jobs/a/1.json", entry)
+    later = {**entry, "state": "parked", "archived_at": "2026-02-01T00:00:00Z", "index_key": key}
+    assert entry_entity("jobs/a/1.json", later) == {**entry_entity("jobs/a/1.json", later), "RowKey": key}
+    assert entry_entity("jobs/a/1.json", later)["PartitionKey"] == "parked"
+
+
+def test_a_step_takes_about_a_second_of_the_rate_and_waits_the_rest() -> None:
+    assert step_plan(200).size == STEP_ITEMS
+    assert step_plan(5).size == 5
+    assert step_plan(5, done_in_s=0.2, items=5).delay_s == 1
+    assert step_plan(50, done_in_s=3.0, items=50).delay_s == 0
+    assert step_plan(0).size == STEP_ITEMS and step_plan(0, 1.0, 10).delay_s == 0
+
+
+class FakeIndex:
+    def __init__(self, fail: bool = False) -> None:
+        self.put_ids: list[str] = []
+        self.fail = fail
+
+    def put(self, data: dict[str, Any]) -> None:
+        if self.fail:
+            raise ServiceRequestError("table down")
+        self.put_ids.append(f"{data['id']}:{data['status']}")
+
+
+def test_the_indexed_ledger_store_writes_the_index_after_the_record_and_never_fails_for_it() -> None:
+    index = FakeIndex()
+    store = IndexedStore(MemoryDocuments(utcnow), index)  # type: ignore[arg-type]
+    doc = store.create("a.json", {"id": "a", "status": "in_progress"})
+    store.replace("a.json", doc, {"id": "a", "status": "completed"})
+    assert index.put_ids == ["a:completed"]
+    broken = IndexedStore(MemoryDocuments(utcnow), FakeIndex(fail=True))  # type: ignore[arg-type]
+    assert broken.create("b.json", {"id": "b", "status": "queued"}).data["status"] == "queued"
+
+
+def test_a_running_jobs_page_refreshes_itself_and_offers_cancel() -> None:
+    from shared.console import pages
+    from shared.console.queries import JobView
+
+    def page(status: str) -> str:
+        view = JobView({"status": status, "kind": "noop"}, [], None, None, None, "", [])
+        return pages.job_page(view, "/api/console", "j1")
+
+    assert "id=live data-running=1" in page("in_progress") and "data-do=cancel-job" in page("offloaded")
+    assert "id=live" not in page("completed") and "cancel-job" not in page("poisoned")
+
+
+def test_an_export_is_csv_with_a_header_and_the_next_key() -> None:
+    from shared.console.queries import as_csv
+
+    text = as_csv([{"name": "jobs/a/1.json", "state": "poisoned", "job_id": "a", "reason": 'say "x", y',
+                    "archived_at": "t", "attempts": 5, "body_bytes": 9, "key": "k1"}])  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "name,state,job_id,reason,archived_at,attempts,body_bytes,key"
+    assert lines[1] == 'jobs/a/1.json,poisoned,a,"say ""x"", y",t,5,9,k1'
