@@ -36,6 +36,7 @@ def test_the_ledger_loads_no_storage_sdk_http_client_or_spark() -> None:
         "shared.documents",
         "shared.envelope",
         "shared.errors",
+        "shared.jsontext",
         "shared.ledger",
     ]
 
