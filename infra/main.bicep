@@ -164,11 +164,18 @@ var inputContainerName = 'inputs'
 var sparkJobBlobName = 'aggregate_job.py'
 var sparkEngineZipName = 'aggregate_engine.zip'
 var databricksJobFolder = '/Workspace/Shared/queue-jobs'
+// <queue>-ops: the console's bulk operations, run step by step by run_op_step (its queue trigger;
+// the host never creates a queue it listens to).
 var queueNames = [
   jobsQueueName
   '${jobsQueueName}-poison'
   '${jobsQueueName}-parked'
+  '${jobsQueueName}-ops'
 ]
+// The console's Table indexes (shared/index_keys.py table_prefix of the container names): the poison
+// archive's entries table, declared here; the jobs index's one table per UTC day
+// (ledger<YYYYMMDD>) is created by the app as days begin, so it cannot be declared in advance.
+var entriesTableName = 'poisonarchiveentries'
 var consoleSettings = {
   CONSOLE_ALLOWED_ROLES: consoleAllowedRoles
   CONSOLE_ALLOWED_GROUPS: consoleAllowedGroups
@@ -264,8 +271,10 @@ var roles = {
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
 }
 // Account-wide roles of the app identity, only where a narrower scope cannot be named in advance:
-// the host writes diagnostic events to a new table every month (AzureFunctionsDiagnosticEvents<yyyymm>);
-// the app keeps no data in tables. Blob and queue roles are per container and per queue (below).
+// tables are created as time passes, by the host (diagnostic events, AzureFunctionsDiagnosticEvents<yyyymm>)
+// and by the app (the console's jobs index, ledger<YYYYMMDD>). Creating a table needs Storage Table
+// Data Contributor on the account (a role on one table cannot create another); the role holds table
+// data actions only. Blob and queue roles are per container and per queue (below).
 var appStorageRolesBase = [
   roles.storageTableDataContributor
 ]
@@ -496,6 +505,16 @@ resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-
   }
 ]
 
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource entriesTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = {
+  parent: tableService
+  name: entriesTableName
+}
+
 resource workspace 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
   name: workspaceName
   location: location
@@ -581,6 +600,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   dependsOn: [
     containers
     queues
+    entriesTable
     appStorageRoleAssignments
     appContainerRoleAssignments
     appQueueRoleAssignments
@@ -597,6 +617,8 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     AzureWebJobsStorage__accountName: storage.name
     AzureWebJobsStorage__credential: 'managedidentity'
     AzureWebJobsStorage__clientId: identity.properties.clientId
+    // The console's indexes (shared/tables.py) and the host's diagnostic events, with the identity.
+    AzureWebJobsStorage__tableServiceUri: storage.properties.primaryEndpoints.table
     AZURE_CLIENT_ID: identity.properties.clientId
     APPLICATIONINSIGHTS_CONNECTION_STRING: appInsights.properties.ConnectionString
     APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identity.properties.clientId};Authorization=AAD'
@@ -699,7 +721,8 @@ resource consoleAuth 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(consol
 }
 
 // The app identity on each queue: the host's queue triggers receive, and move poison messages to
-// <queue>-poison; the app sends, and the sweeper peeks, receives and deletes.
+// <queue>-poison; the app sends, and the sweeper peeks, receives and deletes; run_op_step works
+// through <queue>-ops and re-sends its next steps there.
 resource appQueueRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   for (queueName, i) in queueNames: {
     name: guid(queues[i].id, identity.id, roles.storageQueueDataContributor)

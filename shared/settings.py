@@ -43,6 +43,9 @@ class StorageConnection:
     """Identity based: `AzureWebJobsStorage__blobServiceUri` (derived from account name if unset)."""
     queue_service_uri: str | None = None
     """Identity based: `AzureWebJobsStorage__queueServiceUri` (derived from account name if unset)."""
+    table_service_uri: str | None = None
+    """Identity based: `AzureWebJobsStorage__tableServiceUri` (derived from account name if unset; else
+    from the blob service uri by `shared/tables.py`): the console's indexes and the host's diagnostic events."""
     client_id: str | None = None
     """`AzureWebJobsStorage__clientId`. With `credential` managedidentity: the user-assigned
     identity's client id (default `AZURE_CLIENT_ID`; neither: the system-assigned identity). Without
@@ -61,6 +64,18 @@ class StorageConnection:
     @property
     def identity_based(self) -> bool:
         return self.connection_string is None
+
+    def table_endpoint(self) -> str | None:
+        """Identity based: the Table service URL (`shared/tables.py`): `tableServiceUri`, else the
+        account's table endpoint by name, else the blob service uri's with `.table.`; None when
+        nothing names it (a custom blob endpoint without a table one)."""
+        if self.table_service_uri:
+            return self.table_service_uri.rstrip("/")
+        if self.account_name:
+            return f"https://{self.account_name}.table.core.windows.net"
+        if self.blob_service_uri and ".blob." in self.blob_service_uri:
+            return self.blob_service_uri.rstrip("/").replace(".blob.", ".table.", 1)
+        return None
 
     def describe_identity(self) -> str:
         """Which identity the connection uses (safe for logs: ids only, never a secret)."""
@@ -319,6 +334,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     account = get("accountName")
     blob_uri = get("blobServiceUri")
     queue_uri = get("queueServiceUri")
+    table_uri = get("tableServiceUri")
     service_uri = get("serviceUri")
     if conn:
         if (
@@ -332,6 +348,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     if account:
         blob_uri = blob_uri or f"https://{account}.blob.core.windows.net"
         queue_uri = queue_uri or f"https://{account}.queue.core.windows.net"
+        table_uri = table_uri or f"https://{account}.table.core.windows.net"
     if not (blob_uri and queue_uri):
         if service_uri:
             problems.append(
@@ -345,8 +362,12 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
                 "or both AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
             )
         return StorageConnection(connection_string="UseDevelopmentStorage=true")
-    for name, uri in (("blobServiceUri", blob_uri), ("queueServiceUri", queue_uri)):
-        if not uri.startswith(("https://", "http://")):
+    for name, uri in (
+        ("blobServiceUri", blob_uri),
+        ("queueServiceUri", queue_uri),
+        ("tableServiceUri", table_uri),
+    ):
+        if uri is not None and not uri.startswith(("https://", "http://")):
             problems.append(f"AzureWebJobsStorage__{name} must be an http(s) URL")
 
     raw_credential = get("credential")
@@ -393,6 +414,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         account_name=account,
         blob_service_uri=blob_uri,
         queue_service_uri=queue_uri,
+        table_service_uri=table_uri,
         client_id=client_id,
         credential=credential,
         managed_identity_resource_id=resource_id if credential == "managedidentity" else None,

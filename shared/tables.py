@@ -17,7 +17,10 @@ class NoTableEndpoint(Exception):
 
 
 def table_service(conn: StorageConnection) -> TableServiceClient:
-    """The Table service of the configured account; NoTableEndpoint when it cannot be named."""
+    """The Table service of the configured account; NoTableEndpoint when it cannot be named.
+
+    Identity based: `AzureWebJobsStorage__tableServiceUri` (the deployment sets it), else derived
+    from the account name or from the blob service uri."""
     from shared.storage import DEV_CONNECTION, credential_for
 
     if conn.connection_string is not None:
@@ -30,10 +33,10 @@ def table_service(conn: StorageConnection) -> TableServiceClient:
         if "TableEndpoint" not in parts and "BlobEndpoint" in parts:
             raise NoTableEndpoint("the storage connection string names a BlobEndpoint but no TableEndpoint")
         return TableServiceClient.from_connection_string(text)
-    if conn.blob_service_uri and ".blob." in conn.blob_service_uri:
-        url = conn.blob_service_uri.replace(".blob.", ".table.", 1)
-    elif conn.account_name:
-        url = f"https://{conn.account_name}.table.core.windows.net"
-    else:
-        raise NoTableEndpoint("identity-based storage without an account name or a blob service uri")
+    url = conn.table_endpoint()
+    if url is None:
+        raise NoTableEndpoint(
+            "identity-based storage names no table service: set AzureWebJobsStorage__tableServiceUri "
+            "or AzureWebJobsStorage__accountName"
+        )
     return TableServiceClient(url, credential=credential_for(conn))

@@ -37,6 +37,7 @@ from armeval import (
     walk_strings,
 )
 
+from shared.index_keys import table_prefix
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,10 +61,16 @@ tags/read and filter/action are in no smaller built-in role)."""
 HOST_CONTAINERS = {"azure-webjobs-hosts", "azure-webjobs-secrets", "app-package"}
 """The Functions host's own containers (identity-based AzureWebJobsStorage) and the Flex deployment one."""
 CONTAINERS = APP_CONTAINERS | HOST_CONTAINERS | {"inputs", "spark-jobs"}
+QUEUE_ENDS = ("", "-poison", "-parked", "-ops")
+"""The jobs queue, the host's poison queue, the console's parking queue and its bulk operations' queue."""
+ENTRIES_TABLE = "poisonarchiveentries"
+"""The poison archive's index (table_prefix("poison-archive") + "entries"); the jobs index's per-day
+tables (ledger<YYYYMMDD>) are created by the app."""
 REQUIRED_SETTINGS = {
     "AzureWebJobsStorage__accountName",
     "AzureWebJobsStorage__credential",
     "AzureWebJobsStorage__clientId",
+    "AzureWebJobsStorage__tableServiceUri",
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
     "JOBS_QUEUE",
@@ -300,8 +307,11 @@ def test_queues_and_containers(template: dict[str, Any], case: str) -> None:
     queue = PARAM_SETS[case].get("jobsQueueName", "jobs")
     queues = {r.name for r in resources if r.type.endswith("/queueServices/queues")}
     containers = {r.name for r in resources if r.type.endswith("/blobServices/containers")}
-    assert queues == {f"{account}/default/{queue}{end}" for end in ("", "-poison", "-parked")}
+    assert queues == {f"{account}/default/{queue}{end}" for end in QUEUE_ENDS}
     assert containers == {f"{account}/default/{c}" for c in CONTAINERS}
+    tables = {r.name for r in resources if r.type == "Microsoft.Storage/storageAccounts/tableServices/tables"}
+    assert tables == {f"{account}/default/{ENTRIES_TABLE}"}
+    assert one(resources, "Microsoft.Storage/storageAccounts/tableServices").name == f"{account}/default"
     for r in resources:
         if r.type.endswith("/containers"):
             assert r.body["properties"]["publicAccess"] == "None"
@@ -351,6 +361,9 @@ def test_app_settings_are_identity_based(template: dict[str, Any], case: str) ->
     assert settings["AzureWebJobsStorage__accountName"] == account.name
     assert settings["AzureWebJobsStorage__credential"] == "managedidentity"
     assert settings["AzureWebJobsStorage__clientId"] == client_id
+    assert (
+        settings["AzureWebJobsStorage__tableServiceUri"] == f"https://{account.name}.table.core.windows.net/"
+    )
     assert settings["AZURE_CLIENT_ID"] == client_id
     assert settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == f"ClientId={client_id};Authorization=AAD"
     assert settings["APPLICATIONINSIGHTS_CONNECTION_STRING"].startswith("InstrumentationKey=")
@@ -455,13 +468,15 @@ def test_role_assignments(template: dict[str, Any], case: str) -> None:
     queue = params.get("jobsQueueName", "jobs")
     app = "ServicePrincipal"
     expected = {
-        # account-wide: tables only (the host's monthly diagnostic-events tables)
+        # account-wide: tables only (the host's monthly diagnostic-events tables, the console's
+        # entries table and its jobs index's per-day tables, created by the app)
         (ROLE["table_contributor"], principal, account.id, app),
         (ROLE["metrics_publisher"], principal, insights.id, app),
         # per queue, per container
         (ROLE["queue_contributor"], principal, _queue_id(account, queue), app),
         (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-poison"), app),
         (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-parked"), app),
+        (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-ops"), app),
         (ROLE["blob_reader"], principal, _container_id(account, "inputs"), app),
     }
     expected |= {
@@ -529,8 +544,20 @@ def test_the_app_identity_reaches_what_the_app_and_the_host_use(
         assert (ROLE["blob_contributor"], _container_id(account, name)) not in mine, "inputs are read-only"
     for name in host | tagged:
         assert (ROLE["blob_owner"], _container_id(account, name)) in mine, name
-    for name in (parsed.jobs_queue, parsed.poison_queue, parsed.parked_queue):
+    queues = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/queueServices/queues")}
+    triggers = re.findall(r'queue_name="([^"]+)"', (ROOT / "function_app.py").read_text(encoding="utf-8"))
+    listened = {t.replace("%JOBS_QUEUE%", parsed.jobs_queue) for t in triggers}
+    assert f"{parsed.jobs_queue}-ops" in listened, "run_op_step listens to <JOBS_QUEUE>-ops"
+    for name in listened:
+        assert name in queues, f"the host never creates a queue it listens to: {name}"
+    for name in listened | {parsed.jobs_queue, parsed.poison_queue, parsed.parked_queue}:
         assert (ROLE["queue_contributor"], _queue_id(account, name)) in mine, name
+    # the console's indexes: the entries table is declared; the jobs index creates a table per UTC
+    # day, which needs Storage Table Data Contributor on the account (no table scope can create one)
+    tables = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/tableServices/tables")}
+    assert table_prefix(parsed.poison_archive_container) + "entries" in tables
+    assert (ROLE["table_contributor"], account.id) in mine
+    assert parsed.storage.table_endpoint() == f"https://{account.name}.table.core.windows.net"
     blob_scopes = {scope for role, scope in mine if "/containers/" in scope}
     assert blob_scopes == {_container_id(account, c) for c in write | tagged | read | host}, "nothing else"
 

@@ -353,3 +353,88 @@ def test_recovery_interval_default_and_floor() -> None:
     assert Settings.from_env({"AzureWebJobsStorage": CONN}).recovery_interval_s == 30
     with pytest.raises(SettingsError, match="RECOVERY_INTERVAL_SECONDS"):
         Settings.from_env({"AzureWebJobsStorage": CONN, "RECOVERY_INTERVAL_SECONDS": "1"})
+
+
+# ------------------------------------------------------------------ the table endpoint (console indexes)
+
+
+@pytest.mark.parametrize(
+    ("env", "uri"),
+    [
+        # as the template sets it: the account's table endpoint, with its trailing slash
+        (
+            {
+                "AzureWebJobsStorage__accountName": "acct",
+                "AzureWebJobsStorage__tableServiceUri": "https://acct.table.core.windows.net/",
+            },
+            "https://acct.table.core.windows.net/",
+        ),
+        ({"AzureWebJobsStorage__accountName": "acct"}, "https://acct.table.core.windows.net"),
+        (
+            {**ACCOUNT_URIS, "AzureWebJobsStorage__tableServiceUri": "https://acct.table.example"},
+            "https://acct.table.example",
+        ),
+        (ACCOUNT_URIS, None),  # service uris without a table one: shared/tables.py derives it
+    ],
+)
+def test_identity_based_table_service_uri(env: dict[str, str], uri: str | None) -> None:
+    s = Settings.from_env({**env, "AzureWebJobsStorage__credential": "managedidentity"}).storage
+    assert s.table_service_uri == uri
+
+
+def test_table_service_uri_must_be_a_url() -> None:
+    text = _problems({**ACCOUNT_URIS, "AzureWebJobsStorage__tableServiceUri": "acct.table.core.windows.net"})
+    assert "AzureWebJobsStorage__tableServiceUri must be an http(s) URL" in text
+
+
+@pytest.mark.parametrize(
+    ("env", "url"),
+    [
+        (
+            {
+                "AzureWebJobsStorage__accountName": "acct",
+                "AzureWebJobsStorage__tableServiceUri": "https://acct.table.core.usgovcloudapi.net/",
+            },
+            "https://acct.table.core.usgovcloudapi.net",
+        ),
+        ({"AzureWebJobsStorage__accountName": "acct"}, "https://acct.table.core.windows.net"),
+        (ACCOUNT_URIS, "https://acct.table.core.windows.net"),
+        ({**ACCOUNT_URIS, "AzureWebJobsStorage__tableServiceUri": "https://t.example/"}, "https://t.example"),
+        (
+            {
+                "AzureWebJobsStorage__blobServiceUri": "https://custom.example",
+                "AzureWebJobsStorage__queueServiceUri": "https://custom.example:1",
+            },
+            None,
+        ),
+    ],
+)
+def test_table_endpoint_for_identity_based_settings(env: dict[str, str], url: str | None) -> None:
+    """The URL shared/tables.py gives the Table service client (with the identity's token credential)."""
+    conn = Settings.from_env({**env, "AzureWebJobsStorage__credential": "managedidentity"}).storage
+    assert conn.table_endpoint() == url
+
+
+def test_table_service_client_uses_the_table_endpoint_and_the_identity() -> None:
+    pytest.importorskip("azure.data.tables")
+    from shared.tables import NoTableEndpoint, table_service
+
+    conn = Settings.from_env(
+        {
+            "AzureWebJobsStorage__accountName": "acct",
+            "AzureWebJobsStorage__tableServiceUri": "https://acct.table.core.windows.net/",
+            "AzureWebJobsStorage__credential": "managedidentity",
+            "AzureWebJobsStorage__clientId": "cid",
+        }
+    ).storage
+    client = table_service(conn)  # builds the client only: no request, no token
+    assert client.url.rstrip("/") == "https://acct.table.core.windows.net"
+    with pytest.raises(NoTableEndpoint):
+        table_service(
+            Settings.from_env(
+                {
+                    "AzureWebJobsStorage__blobServiceUri": "https://custom.example",
+                    "AzureWebJobsStorage__queueServiceUri": "https://custom.example:1",
+                }
+            ).storage
+        )
