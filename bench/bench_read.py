@@ -1,0 +1,279 @@
+"""A job over a blob end to end against Polars over `az://`, the SDK and the new reader (issue 22).
+
+One Azurite, one local host (the repo's host.json), per input file, interleaved, best of --repeat:
+
+- job: POST /api/jobs -> the ledger says completed (polled every 20 ms), and the ledger's duration_s;
+- polars: `scan_csv` / `scan_ndjson` over `az://` + group_by + `collect(engine="streaming")`;
+- sdk: `download_blob(max_concurrency=8).readall()`;
+- reader: `shared.blob_reader` alone, every byte copied out through a 1 MiB buffer;
+- obstore: `obstore.get(...).stream()` alone (when installed);
+- memory: the engine over the reader in a child process, its peak RSS (VmHWM).
+
+    python -m bench.bench_read                 # ~300 MB and 1 GB of wide CSV, narrow CSV, JSON lines
+    python -m bench.bench_read --mb 50 --repeat 2   # quick
+The machine is shared and noisy: read ratios taken side by side. Writes bench/out/read.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.bench_aggregate import Case, ensure  # noqa: E402
+from devstack.azurite import Azurite, start_azurite  # noqa: E402
+from devstack.hostproc import HostProcess, host_env  # noqa: E402
+
+OUT = REPO_ROOT / "bench" / "out" / "read.json"
+CONTAINER = "bench"
+KEYS = {
+    "wide": {"key": "station", "mean": "temp", "sum": "precip", "max": "wind_speed"},
+    "narrow": {"key": "region", "mean": "price", "sum": "qty", "max": "price"},
+}
+
+
+def cases(data_dir: Path, mb: float) -> list[Case]:
+    wide, narrow = KEYS["wide"], KEYS["narrow"]
+    return [
+        Case(f"wide CSV {mb:g} MB", ensure(data_dir / f"wide-{mb:g}mb.csv", mb=mb, wide=True), "csv", **wide),
+        Case(f"narrow CSV {mb:g} MB", ensure(data_dir / f"sales-{mb:g}mb.csv", mb=mb), "csv", **narrow),
+        Case(
+            f"JSON lines {mb:g} MB",
+            ensure(data_dir / f"wide-{mb:g}mb.jsonl", mb=mb, wide=True, fmt="jsonl"),
+            "jsonl",
+            **wide,
+        ),
+    ]
+
+
+def account(az: Azurite) -> dict[str, str]:
+    parts = dict(p.split("=", 1) for p in az.connection_string.split(";") if "=" in p)
+    return {"name": parts["AccountName"], "key": parts["AccountKey"], "endpoint": parts["BlobEndpoint"]}
+
+
+def polars_az(case: Case, acct: dict[str, str]) -> float:
+    import polars as pl
+
+    options = {
+        "account_name": acct["name"],
+        "account_key": acct["key"],
+        "azure_storage_endpoint": acct["endpoint"],
+        "azure_allow_http": "true",
+    }
+    url = f"az://{CONTAINER}/{case.path.name}"
+    types = {case.key: pl.String, case.mean: pl.Float64, case.sum: pl.Float64, case.max: pl.Float64}
+    start = time.perf_counter()
+    if case.format == "csv":
+        frame = pl.scan_csv(url, null_values=["", "NA"], schema_overrides=types, storage_options=options)
+    else:
+        frame = pl.scan_ndjson(url, schema_overrides=types, storage_options=options)
+    frame.group_by(case.key).agg(
+        pl.len().alias("count"),
+        pl.col(case.mean).mean().alias("mean"),
+        pl.col(case.sum).sum().alias("sum"),
+        pl.col(case.max).max().alias("max"),
+    ).collect(engine="streaming")
+    return time.perf_counter() - start
+
+
+def sdk_read(case: Case, az: Azurite) -> float:
+    from azure.storage.blob import BlobServiceClient
+
+    blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(
+        CONTAINER, case.path.name
+    )
+    start = time.perf_counter()
+    blob.download_blob(max_concurrency=8).readall()
+    return time.perf_counter() - start
+
+
+def reader_read(case: Case, az: Azurite) -> float:
+    from azure.storage.blob import BlobServiceClient
+
+    from shared.blob_reader import reader_for
+
+    reader = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
+    buffer = bytearray(1 << 20)
+    start = time.perf_counter()
+    with reader.open(CONTAINER, case.path.name) as stream:
+        while stream.readinto(buffer):
+            pass
+    return time.perf_counter() - start
+
+
+def obstore_read(case: Case, acct: dict[str, str]) -> float:
+    import obstore
+    from obstore.store import AzureStore
+
+    store = AzureStore(
+        CONTAINER,
+        account_name=acct["name"],
+        account_key=acct["key"],
+        endpoint=acct["endpoint"],
+        allow_http=True,
+    )
+    start = time.perf_counter()
+    for _chunk in obstore.get(store, case.path.name).stream(min_chunk_size=8 << 20):
+        pass
+    return time.perf_counter() - start
+
+
+def job(case: Case, host: HostProcess) -> tuple[float, float]:
+    """POST the job, poll its record until completed: (end to end, the ledger's duration_s)."""
+    job_id = f"bench-{uuid.uuid4().hex[:12]}"
+    payload = case.payload() | {"input": f"{CONTAINER}/{case.path.name}", "engine": "inline"}
+    body = json.dumps({"id": job_id, "kind": "aggregate", "payload": payload}).encode()
+    start = time.perf_counter()
+    req = urllib.request.Request(
+        f"{host.url}/api/jobs", data=body, headers={"content-type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+    while True:
+        with urllib.request.urlopen(f"{host.url}/api/jobs/{job_id}", timeout=30) as resp:
+            record = json.loads(resp.read())
+        if record.get("status") == "completed":
+            return time.perf_counter() - start, float(record["duration_s"])
+        if record.get("status") in ("poisoned", "failed"):
+            raise RuntimeError(f"job {job_id}: {record}")
+        time.sleep(0.02)
+
+
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from azure.storage.blob import BlobServiceClient
+from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload, aggregate_table
+spec = parse_aggregate_payload(json.loads({payload!r}))
+blob = BlobServiceClient.from_connection_string({conn!r}).get_blob_client(spec.container, spec.blob)
+with open_blob_stream(blob) as stream:
+    table, rows = aggregate_table(stream, spec)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print(json.dumps({{"rows": rows, "peak_rss_kb": int(hwm)}}))
+"""
+
+
+def memory(case: Case, az: Azurite) -> dict[str, Any]:
+    payload = json.dumps(case.payload() | {"input": f"{CONTAINER}/{case.path.name}"})
+    code = _CHILD.format(root=str(REPO_ROOT), payload=payload, conn=az.connection_string)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"rows": child["rows"], "peak_rss_mb": round(child["peak_rss_kb"] / 1024, 1)}
+
+
+def best(fn: Callable[[], float], repeat: int) -> float:
+    return min(fn() for _ in range(repeat))
+
+
+def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstore: bool) -> dict[str, Any]:
+    acct = account(az)
+    runs: dict[str, list[float]] = {}
+    durations: list[float] = []
+    for _ in range(repeat):  # interleaved: each round runs every contender once
+        e2e, duration = job(case, host)
+        runs.setdefault("job_e2e_s", []).append(e2e)
+        durations.append(duration)
+        runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
+        runs.setdefault("sdk_read_s", []).append(sdk_read(case, az))
+        runs.setdefault("reader_read_s", []).append(reader_read(case, az))
+        if with_obstore:
+            runs.setdefault("obstore_read_s", []).append(obstore_read(case, acct))
+    out: dict[str, Any] = {k: round(min(v), 3) for k, v in runs.items()}
+    out["job_run_s"] = round(min(durations), 3)
+    out["file_mb"] = round(case.path.stat().st_size / 1e6, 1)
+    out["job_vs_polars"] = round(out["polars_az_s"] / out["job_e2e_s"], 2)
+    out["run_vs_reader"] = round(out["job_run_s"] / out["reader_read_s"], 2)
+    out["sdk_vs_reader"] = round(out["sdk_read_s"] / out["reader_read_s"], 2)
+    if with_obstore:
+        out["obstore_vs_reader"] = round(out["obstore_read_s"] / out["reader_read_s"], 2)
+    out |= memory(case, az)
+    return out
+
+
+def has_obstore() -> bool:
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, nargs="+", default=[300, 1000], help="input sizes (MB)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; the best of each counts")
+    parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "aggregate-bench")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    with_obstore = has_obstore()
+    report: dict[str, Any] = {"load_avg_1m_before": round(os.getloadavg()[0], 2), "cases": {}}
+    all_cases = [case for mb in args.mb for case in cases(args.data_dir, mb)]
+    az = start_azurite()
+    host: HostProcess | None = None
+    try:
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(az.connection_string)
+        service.create_container(CONTAINER)
+        for case in all_cases:
+            print(f"uploading {case.path.name} ...", file=sys.stderr, flush=True)
+            with case.path.open("rb") as fh:
+                service.get_blob_client(CONTAINER, case.path.name).upload_blob(
+                    fh, overwrite=True, max_concurrency=4
+                )
+        env = host_env(az.connection_string)
+        subprocess.run(
+            [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+        )
+        host = HostProcess(env, instance_id="bench-read").start()
+        for case in all_cases:
+            print(f"timing {case.name} ...", file=sys.stderr, flush=True)
+            report["cases"][case.name] = measure(case, az, host, args.repeat, with_obstore)
+    finally:
+        if host is not None:
+            host.stop()
+        az.cleanup()
+    report["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    print_table(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+COLUMNS = (
+    "file_mb",
+    "job_e2e_s",
+    "job_run_s",
+    "polars_az_s",
+    "sdk_read_s",
+    "reader_read_s",
+    "obstore_read_s",
+    "job_vs_polars",
+    "run_vs_reader",
+    "peak_rss_mb",
+)
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\nblob reads (best of rounds; load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']})")
+    print(f"{'input':<22}" + "".join(f"{c:>15}" for c in COLUMNS))
+    for name, row in report["cases"].items():
+        print(f"{name:<22}" + "".join(f"{row.get(c, '-')!s:>15}" for c in COLUMNS))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
