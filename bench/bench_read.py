@@ -10,7 +10,7 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
     python -m bench.bench_read                 # ~300 MB and 1 GB of wide CSV, narrow CSV, JSON lines
-    python -m bench.bench_read --mb 50 --repeat 2   # quick
+    python -m bench.bench_read --mb 20 --repeat 1   # quick (bench.run --quick)
 The machine is shared and noisy: read ratios taken side by side. Writes bench/out/read.json.
 """
 
@@ -212,15 +212,17 @@ def has_obstore() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mb", type=float, nargs="+", default=[300, 1000], help="input sizes (MB)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mb", default="300,1000", help="input sizes (MB), comma-separated")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best of each counts")
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "aggregate-bench")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     with_obstore = has_obstore()
     report: dict[str, Any] = {"load_avg_1m_before": round(os.getloadavg()[0], 2), "cases": {}}
-    all_cases = [case for mb in args.mb for case in cases(args.data_dir, mb)]
+    all_cases = [case for mb in (float(x) for x in args.mb.split(",")) for case in cases(args.data_dir, mb)]
     az = start_azurite()
     host: HostProcess | None = None
     try:
@@ -236,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
         env = host_env(az.connection_string)
         subprocess.run(
-            [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+            [sys.executable, "-m", "shared.cli", "init"],
+            env=env,
+            cwd=REPO_ROOT,
+            check=True,
+            capture_output=True,
         )
         host = HostProcess(env, instance_id="bench-read").start()
         for case in all_cases:
@@ -269,7 +275,9 @@ COLUMNS = (
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"\nblob reads (best of rounds; load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']})")
+    print(
+        f"\nblob reads (best of rounds; load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']})"
+    )
     print(f"{'input':<22}" + "".join(f"{c:>15}" for c in COLUMNS))
     for name, row in report["cases"].items():
         print(f"{name:<22}" + "".join(f"{row.get(c, '-')!s:>15}" for c in COLUMNS))

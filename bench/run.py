@@ -175,6 +175,15 @@ def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     return result
 
 
+def run_read(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_read.py: a job over a blob end to end vs Polars over az://, the SDK, the reader."""
+    flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000"]
+    result = run_script("bench.bench_read", [*flags, "--out", str(out_dir / "read.json")], timeout_s=5400)
+    if result.get("exit_code") == 0:
+        result["report"] = _read_json(out_dir / "read.json")
+    return result
+
+
 def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_spark.py, when asked for (slow): it starts its own Azurite and Spark cluster."""
     flags = ["--sizes", "10,50", "--repeat", "1"] if args.quick else []
@@ -321,6 +330,17 @@ def format_report(report: dict[str, Any]) -> str:
                 if line.strip() and not line.startswith("wrote "):
                     add("   " + line)
 
+    read = report.get("read")
+    if read:
+        add("")
+        add("5b. A job over a blob end to end vs Polars over az:// (bench/bench_read.py)")
+        if read.get("exit_code") != 0:
+            add(f"   FAILED ({read.get('error')})")
+        else:
+            for line in read["stdout"].strip().splitlines():
+                if line.strip() and not line.startswith("wrote "):
+                    add("   " + line)
+
     spark = report.get("spark")
     if spark:
         add("")
@@ -389,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         report["plot"] = str(plot)
     if not args.skip_aggregate:
         report["aggregate"] = run_aggregate(args, out_dir)
+        report["read"] = run_read(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
