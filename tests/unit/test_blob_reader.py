@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.blob_reader import BlobAccessDenied, BlobReader, Bearer, UnexpectedResponse
+from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
 from shared.errors import StorageThrottled
 
 DATA = bytes(range(256)) * 8
