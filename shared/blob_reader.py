@@ -37,10 +37,17 @@ from shared.errors import InputMissing, InputRefused, StorageThrottled, Transien
 CHUNK_BYTES: Final = 8 * 1024 * 1024
 """Bytes per ranged GET (bench/bench_read.py: 8 MiB x 6 reads as fast as 16 MiB x 8 on Azurite)."""
 DEPTH: Final = 6
-"""GETs in flight ahead of the reader: memory = (DEPTH + 1) * CHUNK_BYTES."""
+"""GETs in flight ahead of the reader."""
+LEND: Final = 4
+"""Buffers a caller of `BlobStream.next_chunk` may hold at once (the engine: blocks being parsed):
+memory <= (DEPTH + 1 + LEND) * CHUNK_BYTES."""
+FIRST_BYTES: Final = 1024 * 1024
+"""Bytes of the first GET (size and ETag): small, so the parallel GETs start early."""
 TIMEOUT_S: Final = 30.0
 """Socket timeout of one GET (connect and each read), as the SDK clients' read_timeout."""
 RETRIES: Final = 3
+IDLE_S: Final = 4.0
+"""A kept-alive connection idle longer than this is not reused (Node, so Azurite, drops them at 5 s)."""
 """Retries of one GET after a 429/5xx or a connection failure (waits 0.5, 1, 2 s)."""
 API_VERSION: Final = "2025-01-05"
 STORAGE_SCOPE: Final = "https://storage.azure.com/.default"
@@ -60,6 +67,10 @@ class UnexpectedResponse(Exception):
 
 class _Retryable(Exception):
     """A 429/5xx or a broken connection: worth another try."""
+
+
+class _Stale(Exception):
+    """A kept-alive connection the server had closed: try again at once on a new one."""
 
 
 class Token(Protocol):
@@ -110,26 +121,39 @@ class Bearer:
 
 
 class _Connections:
-    """Keep-alive HTTP connections to one endpoint, shared by the reader's streams."""
+    """Keep-alive HTTP connections to one endpoint, shared by the reader's streams.
 
-    def __init__(self, scheme: str, host: str, port: int | None, timeout: float, keep: int = 32) -> None:
+    A connection idle longer than `idle_s` is closed instead of reused: servers drop idle
+    keep-alive connections (Node's default, Azurite's, after 5 s), and a GET on one fails.
+    """
+
+    def __init__(
+        self, scheme: str, host: str, port: int | None, timeout: float, keep: int = 32, idle_s: float = IDLE_S
+    ) -> None:
         self.scheme, self.host, self.port, self.timeout = scheme, host, port, timeout
-        self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(maxsize=keep)
+        self.idle_s = idle_s
+        self._idle: queue.LifoQueue[tuple[http.client.HTTPConnection, float]] = queue.LifoQueue(maxsize=keep)
         self._ssl = ssl.create_default_context() if scheme == "https" else None
 
-    def get(self) -> http.client.HTTPConnection:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            if self._ssl is not None:
-                return http.client.HTTPSConnection(
-                    self.host, self.port, timeout=self.timeout, context=self._ssl
-                )
-            return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+    def get(self, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        """(a connection, whether it was used before)."""
+        while not fresh:
+            try:
+                conn, since = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if time.monotonic() - since <= self.idle_s:
+                return conn, True
+            conn.close()
+        if self._ssl is not None:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=self._ssl
+            ), False
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout), False
 
     def put(self, conn: http.client.HTTPConnection) -> None:
         try:
-            self._idle.put_nowait(conn)
+            self._idle.put_nowait((conn, time.monotonic()))
         except queue.Full:
             conn.close()
 
@@ -223,14 +247,19 @@ class BlobReader:
         path = self.path(container, blob)
         for attempt in range(self.retries + 1):
             try:
-                return self._get(path, label, view, offset, etag)
+                try:
+                    return self._get(path, label, view, offset, etag)
+                except _Stale:
+                    return self._get(path, label, view, offset, etag, fresh=True)
             except _Retryable as exc:
                 if attempt == self.retries:
                     raise StorageThrottled(f"storage busy reading {label}: {exc}") from exc
                 self.sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
-    def _get(self, path: str, label: str, view: memoryview, offset: int, etag: str | None) -> Range:
+    def _get(
+        self, path: str, label: str, view: memoryview, offset: int, etag: str | None, fresh: bool = False
+    ) -> Range:
         headers = {
             "x-ms-date": formatdate(usegmt=True),
             "x-ms-range": f"bytes={offset}-{offset + len(view) - 1}",
@@ -239,7 +268,7 @@ class BlobReader:
         if etag is not None:
             headers["If-Match"] = etag
         headers.update(self.auth.headers(path, headers))
-        conn = self.connections.get()
+        conn, reused = self.connections.get(fresh)
         try:
             conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
@@ -252,6 +281,11 @@ class BlobReader:
                 raise UnexpectedResponse(f"GET {label}: {length} bytes for a range of {len(view)}")
             _read_exactly(resp, view[:length])
             result = Range(length, _total_size(resp, length), resp.getheader("ETag") or "")
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            conn.close()
+            if reused:  # closed by the server while idle: not a failure of the storage
+                raise _Stale(str(exc)) from exc
+            raise _Retryable(f"{exc.__class__.__name__}: {exc}") from exc
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise _Retryable(f"{exc.__class__.__name__}: {exc}") from exc
@@ -314,20 +348,39 @@ def _refused(resp: http.client.HTTPResponse, label: str, offset: int) -> Range:
 class BlobStream(io.RawIOBase):
     """A read-only file over a blob, `depth` ranged GETs in flight ahead of the reader.
 
-    The GETs write straight into `depth + 1` reused buffers; `readinto` copies out of them.
+    The GETs write straight into reused buffers. Two ways to consume them:
+
+    - `readinto` / `read` copy out of them (a file like any other);
+    - `next_chunk` hands a filled buffer itself to the caller (no copy) until `give_back`:
+      the aggregate engine parses blocks in place. At most `lend` buffers are out at once
+      beyond the `depth + 1` the stream reads into; with all of them out, no new GET starts
+      until one comes back, so memory stays at `(depth + 1 + lend) * chunk_size`.
+
+    The first GET (in the constructor: size, ETag, InputMissing) is `first_size` bytes, so the
+    parallel GETs and the caller start early.
     """
 
-    def __init__(self, ranges: Ranges, chunk_size: int = CHUNK_BYTES, depth: int = DEPTH) -> None:
+    def __init__(
+        self,
+        ranges: Ranges,
+        chunk_size: int = CHUNK_BYTES,
+        depth: int = DEPTH,
+        *,
+        lend: int = LEND,
+        first_size: int = FIRST_BYTES,
+    ) -> None:
         super().__init__()
         self.ranges, self.label = ranges, ranges.label
         self.chunk_size, self.depth = chunk_size, max(1, depth)
+        self.max_buffers = self.depth + 1 + max(0, lend)
         first = bytearray(chunk_size)
-        got = ranges.get_into(memoryview(first), 0, None)
+        got = ranges.get_into(memoryview(first)[: max(1, min(first_size, chunk_size))], 0, None)
         self.size, self.etag = got.size, got.etag
-        self._buffers = [first]  # every buffer this stream owns: at most depth + 1
+        self._buffers = [first]  # every buffer this stream owns: at most max_buffers
         self._free: list[bytearray] = []
-        self._held: bytearray | None = first  # the buffer `_view` points into
-        self._view = memoryview(first)[: got.length]
+        self._lent: dict[int, bytearray] = {}  # handed out by next_chunk, by id
+        self._held: bytearray | None = first  # the buffer being read from: bytes [_lo, _hi)
+        self._lo, self._hi = 0, got.length
         self._pos = 0
         self._next_offset = got.length
         self._pool = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="blob-read")
@@ -336,7 +389,7 @@ class BlobStream(io.RawIOBase):
 
     @property
     def buffers_allocated(self) -> int:
-        """Buffers allocated so far (bounded by depth + 1, whatever the blob's size)."""
+        """Buffers allocated so far (bounded by depth + 1 + lend, whatever the blob's size)."""
         return len(self._buffers)
 
     def readable(self) -> bool:
@@ -349,32 +402,50 @@ class BlobStream(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Move to `offset`: the read-ahead restarts there (used to count lines on errors)."""
+        """Move to `offset`: the read-ahead restarts there (used to count lines on errors).
+
+        Buffers handed out by `next_chunk` are the caller's from then on (not reused).
+        """
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
         self._pos = min(max(0, base + offset), self.size)
         self._drain()
         self._release()
+        if self._lent:
+            self._buffers = [b for b in self._buffers if id(b) not in self._lent]
+            self._lent.clear()
         self._next_offset = self._pos
         self._schedule()
         return self._pos
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        while not self._view and self._ahead:
-            future, buf, length = self._ahead.popleft()
-            try:
-                got = future.result()
-            except BaseException:
-                self._free.append(buf)
-                raise
-            self._release()
-            self._held, self._view = buf, memoryview(buf)[: min(got.length, length)]
-            self._schedule()
-        n = min(len(view), len(self._view))
-        view[:n] = self._view[:n]
-        self._view = self._view[n:]
+        if not self._fill():
+            return 0
+        assert self._held is not None
+        n = min(len(view), self._hi - self._lo)
+        view[:n] = memoryview(self._held)[self._lo : self._lo + n]
+        self._lo += n
         self._pos += n
         return n
+
+    def next_chunk(self) -> tuple[bytearray, int, int] | None:
+        """The next bytes of the blob where the GET put them: (buffer, start, end), None at the
+        end. The buffer is the caller's until `give_back(buffer)`; no copy is made."""
+        if not self._fill():
+            return None
+        buf, lo, hi = self._held, self._lo, self._hi
+        assert buf is not None
+        self._held, self._lo, self._hi = None, 0, 0
+        self._lent[id(buf)] = buf
+        self._pos += hi - lo
+        self._schedule()
+        return buf, lo, hi
+
+    def give_back(self, buf: bytearray) -> None:
+        """A buffer from `next_chunk` is no longer read: the next GETs may use it."""
+        if self._lent.pop(id(buf), None) is not None:
+            self._free.append(buf)
+            self._schedule()
 
     def close(self) -> None:
         if not self.closed:
@@ -383,15 +454,33 @@ class BlobStream(io.RawIOBase):
             self._pool.shutdown(wait=False, cancel_futures=True)
         super().close()
 
+    def _fill(self) -> bool:
+        """Bytes to read in the held buffer, waiting for the next GET if needed; False at the end."""
+        while self._lo >= self._hi and self._ahead:
+            future, buf, length = self._ahead.popleft()
+            try:
+                got = future.result()
+            except BaseException:
+                self._free.append(buf)
+                raise
+            self._release()
+            self._held, self._lo, self._hi = buf, 0, min(got.length, length)
+            self._schedule()
+        if self._lo >= self._hi and self._next_offset < self.size:
+            raise RuntimeError(f"{self.label}: every buffer is lent out (give_back some)")
+        return self._lo < self._hi
+
     def _release(self) -> None:
         """The buffer being read from is done: free for the next GET."""
         if self._held is not None:
             self._free.append(self._held)
-        self._held, self._view = None, memoryview(b"")
+        self._held, self._lo, self._hi = None, 0, 0
 
-    def _buffer(self) -> bytearray:
+    def _buffer(self) -> bytearray | None:
         if self._free:
             return self._free.pop()
+        if len(self._buffers) >= self.max_buffers:
+            return None  # every buffer is being read or lent: wait for one to come back
         buf = bytearray(self.chunk_size)
         self._buffers.append(buf)
         return buf
@@ -407,8 +496,10 @@ class BlobStream(io.RawIOBase):
 
     def _schedule(self) -> None:
         while len(self._ahead) < self.depth and self._next_offset < self.size:
-            length = min(self.chunk_size, self.size - self._next_offset)
             buf = self._buffer()
+            if buf is None:
+                return
+            length = min(self.chunk_size, self.size - self._next_offset)
             view = memoryview(buf)[:length]
             future = self._pool.submit(self.ranges.get_into, view, self._next_offset, self.etag)
             self._ahead.append((future, buf, length))

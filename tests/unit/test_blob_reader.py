@@ -19,6 +19,8 @@ DATA = bytes(range(256)) * 8
 class Handler(BaseHTTPRequestHandler):
     answers: list[int] = []  # statuses to give before serving the range
     seen: list[dict[str, str]] = []
+    hang_up = False  # close each connection after its answer, without saying so (idle timeout)
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -47,11 +49,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", '"v1"')
         self.end_headers()
         self.wfile.write(body)
+        if Handler.hang_up:
+            self.close_connection = True
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    Handler.answers, Handler.seen = [], []
+    Handler.answers, Handler.seen, Handler.hang_up = [], [], False
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -114,3 +118,23 @@ def test_bearer_token_is_sent_reused_and_renewed(server: str) -> None:
     reader(server, ending).read_range("data", "x.bin", 0, 10)
     reader(server, ending).read_range("data", "x.bin", 0, 10)
     assert ending.calls == 2
+
+
+def test_connections_the_server_closed_while_idle_are_replaced_without_a_retry(server: str) -> None:
+    Handler.hang_up = True
+    cred = FakeCredential(expires_on=2**40)
+    kept = BlobReader(server, Bearer(cred), chunk_size=300, depth=2, retries=0, sleep=lambda s: None)
+    for _ in range(3):
+        assert kept.read_range("data", "x.bin", 0, 10) == DATA[:10]
+    assert len(Handler.seen) == 3
+
+
+def test_connections_idle_too_long_are_not_reused(server: str) -> None:
+    cred = FakeCredential(expires_on=2**40)
+    kept = BlobReader(server, Bearer(cred), chunk_size=300, depth=2, sleep=lambda s: None)
+    kept.read_range("data", "x.bin", 0, 10)
+    conn, reused = kept.connections.get()
+    assert reused
+    kept.connections.put(conn)
+    kept.connections.idle_s = -1.0
+    assert kept.connections.get()[1] is False
