@@ -5,9 +5,16 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
 - job: POST /api/jobs -> the ledger says completed (polled every 20 ms), and the ledger's duration_s;
 - polars: `scan_csv` / `scan_ndjson` over `az://` + group_by + `collect(engine="streaming")`;
 - sdk: `download_blob(max_concurrency=8).readall()`;
-- reader: `shared.blob_reader` alone, every byte copied out through a 1 MiB buffer;
-- obstore: `obstore.get(...).stream()` alone (when installed);
+- reader: `shared.blob_reader` alone, its buffers handed over and back (`next_chunk`, no copy:
+  what the job does);
+- obstore: `obstore.get(...).stream()` alone (when installed: requirements-bench.txt);
+- inproc: the engine over the reader in this process (no host, ledger or result write), with the
+  CPU seconds it took here and in Azurite, and the same for the reader's raw read: on a machine
+  whose cores are all busy the run cannot beat the read by less than their CPU ratio;
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
+
+The job's run is compared with the fastest raw read (reader or obstore). The 1-minute load
+average is recorded before each input.
 
     python -m bench.bench_read                 # ~300 MB and 1 GB of wide CSV, narrow CSV, JSON lines
     python -m bench.bench_read --mb 20 --repeat 1   # quick (bench.run --quick)
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -73,6 +81,14 @@ def cases(data_dir: Path, mb: float) -> list[Case]:
     ]
 
 
+def warm_up_cases(data_dir: Path, service: Any) -> list[Case]:
+    """A 1 MB job of each shape, run once before timing: the worker's first job pays its imports."""
+    warm = cases(data_dir, 1)
+    for case in warm:
+        service.get_blob_client(CONTAINER, case.path.name).upload_blob(case.path.read_bytes(), overwrite=True)
+    return warm
+
+
 def account(az: Azurite) -> dict[str, str]:
     parts = dict(p.split("=", 1) for p in az.connection_string.split(";") if "=" in p)
     return {"name": parts["AccountName"], "key": parts["AccountKey"], "endpoint": parts["BlobEndpoint"]}
@@ -120,12 +136,44 @@ def reader_read(case: Case, az: Azurite) -> float:
     from shared.blob_reader import reader_for
 
     reader = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
-    buffer = bytearray(1 << 20)
     start = time.perf_counter()
     with reader.open(CONTAINER, case.path.name) as stream:
-        while stream.readinto(buffer):
-            pass
+        while (got := stream.next_chunk()) is not None:
+            stream.give_back(got[0])
     return time.perf_counter() - start
+
+
+def engine_over_reader(case: Case, az: Azurite) -> float:
+    """The job's work without the host: open_blob_stream + aggregate_table in this process."""
+    from azure.storage.blob import BlobServiceClient
+
+    from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload
+    from shared.jobs.aggregate_engine import aggregate_table
+
+    spec = parse_aggregate_payload(case.payload())
+    blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(
+        CONTAINER, case.path.name
+    )
+    start = time.perf_counter()
+    with open_blob_stream(blob) as stream:
+        aggregate_table(stream, spec)
+    return time.perf_counter() - start
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(fn: Callable[[], float], az: Azurite) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of this process, of Azurite) of one call."""
+    assert az.process is not None
+    own, azurite = os.times(), process_cpu_s(az.process.pid)
+    wall = fn()
+    after = os.times()
+    return wall, after.user + after.system - own.user - own.system, process_cpu_s(az.process.pid) - azurite
 
 
 def obstore_read(case: Case, acct: dict[str, str]) -> float:
@@ -194,7 +242,9 @@ def best(fn: Callable[[], float], repeat: int) -> float:
 
 def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstore: bool) -> dict[str, Any]:
     acct = account(az)
+    load = round(os.getloadavg()[0], 2)
     runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float, float]]] = {}
     durations: list[float] = []
     for _ in range(repeat):  # interleaved: each round runs every contender once
         e2e, duration = job(case, host)
@@ -202,17 +252,29 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         durations.append(duration)
         runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
         runs.setdefault("sdk_read_s", []).append(sdk_read(case, az))
-        runs.setdefault("reader_read_s", []).append(reader_read(case, az))
+        for name, fn in (("reader_read_s", reader_read), ("inproc_s", engine_over_reader)):
+            measured = with_cpu(lambda fn=fn: fn(case, az), az)  # type: ignore[misc]
+            runs.setdefault(name, []).append(measured[0])
+            cpu.setdefault(name, []).append(measured)
         if with_obstore:
             runs.setdefault("obstore_read_s", []).append(obstore_read(case, acct))
-    out: dict[str, Any] = {k: round(min(v), 3) for k, v in runs.items()}
+    out: dict[str, Any] = {"load_avg_1m": load}
+    out |= {k: round(min(v), 3) for k, v in runs.items()}
     out["job_run_s"] = round(min(durations), 3)
     out["file_mb"] = round(case.path.stat().st_size / 1e6, 1)
+    fastest = min(out["reader_read_s"], out.get("obstore_read_s", math.inf))
+    out["fastest_read_s"] = fastest
     out["job_vs_polars"] = round(out["polars_az_s"] / out["job_e2e_s"], 2)
-    out["run_vs_reader"] = round(out["job_run_s"] / out["reader_read_s"], 2)
+    out["run_vs_read"] = round(out["job_run_s"] / fastest, 2)
+    out["inproc_vs_read"] = round(out["inproc_s"] / fastest, 2)
     out["sdk_vs_reader"] = round(out["sdk_read_s"] / out["reader_read_s"], 2)
     if with_obstore:
         out["obstore_vs_reader"] = round(out["obstore_read_s"] / out["reader_read_s"], 2)
+    for name, key in (("reader_read_s", "read"), ("inproc_s", "inproc")):
+        best_run = min(cpu[name])  # the fastest round's CPU seconds: (own, Azurite)
+        out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
+        out[f"{key}_azurite_cpu_s"] = round(best_run[2], 2)
+    out["cpu_ratio"] = round(out["inproc_cpu_s"] / out["read_cpu_s"], 2)
     out |= memory(case, az)
     return out
 
@@ -235,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     with_obstore = has_obstore()
-    report: dict[str, Any] = {"load_avg_1m_before": round(os.getloadavg()[0], 2), "cases": {}}
+    report: dict[str, Any] = {
+        "load_avg_1m_before": round(os.getloadavg()[0], 2),
+        "repeat": args.repeat,
+        "cases": {},
+    }
     all_cases = [case for mb in (float(x) for x in args.mb.split(",")) for case in cases(args.data_dir, mb)]
     az = start_azurite()
     host: HostProcess | None = None
@@ -259,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True,
         )
         host = HostProcess(env, instance_id="bench-read").start()
+        for case in warm_up_cases(args.data_dir, service):  # imports and connections, untimed
+            job(case, host)
         for case in all_cases:
             print(f"timing {case.name} ...", file=sys.stderr, flush=True)
             report["cases"][case.name] = measure(case, az, host, args.repeat, with_obstore)
@@ -275,26 +343,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 COLUMNS = (
-    "file_mb",
-    "job_e2e_s",
-    "job_run_s",
-    "polars_az_s",
-    "sdk_read_s",
-    "reader_read_s",
-    "obstore_read_s",
-    "job_vs_polars",
-    "run_vs_reader",
-    "peak_rss_mb",
+    ("load", "load_avg_1m"),
+    ("MB", "file_mb"),
+    ("job e2e", "job_e2e_s"),
+    ("job run", "job_run_s"),
+    ("polars az", "polars_az_s"),
+    ("sdk", "sdk_read_s"),
+    ("reader", "reader_read_s"),
+    ("obstore", "obstore_read_s"),
+    ("inproc", "inproc_s"),
+    ("e2e/polars", "job_vs_polars"),
+    ("run/read", "run_vs_read"),
+    ("inproc/read", "inproc_vs_read"),
+    ("cpu ratio", "cpu_ratio"),
+    ("peak MB", "peak_rss_mb"),
 )
 
 
 def print_table(report: dict[str, Any]) -> None:
     print(
-        f"\nblob reads (best of rounds; load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']})"
+        f"\nblob reads, seconds, best of {report.get('repeat', '?')} interleaved rounds "
+        f"(load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']}; 2 shared cores)"
     )
-    print(f"{'input':<22}" + "".join(f"{c:>15}" for c in COLUMNS))
+    print(f"{'input':<20}" + "".join(f"{title:>12}" for title, _ in COLUMNS))
     for name, row in report["cases"].items():
-        print(f"{name:<22}" + "".join(f"{row.get(c, '-')!s:>15}" for c in COLUMNS))
+        print(f"{name:<20}" + "".join(f"{row.get(key, '-')!s:>12}" for _, key in COLUMNS))
+    print(
+        "e2e/polars = Polars over az:// / the job POST -> completed (>= 1.0 wanted); run/read = the "
+        "job's duration_s / the fastest raw read, reader or obstore (<= 1.3 wanted); inproc = the "
+        "engine over the reader in the bench process; cpu ratio = CPU seconds (this process + "
+        "Azurite) of inproc / of the reader's read"
+    )
 
 
 if __name__ == "__main__":
