@@ -377,6 +377,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--aggregate-mb", type=int, default=1000, help="aggregate memory-test inputs (MB)")
     parser.add_argument("--skip-aggregate", action="store_true")
+    parser.add_argument("--skip-read", action="store_true", help="no job-over-a-blob section (bench_read)")
     parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
     return parser.parse_args(argv)
@@ -409,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         report["plot"] = str(plot)
     if not args.skip_aggregate:
         report["aggregate"] = run_aggregate(args, out_dir)
+    if not args.skip_read:
         report["read"] = run_read(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)

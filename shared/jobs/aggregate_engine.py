@@ -685,8 +685,8 @@ class _ChunkSplitter:
     """`_BlockSplitter` for a stream that hands over its own buffers (`ChunkStream`): blocks
     are slices of those buffers, parsed where the reader wrote them.
 
-    Each buffer is cut at its last record boundary and into blocks of about `block_size` at
-    record boundaries; it goes back to the stream once every block cut from it is released.
+    Each buffer is cut into blocks of about `block_size` at record boundaries (each cut
+    starting where the last ended, so the bytes are looked at once); it goes back to the stream once every block cut from it is released.
     Only a record that spans two buffers is copied: the bytes after the last boundary, with
     the next buffer's first `SEAM_BYTES` (more if the record is longer), form a small block of
     their own, cut at its last boundary. Blocks, offsets, `header_lines` and errors are as
@@ -756,20 +756,19 @@ class _ChunkSplitter:
                     self.carry = window  # the input ends within this record
                 continue
             buf, lo, hi = current
-            last = self.cut(buf, lo, hi)
-            if last == 0:  # no record ends in this buffer: carry it all
-                self.carry = bytearray(memoryview(buf)[lo:hi])
-                self._done(buf)
-                continue
-            while lo < last:
-                end = last if last - lo < self.size + self.size // 2 else self.cut(buf, lo, lo + self.size)
-                end = end or last
+            while lo < hi:  # each cut starts where the last ended: every byte is looked at once
+                end = 0
+                if hi - lo >= self.size + self.size // 2:
+                    end = self.cut(buf, lo, lo + self.size)
+                end = end or self.cut(buf, lo, hi)
+                if end == 0:
+                    break
                 self.chunk = (buf, end, hi)
                 self.refs[id(buf)][1] += 1
                 yield self._block(buf, lo, end)
                 lo = end
-            if last < hi:
-                self.carry = bytearray(memoryview(buf)[last:hi])
+            if lo < hi:  # a record that ends in a later buffer (or the input's last one)
+                self.carry = bytearray(memoryview(buf)[lo:hi])
             self._done(buf)
 
     def release(self, buf: bytearray) -> None:
