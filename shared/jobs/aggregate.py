@@ -78,7 +78,8 @@ MAX_NULL_VALUES: Final = 100
 BLOB_CHUNK_BYTES: Final = blob_reader.CHUNK_BYTES
 """Bytes per ranged GET of the input blob."""
 BLOB_MAX_CONCURRENCY: Final = blob_reader.DEPTH
-"""Ranged GETs in flight ahead of the reader: memory <= (this + 1) * BLOB_CHUNK_BYTES."""
+"""Ranged GETs in flight ahead of the engine: memory <= (this + 1 + blob_reader.LEND) *
+BLOB_CHUNK_BYTES (the engine parses blocks in the reader's buffers, `LEND` at most at once)."""
 
 T = TypeVar("T")
 _CONTAINER_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
@@ -464,7 +465,8 @@ def open_blob_stream(
 ) -> BlobStream:
     """Open a blob for streaming reads (one GET now); InputMissing if it or its container is absent.
 
-    Ranged GETs through `shared.blob_reader` with the client's account and credential.
+    Ranged GETs through `shared.blob_reader` with the client's account and credential; the
+    engine takes its buffers as they are (`next_chunk` / `give_back`), without a copy.
     """
     ranges = (
         blob

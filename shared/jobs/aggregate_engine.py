@@ -6,6 +6,8 @@ How it stays fast and bounded:
   at once), each cut at its last record boundary (CSV: a line break outside quotes, quotes
   counted in C; JSON lines: a line break). Two blocks are parsed at a time, each on a thread of
   its own, while the next ones are read.
+  A stream that hands over its own buffers (the blob reader: `next_chunk` / `give_back`) is
+  cut in place instead of copied (`_ChunkSplitter`): only a record spanning two buffers is.
 - Each block goes first to the C scanner (`aggkernel`, built from native/): one pass, off the
   GIL, that finds the structural bytes 64 at a time, reads only the needed fields, parses
   numbers (correctly rounded) and reduces the block's rows in a hash table to partial

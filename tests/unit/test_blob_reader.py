@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
+from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, BlobStream, Range, UnexpectedResponse
 from shared.errors import StorageThrottled
 
 DATA = bytes(range(256)) * 8
@@ -138,3 +138,47 @@ def test_connections_idle_too_long_are_not_reused(server: str) -> None:
     kept.connections.put(conn)
     kept.connections.idle_s = -1.0
     assert kept.connections.get()[1] is False
+
+
+@dataclass
+class MemoryRanges:
+    """`Ranges` over bytes in memory (the stream's only I/O)."""
+
+    data: bytes
+    label: str = "mem/x"
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        piece = self.data[offset : offset + len(view)]
+        view[: len(piece)] = piece
+        return Range(len(piece), len(self.data), '"e"')
+
+
+def test_chunks_are_handed_over_without_a_copy_and_memory_stays_bounded() -> None:
+    data = bytes(range(256)) * 1000
+    with BlobStream(MemoryRanges(data), chunk_size=1000, depth=3, lend=2, first_size=100) as s:
+        out, held = bytearray(), []
+        while (got := s.next_chunk()) is not None:
+            buf, start, end = got
+            out += buf[start:end]
+            held.append(buf)
+            if len(held) == 2:  # the caller holds two at a time, as the engine's blocks do
+                s.give_back(held.pop(0))
+        assert bytes(out) == data
+        assert s.buffers_allocated <= 3 + 1 + 2
+
+
+def test_a_caller_holding_every_buffer_is_told_not_given_a_short_read() -> None:
+    with BlobStream(MemoryRanges(b"x" * 10_000), chunk_size=1000, depth=1, lend=1) as s:
+        held = [s.next_chunk(), s.next_chunk(), s.next_chunk()]
+        assert all(held)
+        with pytest.raises(RuntimeError, match="every buffer is lent out"):
+            s.next_chunk()
+
+
+def test_seek_after_handing_over_reads_again_from_there() -> None:
+    data = bytes(range(256)) * 40
+    with BlobStream(MemoryRanges(data), chunk_size=1000, depth=2, lend=1) as s:
+        s.next_chunk()
+        s.next_chunk()
+        s.seek(5)
+        assert s.read() == data[5:]
