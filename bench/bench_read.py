@@ -2,7 +2,7 @@
 
 One Azurite, one local host (the repo's host.json), per input file, interleaved, best of --repeat:
 
-- job: POST /api/jobs -> the ledger says completed (polled every 20 ms), and the ledger's duration_s;
+- job: POST /api/jobs -> the ledger's `finished_at` (see `job`), and the ledger's duration_s;
 - polars: `scan_csv` / `scan_ndjson` over `az://` + group_by + `collect(engine="streaming")`;
 - sdk: `download_blob(max_concurrency=8).readall()`;
 - reader: `shared.blob_reader` alone, its buffers handed over and back (`next_chunk`, no copy:
@@ -34,6 +34,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -193,13 +194,14 @@ def obstore_read(case: Case, acct: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def job(case: Case, host: HostProcess, az: Azurite, expect_s: float = 0.0) -> tuple[float, float]:
-    """POST the job, poll its ledger record until completed: (end to end, the ledger's duration_s).
+def job(case: Case, host: HostProcess, az: Azurite) -> tuple[float, float]:
+    """POST the job, wait for its ledger record to say completed: (end to end, its duration_s).
 
-    The record is read straight from storage every 10 ms (one small GET from this process), not
-    through the API: an API poll runs in the worker that runs the job and competes with it. Polls
-    start after `expect_s` (0.8 x the best time so far): every GET also takes a share of the one
-    Azurite thread that serves the job's read.
+    End to end is the record's `finished_at` (stamped by the worker just before its completing
+    write; the clock is this machine's) minus the moment of the POST, so the polls need not be
+    frequent: one small GET from this process every 100 ms. Not through the API: an API poll runs
+    in the worker that runs the job; and every GET takes a share of the one Azurite thread that
+    also serves the job's read.
     """
     from azure.storage.blob import BlobServiceClient
 
@@ -210,20 +212,20 @@ def job(case: Case, host: HostProcess, az: Azurite, expect_s: float = 0.0) -> tu
     job_id = f"bench-{uuid.uuid4().hex[:12]}"
     payload = case.payload() | {"input": f"{CONTAINER}/{case.path.name}", "engine": "inline"}
     body = json.dumps({"id": job_id, "kind": "aggregate", "payload": payload}).encode()
-    start = time.perf_counter()
     req = urllib.request.Request(
         f"{host.url}/api/jobs", data=body, headers={"content-type": "application/json"}, method="POST"
     )
+    posted = datetime.now(UTC)
     with urllib.request.urlopen(req, timeout=30) as resp:
         resp.read()
-    time.sleep(max(0.0, start + expect_s - time.perf_counter()))
     while True:
+        time.sleep(0.1)
         record = json.loads(ledger.read_range(container, f"{job_id}.json", 0, 1 << 20))
         if record.get("status") == "completed":
-            return time.perf_counter() - start, float(record["duration_s"])
+            finished = datetime.fromisoformat(record["finished_at"].replace("Z", "+00:00"))
+            return (finished - posted).total_seconds(), float(record["duration_s"])
         if record.get("status") in ("poisoned", "failed"):
             raise RuntimeError(f"job {job_id}: {record}")
-        time.sleep(0.01)
 
 
 _CHILD = """
@@ -259,7 +261,7 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     cpu: dict[str, list[tuple[float, float, float]]] = {}
     durations: list[float] = []
     for _ in range(repeat):  # interleaved: each round runs every contender once
-        e2e, duration = job(case, host, az, 0.8 * min(runs.get("job_e2e_s", [0.0])))
+        e2e, duration = job(case, host, az)
         runs.setdefault("job_e2e_s", []).append(e2e)
         durations.append(duration)
         runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
@@ -286,7 +288,7 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         best_run = min(cpu[name])  # the fastest round's CPU seconds: (own, Azurite)
         out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
         out[f"{key}_azurite_cpu_s"] = round(best_run[2], 2)
-    out["cpu_ratio"] = round(out["inproc_cpu_s"] / out["read_cpu_s"], 2)
+    out["cpu_ratio"] = round(out["inproc_cpu_s"] / out["read_cpu_s"], 2) if out["read_cpu_s"] else None
     out |= memory(case, az)
     return out
 
