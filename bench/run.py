@@ -175,6 +175,15 @@ def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     return result
 
 
+def run_read(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_read.py: a job over a blob end to end vs Polars over az://, the SDK, the reader."""
+    flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000"]
+    result = run_script("bench.bench_read", [*flags, "--out", str(out_dir / "read.json")], timeout_s=5400)
+    if result.get("exit_code") == 0:
+        result["report"] = _read_json(out_dir / "read.json")
+    return result
+
+
 def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_spark.py, when asked for (slow): it starts its own Azurite and Spark cluster."""
     flags = ["--sizes", "10,50", "--repeat", "1"] if args.quick else []
@@ -324,6 +333,17 @@ def format_report(report: dict[str, Any]) -> str:
                 if line.strip() and not line.startswith("wrote "):
                     add("   " + line)
 
+    read = report.get("read")
+    if read:
+        add("")
+        add("5b. A job over a blob end to end vs Polars over az:// (bench/bench_read.py)")
+        if read.get("exit_code") != 0:
+            add(f"   FAILED ({read.get('error')})")
+        else:
+            for line in read["stdout"].strip().splitlines():
+                if line.strip() and not line.startswith("wrote "):
+                    add("   " + line)
+
     spark = report.get("spark")
     if spark:
         add("")
@@ -360,6 +380,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--aggregate-mb", type=int, default=1000, help="aggregate memory-test inputs (MB)")
     parser.add_argument("--skip-aggregate", action="store_true")
+    parser.add_argument("--skip-read", action="store_true", help="no job-over-a-blob section (bench_read)")
     parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
     return parser.parse_args(argv)
@@ -392,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         report["plot"] = str(plot)
     if not args.skip_aggregate:
         report["aggregate"] = run_aggregate(args, out_dir)
+    if not args.skip_read:
+        report["read"] = run_read(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

@@ -9,6 +9,7 @@ qty/price are empty and 1% are `NA`; about 0.5% of regions are empty (a null gro
     python -m devstack.datagen --mb 1000 --out big.csv
     python -m devstack.datagen --rows 1000 --format jsonl --out data.jsonl
     python -m devstack.datagen --rows 340000 --wide --out wide.csv
+    python -m devstack.datagen --mb 1000 --repeat --out big.csv   # 4 MB of rows, repeated: seconds
 
 `--wide`: a 20-column table like a public weather-station export (integers with NA, floats,
 strings, timestamps; ~90 bytes a row as CSV, ~300 as JSON lines), see `WIDE_HEADER`.
@@ -241,6 +242,27 @@ def write(
     return rows
 
 
+def write_repeated(
+    out: Path, mb: float, fmt: str = "csv", seed: int = 7, wide: bool = False, sample_mb: float = 4.0
+) -> int:
+    """About `mb` megabytes in seconds: `sample_mb` of rows generated once, their bytes repeated
+    (a CSV header once). For throughput benchmarks, where rows repeating every few MB do not
+    matter; returns the number of data rows."""
+    sample_rows = _rows_for_mb(min(mb, sample_mb), fmt, seed, wide)
+    blocks = list(_blocks(sample_rows, fmt, seed, wide))
+    header = blocks.pop(0).encode() if fmt == "csv" else b""
+    body = "".join(blocks).encode()
+    copies = max(1, round((mb * 1_000_000 - len(header)) / len(body)))
+    tmp = out.with_name(out.name + ".part")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tmp.open("wb") as fh:
+        fh.write(header)
+        for _ in range(copies):
+            fh.write(body)
+    tmp.replace(out)  # a run stopped half-way leaves no short file under the cached name
+    return sample_rows * copies
+
+
 def _rows_for_mb(mb: float, fmt: str, seed: int, wide: bool = False) -> int:
     sample = 20_000
     blocks = _blocks(sample, fmt, seed, wide)
@@ -259,9 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("csv", "jsonl"), default=None, help="default: from --out suffix")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--wide", action="store_true", help="the 20-column weather-like table")
+    parser.add_argument("--repeat", action="store_true", help="with --mb: 4 MB of rows repeated (fast)")
     args = parser.parse_args(argv)
     fmt = args.format or ("jsonl" if args.out.suffix in (".jsonl", ".json", ".ndjson") else "csv")
-    rows = write(args.out, rows=args.rows, mb=args.mb, fmt=fmt, seed=args.seed, wide=args.wide)
+    if args.repeat:
+        if args.mb is None:
+            parser.error("--repeat needs --mb")
+        rows = write_repeated(args.out, args.mb, fmt=fmt, seed=args.seed, wide=args.wide)
+    else:
+        rows = write(args.out, rows=args.rows, mb=args.mb, fmt=fmt, seed=args.seed, wide=args.wide)
     print(f"wrote {rows} rows to {args.out} ({args.out.stat().st_size / 1e6:.1f} MB, {fmt})", file=sys.stderr)
     return 0
 

@@ -52,6 +52,7 @@ CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 ENGINE_FILES = (
     "shared/__init__.py",
     "shared/errors.py",
+    "shared/blob_reader.py",
     "shared/jobs/aggregate_result.py",
     "shared/jobs/aggregate_engine.py",
 )
@@ -389,6 +390,12 @@ class BlobAccess:
 
         return BlobServiceClient(str(self.endpoint), credential=DefaultAzureCredential(), **kw)
 
+    def ranges(self) -> Any:
+        """The app's lean ranged reader (`shared.blob_reader`) with the same account and credential."""
+        from shared.blob_reader import reader_for
+
+        return reader_for(self.service())
+
 
 class BlobResults:
     """Writes result and error documents with the Blob SDK."""
@@ -560,7 +567,6 @@ def _raise_first_error(
 
 
 def _blob_tasks(sc: Any, args: argparse.Namespace, partials: Partials) -> tuple[Any, int]:
-    from azure.core import MatchConditions
     from azure.core.exceptions import ResourceNotFoundError
 
     conn = os.environ.get(CONNECTION_ENV)
@@ -575,14 +581,12 @@ def _blob_tasks(sc: Any, args: argparse.Namespace, partials: Partials) -> tuple[
         raise JobFailure(f"input {spec.container}/{spec.blob} does not exist", "input_data") from None
     size, etag = int(props.size), props.etag
 
-    def reader(client: Any) -> Callable[[int, int], bytes]:
+    container, blob_name = spec.container, spec.blob
+
+    def reader(ranges: Any) -> Callable[[int, int], bytes]:
         def read(offset: int, length: int) -> bytes:
-            if length <= 0:
-                return b""
-            downloader = client.download_blob(
-                offset=offset, length=length, etag=etag, match_condition=MatchConditions.IfNotModified
-            )
-            return bytes(downloader.readall())
+            data: bytes = ranges.read_range(container, blob_name, offset, length, etag)
+            return data
 
         return read
 
@@ -590,14 +594,12 @@ def _blob_tasks(sc: Any, args: argparse.Namespace, partials: Partials) -> tuple[
     if spec.format == "csv":
         if size == 0:
             raise JobFailure("the input is empty: a CSV input needs a header line", "input_data")
-        header = csv_header(reader(blob), size)
+        header = csv_header(reader(access.ranges()), size)
     splits = plan_splits(len(header), size, int(args.split_mb * 1024 * 1024), sc.defaultParallelism)
-    container, blob_name = spec.container, spec.blob
 
     def task(item: tuple[int, tuple[int, int]]) -> TaskResult:
         index, (s, e) = item
-        client = access.service().get_blob_client(container, blob_name)
-        data = split_lines(reader(client), size, s, e, first=index == 0)
+        data = split_lines(reader(access.ranges()), size, s, e, first=index == 0)
         return run_split(partials, index, data, header)
 
     rdd = sc.parallelize(list(enumerate(splits)), len(splits)).map(task)

@@ -26,25 +26,22 @@ import json
 import logging
 import re
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import pyarrow as pa
-from azure.core import MatchConditions
-from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import AzureError
 from azure.storage.blob import BlobClient, ContentSettings
 
+from shared import blob_reader
+from shared.blob_reader import reader_for
 from shared.containers import is_host_container
 from shared.errors import (
-    InputMissing,
     InputRefused,
     LimitExceeded,
     NotAvailable,
     PayloadError,
     StorageThrottled,
-    TransientError,
 )
 from shared.jobs import aggregate_engine, aggregate_offload, aggregate_result
 from shared.jobs.aggregate_engine import (
@@ -66,7 +63,7 @@ from shared.jobs.aggregate_engine import (
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
-from shared.storage import StorageClients, error_code, is_throttled, status_code
+from shared.storage import StorageClients, is_throttled
 
 if not aggregate_engine.NATIVE:  # the remote build could not compile native/: same answers, slower
     logging.getLogger(__name__).warning(
@@ -79,10 +76,11 @@ KIND: Final = "aggregate"
 MAX_BLOB_PATH: Final = 1024
 MAX_COLUMN_NAME: Final = 256
 MAX_NULL_VALUES: Final = 100
-BLOB_CHUNK_BYTES: Final = 4 * 1024 * 1024
+BLOB_CHUNK_BYTES: Final = blob_reader.CHUNK_BYTES
 """Bytes per ranged GET of the input blob."""
-BLOB_MAX_CONCURRENCY: Final = 4
-"""Ranged GETs in flight ahead of the reader: memory <= (this + 1) * BLOB_CHUNK_BYTES."""
+BLOB_MAX_CONCURRENCY: Final = blob_reader.DEPTH
+"""Ranged GETs in flight ahead of the engine: memory <= (this + 1 + blob_reader.LEND) *
+BLOB_CHUNK_BYTES (the engine parses blocks in the reader's buffers, `LEND` at most at once)."""
 
 T = TypeVar("T")
 _CONTAINER_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
@@ -458,132 +456,25 @@ def _result_too_large(size: int, limit: int, done: bool) -> LimitExceeded:
 # --- blob I/O ----------------------------------------------------------------------------------
 
 
-class BlobStream(io.RawIOBase):
-    """A read-only file over a blob: ranged GETs, a few in flight ahead of the reader.
-
-    Memory is bounded by (max_concurrency + 1) * chunk_size. Every GET after the first is
-    conditional on the first one's ETag, so a blob replaced mid-read fails (transient) instead
-    of mixing two versions. Storage errors are mapped to the job's error classes.
-    """
-
-    def __init__(self, blob: BlobClient, chunk_size: int, max_concurrency: int) -> None:
-        super().__init__()
-        self.blob = blob
-        self.label = f"{blob.container_name}/{blob.blob_name}"
-        self.chunk_size = chunk_size
-        self.size, self.etag, data = _map_errors(self._first_get, self.label)
-        self._current = memoryview(data)
-        self._pos = 0
-        self._next_offset = len(self._current)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, max_concurrency), thread_name_prefix="blob-read")
-        self._ahead: deque[Future[bytes]] = deque()
-        self._max_ahead = max(1, max_concurrency)
-        self._schedule()
-
-    def _first_get(self) -> tuple[int, str | None, bytes]:
-        """Size, ETag and first chunk; an empty blob answers a ranged GET with 416."""
-        try:
-            first = self.blob.download_blob(offset=0, length=self.chunk_size, max_concurrency=1)
-        except HttpResponseError as exc:
-            if status_code(exc) == 416:
-                return 0, None, b""
-            raise
-        data = first.readall()
-        return _total_size(first.properties.content_range, first.size), first.properties.etag, data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Move to `offset`: the read-ahead restarts there (used to count lines on errors)."""
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = min(max(0, base + offset), self.size)
-        for future in self._ahead:
-            future.cancel()
-        self._ahead.clear()
-        self._current = memoryview(b"")
-        self._next_offset = self._pos
-        self._schedule()
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        while not self._current and self._ahead:
-            self._current = memoryview(self._ahead.popleft().result())
-            self._schedule()
-        n = min(len(view), len(self._current))
-        view[:n] = self._current[:n]
-        self._current = self._current[n:]
-        self._pos += n
-        return n
-
-    def close(self) -> None:
-        if not self.closed:
-            for future in self._ahead:
-                future.cancel()
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        super().close()
-
-    def _schedule(self) -> None:
-        while len(self._ahead) < self._max_ahead and self._next_offset < self.size:
-            length = min(self.chunk_size, self.size - self._next_offset)
-            self._ahead.append(self._pool.submit(self._get, self._next_offset, length))
-            self._next_offset += length
-
-    def _get(self, offset: int, length: int) -> bytes:
-        def download() -> bytes:
-            downloader = self.blob.download_blob(
-                offset=offset,
-                length=length,
-                etag=self.etag,
-                match_condition=MatchConditions.IfNotModified,
-                max_concurrency=1,
-            )
-            return downloader.readall()
-
-        return _map_errors(download, self.label)
+BlobStream = blob_reader.BlobStream
 
 
 def open_blob_stream(
-    blob: BlobClient, chunk_size: int = BLOB_CHUNK_BYTES, max_concurrency: int = BLOB_MAX_CONCURRENCY
+    blob: BlobClient | blob_reader.Ranges,
+    chunk_size: int = BLOB_CHUNK_BYTES,
+    max_concurrency: int = BLOB_MAX_CONCURRENCY,
 ) -> BlobStream:
-    """Open a blob for streaming reads (one GET now); InputMissing if it or its container is absent."""
-    return BlobStream(blob, chunk_size, max_concurrency)
+    """Open a blob for streaming reads (one GET now); InputMissing if it or its container is absent.
 
-
-def _total_size(content_range: str | None, fallback: int) -> int:
-    """The blob's full size from 'bytes 0-4194303/123456789'."""
-    if content_range and "/" in content_range:
-        total = content_range.rsplit("/", 1)[1]
-        if total.isdigit():
-            return int(total)
-    return fallback
-
-
-def _map_errors(call: Callable[[], T], label: str) -> T:
-    """Run one storage call, turning its failures into the job's error classes."""
-    try:
-        return call()
-    except ResourceNotFoundError as exc:
-        what = "container" if error_code(exc) == "ContainerNotFound" else "blob"
-        raise InputMissing(f"input {label} does not exist ({what} not found)") from None
-    except HttpResponseError as exc:
-        if status_code(exc) == 412:
-            raise TransientError(f"input {label} changed while it was being read") from exc
-        if is_throttled(exc):
-            code = error_code(exc) or status_code(exc)
-            raise StorageThrottled(f"storage busy reading {label}: {code}") from exc
-        raise
-    except AzureError as exc:
-        if is_throttled(exc):
-            raise StorageThrottled(f"storage unreachable reading {label}: {exc.__class__.__name__}") from exc
-        raise
+    Ranged GETs through `shared.blob_reader` with the client's account and credential; the
+    engine takes its buffers as they are (`next_chunk` / `give_back`), without a copy.
+    """
+    ranges = (
+        blob
+        if isinstance(blob, blob_reader.Ranges)
+        else reader_for(blob).ranges(blob.container_name, blob.blob_name)
+    )
+    return BlobStream(ranges, chunk_size, max_concurrency)
 
 
 def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:

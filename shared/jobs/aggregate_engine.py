@@ -6,6 +6,8 @@ How it stays fast and bounded:
   at once), each cut at its last record boundary (CSV: a line break outside quotes, quotes
   counted in C; JSON lines: a line break). Two blocks are parsed at a time, each on a thread of
   its own, while the next ones are read.
+  A stream that hands over its own buffers (the blob reader: `next_chunk` / `give_back`) is
+  cut in place instead of copied (`_ChunkSplitter`): only a record spanning two buffers is.
 - Each block goes first to the C scanner (`aggkernel`, built from native/): one pass, off the
   GIL, that finds the structural bytes 64 at a time, reads only the needed fields, parses
   numbers (correctly rounded) and reduces the block's rows in a hash table to partial
@@ -476,7 +478,7 @@ def _csv_partials(
     while the next block is read; errors are raised in input order (the first bad block wins).
     """
     origin = _position(stream)
-    splitter = _BlockSplitter(stream, block_size)
+    splitter = _splitter(stream, block_size)
     parser = _CsvParser(splitter.read_header(), plan, null_values)
     workers = max(1, PARSE_WORKERS)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
@@ -714,6 +716,179 @@ class _BlockSplitter:
         grown[: self.filled] = self.buf[: self.filled]
         self.buf = grown
         self.target = len(grown)
+
+
+class ChunkStream(Protocol):
+    """A stream that hands over its own buffers (the blob reader's `BlobStream`): no copy."""
+
+    def next_chunk(self) -> tuple[bytearray, int, int] | None: ...
+
+    def give_back(self, buf: bytearray) -> None: ...
+
+
+SEAM_BYTES: Final = 64 * 1024
+"""Bytes after a record that spans two buffers copied with it (`_ChunkSplitter`), doubled as
+needed: the seam block ends at the last record boundary in them."""
+
+
+def _splitter(
+    stream: ByteStream,
+    block_size: int,
+    cut: Callable[[bytearray, int, int], int] | None = None,
+    what: str = "a CSV record",
+) -> _BlockSplitter | _ChunkSplitter:
+    """A `_ChunkSplitter` over a stream that hands over its buffers, else a `_BlockSplitter`."""
+    if callable(getattr(stream, "next_chunk", None)) and callable(getattr(stream, "give_back", None)):
+        return _ChunkSplitter(stream, block_size, cut, what)  # type: ignore[arg-type]
+    return _BlockSplitter(stream, block_size, cut, what)
+
+
+class _ChunkSplitter:
+    """`_BlockSplitter` for a stream that hands over its own buffers (`ChunkStream`): blocks
+    are slices of those buffers, parsed where the reader wrote them.
+
+    Each buffer is cut into blocks of about `block_size` at record boundaries (each cut
+    starting where the last ended, so the bytes are looked at once); it goes back to the stream once every block cut from it is released.
+    Only a record that spans two buffers is copied: the bytes after the last boundary, with
+    the next buffer's first `SEAM_BYTES` (more if the record is longer), form a small block of
+    their own, cut at its last boundary. Blocks, offsets, `header_lines` and errors are as
+    `_BlockSplitter`'s.
+    """
+
+    def __init__(
+        self,
+        stream: ChunkStream,
+        block_size: int,
+        cut: Callable[[bytearray, int, int], int] | None = None,
+        what: str = "a CSV record",
+    ) -> None:
+        self.stream = stream
+        self.cut = cut or _record_cut
+        self.what = what
+        self.size = max(block_size, 16)
+        self.refs: dict[int, list[Any]] = {}
+        """id(buffer) -> [buffer, blocks not released + 1 while it is being cut]."""
+        self.chunk: tuple[bytearray, int, int] | None = None
+        """The buffer being cut and its bytes not yet in a block: (buffer, start, end)."""
+        self.carry = bytearray()
+        """A record begun at the end of the last buffer (a copy)."""
+        self.offset = 0
+        """Input offset of the next block."""
+        self.header_lines = 1
+
+    def read_header(self) -> list[str]:
+        """Column names from the first record; InputDataError if the input is empty."""
+        window = bytearray()
+        end = 0
+        while self._current() is not None:
+
+            def header(data: bytearray) -> int:
+                at = _header_end(data, len(data))
+                return 0 if at == len(data) and data.endswith(b"\r") else at  # \r\n may straddle
+
+            end = self._extend(window, header, "the header line")
+            if end:
+                break
+        if not window:
+            raise InputDataError("the input is empty: a CSV input needs a header line")
+        end = end or len(window)
+        raw = bytes(window[:end])
+        self.header_lines = max(1, raw.count(b"\n"))
+        self.offset = end
+        return _header_names(raw)
+
+    def blocks(self) -> Iterator[_Block]:
+        """Blocks of whole records, in order."""
+        while True:
+            current = self._current()
+            if current is None:
+                if self.carry:  # the last record, without a line break at the end
+                    seam, self.carry = self.carry, bytearray()
+                    yield self._block(seam, 0, len(seam))
+                return
+            if self.carry:
+                window, self.carry = self.carry, bytearray()
+                cut = 0
+                while not cut and self._current() is not None:
+                    cut = self._extend(window, lambda data: self.cut(data, 0, len(data)), self.what)
+                if cut:
+                    del window[cut:]
+                    yield self._block(window, 0, cut)
+                else:
+                    self.carry = window  # the input ends within this record
+                continue
+            buf, lo, hi = current
+            while lo < hi:  # each cut starts where the last ended: every byte is looked at once
+                end = 0
+                if hi - lo >= self.size + self.size // 2:
+                    end = self.cut(buf, lo, lo + self.size)
+                end = end or self.cut(buf, lo, hi)
+                if end == 0:
+                    break
+                self.chunk = (buf, end, hi)
+                self.refs[id(buf)][1] += 1
+                yield self._block(buf, lo, end)
+                lo = end
+            if lo < hi:  # a record that ends in a later buffer (or the input's last one)
+                self.carry = bytearray(memoryview(buf)[lo:hi])
+            self._done(buf)
+
+    def release(self, buf: bytearray) -> None:
+        """Give back the buffer of a block that is no longer read."""
+        ref = self.refs.get(id(buf))
+        if ref is not None and ref[0] is buf:
+            ref[1] -= 1
+            if ref[1] == 0:
+                del self.refs[id(buf)]
+                self.stream.give_back(buf)
+
+    def close(self) -> None:
+        self.refs.clear()
+        self.chunk = None
+
+    def _block(self, buf: bytearray, start: int, end: int) -> _Block:
+        block = _Block(pa.py_buffer(buf).slice(start, end - start), self.offset, buf, start, end)
+        self.offset += end - start
+        return block
+
+    def _current(self) -> tuple[bytearray, int, int] | None:
+        """The buffer being cut, the stream's next one when it is used up; None at the end."""
+        while self.chunk is None or self.chunk[1] >= self.chunk[2]:
+            if self.chunk is not None:
+                self._done(self.chunk[0])
+            got = self.stream.next_chunk()
+            if got is None:
+                return None
+            self.chunk = got
+            self.refs[id(got[0])] = [got[0], 1]
+        return self.chunk
+
+    def _done(self, buf: bytearray) -> None:
+        """The buffer is cut: it goes back once its blocks are released."""
+        if self.chunk is not None and self.chunk[0] is buf:
+            self.chunk = None
+        self.release(buf)
+
+    def _extend(self, window: bytearray, find: Callable[[bytearray], int], what: str) -> int:
+        """Append the current buffer's next bytes to `window` (at least SEAM_BYTES, doubling) and
+        return `find(window)`; the bytes past it stay in the buffer. 0: not found yet."""
+        assert self.chunk is not None
+        buf, lo, hi = self.chunk
+        before = len(window)
+        step = min(hi - lo, max(SEAM_BYTES, before))
+        with memoryview(buf) as view:
+            window += view[lo : lo + step]
+        found = find(window)
+        if found >= before and found:  # (a boundary within the bytes carried is not one: none is)
+            self.chunk = (buf, lo + found - before, hi)
+            return found
+        self.chunk = (buf, lo + step, hi)
+        if len(window) > MAX_RECORD_BYTES:
+            raise InputDataError(
+                f"{what} at byte {self.offset} is longer than {MAX_RECORD_BYTES // 2**20} MiB "
+                "(or the input has no line breaks)"
+            )
+        return 0
 
 
 _PARSE_OPTIONS: Final = pacsv.ParseOptions(newlines_in_values=False)
@@ -1076,7 +1251,7 @@ def _jsonl_partials(
     Blocks are cut at line breaks (a JSON line has none inside) and parsed `PARSE_WORKERS` at
     a time, each on a thread of its own, by `_JsonParser`; errors are raised in input order.
     """
-    splitter = _BlockSplitter(stream, block_size, cut=_line_cut, what="a JSON line")
+    splitter = _splitter(stream, block_size, cut=_line_cut, what="a JSON line")
     parser = _JsonParser(plan, null_values)
     workers = max(1, PARSE_WORKERS)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jsonl-parse")

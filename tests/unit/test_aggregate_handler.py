@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError
 
-from shared.errors import InputMissing, NotAvailable, StorageThrottled, TransientError
+from shared.blob_reader import BlobChanged, Range
+from shared.errors import InputMissing, NotAvailable, StorageThrottled
 from shared.jobs.aggregate import (
     HANDLER,
     AggregateResult,
@@ -26,42 +26,9 @@ from shared.settings import Settings, SparkSettings, StorageConnection
 # --- fakes -------------------------------------------------------------------------------------
 
 
-def http_error(status: int, code: str) -> HttpResponseError:
-    exc = HttpResponseError(message=f"{status} {code}")
-    exc.status_code = status
-    exc.error_code = code
-    return exc
-
-
-def not_found(code: str) -> ResourceNotFoundError:
-    exc = ResourceNotFoundError(message=code)
-    exc.status_code = 404
-    exc.error_code = code
-    return exc
-
-
-@dataclass
-class FakeProperties:
-    etag: str
-    content_range: str | None
-
-
-@dataclass
-class FakeDownload:
-    data: bytes
-    properties: FakeProperties
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def readall(self) -> bytes:
-        return self.data
-
-
 @dataclass
 class FakeBlob:
-    """Just enough of azure.storage.blob.BlobClient: ranged downloads and uploads."""
+    """Just enough of a blob: ranged reads (`shared.blob_reader.Ranges`) and uploads."""
 
     container_name: str
     blob_name: str
@@ -71,22 +38,24 @@ class FakeBlob:
     uploads: list[dict[str, Any]] = field(default_factory=list)
     containers: set[str] = field(default_factory=lambda: {"data", "results"})
 
-    def download_blob(self, offset: int, length: int, etag: str | None = None, **_: Any) -> FakeDownload:
-        self.calls.append((offset, length, etag))
+    @property
+    def label(self) -> str:
+        return f"{self.container_name}/{self.blob_name}"
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        """`shared.blob_reader.Ranges` over the store: the statuses as the HTTP reader maps them."""
+        self.calls.append((offset, len(view), etag))
         if offset in self.fail_at:
             raise self.fail_at.pop(offset)
         if self.container_name not in self.containers:
-            raise not_found("ContainerNotFound")
+            raise InputMissing(f"input {self.label} does not exist (container not found)")
         key = (self.container_name, self.blob_name)
         if key not in self.store:
-            raise not_found("BlobNotFound")
+            raise InputMissing(f"input {self.label} does not exist (blob not found)")
         data = self.store[key]
-        if not data:
-            raise http_error(416, "InvalidRange")
-        chunk = data[offset : offset + length]
-        return FakeDownload(
-            chunk, FakeProperties('"etag-1"', f"bytes {offset}-{offset + len(chunk) - 1}/{len(data)}")
-        )
+        chunk = data[offset : offset + len(view)]
+        view[: len(chunk)] = chunk
+        return Range(len(chunk), len(data), '"etag-1"')
 
     def upload_blob(self, data: bytes, overwrite: bool = False, **kwargs: Any) -> None:
         assert overwrite
@@ -284,37 +253,21 @@ def test_empty_blob() -> None:
         assert stream.size == 0 and stream.read() == b""
 
 
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (http_error(503, "ServerBusy"), StorageThrottled),
-        (http_error(500, "InternalError"), StorageThrottled),
-        (ServiceRequestError("connection refused"), StorageThrottled),
-        (http_error(412, "ConditionNotMet"), TransientError),
-    ],
-)
-def test_storage_failures_mid_stream(error: Exception, expected: type[Exception]) -> None:
+@pytest.mark.parametrize("error", [StorageThrottled("busy"), BlobChanged("changed"), InputMissing("gone")])
+def test_storage_failures_mid_stream_reach_the_job(error: Exception) -> None:
     blob = blob_with(b"x" * 5000)
     blob.fail_at[2000] = error
     with (
-        pytest.raises(expected),
+        pytest.raises(type(error)),
         open_blob_stream(blob, chunk_size=1000, max_concurrency=2) as stream,  # type: ignore[arg-type]
     ):
         stream.read()
 
 
-def test_first_request_failure_is_mapped() -> None:
-    blob = blob_with(b"abc")
-    blob.fail_at[0] = http_error(503, "ServerBusy")
-    with pytest.raises(StorageThrottled, match=r"storage busy reading data/big\.csv: ServerBusy"):
-        open_blob_stream(blob)  # type: ignore[arg-type]
-
-
-def test_forbidden_is_not_hidden() -> None:
-    blob = blob_with(b"abc")
-    blob.fail_at[0] = http_error(403, "AuthorizationFailure")
-    with pytest.raises(HttpResponseError):
-        open_blob_stream(blob)  # type: ignore[arg-type]
+def test_buffers_are_reused_whatever_the_size() -> None:
+    with open_blob_stream(blob_with(b"y" * 100_000), chunk_size=1000, max_concurrency=3) as stream:
+        assert stream.read() == b"y" * 100_000
+        assert stream.buffers_allocated <= 4  # depth + 1, not size / chunk
 
 
 def test_stream_is_a_readable_binary_file() -> None:

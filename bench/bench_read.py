@@ -1,0 +1,394 @@
+"""A job over a blob end to end against Polars over `az://`, the SDK and the new reader (issue 22).
+
+One Azurite, one local host (the repo's host.json), per input file, interleaved, best of --repeat:
+
+- job: POST /api/jobs -> the ledger's `finished_at` (see `job`), and the ledger's duration_s;
+- polars: `scan_csv` / `scan_ndjson` over `az://` + group_by + `collect(engine="streaming")`;
+- sdk: `download_blob(max_concurrency=8).readall()`;
+- reader: `shared.blob_reader` alone, its buffers handed over and back (`next_chunk`, no copy:
+  what the job does);
+- obstore: `obstore.get(...).stream()` alone (when installed: requirements-bench.txt);
+- inproc: the engine over the reader in this process (no host, ledger or result write), with the
+  CPU seconds it took here and in Azurite, and the same for the reader's raw read: on a machine
+  whose cores are all busy the run cannot beat the read by less than their CPU ratio;
+- memory: the engine over the reader in a child process, its peak RSS (VmHWM).
+
+The job's run is compared with the fastest raw read (reader or obstore). The 1-minute load
+average is recorded before each input.
+
+    python -m bench.bench_read                 # ~300 MB and 1 GB of wide CSV, narrow CSV, JSON lines
+    python -m bench.bench_read --mb 20 --repeat 1   # quick (bench.run --quick)
+The machine is shared and noisy: read ratios taken side by side. Writes bench/out/read.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.bench_aggregate import Case  # noqa: E402
+from devstack import datagen  # noqa: E402
+from devstack.azurite import Azurite, start_azurite  # noqa: E402
+from devstack.hostproc import HostProcess, host_env  # noqa: E402
+
+OUT = REPO_ROOT / "bench" / "out" / "read.json"
+CONTAINER = "bench"
+KEYS = {
+    "wide": {"key": "station", "mean": "temp", "sum": "precip", "max": "wind_speed"},
+    "narrow": {"key": "region", "mean": "price", "sum": "qty", "max": "price"},
+}
+
+
+def ensure(path: Path, mb: float, fmt: str, wide: bool) -> Path:
+    """The input file, made once (4 MB of rows repeated: seconds) and kept under its size/shape."""
+    if not path.exists():
+        print(f"generating {path} ...", file=sys.stderr, flush=True)
+        datagen.write_repeated(path, mb, fmt=fmt, wide=wide)
+    return path
+
+
+def cases(data_dir: Path, mb: float) -> list[Case]:
+    wide, narrow = KEYS["wide"], KEYS["narrow"]
+    return [
+        Case(f"wide CSV {mb:g} MB", ensure(data_dir / f"wide-{mb:g}mb.csv", mb, "csv", True), "csv", **wide),
+        Case(
+            f"narrow CSV {mb:g} MB",
+            ensure(data_dir / f"sales-{mb:g}mb.csv", mb, "csv", False),
+            "csv",
+            **narrow,
+        ),
+        Case(
+            f"JSON lines {mb:g} MB",
+            ensure(data_dir / f"wide-{mb:g}mb.jsonl", mb, "jsonl", True),
+            "jsonl",
+            **wide,
+        ),
+    ]
+
+
+def warm_up_cases(data_dir: Path, service: Any) -> list[Case]:
+    """A 1 MB job of each shape, run once before timing: the worker's first job pays its imports."""
+    warm = cases(data_dir, 1)
+    for case in warm:
+        service.get_blob_client(CONTAINER, case.path.name).upload_blob(case.path.read_bytes(), overwrite=True)
+    return warm
+
+
+def account(az: Azurite) -> dict[str, str]:
+    parts = dict(p.split("=", 1) for p in az.connection_string.split(";") if "=" in p)
+    return {"name": parts["AccountName"], "key": parts["AccountKey"], "endpoint": parts["BlobEndpoint"]}
+
+
+def polars_az(case: Case, acct: dict[str, str]) -> float:
+    import polars as pl
+
+    options = {
+        "account_name": acct["name"],
+        "account_key": acct["key"],
+        "azure_storage_endpoint": acct["endpoint"],
+        "azure_allow_http": "true",
+    }
+    url = f"az://{CONTAINER}/{case.path.name}"
+    types = {case.key: pl.String, case.mean: pl.Float64, case.sum: pl.Float64, case.max: pl.Float64}
+    start = time.perf_counter()
+    if case.format == "csv":
+        frame = pl.scan_csv(url, null_values=["", "NA"], schema_overrides=types, storage_options=options)
+    else:
+        frame = pl.scan_ndjson(url, schema_overrides=types, storage_options=options)
+    frame.group_by(case.key).agg(
+        pl.len().alias("count"),
+        pl.col(case.mean).mean().alias("mean"),
+        pl.col(case.sum).sum().alias("sum"),
+        pl.col(case.max).max().alias("max"),
+    ).collect(engine="streaming")
+    return time.perf_counter() - start
+
+
+def sdk_read(case: Case, az: Azurite) -> float:
+    from azure.storage.blob import BlobServiceClient
+
+    blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(
+        CONTAINER, case.path.name
+    )
+    start = time.perf_counter()
+    blob.download_blob(max_concurrency=8).readall()
+    return time.perf_counter() - start
+
+
+def reader_read(case: Case, az: Azurite) -> float:
+    from azure.storage.blob import BlobServiceClient
+
+    from shared.blob_reader import reader_for
+
+    reader = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
+    start = time.perf_counter()
+    with reader.open(CONTAINER, case.path.name) as stream:
+        while (got := stream.next_chunk()) is not None:
+            stream.give_back(got[0])
+    return time.perf_counter() - start
+
+
+def engine_over_reader(case: Case, az: Azurite) -> float:
+    """The job's work without the host: open_blob_stream + aggregate_table in this process."""
+    from azure.storage.blob import BlobServiceClient
+
+    from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload
+    from shared.jobs.aggregate_engine import aggregate_table
+
+    spec = parse_aggregate_payload(case.payload())
+    blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(
+        CONTAINER, case.path.name
+    )
+    start = time.perf_counter()
+    with open_blob_stream(blob) as stream:
+        aggregate_table(stream, spec)
+    return time.perf_counter() - start
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(fn: Callable[[], float], az: Azurite) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of this process, of Azurite) of one call."""
+    assert az.process is not None
+    own, azurite = os.times(), process_cpu_s(az.process.pid)
+    wall = fn()
+    after = os.times()
+    return wall, after.user + after.system - own.user - own.system, process_cpu_s(az.process.pid) - azurite
+
+
+def obstore_read(case: Case, acct: dict[str, str]) -> float:
+    import obstore
+    from obstore.store import AzureStore
+
+    store = AzureStore(
+        CONTAINER,
+        account_name=acct["name"],
+        account_key=acct["key"],
+        endpoint=acct["endpoint"],
+        allow_http=True,
+    )
+    start = time.perf_counter()
+    for _chunk in obstore.get(store, case.path.name).stream(min_chunk_size=8 << 20):
+        pass
+    return time.perf_counter() - start
+
+
+def job(case: Case, host: HostProcess, az: Azurite) -> tuple[float, float]:
+    """POST the job, wait for its ledger record to say completed: (end to end, its duration_s).
+
+    End to end is the record's `finished_at` (stamped by the worker just before its completing
+    write; the clock is this machine's) minus the moment of the POST, so the polls need not be
+    frequent: one small GET from this process every 100 ms. Not through the API: an API poll runs
+    in the worker that runs the job; and every GET takes a share of the one Azurite thread that
+    also serves the job's read.
+    """
+    from azure.storage.blob import BlobServiceClient
+
+    from shared.blob_reader import reader_for
+
+    ledger = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
+    container = host.env.get("LEDGER_CONTAINER", "ledger")
+    job_id = f"bench-{uuid.uuid4().hex[:12]}"
+    payload = case.payload() | {"input": f"{CONTAINER}/{case.path.name}", "engine": "inline"}
+    body = json.dumps({"id": job_id, "kind": "aggregate", "payload": payload}).encode()
+    req = urllib.request.Request(
+        f"{host.url}/api/jobs", data=body, headers={"content-type": "application/json"}, method="POST"
+    )
+    posted = datetime.now(UTC)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        resp.read()
+    while True:
+        time.sleep(0.1)
+        record = json.loads(ledger.read_range(container, f"{job_id}.json", 0, 1 << 20))
+        if record.get("status") == "completed":
+            finished = datetime.fromisoformat(record["finished_at"].replace("Z", "+00:00"))
+            return (finished - posted).total_seconds(), float(record["duration_s"])
+        if record.get("status") in ("poisoned", "failed"):
+            raise RuntimeError(f"job {job_id}: {record}")
+
+
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from azure.storage.blob import BlobServiceClient
+from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload, aggregate_table
+spec = parse_aggregate_payload(json.loads({payload!r}))
+blob = BlobServiceClient.from_connection_string({conn!r}).get_blob_client(spec.container, spec.blob)
+with open_blob_stream(blob) as stream:
+    table, rows = aggregate_table(stream, spec)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print(json.dumps({{"rows": rows, "peak_rss_kb": int(hwm)}}))
+"""
+
+
+def memory(case: Case, az: Azurite) -> dict[str, Any]:
+    payload = json.dumps(case.payload() | {"input": f"{CONTAINER}/{case.path.name}"})
+    code = _CHILD.format(root=str(REPO_ROOT), payload=payload, conn=az.connection_string)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"rows": child["rows"], "peak_rss_mb": round(child["peak_rss_kb"] / 1024, 1)}
+
+
+def best(fn: Callable[[], float], repeat: int) -> float:
+    return min(fn() for _ in range(repeat))
+
+
+def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstore: bool) -> dict[str, Any]:
+    acct = account(az)
+    load = round(os.getloadavg()[0], 2)
+    runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float, float]]] = {}
+    durations: list[float] = []
+    for _ in range(repeat):  # interleaved: each round runs every contender once
+        e2e, duration = job(case, host, az)
+        runs.setdefault("job_e2e_s", []).append(e2e)
+        durations.append(duration)
+        runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
+        runs.setdefault("sdk_read_s", []).append(sdk_read(case, az))
+        for name, fn in (("reader_read_s", reader_read), ("inproc_s", engine_over_reader)):
+            measured = with_cpu(lambda fn=fn: fn(case, az), az)  # type: ignore[misc]
+            runs.setdefault(name, []).append(measured[0])
+            cpu.setdefault(name, []).append(measured)
+        if with_obstore:
+            runs.setdefault("obstore_read_s", []).append(obstore_read(case, acct))
+    out: dict[str, Any] = {"load_avg_1m": load}
+    out |= {k: round(min(v), 3) for k, v in runs.items()}
+    out["job_run_s"] = round(min(durations), 3)
+    out["file_mb"] = round(case.path.stat().st_size / 1e6, 1)
+    fastest = min(out["reader_read_s"], out.get("obstore_read_s", math.inf))
+    out["fastest_read_s"] = fastest
+    out["job_vs_polars"] = round(out["polars_az_s"] / out["job_e2e_s"], 2)
+    out["run_vs_read"] = round(out["job_run_s"] / fastest, 2)
+    out["inproc_vs_read"] = round(out["inproc_s"] / fastest, 2)
+    out["sdk_vs_reader"] = round(out["sdk_read_s"] / out["reader_read_s"], 2)
+    if with_obstore:
+        out["obstore_vs_reader"] = round(out["obstore_read_s"] / out["reader_read_s"], 2)
+    for name, key in (("reader_read_s", "read"), ("inproc_s", "inproc")):
+        best_run = min(cpu[name])  # the fastest round's CPU seconds: (own, Azurite)
+        out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
+        out[f"{key}_azurite_cpu_s"] = round(best_run[2], 2)
+    out["cpu_ratio"] = round(out["inproc_cpu_s"] / out["read_cpu_s"], 2) if out["read_cpu_s"] else None
+    out |= memory(case, az)
+    return out
+
+
+def has_obstore() -> bool:
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mb", default="300,1000", help="input sizes (MB), comma-separated")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; the best of each counts")
+    parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "aggregate-bench-read")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    with_obstore = has_obstore()
+    report: dict[str, Any] = {
+        "load_avg_1m_before": round(os.getloadavg()[0], 2),
+        "repeat": args.repeat,
+        "cases": {},
+    }
+    all_cases = [case for mb in (float(x) for x in args.mb.split(",")) for case in cases(args.data_dir, mb)]
+    az = start_azurite()
+    host: HostProcess | None = None
+    try:
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(az.connection_string)
+        service.create_container(CONTAINER)
+        for case in all_cases:
+            print(f"uploading {case.path.name} ...", file=sys.stderr, flush=True)
+            with case.path.open("rb") as fh:
+                service.get_blob_client(CONTAINER, case.path.name).upload_blob(
+                    fh, overwrite=True, max_concurrency=4
+                )
+        env = host_env(az.connection_string)
+        subprocess.run(
+            [sys.executable, "-m", "shared.cli", "init"],
+            env=env,
+            cwd=REPO_ROOT,
+            check=True,
+            capture_output=True,
+        )
+        host = HostProcess(env, instance_id="bench-read").start()
+        for case in warm_up_cases(args.data_dir, service):  # imports and connections, untimed
+            job(case, host, az)
+        for case in all_cases:
+            print(f"timing {case.name} ...", file=sys.stderr, flush=True)
+            report["cases"][case.name] = measure(case, az, host, args.repeat, with_obstore)
+    finally:
+        if host is not None:
+            host.stop()
+        az.cleanup()
+    report["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    print_table(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+COLUMNS = (
+    ("load", "load_avg_1m"),
+    ("MB", "file_mb"),
+    ("job e2e", "job_e2e_s"),
+    ("job run", "job_run_s"),
+    ("polars az", "polars_az_s"),
+    ("sdk", "sdk_read_s"),
+    ("reader", "reader_read_s"),
+    ("obstore", "obstore_read_s"),
+    ("inproc", "inproc_s"),
+    ("e2e/polars", "job_vs_polars"),
+    ("run/read", "run_vs_read"),
+    ("inproc/read", "inproc_vs_read"),
+    ("cpu ratio", "cpu_ratio"),
+    ("peak MB", "peak_rss_mb"),
+)
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(
+        f"\nblob reads, seconds, best of {report.get('repeat', '?')} interleaved rounds "
+        f"(load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']}; 2 shared cores)"
+    )
+    print(f"{'input':<20}" + "".join(f"{title:>12}" for title, _ in COLUMNS))
+    for name, row in report["cases"].items():
+        print(f"{name:<20}" + "".join(f"{row.get(key, '-')!s:>12}" for _, key in COLUMNS))
+    print(
+        "e2e/polars = Polars over az:// / the job POST -> completed (>= 1.0 wanted); run/read = the "
+        "job's duration_s / the fastest raw read, reader or obstore (<= 1.3 wanted); inproc = the "
+        "engine over the reader in the bench process; cpu ratio = CPU seconds (this process + "
+        "Azurite) of inproc / of the reader's read"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,537 @@
+"""Blob reads at the storage's limit: large ranged GETs in parallel into reused buffers.
+
+A lean client over `http.client` with the Blob SDK's credential (shared key from a connection
+string, or a bearer token from the app's identity). Guarantees of `BlobStream`:
+
+- bounded memory: `depth + 1` buffers of `chunk_size` bytes, allocated once per stream and reused;
+- one version: every GET after the first carries `If-Match: <first ETag>`, so a blob replaced
+  mid-read fails with `BlobChanged` (transient) instead of mixing two versions;
+- errors in the job's classes: 404 -> InputMissing, 403 -> BlobAccessDenied (permanent),
+  412 -> BlobChanged, 429/5xx/connection failures retried, then StorageThrottled.
+
+Only the standard library and `shared.errors`: the Spark job ships this module as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import http.client
+import io
+import queue
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from email.utils import formatdate
+from typing import Any, Final, Protocol, runtime_checkable
+from urllib.parse import quote, urlsplit
+
+from shared.errors import InputMissing, InputRefused, StorageThrottled, TransientError
+
+CHUNK_BYTES: Final = 8 * 1024 * 1024
+"""Bytes per ranged GET (bench/bench_read.py: 8 MiB x 6 reads as fast as 16 MiB x 8 on Azurite)."""
+DEPTH: Final = 6
+"""GETs in flight ahead of the reader."""
+LEND: Final = 4
+"""Buffers a caller of `BlobStream.next_chunk` may hold at once (the engine: blocks being parsed):
+memory <= (DEPTH + 1 + LEND) * CHUNK_BYTES."""
+FIRST_BYTES: Final = 1024 * 1024
+"""Bytes of the first GET (size and ETag): small, so the parallel GETs start early."""
+TIMEOUT_S: Final = 30.0
+"""Socket timeout of one GET (connect and each read), as the SDK clients' read_timeout."""
+RETRIES: Final = 3
+IDLE_S: Final = 4.0
+"""A kept-alive connection idle longer than this is not reused (Node, so Azurite, drops them at 5 s)."""
+"""Retries of one GET after a 429/5xx or a connection failure (waits 0.5, 1, 2 s)."""
+API_VERSION: Final = "2025-01-05"
+STORAGE_SCOPE: Final = "https://storage.azure.com/.default"
+
+
+class BlobChanged(TransientError):
+    """The blob was replaced while it was being read (412 on If-Match): read it again later."""
+
+
+class BlobAccessDenied(InputRefused):
+    """Storage refused the read (403): the app's identity or key may not read this blob."""
+
+
+class UnexpectedResponse(Exception):
+    """Storage answered a GET with a status this reader does not expect (a bug, not the input)."""
+
+
+class _Retryable(Exception):
+    """A 429/5xx or a broken connection: worth another try."""
+
+
+class _Stale(Exception):
+    """A kept-alive connection the server had closed: try again at once on a new one."""
+
+
+class Token(Protocol):
+    token: str
+    expires_on: int
+
+
+class TokenCredential(Protocol):
+    def get_token(self, *scopes: str, **kwargs: Any) -> Token: ...
+
+
+class Auth(Protocol):
+    def headers(self, path: str, headers: dict[str, str]) -> dict[str, str]:
+        """The Authorization header for a GET of `path` with these x-ms-* / If-Match headers."""
+        ...
+
+
+@dataclass(frozen=True)
+class SharedKey:
+    """Shared Key signing of a GET (the storage account key of a connection string)."""
+
+    account: str
+    key: bytes
+
+    def headers(self, path: str, headers: dict[str, str]) -> dict[str, str]:
+        canonical = "".join(f"{k}:{v}\n" for k, v in sorted(headers.items()) if k.startswith("x-ms-"))
+        if_match = headers.get("If-Match", "")
+        # VERB, then 10 standard headers (If-Match is the 8th, Range the 11th: x-ms-range is used)
+        text = f"GET\n\n\n\n\n\n\n\n{if_match}\n\n\n\n{canonical}/{self.account}{path}"
+        digest = hmac.new(self.key, text.encode("utf-8"), hashlib.sha256).digest()
+        return {"Authorization": f"SharedKey {self.account}:{base64.b64encode(digest).decode()}"}
+
+
+class Bearer:
+    """A bearer token from the app's token credential (managed identity), renewed before it ends."""
+
+    def __init__(self, credential: TokenCredential, margin_s: float = 300.0) -> None:
+        self.credential = credential
+        self.margin_s = margin_s
+        self._lock = threading.Lock()
+        self._token: Token | None = None
+
+    def headers(self, path: str, headers: dict[str, str]) -> dict[str, str]:
+        with self._lock:
+            if self._token is None or self._token.expires_on - time.time() < self.margin_s:
+                self._token = self.credential.get_token(STORAGE_SCOPE)
+            return {"Authorization": f"Bearer {self._token.token}"}
+
+
+class _Connections:
+    """Keep-alive HTTP connections to one endpoint, shared by the reader's streams.
+
+    A connection idle longer than `idle_s` is closed instead of reused: servers drop idle
+    keep-alive connections (Node's default, Azurite's, after 5 s), and a GET on one fails.
+    """
+
+    def __init__(
+        self, scheme: str, host: str, port: int | None, timeout: float, keep: int = 32, idle_s: float = IDLE_S
+    ) -> None:
+        self.scheme, self.host, self.port, self.timeout = scheme, host, port, timeout
+        self.idle_s = idle_s
+        self._idle: queue.LifoQueue[tuple[http.client.HTTPConnection, float]] = queue.LifoQueue(maxsize=keep)
+        self._ssl = ssl.create_default_context() if scheme == "https" else None
+
+    def get(self, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        """(a connection, whether it was used before)."""
+        while not fresh:
+            try:
+                conn, since = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if time.monotonic() - since <= self.idle_s:
+                return conn, True
+            conn.close()
+        if self._ssl is not None:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=self._ssl
+            ), False
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout), False
+
+    def put(self, conn: http.client.HTTPConnection) -> None:
+        try:
+            self._idle.put_nowait((conn, time.monotonic()))
+        except queue.Full:
+            conn.close()
+
+
+@dataclass(frozen=True)
+class Range:
+    """What one GET returned: bytes written, the blob's total size and ETag."""
+
+    length: int
+    size: int
+    etag: str
+
+
+@runtime_checkable
+class Ranges(Protocol):
+    """Ranged reads of one blob (the stream's only I/O): `HttpRanges`, or a test double."""
+
+    @property
+    def label(self) -> str: ...
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        """Read [offset, offset + len(view)) into `view` (fewer bytes at the end); under `etag`."""
+        ...
+
+
+class BlobReader:
+    """Ranged GETs of one storage account's blobs; build once per process, thread-safe."""
+
+    def __init__(
+        self,
+        account_url: str,
+        auth: Auth,
+        *,
+        chunk_size: int = CHUNK_BYTES,
+        depth: int = DEPTH,
+        api_version: str = API_VERSION,
+        timeout_s: float = TIMEOUT_S,
+        retries: int = RETRIES,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        parts = urlsplit(account_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not a blob endpoint: {account_url!r}")
+        self.base_path = parts.path.rstrip("/")
+        self.auth = auth
+        self.chunk_size = chunk_size
+        self.depth = max(1, depth)
+        self.api_version = api_version
+        self.retries = retries
+        self.sleep = sleep
+        self.connections = _Connections(parts.scheme, parts.hostname, parts.port, timeout_s)
+
+    @classmethod
+    def from_credential(cls, account_url: str, credential: Any, **options: Any) -> BlobReader:
+        """A reader with an SDK credential: a shared key, or a token credential (managed identity)."""
+        auth: Auth
+        if hasattr(credential, "account_key"):
+            auth = SharedKey(credential.account_name, base64.b64decode(credential.account_key))
+        elif hasattr(credential, "get_token"):
+            auth = Bearer(credential)
+        else:
+            raise ValueError(f"unsupported storage credential: {type(credential).__name__}")
+        return cls(account_url, auth, **options)
+
+    def path(self, container: str, blob: str) -> str:
+        return f"{self.base_path}/{quote(container)}/{quote(blob, safe='/~')}"
+
+    def ranges(self, container: str, blob: str) -> HttpRanges:
+        return HttpRanges(self, container, blob)
+
+    def open(self, container: str, blob: str) -> BlobStream:
+        """A stream over the blob (one GET now); InputMissing if it or its container is absent."""
+        return BlobStream(self.ranges(container, blob), self.chunk_size, self.depth)
+
+    def read_range(
+        self, container: str, blob: str, offset: int, length: int, etag: str | None = None
+    ) -> bytes:
+        """Bytes [offset, offset + length) of the blob (fewer at its end), under `etag` if given."""
+        if length <= 0:
+            return b""
+        buffer = bytearray(length)
+        got = self.get_into(container, blob, memoryview(buffer), offset, etag)
+        del buffer[got.length :]
+        return bytes(buffer)
+
+    def get_into(
+        self, container: str, blob: str, view: memoryview, offset: int, etag: str | None = None
+    ) -> Range:
+        """One ranged GET into `view`, retried on 429/5xx and broken connections."""
+        label = f"{container}/{blob}"
+        path = self.path(container, blob)
+        for attempt in range(self.retries + 1):
+            try:
+                try:
+                    return self._get(path, label, view, offset, etag)
+                except _Stale:
+                    return self._get(path, label, view, offset, etag, fresh=True)
+            except _Retryable as exc:
+                if attempt == self.retries:
+                    raise StorageThrottled(f"storage busy reading {label}: {exc}") from exc
+                self.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _get(
+        self, path: str, label: str, view: memoryview, offset: int, etag: str | None, fresh: bool = False
+    ) -> Range:
+        headers = {
+            "x-ms-date": formatdate(usegmt=True),
+            "x-ms-range": f"bytes={offset}-{offset + len(view) - 1}",
+            "x-ms-version": self.api_version,
+        }
+        if etag is not None:
+            headers["If-Match"] = etag
+        headers.update(self.auth.headers(path, headers))
+        conn, reused = self.connections.get(fresh)
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            if resp.status not in (200, 206):
+                resp.read()
+                self.connections.put(conn)
+                return _refused(resp, label, offset)
+            length = int(resp.getheader("Content-Length") or 0)
+            if length > len(view):
+                raise UnexpectedResponse(f"GET {label}: {length} bytes for a range of {len(view)}")
+            _read_exactly(resp, view[:length])
+            result = Range(length, _total_size(resp, length), resp.getheader("ETag") or "")
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            conn.close()
+            if reused:  # closed by the server while idle: not a failure of the storage
+                raise _Stale(str(exc)) from exc
+            raise _Retryable(f"{exc.__class__.__name__}: {exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise _Retryable(f"{exc.__class__.__name__}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        self.connections.put(conn)
+        return result
+
+
+@dataclass(frozen=True)
+class HttpRanges:
+    """`Ranges` of one blob through a `BlobReader`."""
+
+    reader: BlobReader
+    container: str
+    blob: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.container}/{self.blob}"
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        return self.reader.get_into(self.container, self.blob, view, offset, etag)
+
+
+def _read_exactly(resp: http.client.HTTPResponse, view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        n = resp.readinto(view[done:])
+        if not n:
+            raise http.client.IncompleteRead(b"", len(view) - done)
+        done += n
+
+
+def _total_size(resp: http.client.HTTPResponse, length: int) -> int:
+    """The blob's size from 'Content-Range: bytes 0-8388607/123456789' (a 200: Content-Length)."""
+    content_range = resp.getheader("Content-Range") or ""
+    total = content_range.rpartition("/")[2]
+    return int(total) if total.isdigit() else length
+
+
+def _refused(resp: http.client.HTTPResponse, label: str, offset: int) -> Range:
+    """A non-2xx answer: an empty blob (416 at offset 0), or the job's error class."""
+    status, code = resp.status, resp.getheader("x-ms-error-code") or ""
+    if status == 416 and offset == 0:
+        return Range(0, 0, resp.getheader("ETag") or "")
+    if status == 404:
+        what = "container" if code == "ContainerNotFound" else "blob"
+        raise InputMissing(f"input {label} does not exist ({what} not found)")
+    if status == 412:
+        raise BlobChanged(f"input {label} changed while it was being read")
+    if status == 403:
+        raise BlobAccessDenied(f"storage refused to read input {label} (403 {code or 'Forbidden'})")
+    if status == 429 or status >= 500:
+        raise _Retryable(f"{status} {code}".strip())
+    raise UnexpectedResponse(f"GET {label} at {offset}: {status} {code}".strip())
+
+
+class BlobStream(io.RawIOBase):
+    """A read-only file over a blob, `depth` ranged GETs in flight ahead of the reader.
+
+    The GETs write straight into reused buffers. Two ways to consume them:
+
+    - `readinto` / `read` copy out of them (a file like any other);
+    - `next_chunk` hands a filled buffer itself to the caller (no copy) until `give_back`:
+      the aggregate engine parses blocks in place. At most `lend` buffers are out at once
+      beyond the `depth + 1` the stream reads into; with all of them out, no new GET starts
+      until one comes back, so memory stays at `(depth + 1 + lend) * chunk_size`.
+
+    The first GET (in the constructor: size, ETag, InputMissing) is `first_size` bytes, so the
+    parallel GETs and the caller start early.
+    """
+
+    def __init__(
+        self,
+        ranges: Ranges,
+        chunk_size: int = CHUNK_BYTES,
+        depth: int = DEPTH,
+        *,
+        lend: int = LEND,
+        first_size: int = FIRST_BYTES,
+    ) -> None:
+        super().__init__()
+        self.ranges, self.label = ranges, ranges.label
+        self.chunk_size, self.depth = chunk_size, max(1, depth)
+        self.max_buffers = self.depth + 1 + max(0, lend)
+        first = bytearray(chunk_size)
+        got = ranges.get_into(memoryview(first)[: max(1, min(first_size, chunk_size))], 0, None)
+        self.size, self.etag = got.size, got.etag
+        self._buffers = [first]  # every buffer this stream owns: at most max_buffers
+        self._free: list[bytearray] = []
+        self._lent: dict[int, bytearray] = {}  # handed out by next_chunk, by id
+        self._held: bytearray | None = first  # the buffer being read from: bytes [_lo, _hi)
+        self._lo, self._hi = 0, got.length
+        self._pos = 0
+        self._next_offset = got.length
+        self._pool = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="blob-read")
+        self._ahead: deque[tuple[Future[Range], bytearray, int]] = deque()
+        self._schedule()
+
+    @property
+    def buffers_allocated(self) -> int:
+        """Buffers allocated so far (bounded by depth + 1 + lend, whatever the blob's size)."""
+        return len(self._buffers)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to `offset`: the read-ahead restarts there (used to count lines on errors).
+
+        Buffers handed out by `next_chunk` are the caller's from then on (not reused).
+        """
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = min(max(0, base + offset), self.size)
+        self._drain()
+        self._release()
+        if self._lent:
+            self._buffers = [b for b in self._buffers if id(b) not in self._lent]
+            self._lent.clear()
+        self._next_offset = self._pos
+        self._schedule()
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if not self._fill():
+            return 0
+        assert self._held is not None
+        n = min(len(view), self._hi - self._lo)
+        view[:n] = memoryview(self._held)[self._lo : self._lo + n]
+        self._lo += n
+        self._pos += n
+        return n
+
+    def next_chunk(self) -> tuple[bytearray, int, int] | None:
+        """The next bytes of the blob where the GET put them: (buffer, start, end), None at the
+        end. The buffer is the caller's until `give_back(buffer)`; no copy is made."""
+        if not self._fill():
+            return None
+        buf, lo, hi = self._held, self._lo, self._hi
+        assert buf is not None
+        self._held, self._lo, self._hi = None, 0, 0
+        self._lent[id(buf)] = buf
+        self._pos += hi - lo
+        self._schedule()
+        return buf, lo, hi
+
+    def give_back(self, buf: bytearray) -> None:
+        """A buffer from `next_chunk` is no longer read: the next GETs may use it."""
+        if self._lent.pop(id(buf), None) is not None:
+            self._free.append(buf)
+            self._schedule()
+
+    def close(self) -> None:
+        if not self.closed:
+            for future, _buf, _length in self._ahead:
+                future.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        super().close()
+
+    def _fill(self) -> bool:
+        """Bytes to read in the held buffer, waiting for the next GET if needed; False at the end."""
+        while self._lo >= self._hi and self._ahead:
+            future, buf, length = self._ahead.popleft()
+            try:
+                got = future.result()
+            except BaseException:
+                self._free.append(buf)
+                raise
+            self._release()
+            self._held, self._lo, self._hi = buf, 0, min(got.length, length)
+            self._schedule()
+        if self._lo >= self._hi and self._next_offset < self.size:
+            raise RuntimeError(f"{self.label}: every buffer is lent out (give_back some)")
+        return self._lo < self._hi
+
+    def _release(self) -> None:
+        """The buffer being read from is done: free for the next GET."""
+        if self._held is not None:
+            self._free.append(self._held)
+        self._held, self._lo, self._hi = None, 0, 0
+
+    def _buffer(self) -> bytearray | None:
+        if self._free:
+            return self._free.pop()
+        if len(self._buffers) >= self.max_buffers:
+            return None  # every buffer is being read or lent: wait for one to come back
+        buf = bytearray(self.chunk_size)
+        self._buffers.append(buf)
+        return buf
+
+    def _drain(self) -> None:
+        """Wait for the GETs in flight (their buffers are then free again); errors are dropped."""
+        while self._ahead:
+            future, buf, _length = self._ahead.popleft()
+            if not future.cancel():
+                with contextlib.suppress(Exception):  # a later read retries that range
+                    future.result()
+            self._free.append(buf)
+
+    def _schedule(self) -> None:
+        while len(self._ahead) < self.depth and self._next_offset < self.size:
+            buf = self._buffer()
+            if buf is None:
+                return
+            length = min(self.chunk_size, self.size - self._next_offset)
+            view = memoryview(buf)[:length]
+            future = self._pool.submit(self.ranges.get_into, view, self._next_offset, self.etag)
+            self._ahead.append((future, buf, length))
+            self._next_offset += length
+
+
+def reader_for(service: Any, **options: Any) -> BlobReader:
+    """The process's reader for a `BlobServiceClient` or `BlobClient` (its account and credential).
+
+    Cached per account URL and credential, so keep-alive connections are shared across jobs.
+    """
+    url = _account_url(service)
+    key = (url, service.credential, tuple(sorted(options.items())))
+    with _READERS_LOCK:
+        reader = _READERS.get(key)
+        if reader is None:
+            reader = _READERS[key] = BlobReader.from_credential(url, service.credential, **options)
+        return reader
+
+
+_READERS: dict[tuple[str, Any, tuple[tuple[str, Any], ...]], BlobReader] = {}
+_READERS_LOCK = threading.Lock()
+
+
+def _account_url(client: Any) -> str:
+    """The account's URL ('http://127.0.0.1:10000/devstoreaccount1' on Azurite) of an SDK client."""
+    url = str(client.url)
+    container, blob = getattr(client, "container_name", None), getattr(client, "blob_name", None)
+    if container is None:
+        return url.rstrip("/")
+    suffix = f"/{quote(container)}" + (f"/{quote(blob, safe='/~')}" if blob is not None else "")
+    base = url.split("?", 1)[0]
+    if not base.endswith(suffix):
+        raise ValueError(f"cannot find the account URL in {base!r}")
+    return base[: -len(suffix)]

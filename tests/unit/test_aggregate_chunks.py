@@ -1,0 +1,173 @@
+"""The engine over a stream that hands over its own buffers (`next_chunk` / `give_back`, as the
+blob reader does): the same answers and errors as over a plain stream, whatever the buffer and
+block sizes; every buffer given back; only a bounded number out at once."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import shared.jobs.aggregate_engine as engine
+from devstack import datagen
+from shared.errors import InputDataError
+from shared.jobs.aggregate import parse_aggregate_payload
+from shared.jobs.aggregate_engine import AggregateSpec, aggregate_stream
+
+
+@pytest.fixture(autouse=True, params=["scanner", "python"])
+def scanner(request: pytest.FixtureRequest) -> Iterator[None]:
+    saved = engine.NATIVE
+    engine.NATIVE = request.param == "scanner"
+    yield
+    engine.NATIVE = saved
+
+
+class ChunkStream(io.RawIOBase):
+    """Bytes handed out in buffers of `chunk` bytes (the first `first`), each a fresh bytearray
+    with junk around the range; `seek`/`read` for the error path's line count."""
+
+    def __init__(self, data: bytes, chunk: int, first: int | None = None) -> None:
+        super().__init__()
+        self.data, self.chunk, self.first = data, chunk, first or chunk
+        self.pos = 0
+        self.out: dict[int, bytearray] = {}
+        self.most_out = 0
+
+    def next_chunk(self) -> tuple[bytearray, int, int] | None:
+        if self.pos >= len(self.data):
+            return None
+        size = self.first if self.pos == 0 else self.chunk
+        piece = self.data[self.pos : self.pos + size]
+        self.pos += len(piece)
+        buf = bytearray(b'\n"junk' + piece + b'"\n')
+        self.out[id(buf)] = buf
+        self.most_out = max(self.most_out, len(self.out))
+        return buf, 6, 6 + len(piece)
+
+    def give_back(self, buf: bytearray) -> None:
+        assert self.out.pop(id(buf)) is buf
+        buf[:] = b"x" * len(buf)  # reused by the reader: a block still parsed would see this
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.pos = offset
+        self.out.clear()
+        return offset
+
+    def readinto(self, buffer: Any) -> int:
+        piece = self.data[self.pos : self.pos + len(buffer)]
+        buffer[: len(piece)] = piece
+        self.pos += len(piece)
+        return len(piece)
+
+
+METRICS = [
+    {"op": "count", "as": "n"},
+    {"op": "count", "column": "v", "as": "nv"},
+    {"op": "sum", "column": "v", "as": "s"},
+    {"op": "min", "column": "v", "as": "lo"},
+    {"op": "max", "column": "v", "as": "hi"},
+]
+
+
+def spec(fmt: str, group_by: list[str], metrics: list[dict[str, str]] | None = None) -> AggregateSpec:
+    return parse_aggregate_payload(
+        {"input": "c1c/x", "format": fmt, "group_by": group_by, "metrics": metrics or METRICS}
+    )
+
+
+def outcome(stream: Any, s: AggregateSpec, block_size: int) -> Any:
+    try:
+        result = aggregate_stream(stream, s, block_size=block_size)
+    except InputDataError as exc:
+        return ("error", str(exc))
+    rows = [{k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in r.items()} for r in result.rows]
+    return (rows, result.input_rows)  # sums in another order: equal to 12 digits
+
+
+def same_as_plain(data: bytes, s: AggregateSpec, chunks: tuple[int, ...], blocks: tuple[int, ...]) -> None:
+    for block_size in blocks:
+        expected = outcome(io.BytesIO(data), s, block_size)
+        for chunk in chunks:
+            for first in (None, 7):
+                stream = ChunkStream(data, chunk, first)
+                assert outcome(stream, s, block_size) == expected, (chunk, first, block_size)
+                if expected[0] != "error":
+                    assert not stream.out, "every buffer is given back"
+
+
+def tricky_csv(rows: int, seed: int) -> bytes:
+    rnd = random.Random(seed)
+    lines = ["k,v,note"]
+    for _ in range(rows):
+        note = rnd.choice(["", "plain", '"a, b"', '"two\nlines"', '"say ""hi"""', '"\r\n"'])
+        v = rnd.choice(["1", "2.5", "", "NA", "-3e2", " 4 "])
+        lines.append(f"{rnd.choice(['a', 'b', 'ü', ''])},{v},{note}")
+    return ("\n".join(lines) + rnd.choice(["", "\n"])).encode()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_csv_with_quoted_line_breaks_at_every_seam(seed: int) -> None:
+    data = tricky_csv(300, seed)
+    same_as_plain(data, spec("csv", ["k"]), chunks=(1, 5, 64, 333, 1 << 20), blocks=(16, 100, 4096))
+
+
+def test_crlf_bom_and_a_header_longer_than_the_buffers() -> None:
+    long_header = ",".join(f"c{i}" for i in range(300)) + ",k,v"
+    row = ",".join("1" for _ in range(300))
+    for text in (
+        "\ufeffk,v\r\na,1\r\nb,2\r\na,3",
+        f"{long_header}\n{row},a,1\n{row},b,2\n",
+        "k,v\r",
+        "k,v\n",
+    ):
+        same_as_plain(text.encode(), spec("csv", ["k"]), chunks=(1, 2, 3, 100, 4096), blocks=(16, 4096))
+
+
+def test_generated_sales_csv_and_jsonl(tmp_path: Any) -> None:
+    for fmt in ("csv", "jsonl"):
+        path = tmp_path / f"sales.{fmt}"
+        datagen.write(path, rows=3000, fmt=fmt)
+        metrics = [{"op": "count"}, {"op": "mean", "column": "price"}, {"op": "max", "column": "qty"}]
+        s = spec(fmt, ["region"], metrics)
+        same_as_plain(path.read_bytes(), s, chunks=(999, 64 * 1024), blocks=(4096, 1 << 20))
+
+
+def test_jsonl_seams_and_blank_lines() -> None:
+    lines = [f'{{"k": "{k}", "v": {v}}}' for k, v in zip("abcab" * 40, range(200), strict=True)]
+    text = "\n".join(lines[:50]) + "\n\n" + "\n".join(lines[50:])
+    same_as_plain(text.encode(), spec("jsonl", ["k"]), chunks=(1, 17, 1000), blocks=(100, 4096))
+
+
+def test_errors_name_the_same_line() -> None:
+    csv_text = "k,v\n" + "a,1\n" * 500 + 'b,"x\ny"\n' + "c,oops\n" + "a,2\n" * 100
+    same_as_plain(csv_text.encode(), spec("csv", ["k"]), chunks=(10, 333), blocks=(64, 4096))
+    jsonl = '{"k":"a","v":1}\n' * 300 + '{"k":"a","v":[1]}\n' + '{"k":"a","v":1}\n' * 10
+    same_as_plain(jsonl.encode(), spec("jsonl", ["k"]), chunks=(10, 333), blocks=(64, 4096))
+
+
+def test_a_record_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1000)
+    data = b"k,v\n" + b"a" * 5000 + b",1\n"
+    with pytest.raises(InputDataError, match="a CSV record at byte 4 is longer than"):
+        aggregate_stream(ChunkStream(data, 100), spec("csv", ["k"]), block_size=100)
+
+
+def test_buffers_out_at_once_stay_bounded() -> None:
+    data = tricky_csv(20_000, 9)
+    stream = ChunkStream(data, 4096)
+    aggregate_stream(stream, spec("csv", ["k"]), block_size=2048)
+    assert not stream.out
+    assert stream.most_out <= engine.PARSE_WORKERS + engine.IN_FLIGHT_EXTRA + 2

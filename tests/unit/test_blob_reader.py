@@ -1,0 +1,184 @@
+"""The blob reader's HTTP edge with a local fake server: retries, error classes, bearer tokens."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, BlobStream, Range, UnexpectedResponse
+from shared.errors import StorageThrottled
+
+DATA = bytes(range(256)) * 8
+
+
+class Handler(BaseHTTPRequestHandler):
+    answers: list[int] = []  # statuses to give before serving the range
+    seen: list[dict[str, str]] = []
+    hang_up = False  # close each connection after its answer, without saying so (idle timeout)
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        Handler.seen.append(dict(self.headers))
+        status = Handler.answers.pop(0) if Handler.answers else 206
+        if status == 0:  # drop the connection mid-answer
+            self.send_response(206)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"short")
+            self.close_connection = True
+            return
+        if status != 206:
+            self.send_response(status)
+            self.send_header("x-ms-error-code", "Code")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        first, last = (int(x) for x in self.headers["x-ms-range"].split("=")[1].split("-"))
+        body = DATA[first : last + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Range", f"bytes {first}-{first + len(body) - 1}/{len(DATA)}")
+        self.send_header("ETag", '"v1"')
+        self.end_headers()
+        self.wfile.write(body)
+        if Handler.hang_up:
+            self.close_connection = True
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Handler.answers, Handler.seen, Handler.hang_up = [], [], False
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/acct"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@dataclass
+class FakeToken:
+    token: str
+    expires_on: int
+
+
+class FakeCredential:
+    def __init__(self, expires_on: int) -> None:
+        self.calls = 0
+        self.expires_on = expires_on
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> FakeToken:
+        assert scopes == ("https://storage.azure.com/.default",)
+        self.calls += 1
+        return FakeToken(f"t{self.calls}", self.expires_on)
+
+
+def reader(url: str, credential: FakeCredential | None = None) -> BlobReader:
+    cred = credential or FakeCredential(expires_on=2**40)
+    return BlobReader(url, Bearer(cred), chunk_size=300, depth=2, sleep=lambda s: None)
+
+
+def test_5xx_429_and_broken_connections_are_retried(server: str) -> None:
+    Handler.answers = [503, 0, 429]
+    with reader(server).open("data", "x.bin") as stream:
+        assert stream.read() == DATA
+
+
+def test_persistent_5xx_is_storage_throttled(server: str) -> None:
+    Handler.answers = [500] * 4
+    with pytest.raises(StorageThrottled, match=r"storage busy reading data/x\.bin: 500 Code"):
+        reader(server).open("data", "x.bin")
+
+
+def test_403_is_access_denied_and_other_statuses_are_unexpected(server: str) -> None:
+    Handler.answers = [403]
+    with pytest.raises(BlobAccessDenied, match="403 Code"):
+        reader(server).open("data", "x.bin")
+    Handler.answers = [400]
+    with pytest.raises(UnexpectedResponse, match="400 Code"):
+        reader(server).open("data", "x.bin")
+
+
+def test_bearer_token_is_sent_reused_and_renewed(server: str) -> None:
+    lasting = FakeCredential(expires_on=2**40)
+    with reader(server, lasting).open("data", "dir/x y.bin") as stream:
+        assert stream.read() == DATA
+    assert lasting.calls == 1
+    assert {h["Authorization"] for h in Handler.seen} == {"Bearer t1"}
+    assert all(h["If-Match"] == '"v1"' for h in Handler.seen[1:]) and "If-Match" not in Handler.seen[0]
+    ending = FakeCredential(expires_on=0)  # always within the renewal margin
+    reader(server, ending).read_range("data", "x.bin", 0, 10)
+    reader(server, ending).read_range("data", "x.bin", 0, 10)
+    assert ending.calls == 2
+
+
+def test_connections_the_server_closed_while_idle_are_replaced_without_a_retry(server: str) -> None:
+    Handler.hang_up = True
+    cred = FakeCredential(expires_on=2**40)
+    kept = BlobReader(server, Bearer(cred), chunk_size=300, depth=2, retries=0, sleep=lambda s: None)
+    for _ in range(3):
+        assert kept.read_range("data", "x.bin", 0, 10) == DATA[:10]
+    assert len(Handler.seen) == 3
+
+
+def test_connections_idle_too_long_are_not_reused(server: str) -> None:
+    cred = FakeCredential(expires_on=2**40)
+    kept = BlobReader(server, Bearer(cred), chunk_size=300, depth=2, sleep=lambda s: None)
+    kept.read_range("data", "x.bin", 0, 10)
+    conn, reused = kept.connections.get()
+    assert reused
+    kept.connections.put(conn)
+    kept.connections.idle_s = -1.0
+    assert kept.connections.get()[1] is False
+
+
+@dataclass
+class MemoryRanges:
+    """`Ranges` over bytes in memory (the stream's only I/O)."""
+
+    data: bytes
+    label: str = "mem/x"
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        piece = self.data[offset : offset + len(view)]
+        view[: len(piece)] = piece
+        return Range(len(piece), len(self.data), '"e"')
+
+
+def test_chunks_are_handed_over_without_a_copy_and_memory_stays_bounded() -> None:
+    data = bytes(range(256)) * 1000
+    with BlobStream(MemoryRanges(data), chunk_size=1000, depth=3, lend=2, first_size=100) as s:
+        out, held = bytearray(), []
+        while (got := s.next_chunk()) is not None:
+            buf, start, end = got
+            out += buf[start:end]
+            held.append(buf)
+            if len(held) == 2:  # the caller holds two at a time, as the engine's blocks do
+                s.give_back(held.pop(0))
+        assert bytes(out) == data
+        assert s.buffers_allocated <= 3 + 1 + 2
+
+
+def test_a_caller_holding_every_buffer_is_told_not_given_a_short_read() -> None:
+    with BlobStream(MemoryRanges(b"x" * 10_000), chunk_size=1000, depth=1, lend=1) as s:
+        held = [s.next_chunk(), s.next_chunk(), s.next_chunk()]
+        assert all(held)
+        with pytest.raises(RuntimeError, match="every buffer is lent out"):
+            s.next_chunk()
+
+
+def test_seek_after_handing_over_reads_again_from_there() -> None:
+    data = bytes(range(256)) * 40
+    with BlobStream(MemoryRanges(data), chunk_size=1000, depth=2, lend=1) as s:
+        s.next_chunk()
+        s.next_chunk()
+        s.seek(5)
+        assert s.read() == data[5:]
