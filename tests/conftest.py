@@ -49,6 +49,11 @@ def fewer_examples(count: int) -> int:
     return min(count, max(20, count // FAST_TIER_EXAMPLES))
 
 
+def tier_cases(count: int) -> int:
+    """Cases a seeded loop runs: all of them in `make test`, a fifth (at least 20) in the fast tier."""
+    return fewer_examples(count) if FAST_TIER else count
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(resource_markers(getattr(item, "fixturenames", ()))):

@@ -10,18 +10,19 @@ from typing import Any
 import pytest
 
 import shared.jobs.aggregate_engine as engine
+from tests.conftest import tier_cases
 from tests.fuzz import differential
 
 
 def test_jsonl_scanner_python_path_and_block_sizes_agree() -> None:
-    report = differential.run(seed=19, cases=150, formats=("jsonl",))
-    assert report.cases == 150
+    report = differential.run(seed=19, cases=tier_cases(150), formats=("jsonl",))
+    assert report.cases == tier_cases(150)
     assert not report.mismatches, "\n\n".join(report.mismatches[:3])
 
 
 def test_csv_scanner_python_path_and_block_sizes_agree() -> None:
-    report = differential.run(seed=19, cases=150, formats=("csv",))
-    assert report.cases == 150
+    report = differential.run(seed=19, cases=tier_cases(150), formats=("csv",))
+    assert report.cases == tier_cases(150)
     assert not report.mismatches, "\n\n".join(report.mismatches[:3])
 
 
