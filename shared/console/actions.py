@@ -210,6 +210,7 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1000:
         raise ActionRefused("rate: items per second in (0, 1000]", ["rate: items per second in (0, 1000]"])
     days = body.get("older_than_days")
+    where = where_of(body.get("where"))
     try:
         op = bulk.start(
             rt,
@@ -220,11 +221,26 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
             older_than_days=float(days) if isinstance(days, int | float) else None,
             rate_per_s=float(rate),
             dry_run=bool(body.get("dry_run")),
+            where=where,
         )
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)]) from None
     logged("op_start", by, None, op=op["id"], kind=kind, dry_run=op["dry_run"])
     return {"op": op["id"], "status": op["status"], "total": op["total"], "dry_run": op["dry_run"]}
+
+
+def where_of(value: object) -> dict[str, str] | None:
+    """An operation's filter from a request ({"reason_code", "text"}), or ActionRefused (pure)."""
+    if value is None:
+        return None
+    problem = "where: {reason_code: a reason code (<= 64 chars), text: error text (<= 200 chars)}"
+    if not isinstance(value, Mapping) or set(value) - {"reason_code", "text"}:
+        raise ActionRefused(problem, [problem])
+    code, text = value.get("reason_code") or "", value.get("text") or ""
+    if not isinstance(code, str) or not isinstance(text, str) or len(code) > 64 or len(text) > 200:
+        raise ActionRefused(problem, [problem])
+    found = {k: v.strip() for k, v in (("reason_code", code), ("text", text)) if v.strip()}
+    return found or None
 
 
 def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dict[str, Any]:

@@ -124,7 +124,17 @@ def overview_page(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
     )
 
 
-def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reason_code: str = "") -> str:
+def jobs_page(
+    page: Page,
+    base: str,
+    status: str,
+    kind: str,
+    id_part: str,
+    reason_code: str = "",
+    since: str = "",
+    until: str = "",
+    problems: Sequence[str] = (),
+) -> str:
     options = "".join(
         f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
     )
@@ -132,7 +142,10 @@ def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reaso
         f"<form method=get action='{base}/jobs'>id <input name=id value='{escape(id_part)}'> "
         f"status <select name=status>{options}</select> kind <input name=kind value='{escape(kind)}' size=10> "
         f"reason code <input name=reason_code value='{escape(reason_code)}' size=12> "
+        f"created from <input name=from id=from value='{escape(since)}' size=20 placeholder='2026-11-25T10:00'> "
+        f"to <input name=to id=to value='{escape(until)}' size=20> (UTC) "
         "<button>Find</button></form>"
+        + "".join(f"<p class=bad data-problem>{escape(p)}</p>" for p in problems)
     )
     rows = "".join(
         f"<tr><td><a href='{base}/jobs/{quote(r.id)}'>{escape(r.id)}</a></td><td>{escape(r.status)}</td>"
@@ -140,6 +153,7 @@ def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reaso
         for r in page.rows
     )
     query = {"status": status, "kind": kind, "id": id_part, "reason_code": reason_code}
+    query.update({k: v for k, v in (("from", since), ("to", until)) if v})
 
     def link(n: int, text: str, token: str = "") -> str:
         extra = {"token": token} if token else {}
@@ -188,7 +202,14 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             "<h2>Edit before replay</h2><p class=muted>The original stays in the poison archive; the change "
             "is recorded in the job's history. The id must stay the same.</p>"
             f"<textarea id=envelope data-job='{escape(job_id)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
-            "<button id=validate data-do=edit data-op=validate>Validate</button>"
+            + (
+                "<p class=muted id=expiry>expires_at "
+                f"{escape(str(view.envelope.get('expires_at')))}: a replay after it is poisoned again "
+                "<button id=extend-expiry data-do=extend-expiry>Extend expires_at by 24 h</button></p>"
+                if view.envelope is not None and view.envelope.get("expires_at")
+                else ""
+            )
+            + "<button id=validate data-do=edit data-op=validate>Validate</button>"
             "<button id=replay-edited data-do=edit data-op=replay-edited>Replay edited</button>"
             "<ul id=problems></ul>"
         )
@@ -255,22 +276,31 @@ def poison_page(view: PoisonView, base: str) -> str:
         f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
         for m in view.on_queue
     )
+    where = {k: v for k, v in (("code", view.reason_code), ("q", view.text)) if v}
     more = ""
     if view.next_archived:
-        more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({'after': view.next_archived}))}'>next page →</a>"
+        more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({**where, 'after': view.next_archived}))}'>next page →</a>"
     if view.next_parked:
         more += f" <a id=more-parked href='{base}/poison?{escape(urlencode({'after_parked': view.next_parked}))}'>more parked →</a>"
     shown = f"{len(view.archived)} on this page" if view.paged else str(len(view.archived))
+    filtered = bool(where)
+    attrs = (f" data-code='{escape(view.reason_code)}'" if view.reason_code else "") + (
+        f" data-text='{escape(view.text)}'" if view.text else ""
+    )
+    what = "all listed entries matching the search" if filtered else "all listed entries"
     bulk_row = (
-        "<p>all listed entries, in the app at the rate above: "
-        "<button id=replay-all-dry data-do=op data-op=replay data-state=poisoned data-dry=1>Count (dry run)</button>"
-        "<button id=replay-all data-do=op data-op=replay data-state=poisoned "
-        "data-confirm='Replay every listed entry?'>Replay all listed</button></p>"
+        f"<p>{what}, in the app at the rate above: "
+        f"<button id=replay-all-dry data-do=op data-op=replay data-state=poisoned data-dry=1{attrs}>Count (dry run)</button>"
+        f"<button id=replay-all data-do=op data-op=replay data-state=poisoned{attrs} "
+        f"data-confirm='Replay {escape(what)}?'>Replay {'all matching' if filtered else 'all listed'}</button></p>"
         if view.paged
         else ""
     )
+    heading = "Archived" + (
+        f" matching {escape(' and '.join(f'{k}={v!r}' for k, v in where.items()))}" if filtered else ""
+    )
     return (
-        f"<h2>Archived ({shown})</h2>{more and '<p>' + more + '</p>'}"
+        _groups_and_search(view, base) + f"<h2>{heading} ({shown})</h2>{more and '<p>' + more + '</p>'}"
         "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"
         "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
         "<p><button id=park data-do=entries data-op=park data-table=archived>Park selected</button>"
@@ -291,6 +321,33 @@ def poison_page(view: PoisonView, base: str) -> str:
         + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
         "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"
         f"{queue_rows}</table>"
+    )
+
+
+def _groups_and_search(view: PoisonView, base: str) -> str:
+    """Listed entries by reason code with counts (each group opens, counts or replays in the app),
+    and the search by error text (within a reason code or all)."""
+    if not view.paged:
+        return ""
+    rows = "".join(
+        f"<tr data-group='{escape(code)}'><td><a href='{base}/poison?{escape(urlencode({'code': code}))}'>"
+        f"{escape(code)}</a></td><td data-count='{escape(code)}'>{n}</td><td>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' data-dry=1>Count (dry run)</button>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' "
+        f"data-confirm='Replay the {n} listed entries of {escape(code)} at the rate below?'>Replay group</button></td></tr>"
+        for code, n in view.groups.items()
+    )
+    codes = "".join(
+        f"<option{' selected' if c == view.reason_code else ''}>{escape(c)}</option>"
+        for c in dict.fromkeys(["", *view.groups, *([view.reason_code] if view.reason_code else [])])
+    )
+    return (
+        f"<h2>By reason code ({sum(view.groups.values())} listed)</h2><table id=groups><tr><th>reason code</th>"
+        f"<th>listed</th><th>in the app, at the rate below</th></tr>{rows}</table>"
+        f"<form method=get action='{base}/poison' id=search>error text <input name=q id=q value='{escape(view.text)}' size=30> "
+        f"reason code <select name=code id=code>{codes}</select> <button>Search</button>"
+        + (f" <a href='{base}/poison'>clear</a>" if view.reason_code or view.text else "")
+        + "</form>"
     )
 
 

@@ -173,6 +173,7 @@ def _get(call: Call) -> func.HttpResponse:
             return func.HttpResponse(
                 status_code=303, headers={"Location": f"{call.base}/jobs/{quote(id_part)}"}
             )
+        since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
         page = queries.jobs_page(
             rt,
             status,
@@ -182,11 +183,23 @@ def _get(call: Call) -> func.HttpResponse:
             params.get("fresh") == "1",
             token=params.get("token", ""),
             reason_code=params.get("reason_code", ""),
+            since=since,
+            until=until,
         )
         return _html(
             call,
             "Jobs",
-            pages.jobs_page(page, call.base, status, kind, id_part, params.get("reason_code", "")),
+            pages.jobs_page(
+                page,
+                call.base,
+                status,
+                kind,
+                id_part,
+                params.get("reason_code", ""),
+                params.get("from", ""),
+                params.get("to", ""),
+                problems,
+            ),
         )
     if parts[0] == "jobs" and len(parts) in (2, 3) and ID_RE.match(parts[1]):
         job_id = parts[1]
@@ -201,7 +214,13 @@ def _get(call: Call) -> func.HttpResponse:
             return _html(call, f"Job {job_id}", pages.message_page(f"job {job_id} is unknown"), 404)
         return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
     if parts == ["poison"]:
-        listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
+        listed = queries.poison_view(
+            rt,
+            params.get("after", ""),
+            params.get("after_parked", ""),
+            reason_code=params.get("code", "")[:64],
+            text=params.get("q", "")[:200],
+        )
         return _html(call, "Poison", pages.poison_page(listed, call.base))
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
@@ -220,6 +239,9 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
     if parts == ["overview"]:
         return _json(200, queries.overview(rt))
     if parts == ["jobs"]:
+        since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
+        if problems:
+            return _json(400, {"error": "; ".join(problems), "problems": problems})
         page = queries.jobs_page(
             rt,
             params.get("status", ""),
@@ -228,6 +250,8 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             _int(params.get("page"), 1),
             token=params.get("token", ""),
             reason_code=params.get("reason_code", ""),
+            since=since,
+            until=until,
         )
         return _json(200, dataclasses.asdict(page))
     if len(parts) == 2 and parts[0] == "jobs" and ID_RE.match(parts[1]):
@@ -236,7 +260,13 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             return _json(404, {"error": f"job {parts[1]} is unknown"})
         return _json(200, dataclasses.asdict(view))
     if parts == ["poison"]:
-        listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
+        listed = queries.poison_view(
+            rt,
+            params.get("after", ""),
+            params.get("after_parked", ""),
+            reason_code=params.get("code", "")[:64],
+            text=params.get("q", "")[:200],
+        )
         return _json(200, dataclasses.asdict(listed))
     if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
         state = params.get("state", "poisoned")
