@@ -144,6 +144,18 @@ def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
 
 
 def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
+    if args.action == "list" and rt.entry_index is not None and not args.all:
+        rows, reached = rt.entry_index.scan(
+            "poisoned", args.after or "", args.limit, args.reason_code, args.text
+        )
+        print(f"{'job id':40} {'reason code':16} {'archived':26}  reason")
+        for r in rows:
+            print(f"{r.job_id or '(no id)':40} {r.reason_code:16} {r.archived_at[:26]:26}  {r.reason[:100]}")
+        counts = rt.entry_index.counts()
+        print(f"{len(rows)} shown; {sum(counts.values())} listed: {counts}")
+        if reached:
+            print(f"next page: --after {reached}")
+        return 0
     if args.action == "list":
         entries = poison.list_poisoned(rt, include_done=args.all)
         print(f"{'job id':40} {'state':22} {'age':>8} {'tries':>5}  reason")
@@ -167,6 +179,8 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
     if ids is not None and not ids:
         print("replay: give --ids a,b,c or --all", file=sys.stderr)
         return 2
+    if ids is None and rt.entry_index is not None and not args.here:  # a bulk operation in the app
+        return _replay_all(rt, args)
     report = poison.replay(rt, ids, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar)
     print(file=sys.stderr)
     _print(report.as_dict())
@@ -254,6 +268,30 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
+    """Start a replay of every listed entry (of a reason code, matching a text) as a bulk operation
+    the app carries out in steps; with --dry-run, print the listed counts now and start a dry run
+    that counts exactly what the replay would touch."""
+    assert rt.entry_index is not None
+    counts = rt.entry_index.counts()
+    where = {k: v for k, v in (("reason_code", args.reason_code), ("text", args.text)) if v}
+    listed = counts.get(args.reason_code, 0) if args.reason_code else sum(counts.values())
+    print(f"listed now: {listed}" + ("" if args.reason_code else f" {counts}"))
+    op = bulk.start(
+        rt,
+        "replay",
+        args.by,
+        states=["poisoned"],
+        rate_per_s=args.rate,
+        dry_run=args.dry_run,
+        where=where or None,
+    )
+    what = "a dry run (counts, changes nothing)" if args.dry_run else f"a replay at {args.rate:g}/s"
+    print(f"started operation {op['id']}: {what}, carried out by the app in steps")
+    print(f"follow it: python -m shared.cli ops show {op['id']}")
+    return 0
+
+
 def _progress_bar(done: int, total: int, job_id: str) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
@@ -295,6 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     pois.add_argument("--rate", type=float, default=10.0, help="replay: messages per second")
     pois.add_argument("--dry-run", action="store_true")
     pois.add_argument("--older-than-days", type=float)
+    pois.add_argument("--after", help="list: the page after this key (printed by the previous page)")
+    pois.add_argument("--limit", type=int, default=50, help="list: entries a page (index)")
+    pois.add_argument("--reason-code", default="", help="list / replay --all: only this reason code")
+    pois.add_argument("--text", default="", help="list / replay --all: only entries whose reason holds it")
+    pois.add_argument("--by", default="cli", help="replay --all: who asks (kept in the operation)")
+    pois.add_argument(
+        "--here", action="store_true", help="replay --all in this process (lists the archive; small archives)"
+    )
     keep = sub.add_parser("retention", help="delete what the *_RETENTION_DAYS settings make due (local)")
     keep.add_argument("--dry-run", action="store_true", help="count only: nothing is deleted")
     keep.add_argument("--now", type=_iso_time, help="judge ages as of this ISO time (default: now)")

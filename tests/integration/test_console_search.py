@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -199,3 +200,63 @@ def test_a_replay_says_why_it_skipped_each_job(rt: Runtime) -> None:
     assert report["reasons"]["nobody"] == "no listed poison archive entry for this job"
     answer = actions.replay_batch(rt, ["old-1"], 10, "t")
     assert answer["skipped"][0]["id"] == "old-1" and "expired at" in answer["skipped"][0]["reason"]
+
+
+def test_the_admin_api_pages_poison_through_the_index(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    import azure.functions as func
+
+    from shared import api
+
+    seed_groups(rt)
+    monkeypatch.setattr(api, "get_runtime", lambda: rt)
+
+    def get(**params: str) -> dict[str, Any]:
+        req = func.HttpRequest("GET", "http://h/api/poison", params=params, body=b"")
+        answer = api.list_poison(req)
+        assert answer.status_code == 200
+        return dict(json.loads(answer.get_body()))
+
+    first = get(limit="4")
+    assert len(first["archived"]) == 4 and first["next"] and first["counts"]["input_missing"] == 5
+    rest = get(limit="100", after=first["next"])
+    assert rest["next"] == "" and len(first["archived"]) + len(rest["archived"]) == 9
+    assert [e["job_id"] for e in get(code="bad_payload", q="metrics[1]")["archived"]] == ["bp-1"]
+    req = func.HttpRequest(
+        "POST", "http://h/api/poison/replay", body=json.dumps({"all": True, "dry_run": True}).encode()
+    )
+    started = api.replay_poison(req)
+    body = json.loads(started.get_body())
+    assert started.status_code == 202 and body["listed"] == 9 and body["dry_run"] is True
+    take_steps(rt)
+    assert bulk.read(rt, body["op"])["counts"] == {"counted": 9}
+
+
+def test_cli_replay_all_starts_an_operation_and_counts_first(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shared import cli
+
+    seed_groups(rt)
+    args = cli.build_parser().parse_args(
+        ["poison", "replay", "--all", "--dry-run", "--reason-code", "bad_payload"]
+    )
+    assert cli.cmd_poison(rt, args) == 0
+    out = capsys.readouterr().out
+    assert "listed now: 3" in out and "started operation" in out
+    take_steps(rt)
+    assert queries.poison_view(rt).groups["bad_payload"] == 3, "a dry run changes nothing"
+    args = cli.build_parser().parse_args(
+        ["poison", "replay", "--all", "--rate", "100", "--reason-code", "bad_payload"]
+    )
+    assert cli.cmd_poison(rt, args) == 0
+    assert drain_raw(rt, rt.settings.jobs_queue) == [], "the CLI only started it: the app does the work"
+    take_steps(rt)
+    assert sorted(json.loads(b)["id"] for b in drain_raw(rt, rt.settings.jobs_queue)) == [
+        "bp-0",
+        "bp-1",
+        "bp-2",
+    ]
+    args = cli.build_parser().parse_args(["poison", "list", "--limit", "2"])
+    assert cli.cmd_poison(rt, args) == 0
+    out = capsys.readouterr().out
+    assert "2 shown; 6 listed" in out and "next page: --after" in out
