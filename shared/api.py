@@ -225,6 +225,11 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
             rate_per_s=float(rate),
             dry_run=bool(body.get("dry_run")),
         )
+        if rt.audit is not None:
+            rt.audit.record(
+                rt.clock(), "admin key", "op_start", f"op:{op['id']}", op=op["id"], via="api", kind="replay",
+                state="poisoned", rate=rate, dry_run=op["dry_run"],
+            )  # fmt: skip
         listed = sum(rt.entry_index.counts().values())
         return _json(
             202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"], "listed": listed}

@@ -252,6 +252,7 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
                 rate_per_s=args.rate,
                 dry_run=args.dry_run,
             )
+            _audit(rt, args.by, "op_start", op, kind=args.kind, state=args.state, names=len(names or []))
         elif not args.id:
             print(f"ops {args.action}: give the operation id", file=sys.stderr)
             return 2
@@ -259,13 +260,37 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
             op = bulk.read(rt, args.id) or {}
         elif args.action == "cancel":
             op = bulk.cancel(rt, args.id, args.by)
+            _audit(rt, args.by, "op_cancel", op)
         else:
             op = bulk.resume(rt, args.id, args.by)
+            _audit(rt, args.by, "op_resume", op)
     except bulk.OpRefused as exc:
         print(f"ops: {exc}", file=sys.stderr)
         return 2
     _print({k: v for k, v in op.items() if k != "names"})
     return 0
+
+
+def cmd_audit(rt: Runtime, args: argparse.Namespace) -> int:
+    """The audit of operator actions: a page (newest first), or index what was recorded before it."""
+    if rt.audit is None:
+        print("audit: needs a table endpoint in the storage connection", file=sys.stderr)
+        return 2
+    if args.action == "backfill":
+        print(f"indexed {rt.audit.backfill(rt.archive)} earlier edits and operations")
+        return 0
+    rows, after = rt.audit.page(args.after or "", args.limit)
+    for r in rows:
+        print(f"{r.at:26} {r.by[:24]:24} {r.action:14} {r.target[:40]:40} {json.dumps(r.details)[:120]}")
+    if after:
+        print(f"next page: --after {after}")
+    return 0
+
+
+def _audit(rt: Runtime, by: str, action: str, op: dict[str, Any], **details: Any) -> None:
+    """Record an operator's action from the CLI in the audit table (as the console does)."""
+    if rt.audit is not None:
+        rt.audit.record(rt.clock(), by, action, f"op:{op.get('id')}", op=op.get("id"), via="cli", **details)
 
 
 def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
@@ -286,6 +311,7 @@ def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         where=where or None,
     )
+    _audit(rt, args.by, "op_start", op, kind="replay", state="poisoned", where=where or None, rate=args.rate)
     what = "a dry run (counts, changes nothing)" if args.dry_run else f"a replay at {args.rate:g}/s"
     print(f"started operation {op['id']}: {what}, carried out by the app in steps")
     print(f"follow it: python -m shared.cli ops show {op['id']}")
@@ -341,6 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     pois.add_argument(
         "--here", action="store_true", help="replay --all in this process (lists the archive; small archives)"
     )
+    audit = sub.add_parser("audit", help="operator actions, newest first; backfill indexes earlier ones")
+    audit.add_argument("action", choices=["list", "backfill"])
+    audit.add_argument("--after", help="the page after this key (printed by the previous page)")
+    audit.add_argument("--limit", type=int, default=50)
     keep = sub.add_parser("retention", help="delete what the *_RETENTION_DAYS settings make due (local)")
     keep.add_argument("--dry-run", action="store_true", help="count only: nothing is deleted")
     keep.add_argument("--now", type=_iso_time, help="judge ages as of this ISO time (default: now)")
@@ -376,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "poison": cmd_poison,
         "retention": cmd_retention,
         "ops": cmd_ops,
+        "audit": cmd_audit,
     }
     return commands[args.command](rt, args)
 

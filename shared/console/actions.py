@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import jsontext, ledger, poison
+from shared.audit_index import change_values
 from shared.cancel import request_cancel
 from shared.console.queries import EDITS_PREFIX, archived_bodies
 from shared.documents import Conflict
@@ -37,8 +38,12 @@ class ActionRefused(Exception):
         self.status = status
 
 
-def logged(action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
+def logged(rt: Runtime, action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
+    """Log the action as a decision and record it in the audit table (one request, best effort)."""
     log_decision("console_action", job_id, action=action, by=by, **fields)
+    if rt.audit is not None:
+        target = job_id or str(fields.get("entry") or (f"op:{fields['op']}" if fields.get("op") else ""))
+        rt.audit.record(rt.clock(), by, action, target, **fields)
 
 
 # -- planning (pure) --------------------------------------------------------------------------
@@ -86,7 +91,7 @@ def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dic
         raise ActionRefused(f"give at most {size} job ids per request at this rate", [f"ids: at most {size}"])
     if rt.entry_index is None:
         report = poison.replay(rt, ids, rate_per_s=rate_per_s)
-        logged("replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
+        logged(rt, "replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
         return report.as_dict()
     out: dict[str, Any] = {"replayed": [], "skipped": [], "not_found": []}
     for job_id in dict.fromkeys(ids):
@@ -100,7 +105,7 @@ def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dic
             out["replayed"].append(job_id)
         else:
             out["skipped"].append({"id": job_id, "reason": reason})
-    logged("replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
+    logged(rt, "replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
     return out
 
 
@@ -122,7 +127,7 @@ def park(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
         outcome = parking.park_entry(rt, name, doc, by) if doc is not None else ("skipped", "no such entry")
         if outcome[0] == parking.PARKED:
             parked.append(name)
-            logged("park", by, doc.data.get("job_id"), entry=name)
+            logged(rt, "park", by, doc.data.get("job_id"), entry=name)
         else:
             skipped.append(name)
     return {"parked": parked, "skipped": skipped}
@@ -143,7 +148,7 @@ def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
         unparked.append(name)
         if note:
             notes[name] = note
-        logged("unpark", by, doc.data.get("job_id"), entry=name)
+        logged(rt, "unpark", by, doc.data.get("job_id"), entry=name)
     out: dict[str, Any] = {"unparked": unparked, "not_found": missing}
     if notes:
         out["notes"] = notes
@@ -162,7 +167,7 @@ def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
             missing.append(name)
             continue
         deleted.append(name)
-        logged("delete", by, doc.data.get("job_id"), entry=name)
+        logged(rt, "delete", by, doc.data.get("job_id"), entry=name)
     return {"deleted": deleted, **({"not_found": missing} if missing else {})}
 
 
@@ -171,7 +176,7 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
     edits, the audit or counters. Without the entry index: the old one-request purge of entries."""
     if rt.entry_index is None:
         names = poison.purge(rt, older_than_days, dry_run=dry_run)
-        logged("purge", by, None, older_than_days=older_than_days, purged=len(names))
+        logged(rt, "purge", by, None, older_than_days=older_than_days, purged=len(names))
         return {"purged": names}
     op = bulk.start(
         rt,
@@ -182,7 +187,7 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
         rate_per_s=0,
         dry_run=dry_run,
     )
-    logged("purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
+    logged(rt, "purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
     return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
 
 
@@ -193,7 +198,7 @@ def cancel_job(rt: Runtime, job_id: str, by: str, reason: str = "") -> dict[str,
         said = request_cancel(rt, job_id, by=by, reason=reason or "cancelled from the console")
     except Conflict as exc:
         raise ActionRefused(f"not cancelled: {exc}", status=409) from None
-    logged("cancel", by, job_id)
+    logged(rt, "cancel", by, job_id)
     return {"id": job_id, "cancel_requested": True, "said": said}
 
 
@@ -225,7 +230,18 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
         )
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)]) from None
-    logged("op_start", by, None, op=op["id"], kind=kind, dry_run=op["dry_run"])
+    logged(
+        rt,
+        "op_start",
+        by,
+        None,
+        op=op["id"],
+        kind=kind,
+        dry_run=op["dry_run"],
+        where=where,
+        state=state,
+        rate=rate,
+    )
     return {"op": op["id"], "status": op["status"], "total": op["total"], "dry_run": op["dry_run"]}
 
 
@@ -251,7 +267,7 @@ def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dic
         data = bulk.cancel(rt, op_id, by) if change == "cancel" else bulk.resume(rt, op_id, by)
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)], status=409) from None
-    logged(f"op_{change}", by, None, op=op_id)
+    logged(rt, f"op_{change}", by, None, op=op_id)
     return {"op": op_id, "status": data.get("status"), "step": data.get("step")}
 
 
@@ -339,7 +355,9 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     send_job(rt, env)
     for name, _ in entries:
         set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
-    logged("replay_edited", by, job_id, changes=changes, digest=digest)
+    logged(
+        rt, "replay_edited", by, job_id, changes=change_values(original, checked.data, changes), digest=digest
+    )
     return {"id": job_id, "replayed": True, "changes": changes}
 
 
@@ -362,7 +380,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
         status = result.existing.status if result.existing else "unknown"
         raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
     set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
-    logged("replay_fixed", by, result.envelope.id, entry=name)
+    logged(rt, "replay_fixed", by, result.envelope.id, entry=name)
     return {"id": result.envelope.id, "replayed": True}
 
 

@@ -22,7 +22,7 @@ def layout(title: str, body: str, base: str, csrf: str, who: str) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<meta name=csrf content='{escape(csrf)}'><meta name=base content='{escape(base)}'>"
         f"<title>{escape(title)} · jobs console</title><style>{CSS}</style></head><body>"
-        f"<nav><a href='{base}'>Overview</a><a href='{base}/jobs'>Jobs</a><a href='{base}/poison'>Poison</a>"
+        f"<nav><a href='{base}'>Overview</a><a href='{base}/jobs'>Jobs</a><a href='{base}/poison'>Poison</a><a href='{base}/audit'>Audit</a>"
         f"<span class=who>{escape(who)}</span></nav><main><h1>{escape(title)}</h1>"
         f"<p id=status></p>{body}</main><script>{JS}</script></body></html>"
     )
@@ -403,6 +403,49 @@ def op_page(op: Mapping[str, Any]) -> str:
         f"<h2>Results</h2><table id=op-counts>{counts}</table>"
         f"<h2>Not done ({len(op.get('failures') or [])})</h2><table id=op-failures>"
         f"<tr><th>entry</th><th>outcome</th><th>reason</th></tr>{failures}</table>"
+    )
+
+
+def _detail(details: Mapping[str, Any]) -> str:
+    """An audit row's details: an edit's fields as `field: old → new`, the rest as key=value."""
+    parts = []
+    for change in details.get("changes") or []:
+        if isinstance(change, Mapping):
+            parts.append(
+                f"<li data-field='{escape(str(change.get('field')))}'><code>{escape(str(change.get('field')))}</code>: "
+                f"<del>{escape(str(change.get('old')))}</del> → <ins>{escape(str(change.get('new')))}</ins></li>"
+            )
+        else:
+            parts.append(f"<li><code>{escape(str(change))}</code></li>")
+    rest = {k: v for k, v in details.items() if k != "changes" and v not in (None, "", [])}
+    return (f"<ul class=changes>{''.join(parts)}</ul>" if parts else "") + _facts(rest)
+
+
+def audit_page(rows: Sequence[Any], base: str, next_key: str, action: str = "") -> str:
+    """Every operator action, newest first (who, what, when, on what; an edit's old and new values)."""
+
+    def target(value: str) -> str:
+        if value.startswith("op:"):
+            return f"<a href='{base}/ops/{quote(value[3:])}'>{escape(value)}</a>"
+        if value.startswith(("jobs/", "unparsed/")):
+            return f"<a href='{base}/poison/entry?{escape(urlencode({'name': value}))}'>{escape(value)}</a>"
+        return f"<a href='{base}/jobs/{quote(value)}'>{escape(value)}</a>" if value else ""
+
+    body = "".join(
+        f"<tr data-action='{escape(r.action)}'><td>{escape(r.at)}</td><td>{escape(r.by)}</td>"
+        f"<td>{escape(r.action)}</td><td>{target(r.target)}</td><td>{_detail(r.details)}</td></tr>"
+        for r in rows
+    )
+    query = {"action": action} if action else {}
+    more = (
+        f"<p><a id=more-audit href='{base}/audit?{escape(urlencode({**query, 'after': next_key}))}'>older →</a></p>"
+        if next_key
+        else ""
+    )
+    return (
+        f"<form method=get action='{base}/audit'>action <input name=action value='{escape(action)}' size=14> "
+        f"<button>Filter</button> <a href='{base}/audit'>newest</a></form>"
+        f"<table id=audit><tr><th>when</th><th>who</th><th>what</th><th>on</th><th>details</th></tr>{body}</table>{more}"
     )
 
 

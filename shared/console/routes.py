@@ -1,7 +1,7 @@
 """GET/POST /api/console/{*path}: authorise, check CSRF on changes, dispatch, answer.
 
-Pages: `` (overview), `jobs`, `jobs/<id>`, `jobs/<id>/result`, `poison`; `fragment/overview` (the
-refreshed charts); JSON: `data/overview`, `data/jobs`, `data/jobs/<id>`, `data/poison`; changes
+Pages: `` (overview), `jobs`, `jobs/<id>`, `jobs/<id>/result`, `poison`, `audit`; `fragment/overview` (the
+refreshed charts); JSON: `data/overview`, `data/jobs`, `data/jobs/<id>`, `data/poison`, `data/audit`; changes
 (POST, CSRF token): `action/<replay|park|unpark|delete|purge|validate|replay-edited|op-start|op-cancel|
 op-resume>`; bulk operations: `ops/<id>` (page) and `data/ops/<id>` (progress, per-item results).
 """
@@ -222,6 +222,12 @@ def _get(call: Call) -> func.HttpResponse:
             text=params.get("q", "")[:200],
         )
         return _html(call, "Poison", pages.poison_page(listed, call.base))
+    if parts == ["audit"]:
+        if rt.audit is None:
+            return _html(call, "Audit", pages.message_page("the audit needs a table endpoint"), 404)
+        action = params.get("action", "")[:64]
+        rows, next_key = rt.audit.page(params.get("after", ""), queries.PAGE_SIZE, action)
+        return _html(call, "Audit", pages.audit_page(rows, call.base, next_key, action))
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         if op is None:
@@ -279,6 +285,13 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             mimetype="text/csv",
             headers={"Content-Disposition": f"attachment; filename=poison-{quote(state)}.csv"},
         )
+    if parts == ["audit"]:
+        if rt.audit is None:
+            return _json(404, {"error": "the audit needs a table endpoint"})
+        found, next_key = rt.audit.page(
+            params.get("after", ""), queries.PAGE_SIZE, params.get("action", "")[:64]
+        )
+        return _json(200, {"rows": [dataclasses.asdict(r) for r in found], "next": next_key})
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         return _json(200, op) if op is not None else _json(404, {"error": f"no operation {parts[1]}"})

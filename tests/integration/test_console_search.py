@@ -260,3 +260,64 @@ def test_cli_replay_all_starts_an_operation_and_counts_first(
     assert cli.cmd_poison(rt, args) == 0
     out = capsys.readouterr().out
     assert "2 shown; 6 listed" in out and "next page: --after" in out
+
+
+def test_the_audit_page_lists_every_operator_action_newest_first_with_edits_old_and_new_values(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared import cli
+    from shared.console import routes
+
+    groups = seed_groups(rt)
+    actions.park(rt, groups["bad_payload"][:1], "alice")
+    actions.unpark(rt, groups["bad_payload"][:1], "bob")
+    actions.delete(rt, groups["max_dequeue"], "carol")
+    text = json.dumps(
+        {"id": "im-0", "kind": "noop", "payload": {"note": "fixed <b>"}, "created_at": isoformat(rt.clock())}
+    )
+    actions.replay_edited(rt, "im-0", text, "dave")
+    actions.start_op(
+        rt,
+        {"kind": "replay", "state": "poisoned", "rate": 5, "where": {"reason_code": "bad_payload"}},
+        "erin",
+    )
+    assert (
+        cli.cmd_ops(
+            rt,
+            cli.build_parser().parse_args(["ops", "start", "--kind", "purge", "--dry-run", "--by", "frank"]),
+        )
+        == 0
+    )
+    rt.archive.upsert(
+        "edits/old-job/abc.json",
+        {"job_id": "old-job", "by": "gus", "at": "2026-01-01T00:00:00Z", "changes": ["payload.n"]},
+    )
+    assert rt.audit is not None
+    assert rt.audit.backfill(rt.archive) == 1, "the edit from before the audit table; the others are recorded"
+    assert rt.audit.backfill(rt.archive) == 1, "again: the same row rewritten"
+    rows, after = rt.audit.page(size=50)
+    seen = [(r.by, r.action) for r in rows]
+    assert seen[:6] == [
+        ("frank", "op_start"), ("erin", "op_start"), ("dave", "replay_edited"), ("carol", "delete"),
+        ("bob", "unpark"), ("alice", "park"),
+    ]  # fmt: skip
+    assert ("gus", "replay_edited") in seen and after == ""
+    edit = next(r for r in rows if r.by == "dave")
+    assert (
+        edit.target == "im-0"
+        and {"field": "payload.note", "old": "null", "new": '"fixed <b>"'} in edit.details["changes"]
+    )
+    assert next(r for r in rows if r.by == "erin").details["where"] == {"reason_code": "bad_payload"}
+    first, key = rt.audit.page(size=2)
+    second, _ = rt.audit.page(key, size=2)
+    assert [r.key for r in first + second] == [r.key for r in rows[:4]], "paged newest first"
+    monkeypatch.setattr(routes, "get_runtime", lambda: rt)
+    import azure.functions as func
+
+    req = func.HttpRequest(
+        "GET", "http://127.0.0.1:7071/api/console/audit", headers={"host": "127.0.0.1:7071"}, params={},
+        route_params={"path": "audit"}, body=b"",
+    )  # fmt: skip
+    html = routes.handle(req, {}).get_body().decode()
+    assert "fixed &lt;b&gt;" in html and '<b>"' not in html and "data-field='payload.note'" in html
+    assert html.count("<tr data-action=") == len(rows)

@@ -117,3 +117,44 @@ def test_an_operation_filter_is_a_reason_code_and_or_text() -> None:
     for bad in ({"names": ["x"]}, {"text": 3}, {"reason_code": "x" * 65}, "bad_payload"):
         with pytest.raises(ActionRefused):
             where_of(bad)
+
+
+def test_an_audit_row_keeps_an_edits_old_and_new_values_and_sorts_newest_first() -> None:
+    from shared.audit_index import backfill_rows, change_values, entity_of, row_of
+
+    before = {"id": "a", "payload": {"limit": 5, "note": "x"}, "expires_at": "2026-01-01T00:00:00Z"}
+    after = {"id": "a", "payload": {"limit": 50}, "expires_at": "2026-12-01T00:00:00Z"}
+    assert change_values(before, after, ["expires_at", "payload.limit", "payload.note"]) == [
+        {"field": "expires_at", "old": '"2026-01-01T00:00:00Z"', "new": '"2026-12-01T00:00:00Z"'},
+        {"field": "payload.limit", "old": "5", "new": "50"},
+        {"field": "payload.note", "old": '"x"', "new": "null"},
+    ]
+    now = datetime(2026, 11, 25, 10, tzinfo=UTC)
+    older = entity_of(now, "alice", "park", "jobs/a/1.json", {"entry": "jobs/a/1.json"}, "u1")
+    newer = entity_of(now + timedelta(seconds=1), "bob", "replay", "", {"ids": ["a"]}, "u2")
+    assert newer["RowKey"] < older["RowKey"] and row_of(older).details == {"entry": "jobs/a/1.json"}
+    rows = backfill_rows(
+        [
+            (
+                "edits/a/d.json",
+                {"job_id": "a", "by": "alice", "at": "2026-11-20T10:00:00Z", "changes": ["payload.x"]},
+            )
+        ],
+        [
+            {
+                "id": "op1",
+                "by": "bob",
+                "created_at": "2026-11-21T10:00:00Z",
+                "kind": "purge",
+                "states": ["poisoned"],
+            }
+        ],
+    )
+    assert [(r["action"], r["by"], r["target"]) for r in rows] == [
+        ("replay_edited", "alice", "a"),
+        ("op_start", "bob", "op:op1"),
+    ]
+    assert (
+        backfill_rows([], [{"id": "op1", "created_at": "2026-11-21T10:00:00Z"}])[0]["RowKey"]
+        == rows[1]["RowKey"]
+    )
