@@ -165,6 +165,12 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
             )
         print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
         return 0
+    if args.action == "recount":
+        if rt.entry_index is None:
+            print("recount: needs a table endpoint in the storage connection", file=sys.stderr)
+            return 2
+        _print(rt.entry_index.recount())
+        return 0
     if args.action == "peek":
         _print(poison.peek_poison_queue(rt))
         return 0
@@ -353,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--once", action="store_true")
     tail.add_argument("--from-start", action="store_true")
     pois = sub.add_parser("poison", help="list, peek, replay or purge poisoned jobs")
-    pois.add_argument("action", choices=["list", "peek", "replay", "purge"])
+    pois.add_argument("action", choices=["list", "peek", "replay", "purge", "recount"])
     pois.add_argument("--ids", help="comma-separated job ids (replay)")
     pois.add_argument("--all", action="store_true", help="replay all / list replayed ones too")
     pois.add_argument("--rate", type=float, default=10.0, help="replay: messages per second")

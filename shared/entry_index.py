@@ -25,6 +25,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ SHARDS = 16
 COUNT_TRIES = 8
 SCAN_ROWS = 1000
 SCAN_QUERIES = 5
-"""A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results)."""
+SCAN_SECONDS = 0.8
+"""A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results), and starts
+no further query once SCAN_SECONDS have passed (a page answers within about a second)."""
 HOST_MOVED = "the host moved it"
 _CODE = re.compile(r"^([a-z][a-z0-9_]{1,47}): ")
 
@@ -171,6 +174,7 @@ class EntryIndex:
         self.service = service
         self._lock = threading.Lock()
         self._etags: dict[str, tuple[str, int]] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
 
     def ensure(self) -> None:
         with contextlib.suppress(ResourceExistsError):
@@ -223,6 +227,12 @@ class EntryIndex:
     def _bump(self, key: str, delta: int) -> None:
         """Add `delta` to one counter row, If-Match on its ETag (the one this process last saw
         first: one request when no one else changed it)."""
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # this process's threads take turns on a counter (no 412s among themselves)
+            self._bump_locked(key, delta)
+
+    def _bump_locked(self, key: str, delta: int) -> None:
         with self._lock:
             known = self._etags.get(key)
         for _ in range(COUNT_TRIES):
@@ -338,8 +348,11 @@ class EntryIndex:
         rows: list[EntryRow] = []
         cont: Any = None
         reached = after_key
+        started = time.monotonic()
         try:
             for _ in range(queries or SCAN_QUERIES):
+                if time.monotonic() - started > SCAN_SECONDS:
+                    break
                 pager = self.table.query_entities(where, results_per_page=SCAN_ROWS).by_page(
                     continuation_token=cont
                 )

@@ -82,9 +82,12 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix
 # -- replay -----------------------------------------------------------------------------------
 
 
-def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dict[str, Any]:
+def replay_batch(
+    rt: Runtime, ids: list[str], rate_per_s: float, by: str, names: list[str] | None = None
+) -> dict[str, Any]:
     """Replay up to MAX_BATCH poisoned jobs at `rate_per_s`. With the entry index each id costs
-    its own requests (its listed entry found by one query); without, the archive is listed."""
+    its own requests: its entry is read by the name the page sent (`names`, aligned with `ids`:
+    the page's rows), else found by one query; without the index, the archive is listed."""
     plan = rate_plan(ids, rate_per_s)
     if len(plan.batches) != 1:  # the page sends one tick's worth per request (its progress bar)
         size = len(plan.batches[0])
@@ -94,13 +97,17 @@ def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dic
         logged(rt, "replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
         return report.as_dict()
     out: dict[str, Any] = {"replayed": [], "skipped": [], "not_found": []}
+    given = dict(zip(ids, names, strict=True)) if names is not None and len(names) == len(ids) else {}
     for job_id in dict.fromkeys(ids):
-        rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
-        doc = rt.archive.read(rows[0].name) if rows else None
-        if doc is None:
+        name = given.get(job_id, "")
+        if not name.startswith(f"{JOBS_PREFIX}{job_id}/"):  # only the job's own entries
+            rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
+            name = rows[0].name if rows else ""
+        doc = rt.archive.read(name) if name else None
+        if doc is None or doc.data.get("job_id") != job_id:
             out["not_found"].append(job_id)
             continue
-        outcome, reason = bulk.replay_entry(rt, rows[0].name, doc, by)
+        outcome, reason = bulk.replay_entry(rt, name, doc, by)
         if outcome == "replayed":
             out["replayed"].append(job_id)
         else:

@@ -41,7 +41,9 @@ function checked(table) { return Array.from(document.querySelectorAll('#' + tabl
 function pickAll(table, on) { document.querySelectorAll('#' + table + ' input.pick').forEach(c => { c.checked = on; }); }
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 async function replaySelected() {
-  const ids = [...new Set(checked('archived').map(c => c.dataset.job).filter(Boolean))];
+  const byJob = new Map();
+  checked('archived').forEach(c => { if (c.dataset.job && !byJob.has(c.dataset.job)) byJob.set(c.dataset.job, c.dataset.name); });
+  const ids = [...byJob.keys()];
   const rate = parseFloat(document.getElementById('rate').value) || 10;
   if (!ids.length) { say('select jobs first', true); return; }
   const size = Math.max(1, Math.min(MAX_BATCH, Math.floor(rate * TICK_S)));
@@ -50,7 +52,7 @@ async function replaySelected() {
   for (let i = 0; i < ids.length; i += size) {
     const started = performance.now();
     const batch = ids.slice(i, i + size);
-    const r = await post('replay', {ids: batch, rate: rate});
+    const r = await post('replay', {ids: batch, names: batch.map(j => byJob.get(j)), rate: rate});
     if (!r.ok) { say('replay stopped: ' + (r.data.error || r.status), true); return; }
     done += batch.length; replayed += (r.data.replayed || []).length; bar.value = done;
     document.getElementById('progress-text').textContent = done + ' / ' + ids.length;

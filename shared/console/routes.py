@@ -391,7 +391,13 @@ def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
 
 
 ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] = {
-    "replay": lambda rt, b, by: actions.replay_batch(rt, actions.names_of(b.get("ids"), "ids"), _rate(b), by),
+    "replay": lambda rt, b, by: actions.replay_batch(
+        rt,
+        actions.names_of(b.get("ids"), "ids"),
+        _rate(b),
+        by,
+        actions.names_of(b["names"]) if b.get("names") is not None else None,
+    ),
     "park": lambda rt, b, by: actions.park(rt, actions.names_of(b.get("names")), by),
     "unpark": lambda rt, b, by: actions.unpark(rt, actions.names_of(b.get("names")), by),
     "delete": lambda rt, b, by: actions.delete(rt, actions.names_of(b.get("names")), by),

@@ -85,6 +85,9 @@ def test_the_poison_page_groups_listed_entries_by_reason_code_with_counts(rt: Ru
     group = queries.poison_view(rt, reason_code="bad_payload")
     assert {e.name for e in group.archived} == set(groups["bad_payload"][1:])
     assert rt.entry_index.recount() == rt.entry_index.counts(), "a recount from the rows agrees"
+    from shared import cli
+
+    assert cli.cmd_poison(rt, cli.build_parser().parse_args(["poison", "recount"])) == 0
 
 
 def test_search_by_error_text_pages_through_a_bounded_scan(
@@ -321,3 +324,13 @@ def test_the_audit_page_lists_every_operator_action_newest_first_with_edits_old_
     html = routes.handle(req, {}).get_body().decode()
     assert "fixed &lt;b&gt;" in html and '<b>"' not in html and "data-field='payload.note'" in html
     assert html.count("<tr data-action=") == len(rows)
+
+
+def test_replay_selected_reads_each_entry_by_the_name_the_page_sent_and_only_the_jobs_own(
+    rt: Runtime,
+) -> None:
+    a = poisoned(rt, "sel-a", "bad_payload: x")
+    b = poisoned(rt, "sel-b", "bad_payload: y")
+    answer = actions.replay_batch(rt, ["sel-a", "sel-b"], 10, "t", [a, a])  # sel-b's name is not its own
+    assert answer["replayed"] == ["sel-a", "sel-b"], "a name not the job's own is looked up instead"
+    assert {r.name for r in [*(rt.entry_index.page("replayed") if rt.entry_index else [])]} >= {a, b}
