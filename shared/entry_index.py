@@ -15,8 +15,9 @@ count is one query. Counters are best effort like the rows: a failed or interrup
 count off by that entry (`recount` rebuilds them from the rows).
 
 Error-text search has no index (Table storage has no substring filter): `scan` reads a state's
-partition newest first, 1,000 rows a query, at most `SCAN_QUERIES` queries a call, and returns the
-matches with the RowKey reached, from which the next call goes on.
+partition newest first, 500 rows a query, at most `SCAN_QUERIES` queries and no new query after
+`SCAN_SECONDS` a call, and returns the matches with the RowKey reached, from which the next call
+goes on.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ LISTED = "poisoned"
 COUNT_PARTITION = "~count"
 SHARDS = 16
 COUNT_TRIES = 8
-SCAN_ROWS = 1000
-SCAN_QUERIES = 5
-SCAN_SECONDS = 0.8
+SCAN_ROWS = 500
+SCAN_QUERIES = 6
+SCAN_SECONDS = 0.6
 """A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results), and starts
 no further query once SCAN_SECONDS have passed (a page answers within about a second)."""
 HOST_MOVED = "the host moved it"
@@ -86,7 +87,8 @@ def shard_of(name: str) -> int:
 
 
 def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first (pure)."""
+    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first; a shard
+    may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
     found: dict[str, int] = {}
     for e in entities:
         code = str(e.get("RowKey", "")).rsplit("|", 1)[0]
@@ -243,15 +245,15 @@ class EntryIndex:
                 except ResourceNotFoundError:
                     try:
                         made = self.table.create_entity(
-                            {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": max(0, delta)}
+                            {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta}
                         )
                     except ResourceExistsError:
                         continue
                     with self._lock:
-                        self._etags[key] = (str(made.get("etag")), max(0, delta))
+                        self._etags[key] = (str(made.get("etag")), delta)
                     return
             etag, n = known
-            value = max(0, n + delta)
+            value = n + delta  # a shard may go below 0 (its +1 was counted in another): the sum counts
             try:
                 done = self.table.update_entity(
                     {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value},
@@ -270,10 +272,15 @@ class EntryIndex:
     def counts(self) -> dict[str, int]:
         """Listed entries per reason code, largest first: one query."""
         try:
-            rows = self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
-            return counts_of(rows)
+            rows = list(self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
         except ResourceNotFoundError:
             return {}
+        with self._lock:  # the page's next actions then change a counter with one request
+            for e in rows:
+                etag = getattr(e, "metadata", {}).get("etag")
+                if etag:
+                    self._etags[str(e["RowKey"])] = (str(etag), int(e.get("n") or 0))
+        return counts_of(rows)
 
     def recount(self) -> dict[str, int]:
         """Rebuild the counters from the listed rows: one query per 1,000 listed entries (O(entries),

@@ -426,7 +426,7 @@ def poison_view(
     text: str = "",
 ) -> PoisonView:
     """With the entry index: a page of listed entries (one query; of a reason code's group with
-    `reason_code`; a search with `text`: at most `SCAN_QUERIES` queries of 1,000 rows), a page of
+    `reason_code`; a search with `text`: a bounded scan, `EntryIndex.scan`), a page of
     parked ones (one query), the counts per reason code (one query) and up to 32 messages still
     on the poison queue (one peek). Without: every entry, one read each."""
     if rt.entry_index is not None:

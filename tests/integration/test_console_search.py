@@ -85,6 +85,8 @@ def test_the_poison_page_groups_listed_entries_by_reason_code_with_counts(rt: Ru
     group = queries.poison_view(rt, reason_code="bad_payload")
     assert {e.name for e in group.archived} == set(groups["bad_payload"][1:])
     assert rt.entry_index.recount() == rt.entry_index.counts(), "a recount from the rows agrees"
+    actions.park(rt, groups["input_missing"][2:3], "t")  # its shard held none of the recount: goes below 0
+    assert rt.entry_index.counts()["input_missing"] == 3, "the sum still counts it"
     from shared import cli
 
     assert cli.cmd_poison(rt, cli.build_parser().parse_args(["poison", "recount"])) == 0

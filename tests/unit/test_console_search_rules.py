@@ -45,6 +45,7 @@ def test_counts_follow_entries_into_and_out_of_the_listed_state() -> None:
         {"RowKey": "gone|00", "n": 0},
     ]
     assert list(counts_of(rows).items()) == [("expired", 9), ("bad_payload", 7)]
+    assert counts_of([{"RowKey": "x|00", "n": 4}, {"RowKey": "x|05", "n": -1}]) == {"x": 3}
     assert 0 <= shard_of("jobs/a/1.json") < 16 and shard_of("jobs/a/1.json") == shard_of("jobs/a/1.json")
 
 
