@@ -399,7 +399,14 @@ def op_page(op: Mapping[str, Any]) -> str:
         f"{escape(str(op.get('kind')))}{' (dry run)' if op.get('dry_run') else ''} by {escape(str(op.get('by')))} "
         f"· <b id=op-status>{escape(str(op.get('status')))}</b> · <span id=op-done>{int(op.get('done') or 0)}</span>"
         f"{' of ' + str(int(total)) if total is not None else ''} done · step {int(op.get('step') or 0)} "
-        f"· updated {escape(str(op.get('updated_at')))}</p>{buttons}"
+        f"· updated {escape(str(op.get('updated_at')))}</p>"
+        + (
+            f"<p id=op-where>over {escape(', '.join(op.get('states') or []))} entries matching "
+            f"{escape(', '.join(f'{k}={v!r}' for k, v in (op.get('where') or {}).items()))}</p>"
+            if op.get("where")
+            else ""
+        )
+        + f"{buttons}"
         f"<h2>Results</h2><table id=op-counts>{counts}</table>"
         f"<h2>Not done ({len(op.get('failures') or [])})</h2><table id=op-failures>"
         f"<tr><th>entry</th><th>outcome</th><th>reason</th></tr>{failures}</table>"

@@ -159,3 +159,13 @@ def test_an_audit_row_keeps_an_edits_old_and_new_values_and_sorts_newest_first()
         backfill_rows([], [{"id": "op1", "created_at": "2026-11-21T10:00:00Z"}])[0]["RowKey"]
         == rows[1]["RowKey"]
     )
+
+
+def test_an_operations_page_names_its_filter_escaped() -> None:
+    from shared.console import pages
+
+    op = {"id": "x", "kind": "replay", "states": ["poisoned"], "status": "done", "counts": {}}
+    html = pages.op_page({**op, "where": {"reason_code": "bad_payload", "text": "<b>"}})
+    assert "id=op-where>over poisoned entries matching reason_code=&#x27;bad_payload&#x27;" in html
+    assert "&lt;b&gt;" in html and "<b>" not in html.split("op-where")[1].split("</p>")[0]
+    assert "op-where" not in pages.op_page(op)
