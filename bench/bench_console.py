@@ -10,8 +10,10 @@ Seeding, in the shapes the app writes:
   and poisoned ledger records for the `--bulk` newest (replayed by the bulk operation) + 20.
 
 Then, each counted by the requests this process sends (`counted`), timed on the wall clock:
-overview, jobs page 1 and 50, each filter, a job page, poison page 1, replay 10 ids (an operation
-started: the app does the work), park / unpark / delete one, and a bulk replay of `--bulk` entries
+overview, jobs page 1 and 50, each filter, a 24-hour creation window (and its next page), a job page,
+poison page 1 (with the counts per reason code), a reason code's group, an error-text search (a rare
+text: the scan's whole budget; a common one), replay 10 ids (an operation started: the app does the
+work), a group's replay started, park / unpark / delete one, the audit page, and a bulk replay of `--bulk` entries
 at `--rate`/s carried out by the op's steps here in-process, as the `run_op_step` trigger would.
 Also the happy path: one message (claim, complete) with the jobs index on.
 
@@ -42,6 +44,7 @@ from azure.core.exceptions import ServiceResponseError
 from devstack.azurite import start_azurite
 from shared import processing
 from shared.console import actions, queries
+from shared.entry_index import COUNT_PARTITION, shard_of
 from shared.entry_index import entity_of as entry_entity
 from shared.envelope import body_digest, isoformat, utcnow
 from shared.job_index import entity_of as job_entity
@@ -176,6 +179,11 @@ def seed_archive(rt: Runtime, entries: int, with_blobs: int, log: Callable[[str]
     table = rt.entry_index.table
     with ThreadPoolExecutor(SEED_THREADS) as pool:
         list(pool.map(lambda c: _submit(table, c), _batches(rows)))
+    shards = Counter(shard_of(str(r["name"])) for r in rows)  # the app's counters, shard by shard
+    for shard, n in shards.items():
+        table.upsert_entity(
+            {"PartitionKey": COUNT_PARTITION, "RowKey": f"bad_input_data|{shard:02d}", "n": n}
+        )
     index_s = time.monotonic() - started
     ledger_store = rt.ledger.store.inner  # type: ignore[attr-defined]  # the blobs alone, no index write
 
@@ -304,8 +312,44 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         timed("jobs: find by id (one read)", lambda: rt.ledger.get(job_id), results)
         timed("jobs: id prefix", lambda: queries.jobs_page(rt, id_part="job-00001"), results)
         timed("job page", lambda: queries.job_view(rt, job_id), results)
-        view = timed("poison page 1", lambda: queries.poison_view(rt), results)
+        today = utcnow()
+        since, until = isoformat(today - timedelta(hours=30)), isoformat(today - timedelta(hours=6))
+        window = timed(
+            "jobs: created in a 24 h window", lambda: queries.jobs_page(rt, since=since, until=until), results
+        )
+        timed(
+            "jobs: that window, next page",
+            lambda: queries.jobs_page(rt, token=window.next_token, since=since, until=until),
+            results,
+        )
+        timed(
+            "jobs: window + status poisoned",
+            lambda: queries.jobs_page(rt, status="poisoned", since=since, until=until),
+            results,
+        )
+        view = timed("poison page 1 (with counts)", lambda: queries.poison_view(rt), results)
         timed("poison page 2", lambda: queries.poison_view(rt, after=view.next_archived), results)
+        timed(
+            "poison: group bad_input_data",
+            lambda: queries.poison_view(rt, reason_code="bad_input_data"),
+            results,
+        )
+        timed(
+            "poison: search a rare text (scan budget)",
+            lambda: queries.poison_view(rt, text="poison-000042"),
+            results,
+        )
+        timed("poison: search a common text", lambda: queries.poison_view(rt, text="seeded"), results)
+        timed(
+            "replay a group (operation started)",
+            lambda: actions.start_op(
+                rt,
+                {"kind": "replay", "state": "poisoned", "rate": 200, "dry_run": True,
+                 "where": {"reason_code": "bad_input_data"}},
+                "bench",
+            ),
+            results,
+        )  # fmt: skip
         extra = names[-20:]
         timed(
             "replay 10 ids (operation started)",
@@ -314,7 +358,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         )
         timed(
             "replay 1 id now (action/replay)",
-            lambda: actions.replay_batch(rt, [extra[10].split("/")[1]], 10, "b"),
+            lambda: actions.replay_batch(rt, [extra[10].split("/")[1]], 10, "b", [extra[10]]),
             results,
         )
         timed("park one", lambda: actions.park(rt, [extra[11]], "bench"), results)
@@ -325,6 +369,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             lambda: actions.purge(rt, 30, "bench", dry_run=True),
             results,
         )
+        timed("audit page (after the actions above)", lambda: rt.audit.page() if rt.audit else None, results)
         rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue)).clear_messages()
         log(f"bulk replay of {args.bulk:,} at {args.rate}/s ...")
         bulk_result = run_bulk(rt, names[: args.bulk], args.rate, log)

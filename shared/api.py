@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from shared.envelope import ID_RE, ID_RULE
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record, RecordView
 from shared.limits import BlobTooLarge, read_capped, result_limit_bytes
+from shared.poison import bulk
 from shared.runtime import Runtime, get_runtime
 from shared.submit import SubmissionBusy, submit, validate_request
 
@@ -168,15 +170,42 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
 
 @_guarded
 def list_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """GET /api/poison: archived poison entries and messages still on the poison queue."""
-    include_done = req.params.get("all", "") in ("1", "true")
-    entries = [vars(e) for e in poison.list_poisoned(rt, include_done=include_done)]
-    return _json(200, {"archived": entries, "on_queue": poison.peek_poison_queue(rt)})
+    """GET /api/poison[?state=poisoned&after=<key>&limit=100&code=<reason code>&q=<text>]: a page
+    of archived poison entries (newest first, from the entry index: O(page)), `next` (the `after`
+    of the next page, "" at the end), the counts per reason code and the messages still on the
+    poison queue. Without the entry index (no table endpoint): every entry, listed (`all=1`: every
+    state)."""
+    if rt.entry_index is None:
+        include_done = req.params.get("all", "") in ("1", "true")
+        entries = [vars(e) for e in poison.list_poisoned(rt, include_done=include_done)]
+        return _json(200, {"archived": entries, "on_queue": poison.peek_poison_queue(rt)})
+    try:
+        limit = min(1000, max(1, int(req.params.get("limit") or 100)))
+    except ValueError:
+        return _error(400, "limit: a number of entries in [1, 1000]")
+    rows, reached = rt.entry_index.scan(
+        req.params.get("state") or "poisoned",
+        req.params.get("after", ""),
+        limit,
+        req.params.get("code", "")[:64],
+        req.params.get("q", "")[:200].strip(),
+    )
+    return _json(
+        200,
+        {
+            "archived": [dataclasses.asdict(r) for r in rows],
+            "next": reached,
+            "counts": rt.entry_index.counts(),
+            "on_queue": poison.peek_poison_queue(rt),
+        },
+    )
 
 
 @_guarded
 def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false}."""
+    """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false}. `all`
+    with the entry index starts a bulk operation (202: its id, and the listed count now); see
+    `GET /api/console-api/data/ops/<id>` or `python -m shared.cli ops show <id>`."""
     try:
         body = jsontext.loads(req.get_body() or b"{}")
     except json.JSONDecodeError:
@@ -187,6 +216,24 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     rate = body.get("rate", 10)
     if not isinstance(rate, int | float) or rate <= 0 or rate > 1000:
         return _error(400, "rate: must be a number of messages per second in (0, 1000]")
+    if body.get("all") and rt.entry_index is not None:  # a bulk operation the app runs in steps
+        op = bulk.start(
+            rt,
+            "replay",
+            "api",
+            states=["poisoned"],
+            rate_per_s=float(rate),
+            dry_run=bool(body.get("dry_run")),
+        )
+        if rt.audit is not None:
+            rt.audit.record(
+                rt.clock(), "admin key", "op_start", f"op:{op['id']}", op=op["id"], via="api", kind="replay",
+                state="poisoned", rate=rate, dry_run=op["dry_run"],
+            )  # fmt: skip
+        listed = sum(rt.entry_index.counts().values())
+        return _json(
+            202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"], "listed": listed}
+        )
     report = poison.replay(
         rt, None if body.get("all") else ids, rate_per_s=float(rate), dry_run=bool(body.get("dry_run"))
     )

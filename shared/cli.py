@@ -144,6 +144,18 @@ def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
 
 
 def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
+    if args.action == "list" and rt.entry_index is not None and not args.all:
+        rows, reached = rt.entry_index.scan(
+            "poisoned", args.after or "", args.limit, args.reason_code, args.text
+        )
+        print(f"{'job id':40} {'reason code':16} {'archived':26}  reason")
+        for r in rows:
+            print(f"{r.job_id or '(no id)':40} {r.reason_code:16} {r.archived_at[:26]:26}  {r.reason[:100]}")
+        counts = rt.entry_index.counts()
+        print(f"{len(rows)} shown; {sum(counts.values())} listed: {counts}")
+        if reached:
+            print(f"next page: --after {reached}")
+        return 0
     if args.action == "list":
         entries = poison.list_poisoned(rt, include_done=args.all)
         print(f"{'job id':40} {'state':22} {'age':>8} {'tries':>5}  reason")
@@ -152,6 +164,12 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
                 f"{e.job_id or '(no id)':40} {e.state:22} {_age(e.age_s):>8} {e.attempts:>5}  {e.reason[:100]}"
             )
         print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+        return 0
+    if args.action == "recount":
+        if rt.entry_index is None:
+            print("recount: needs a table endpoint in the storage connection", file=sys.stderr)
+            return 2
+        _print(rt.entry_index.recount())
         return 0
     if args.action == "peek":
         _print(poison.peek_poison_queue(rt))
@@ -167,6 +185,8 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
     if ids is not None and not ids:
         print("replay: give --ids a,b,c or --all", file=sys.stderr)
         return 2
+    if ids is None and rt.entry_index is not None and not args.here:  # a bulk operation in the app
+        return _replay_all(rt, args)
     report = poison.replay(rt, ids, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar)
     print(file=sys.stderr)
     _print(report.as_dict())
@@ -238,6 +258,7 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
                 rate_per_s=args.rate,
                 dry_run=args.dry_run,
             )
+            _audit(rt, args.by, "op_start", op, kind=args.kind, state=args.state, names=len(names or []))
         elif not args.id:
             print(f"ops {args.action}: give the operation id", file=sys.stderr)
             return 2
@@ -245,12 +266,61 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
             op = bulk.read(rt, args.id) or {}
         elif args.action == "cancel":
             op = bulk.cancel(rt, args.id, args.by)
+            _audit(rt, args.by, "op_cancel", op)
         else:
             op = bulk.resume(rt, args.id, args.by)
+            _audit(rt, args.by, "op_resume", op)
     except bulk.OpRefused as exc:
         print(f"ops: {exc}", file=sys.stderr)
         return 2
     _print({k: v for k, v in op.items() if k != "names"})
+    return 0
+
+
+def cmd_audit(rt: Runtime, args: argparse.Namespace) -> int:
+    """The audit of operator actions: a page (newest first), or index what was recorded before it."""
+    if rt.audit is None:
+        print("audit: needs a table endpoint in the storage connection", file=sys.stderr)
+        return 2
+    if args.action == "backfill":
+        print(f"indexed {rt.audit.backfill(rt.archive)} earlier edits and operations")
+        return 0
+    rows, after = rt.audit.page(args.after or "", args.limit)
+    for r in rows:
+        print(f"{r.at:26} {r.by[:24]:24} {r.action:14} {r.target[:40]:40} {json.dumps(r.details)[:120]}")
+    if after:
+        print(f"next page: --after {after}")
+    return 0
+
+
+def _audit(rt: Runtime, by: str, action: str, op: dict[str, Any], **details: Any) -> None:
+    """Record an operator's action from the CLI in the audit table (as the console does)."""
+    if rt.audit is not None:
+        rt.audit.record(rt.clock(), by, action, f"op:{op.get('id')}", op=op.get("id"), via="cli", **details)
+
+
+def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
+    """Start a replay of every listed entry (of a reason code, matching a text) as a bulk operation
+    the app carries out in steps; with --dry-run, print the listed counts now and start a dry run
+    that counts exactly what the replay would touch."""
+    assert rt.entry_index is not None
+    counts = rt.entry_index.counts()
+    where = {k: v for k, v in (("reason_code", args.reason_code), ("text", args.text)) if v}
+    listed = counts.get(args.reason_code, 0) if args.reason_code else sum(counts.values())
+    print(f"listed now: {listed}" + ("" if args.reason_code else f" {counts}"))
+    op = bulk.start(
+        rt,
+        "replay",
+        args.by,
+        states=["poisoned"],
+        rate_per_s=args.rate,
+        dry_run=args.dry_run,
+        where=where or None,
+    )
+    _audit(rt, args.by, "op_start", op, kind="replay", state="poisoned", where=where or None, rate=args.rate)
+    what = "a dry run (counts, changes nothing)" if args.dry_run else f"a replay at {args.rate:g}/s"
+    print(f"started operation {op['id']}: {what}, carried out by the app in steps")
+    print(f"follow it: python -m shared.cli ops show {op['id']}")
     return 0
 
 
@@ -289,12 +359,24 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--once", action="store_true")
     tail.add_argument("--from-start", action="store_true")
     pois = sub.add_parser("poison", help="list, peek, replay or purge poisoned jobs")
-    pois.add_argument("action", choices=["list", "peek", "replay", "purge"])
+    pois.add_argument("action", choices=["list", "peek", "replay", "purge", "recount"])
     pois.add_argument("--ids", help="comma-separated job ids (replay)")
     pois.add_argument("--all", action="store_true", help="replay all / list replayed ones too")
     pois.add_argument("--rate", type=float, default=10.0, help="replay: messages per second")
     pois.add_argument("--dry-run", action="store_true")
     pois.add_argument("--older-than-days", type=float)
+    pois.add_argument("--after", help="list: the page after this key (printed by the previous page)")
+    pois.add_argument("--limit", type=int, default=50, help="list: entries a page (index)")
+    pois.add_argument("--reason-code", default="", help="list / replay --all: only this reason code")
+    pois.add_argument("--text", default="", help="list / replay --all: only entries whose reason holds it")
+    pois.add_argument("--by", default="cli", help="replay --all: who asks (kept in the operation)")
+    pois.add_argument(
+        "--here", action="store_true", help="replay --all in this process (lists the archive; small archives)"
+    )
+    audit = sub.add_parser("audit", help="operator actions, newest first; backfill indexes earlier ones")
+    audit.add_argument("action", choices=["list", "backfill"])
+    audit.add_argument("--after", help="the page after this key (printed by the previous page)")
+    audit.add_argument("--limit", type=int, default=50)
     keep = sub.add_parser("retention", help="delete what the *_RETENTION_DAYS settings make due (local)")
     keep.add_argument("--dry-run", action="store_true", help="count only: nothing is deleted")
     keep.add_argument("--now", type=_iso_time, help="judge ages as of this ISO time (default: now)")
@@ -330,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "poison": cmd_poison,
         "retention": cmd_retention,
         "ops": cmd_ops,
+        "audit": cmd_audit,
     }
     return commands[args.command](rt, args)
 

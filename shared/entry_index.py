@@ -5,18 +5,40 @@ Table `<archive container, letters and digits>entries`, PartitionKey = the entry
 later change finds the same row). A page of a state is one query with `$top`; a change of state
 moves the row (delete + upsert: two requests). Names and reasons are enough to draw the page, so
 no entry blob is read to list. Actions address entries by name (one read each), never by listing.
+
+Each row carries its reason code (`reason_code_of`). Listed (poisoned) entries are counted per
+reason code in partition `~count` of the same table: `SHARDS` counter rows per code (RowKey
+`<code>|<shard>`, the shard from the entry name, so concurrent writers rarely meet), changed with
+If-Match on the counter's ETag (kept per process: one request when no one else changed that
+shard, three when someone did) whenever an entry enters or leaves the listed state. Reading every
+count is one query. Counters are best effort like the rows: a failed or interrupted update leaves a
+count off by that entry (`recount` rebuilds them from the rows).
+
+Error-text search has no index (Table storage has no substring filter): `scan` reads a state's
+partition newest first, 500 rows a query, at most `SCAN_QUERIES` queries and no new query after
+`SCAN_SECONDS` a call, and returns the matches with the RowKey reached, from which the next call
+goes on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+import re
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import (
+    AzureError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.index_keys import clip, newest_first, quoted
@@ -24,6 +46,69 @@ from shared.index_keys import clip, newest_first, quoted
 log = logging.getLogger("jobs.index")
 SUFFIX = "entries"
 MAX_QUERIES = 8
+LISTED = "poisoned"
+COUNT_PARTITION = "~count"
+SHARDS = 16
+COUNT_TRIES = 8
+SCAN_ROWS = 500
+SCAN_QUERIES = 6
+SCAN_SECONDS = 0.6
+"""A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results), and starts
+no further query once SCAN_SECONDS have passed (a page answers within about a second)."""
+HOST_MOVED = "the host moved it"
+_CODE = re.compile(r"^([a-z][a-z0-9_]{1,47}): ")
+
+
+def reason_code_of(reason: str | None, code: str | None = None) -> str:
+    """An entry's reason code: the one the app gave, else the `<code>: ` its reason starts with
+    (the app's reasons for permanent errors and invalid envelopes), else `max_dequeue` when the
+    host moved it, `transient` when the app gave up retrying, `other` (pure)."""
+    if code:
+        return clip(code, 48)
+    text = str(reason or "")
+    found = _CODE.match(text)
+    if found:
+        return found.group(1)
+    if text.startswith(HOST_MOVED):
+        return "max_dequeue"
+    if text.startswith("gave up after"):
+        return "transient"
+    return "other"
+
+
+def matches(text: str, entity: Mapping[str, Any]) -> bool:
+    """True when `text` (case-insensitive) is in the row's reason, job id or entry name (pure)."""
+    needle = text.casefold()
+    return any(needle in str(entity.get(f) or "").casefold() for f in ("reason", "job_id", "name"))
+
+
+def shard_of(name: str) -> int:
+    return zlib.crc32(name.encode()) % SHARDS
+
+
+def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first; a shard
+    may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
+    found: dict[str, int] = {}
+    for e in entities:
+        code = str(e.get("RowKey", "")).rsplit("|", 1)[0]
+        found[code] = found.get(code, 0) + int(e.get("n") or 0)
+    return dict(sorted(((c, n) for c, n in found.items() if n > 0), key=lambda cn: (-cn[1], cn[0])))
+
+
+def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, int]]:
+    """(reason code, +1/-1) for the listed counts when an entry goes from `before` to `after`
+    (None: it did not exist / no longer exists) (pure)."""
+
+    def listed_code(entry: Mapping[str, Any] | None) -> str | None:
+        if entry is None or str(entry.get("state") or LISTED) != LISTED:
+            return None
+        return str(entry.get("reason_code") or reason_code_of(entry.get("reason")))
+
+    old, new = listed_code(before), listed_code(after)
+    if old == new:
+        return []
+    return [(c, d) for c, d in ((old, -1), (new, 1)) if c is not None]
 
 
 @dataclass(frozen=True)
@@ -36,6 +121,7 @@ class EntryRow:
     attempts: int
     body_bytes: int
     key: str
+    reason_code: str = ""
 
 
 def index_key(name: str, entry: Mapping[str, Any]) -> str:
@@ -51,6 +137,7 @@ def entity_of(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         "name": name,
         "job_id": clip(entry.get("job_id") or "", 128),
         "reason": clip(entry.get("reason")),
+        "reason_code": str(entry.get("reason_code") or reason_code_of(entry.get("reason"))),
         "archived_at": clip(entry.get("archived_at") or "", 40),
         "attempts": int(entry.get("attempt") or len(history) or 0),
         "body_bytes": int(entry.get("body_bytes") or 0),
@@ -67,6 +154,7 @@ def row_of(entity: Mapping[str, Any]) -> EntryRow:
         attempts=int(entity.get("attempts") or 0),
         body_bytes=int(entity.get("body_bytes") or 0),
         key=str(entity.get("RowKey", "")),
+        reason_code=str(entity.get("reason_code", "")),
     )
 
 
@@ -86,13 +174,16 @@ class EntryIndex:
         self.name = name
         self.table = service.get_table_client(name)
         self.service = service
+        self._lock = threading.Lock()
+        self._etags: dict[str, tuple[str, int]] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
 
     def ensure(self) -> None:
         with contextlib.suppress(ResourceExistsError):
             self.service.create_table(self.name)
 
     def put(self, name: str, entry: Mapping[str, Any]) -> None:
-        """Upsert the entry's row in its state's partition."""
+        """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
         entity = entity_of(name, entry)
         try:
             self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
@@ -100,20 +191,123 @@ class EntryIndex:
             self.ensure()
             self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
-    def remove(self, name: str, entry: Mapping[str, Any]) -> None:
+    def add(self, name: str, entry: Mapping[str, Any]) -> None:
+        """A new entry: its row, and its reason code's count when it is listed."""
+        self.put(name, entry)
+        self.count(name, count_changes(None, entry))
+
+    def _delete_row(self, name: str, entry: Mapping[str, Any]) -> None:
         state = str(entry.get("state") or "poisoned")
         with contextlib.suppress(ResourceNotFoundError):
             self.table.delete_entity(
                 state, index_key(name, entry), match_condition=MatchConditions.Unconditionally
             )
 
+    def remove(self, name: str, entry: Mapping[str, Any]) -> None:
+        """The entry is gone: its row, and its count when it was listed."""
+        self._delete_row(name, entry)
+        self.count(name, count_changes(entry, None))
+
     def move(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The row follows the entry from its old state's partition to the new one."""
         self.put(name, after)
         if str(before.get("state") or "") != str(after.get("state") or ""):
-            self.remove(name, before)
+            self._delete_row(name, before)
+        self.count(name, count_changes(before, after))
 
-    def page(self, state: str, after_key: str = "", size: int = 50, job_id: str = "") -> list[EntryRow]:
+    # -- counts per reason code ----------------------------------------------------------------
+
+    def count(self, name: str, changes: list[tuple[str, int]]) -> None:
+        for code, delta in changes:
+            try:
+                self._bump(f"{code}|{shard_of(name):02d}", delta)
+            except AzureError as exc:
+                log.warning(
+                    "poison entry %s: count of %s not updated (%s)", name, code, exc.__class__.__name__
+                )
+
+    def _bump(self, key: str, delta: int) -> None:
+        """Add `delta` to one counter row, If-Match on its ETag (the one this process last saw
+        first: one request when no one else changed it)."""
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # this process's threads take turns on a counter (no 412s among themselves)
+            self._bump_locked(key, delta)
+
+    def _bump_locked(self, key: str, delta: int) -> None:
+        with self._lock:
+            known = self._etags.get(key)
+        for _ in range(COUNT_TRIES):
+            if known is None:
+                try:
+                    got = self.table.get_entity(COUNT_PARTITION, key)
+                    known = (str(got.metadata["etag"]), int(got.get("n") or 0))
+                except ResourceNotFoundError:
+                    try:
+                        made = self.table.create_entity(
+                            {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta}
+                        )
+                    except ResourceExistsError:
+                        continue
+                    with self._lock:
+                        self._etags[key] = (str(made.get("etag")), delta)
+                    return
+            etag, n = known
+            value = n + delta  # a shard may go below 0 (its +1 was counted in another): the sum counts
+            try:
+                done = self.table.update_entity(
+                    {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value},
+                    mode=UpdateMode.REPLACE,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except (ResourceModifiedError, ResourceNotFoundError):
+                known = None
+                continue
+            with self._lock:
+                self._etags[key] = (str(done.get("etag")), value)
+            return
+        raise ResourceModifiedError(f"counter {key} kept changing")
+
+    def counts(self) -> dict[str, int]:
+        """Listed entries per reason code, largest first: one query."""
+        try:
+            rows = list(self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
+        except ResourceNotFoundError:
+            return {}
+        with self._lock:  # the page's next actions then change a counter with one request
+            for e in rows:
+                etag = getattr(e, "metadata", {}).get("etag")
+                if etag:
+                    self._etags[str(e["RowKey"])] = (str(etag), int(e.get("n") or 0))
+        return counts_of(rows)
+
+    def recount(self) -> dict[str, int]:
+        """Rebuild the counters from the listed rows: one query per 1,000 listed entries (O(entries),
+        for repairs; entries changing meanwhile may be off by those changes)."""
+        found: dict[str, int] = {}
+        where = f"PartitionKey eq {quoted(LISTED)}"
+        for e in self.table.query_entities(
+            where, select=["reason_code", "reason"], results_per_page=SCAN_ROWS
+        ):
+            code = str(e.get("reason_code") or reason_code_of(e.get("reason")))
+            found[code] = found.get(code, 0) + 1
+        old = {
+            str(e["RowKey"]) for e in self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
+        }
+        for key in old:
+            self.table.delete_entity(COUNT_PARTITION, key)
+        for code, n in found.items():
+            self.table.upsert_entity({"PartitionKey": COUNT_PARTITION, "RowKey": f"{code}|00", "n": n})
+        with self._lock:
+            self._etags.clear()
+        return counts_of({"RowKey": f"{c}|00", "n": n} for c, n in found.items())
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def page(
+        self, state: str, after_key: str = "", size: int = 50, job_id: str = "", reason_code: str = ""
+    ) -> list[EntryRow]:
         """Up to `size` rows of `state`, newest first, after RowKey `after_key`: one query, more
         only when the service answers a short page with a continuation (at most `MAX_QUERIES`)."""
         where = f"PartitionKey eq {quoted(state)}"
@@ -121,6 +315,8 @@ class EntryIndex:
             where += f" and RowKey gt {quoted(after_key)}"
         if job_id:
             where += f" and job_id eq {quoted(job_id)}"
+        if reason_code:
+            where += f" and reason_code eq {quoted(reason_code)}"
         rows: list[EntryRow] = []
         cont: Any = None
         try:
@@ -135,3 +331,47 @@ class EntryIndex:
         except ResourceNotFoundError:
             return []
         return rows
+
+    def scan(
+        self,
+        state: str,
+        after_key: str = "",
+        size: int = 50,
+        reason_code: str = "",
+        text: str = "",
+        queries: int | None = None,
+    ) -> tuple[list[EntryRow], str]:
+        """Rows of `state` (and reason code) whose reason, job id or name holds `text`, newest first
+        after `after_key`: (up to `size` matches, the RowKey to go on from; "" at the end). Without
+        `text` it is `page`. With it, at most `queries` queries of `SCAN_ROWS` rows."""
+        if not text:
+            paged = self.page(state, after_key, size, reason_code=reason_code)
+            return paged, paged[-1].key if len(paged) == size else ""
+        where = f"PartitionKey eq {quoted(state)}"
+        if after_key:
+            where += f" and RowKey gt {quoted(after_key)}"
+        if reason_code:
+            where += f" and reason_code eq {quoted(reason_code)}"
+        rows: list[EntryRow] = []
+        cont: Any = None
+        reached = after_key
+        started = time.monotonic()
+        try:
+            for _ in range(queries or SCAN_QUERIES):
+                if time.monotonic() - started > SCAN_SECONDS:
+                    break
+                pager = self.table.query_entities(where, results_per_page=SCAN_ROWS).by_page(
+                    continuation_token=cont
+                )
+                for e in next(pager, []):
+                    reached = str(e.get("RowKey", ""))
+                    if matches(text, e):
+                        rows.append(row_of(e))
+                        if len(rows) >= size:
+                            return rows, reached
+                cont = getattr(pager, "continuation_token", None)
+                if not cont:
+                    return rows, ""
+        except ResourceNotFoundError:
+            return [], ""
+        return rows, reached

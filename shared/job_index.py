@@ -27,7 +27,7 @@ from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFo
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.documents import Document, DocumentStore, TagQuery
-from shared.index_keys import clip, day_of, decode_token, encode_token, newest_first, quoted
+from shared.index_keys import MAX_MS, clip, day_of, decode_token, encode_token, newest_first, quoted, stamp_ms
 
 log = logging.getLogger("jobs.index")
 PARTITION = "j"
@@ -88,10 +88,37 @@ def row_of(entity: Mapping[str, Any]) -> IndexRow:
     )
 
 
-def query_filter(status: str = "", kind: str = "", reason_code: str = "", id_prefix: str = "") -> str:
+def time_keys(since: str = "", until: str = "") -> tuple[str, str]:
+    """RowKey bounds of jobs created in [since, until] (ISO stamps, either may be ""): keys from
+    the first (inclusive) below the second (exclusive); "" for an open end (pure)."""
+    low = f"{MAX_MS - stamp_ms(until):013d}_" if until else ""
+    high = f"{MAX_MS - stamp_ms(since):013d}_~" if since else ""
+    return low, high
+
+
+def day_span(days: list[str], since: str = "", until: str = "") -> list[str]:
+    """The day tables (newest first) that can hold jobs created in [since, until] (pure)."""
+    first = day_of(since) if since else ""
+    last = day_of(until) if until else ""
+    return [d for d in days if (not first or d >= first) and (not last or d <= last)]
+
+
+def query_filter(
+    status: str = "",
+    kind: str = "",
+    reason_code: str = "",
+    id_prefix: str = "",
+    since: str = "",
+    until: str = "",
+) -> str:
     """The OData filter of a page; an id prefix is a range (ids are letters, digits and `._:-`,
-    all below `~`)."""
+    all below `~`); a time range is a RowKey range (keys are newest-first creation stamps)."""
     parts = [f"PartitionKey eq {quoted(PARTITION)}"]
+    low, high = time_keys(since, until)
+    if low:
+        parts.append(f"RowKey ge {quoted(low)}")
+    if high:
+        parts.append(f"RowKey lt {quoted(high)}")
     for name, value in (("status", status), ("kind", kind), ("reason_code", reason_code)):
         if value:
             parts.append(f"{name} eq {quoted(value)}")
@@ -165,11 +192,15 @@ class JobIndex:
         size: int = 50,
         until_day: str = "",
         id_prefix: str = "",
+        since: str = "",
+        until: str = "",
     ) -> IndexPage:
-        """Up to `size` jobs newest first from `token` on (None: the newest), and the next token."""
-        where = query_filter(status, kind, reason_code, id_prefix)
+        """Up to `size` jobs newest first from `token` on (None: the newest), and the next token;
+        `since`/`until` (ISO stamps) keep to jobs created in that range: only its day tables are
+        queried, each with a RowKey range."""
+        where = query_filter(status, kind, reason_code, id_prefix, since, until)
         at = decode_token(token) or {}
-        days = [d for d in self.days() if (not until_day or d <= until_day)]
+        days = [d for d in day_span(self.days(), since, until) if (not until_day or d <= until_day)]
         start = str(at.get("day") or (days[0] if days else ""))
         cont: Any = at.get("cont")
         rows: list[IndexRow] = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import metrics
+from shared.audit_index import AuditLog
 from shared.blob_documents import BlobDocuments
 from shared.documents import DocumentStore
 from shared.entry_index import EntryIndex
@@ -56,6 +57,8 @@ class Runtime:
     """The jobs index (Table storage), None without a table endpoint: the console then lists blobs."""
     entry_index: EntryIndex | None = None
     """The poison archive's index (Table storage), None likewise."""
+    audit: AuditLog | None = None
+    """The audit of operator actions (Table storage), None likewise."""
 
     @classmethod
     def over(
@@ -68,9 +71,13 @@ class Runtime:
             entry_index: EntryIndex | None = EntryIndex(
                 tables, table_prefix(settings.poison_archive_container) + "entries"
             )
+            audit: AuditLog | None = AuditLog(
+                tables, table_prefix(settings.poison_archive_container) + "audit"
+            )
         except NoTableEndpoint as exc:
             log.warning("no console indexes: %s", exc)
             job_index = entry_index = None
+            audit = None
         ledger_store: DocumentStore = BlobDocuments(
             storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
         )
@@ -85,6 +92,7 @@ class Runtime:
             poison_queue=storage.raw_queue(settings.poison_queue),
             job_index=job_index,
             entry_index=entry_index,
+            audit=audit,
         )
 
     def new_owner(self) -> str:
@@ -121,6 +129,8 @@ def ensure_console_resources(rt: Runtime) -> None:
     try:
         if rt.entry_index is not None:
             rt.entry_index.ensure()
+        if rt.audit is not None:
+            rt.audit.ensure()
         with contextlib.suppress(ResourceExistsError):
             rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
     except HttpResponseError as exc:  # identity scoped to its resources: the deployment creates them

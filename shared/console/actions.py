@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import jsontext, ledger, poison
+from shared.audit_index import change_values
 from shared.cancel import request_cancel
 from shared.console.queries import EDITS_PREFIX, archived_bodies
 from shared.documents import Conflict
@@ -37,8 +38,12 @@ class ActionRefused(Exception):
         self.status = status
 
 
-def logged(action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
+def logged(rt: Runtime, action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
+    """Log the action as a decision and record it in the audit table (one request, best effort)."""
     log_decision("console_action", job_id, action=action, by=by, **fields)
+    if rt.audit is not None:
+        target = job_id or str(fields.get("entry") or (f"op:{fields['op']}" if fields.get("op") else ""))
+        rt.audit.record(rt.clock(), by, action, target, **fields)
 
 
 # -- planning (pure) --------------------------------------------------------------------------
@@ -77,30 +82,37 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix
 # -- replay -----------------------------------------------------------------------------------
 
 
-def replay_batch(rt: Runtime, ids: list[str], rate_per_s: float, by: str) -> dict[str, Any]:
+def replay_batch(
+    rt: Runtime, ids: list[str], rate_per_s: float, by: str, names: list[str] | None = None
+) -> dict[str, Any]:
     """Replay up to MAX_BATCH poisoned jobs at `rate_per_s`. With the entry index each id costs
-    its own requests (its listed entry found by one query); without, the archive is listed."""
+    its own requests: its entry is read by the name the page sent (`names`, aligned with `ids`:
+    the page's rows), else found by one query; without the index, the archive is listed."""
     plan = rate_plan(ids, rate_per_s)
     if len(plan.batches) != 1:  # the page sends one tick's worth per request (its progress bar)
         size = len(plan.batches[0])
         raise ActionRefused(f"give at most {size} job ids per request at this rate", [f"ids: at most {size}"])
     if rt.entry_index is None:
         report = poison.replay(rt, ids, rate_per_s=rate_per_s)
-        logged("replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
+        logged(rt, "replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
         return report.as_dict()
     out: dict[str, Any] = {"replayed": [], "skipped": [], "not_found": []}
+    given = dict(zip(ids, names, strict=True)) if names is not None and len(names) == len(ids) else {}
     for job_id in dict.fromkeys(ids):
-        rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
-        doc = rt.archive.read(rows[0].name) if rows else None
-        if doc is None:
+        name = given.get(job_id, "")
+        if not name.startswith(f"{JOBS_PREFIX}{job_id}/"):  # only the job's own entries
+            rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
+            name = rows[0].name if rows else ""
+        doc = rt.archive.read(name) if name else None
+        if doc is None or doc.data.get("job_id") != job_id:
             out["not_found"].append(job_id)
             continue
-        outcome, reason = bulk.replay_entry(rt, rows[0].name, doc, by)
+        outcome, reason = bulk.replay_entry(rt, name, doc, by)
         if outcome == "replayed":
             out["replayed"].append(job_id)
         else:
             out["skipped"].append({"id": job_id, "reason": reason})
-    logged("replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
+    logged(rt, "replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
     return out
 
 
@@ -122,7 +134,7 @@ def park(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
         outcome = parking.park_entry(rt, name, doc, by) if doc is not None else ("skipped", "no such entry")
         if outcome[0] == parking.PARKED:
             parked.append(name)
-            logged("park", by, doc.data.get("job_id"), entry=name)
+            logged(rt, "park", by, doc.data.get("job_id"), entry=name)
         else:
             skipped.append(name)
     return {"parked": parked, "skipped": skipped}
@@ -143,7 +155,7 @@ def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
         unparked.append(name)
         if note:
             notes[name] = note
-        logged("unpark", by, doc.data.get("job_id"), entry=name)
+        logged(rt, "unpark", by, doc.data.get("job_id"), entry=name)
     out: dict[str, Any] = {"unparked": unparked, "not_found": missing}
     if notes:
         out["notes"] = notes
@@ -162,7 +174,7 @@ def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
             missing.append(name)
             continue
         deleted.append(name)
-        logged("delete", by, doc.data.get("job_id"), entry=name)
+        logged(rt, "delete", by, doc.data.get("job_id"), entry=name)
     return {"deleted": deleted, **({"not_found": missing} if missing else {})}
 
 
@@ -171,7 +183,7 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
     edits, the audit or counters. Without the entry index: the old one-request purge of entries."""
     if rt.entry_index is None:
         names = poison.purge(rt, older_than_days, dry_run=dry_run)
-        logged("purge", by, None, older_than_days=older_than_days, purged=len(names))
+        logged(rt, "purge", by, None, older_than_days=older_than_days, purged=len(names))
         return {"purged": names}
     op = bulk.start(
         rt,
@@ -182,7 +194,7 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
         rate_per_s=0,
         dry_run=dry_run,
     )
-    logged("purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
+    logged(rt, "purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
     return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
 
 
@@ -193,7 +205,7 @@ def cancel_job(rt: Runtime, job_id: str, by: str, reason: str = "") -> dict[str,
         said = request_cancel(rt, job_id, by=by, reason=reason or "cancelled from the console")
     except Conflict as exc:
         raise ActionRefused(f"not cancelled: {exc}", status=409) from None
-    logged("cancel", by, job_id)
+    logged(rt, "cancel", by, job_id)
     return {"id": job_id, "cancel_requested": True, "said": said}
 
 
@@ -210,6 +222,7 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1000:
         raise ActionRefused("rate: items per second in (0, 1000]", ["rate: items per second in (0, 1000]"])
     days = body.get("older_than_days")
+    where = where_of(body.get("where"))
     try:
         op = bulk.start(
             rt,
@@ -220,11 +233,37 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
             older_than_days=float(days) if isinstance(days, int | float) else None,
             rate_per_s=float(rate),
             dry_run=bool(body.get("dry_run")),
+            where=where,
         )
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)]) from None
-    logged("op_start", by, None, op=op["id"], kind=kind, dry_run=op["dry_run"])
+    logged(
+        rt,
+        "op_start",
+        by,
+        None,
+        op=op["id"],
+        kind=kind,
+        dry_run=op["dry_run"],
+        where=where,
+        state=state,
+        rate=rate,
+    )
     return {"op": op["id"], "status": op["status"], "total": op["total"], "dry_run": op["dry_run"]}
+
+
+def where_of(value: object) -> dict[str, str] | None:
+    """An operation's filter from a request ({"reason_code", "text"}), or ActionRefused (pure)."""
+    if value is None:
+        return None
+    problem = "where: {reason_code: a reason code (<= 64 chars), text: error text (<= 200 chars)}"
+    if not isinstance(value, Mapping) or set(value) - {"reason_code", "text"}:
+        raise ActionRefused(problem, [problem])
+    code, text = value.get("reason_code") or "", value.get("text") or ""
+    if not isinstance(code, str) or not isinstance(text, str) or len(code) > 64 or len(text) > 200:
+        raise ActionRefused(problem, [problem])
+    found = {k: v.strip() for k, v in (("reason_code", code), ("text", text)) if v.strip()}
+    return found or None
 
 
 def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dict[str, Any]:
@@ -235,7 +274,7 @@ def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dic
         data = bulk.cancel(rt, op_id, by) if change == "cancel" else bulk.resume(rt, op_id, by)
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)], status=409) from None
-    logged(f"op_{change}", by, None, op=op_id)
+    logged(rt, f"op_{change}", by, None, op=op_id)
     return {"op": op_id, "status": data.get("status"), "step": data.get("step")}
 
 
@@ -323,7 +362,9 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     send_job(rt, env)
     for name, _ in entries:
         set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
-    logged("replay_edited", by, job_id, changes=changes, digest=digest)
+    logged(
+        rt, "replay_edited", by, job_id, changes=change_values(original, checked.data, changes), digest=digest
+    )
     return {"id": job_id, "replayed": True, "changes": changes}
 
 
@@ -346,7 +387,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
         status = result.existing.status if result.existing else "unknown"
         raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
     set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
-    logged("replay_fixed", by, result.envelope.id, entry=name)
+    logged(rt, "replay_fixed", by, result.envelope.id, entry=name)
     return {"id": result.envelope.id, "replayed": True}
 
 

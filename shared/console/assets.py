@@ -41,7 +41,9 @@ function checked(table) { return Array.from(document.querySelectorAll('#' + tabl
 function pickAll(table, on) { document.querySelectorAll('#' + table + ' input.pick').forEach(c => { c.checked = on; }); }
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 async function replaySelected() {
-  const ids = [...new Set(checked('archived').map(c => c.dataset.job).filter(Boolean))];
+  const byJob = new Map();
+  checked('archived').forEach(c => { if (c.dataset.job && !byJob.has(c.dataset.job)) byJob.set(c.dataset.job, c.dataset.name); });
+  const ids = [...byJob.keys()];
   const rate = parseFloat(document.getElementById('rate').value) || 10;
   if (!ids.length) { say('select jobs first', true); return; }
   const size = Math.max(1, Math.min(MAX_BATCH, Math.floor(rate * TICK_S)));
@@ -50,7 +52,7 @@ async function replaySelected() {
   for (let i = 0; i < ids.length; i += size) {
     const started = performance.now();
     const batch = ids.slice(i, i + size);
-    const r = await post('replay', {ids: batch, rate: rate});
+    const r = await post('replay', {ids: batch, names: batch.map(j => byJob.get(j)), rate: rate});
     if (!r.ok) { say('replay stopped: ' + (r.data.error || r.status), true); return; }
     done += batch.length; replayed += (r.data.replayed || []).length; bar.value = done;
     document.getElementById('progress-text').textContent = done + ' / ' + ids.length;
@@ -79,7 +81,9 @@ async function purge() {
 async function startOp(el) {
   if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
   const rate = parseFloat((document.getElementById('rate') || {}).value) || 10;
-  const r = await post('op-start', {kind: el.dataset.op, state: el.dataset.state, rate: rate, dry_run: el.dataset.dry === '1'});
+  const body = {kind: el.dataset.op, state: el.dataset.state, rate: rate, dry_run: el.dataset.dry === '1'};
+  if (el.dataset.code || el.dataset.text) body.where = {reason_code: el.dataset.code || '', text: el.dataset.text || ''};
+  const r = await post('op-start', body);
   if (!r.ok) { say(el.dataset.op + ' failed: ' + (r.data.error || r.status), true); return; }
   location.href = BASE + '/ops/' + r.data.op;
 }
@@ -101,6 +105,14 @@ async function editAction(action) {
   if (action === 'validate') { say(r.data.problems.length ? 'invalid' : 'valid', r.data.problems.length > 0); return; }
   say('replayed with changes: ' + r.data.changes.join(', '));
   setTimeout(() => location.reload(), 800);
+}
+function extendExpiry() {
+  const box = document.getElementById('envelope');
+  let env;
+  try { env = JSON.parse(box.value); } catch (e) { say('the envelope is not JSON', true); return; }
+  env.expires_at = new Date(Date.now() + 86400000).toISOString().replace('.000Z', 'Z');
+  box.value = JSON.stringify(env, null, 2);
+  say('expires_at set to ' + env.expires_at + ': validate, then replay edited');
 }
 async function fixAction() {
   const box = document.getElementById('fixed');
@@ -139,6 +151,7 @@ const DOES = {
   'op': el => startOp(el),
   'op-change': el => opChange(el),
   'cancel-job': el => cancelJob(el),
+  'extend-expiry': () => extendExpiry(),
 };
 document.addEventListener('click', e => {
   const el = e.target.closest('[data-do]');

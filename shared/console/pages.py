@@ -22,7 +22,7 @@ def layout(title: str, body: str, base: str, csrf: str, who: str) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<meta name=csrf content='{escape(csrf)}'><meta name=base content='{escape(base)}'>"
         f"<title>{escape(title)} · jobs console</title><style>{CSS}</style></head><body>"
-        f"<nav><a href='{base}'>Overview</a><a href='{base}/jobs'>Jobs</a><a href='{base}/poison'>Poison</a>"
+        f"<nav><a href='{base}'>Overview</a><a href='{base}/jobs'>Jobs</a><a href='{base}/poison'>Poison</a><a href='{base}/audit'>Audit</a>"
         f"<span class=who>{escape(who)}</span></nav><main><h1>{escape(title)}</h1>"
         f"<p id=status></p>{body}</main><script>{JS}</script></body></html>"
     )
@@ -124,7 +124,17 @@ def overview_page(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
     )
 
 
-def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reason_code: str = "") -> str:
+def jobs_page(
+    page: Page,
+    base: str,
+    status: str,
+    kind: str,
+    id_part: str,
+    reason_code: str = "",
+    since: str = "",
+    until: str = "",
+    problems: Sequence[str] = (),
+) -> str:
     options = "".join(
         f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
     )
@@ -132,7 +142,10 @@ def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reaso
         f"<form method=get action='{base}/jobs'>id <input name=id value='{escape(id_part)}'> "
         f"status <select name=status>{options}</select> kind <input name=kind value='{escape(kind)}' size=10> "
         f"reason code <input name=reason_code value='{escape(reason_code)}' size=12> "
+        f"created from <input name=from id=from value='{escape(since)}' size=20 placeholder='2026-11-25T10:00'> "
+        f"to <input name=to id=to value='{escape(until)}' size=20> (UTC) "
         "<button>Find</button></form>"
+        + "".join(f"<p class=bad data-problem>{escape(p)}</p>" for p in problems)
     )
     rows = "".join(
         f"<tr><td><a href='{base}/jobs/{quote(r.id)}'>{escape(r.id)}</a></td><td>{escape(r.status)}</td>"
@@ -140,6 +153,7 @@ def jobs_page(page: Page, base: str, status: str, kind: str, id_part: str, reaso
         for r in page.rows
     )
     query = {"status": status, "kind": kind, "id": id_part, "reason_code": reason_code}
+    query.update({k: v for k, v in (("from", since), ("to", until)) if v})
 
     def link(n: int, text: str, token: str = "") -> str:
         extra = {"token": token} if token else {}
@@ -188,7 +202,14 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             "<h2>Edit before replay</h2><p class=muted>The original stays in the poison archive; the change "
             "is recorded in the job's history. The id must stay the same.</p>"
             f"<textarea id=envelope data-job='{escape(job_id)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
-            "<button id=validate data-do=edit data-op=validate>Validate</button>"
+            + (
+                "<p class=muted id=expiry>expires_at "
+                f"{escape(str(view.envelope.get('expires_at')))}: a replay after it is poisoned again "
+                "<button id=extend-expiry data-do=extend-expiry>Extend expires_at by 24 h</button></p>"
+                if view.envelope is not None and view.envelope.get("expires_at")
+                else ""
+            )
+            + "<button id=validate data-do=edit data-op=validate>Validate</button>"
             "<button id=replay-edited data-do=edit data-op=replay-edited>Replay edited</button>"
             "<ul id=problems></ul>"
         )
@@ -255,22 +276,31 @@ def poison_page(view: PoisonView, base: str) -> str:
         f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
         for m in view.on_queue
     )
+    where = {k: v for k, v in (("code", view.reason_code), ("q", view.text)) if v}
     more = ""
     if view.next_archived:
-        more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({'after': view.next_archived}))}'>next page →</a>"
+        more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({**where, 'after': view.next_archived}))}'>next page →</a>"
     if view.next_parked:
         more += f" <a id=more-parked href='{base}/poison?{escape(urlencode({'after_parked': view.next_parked}))}'>more parked →</a>"
     shown = f"{len(view.archived)} on this page" if view.paged else str(len(view.archived))
+    filtered = bool(where)
+    attrs = (f" data-code='{escape(view.reason_code)}'" if view.reason_code else "") + (
+        f" data-text='{escape(view.text)}'" if view.text else ""
+    )
+    what = "all listed entries matching the search" if filtered else "all listed entries"
     bulk_row = (
-        "<p>all listed entries, in the app at the rate above: "
-        "<button id=replay-all-dry data-do=op data-op=replay data-state=poisoned data-dry=1>Count (dry run)</button>"
-        "<button id=replay-all data-do=op data-op=replay data-state=poisoned "
-        "data-confirm='Replay every listed entry?'>Replay all listed</button></p>"
+        f"<p>{what}, in the app at the rate above: "
+        f"<button id=replay-all-dry data-do=op data-op=replay data-state=poisoned data-dry=1{attrs}>Count (dry run)</button>"
+        f"<button id=replay-all data-do=op data-op=replay data-state=poisoned{attrs} "
+        f"data-confirm='Replay {escape(what)}?'>Replay {'all matching' if filtered else 'all listed'}</button></p>"
         if view.paged
         else ""
     )
+    heading = "Archived" + (
+        f" matching {escape(' and '.join(f'{k}={v!r}' for k, v in where.items()))}" if filtered else ""
+    )
     return (
-        f"<h2>Archived ({shown})</h2>{more and '<p>' + more + '</p>'}"
+        _groups_and_search(view, base) + f"<h2>{heading} ({shown})</h2>{more and '<p>' + more + '</p>'}"
         "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"
         "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
         "<p><button id=park data-do=entries data-op=park data-table=archived>Park selected</button>"
@@ -291,6 +321,33 @@ def poison_page(view: PoisonView, base: str) -> str:
         + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
         "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"
         f"{queue_rows}</table>"
+    )
+
+
+def _groups_and_search(view: PoisonView, base: str) -> str:
+    """Listed entries by reason code with counts (each group opens, counts or replays in the app),
+    and the search by error text (within a reason code or all)."""
+    if not view.paged:
+        return ""
+    rows = "".join(
+        f"<tr data-group='{escape(code)}'><td><a href='{base}/poison?{escape(urlencode({'code': code}))}'>"
+        f"{escape(code)}</a></td><td data-count='{escape(code)}'>{n}</td><td>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' data-dry=1>Count (dry run)</button>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' "
+        f"data-confirm='Replay the {n} listed entries of {escape(code)} at the rate below?'>Replay group</button></td></tr>"
+        for code, n in view.groups.items()
+    )
+    codes = "".join(
+        f"<option{' selected' if c == view.reason_code else ''}>{escape(c)}</option>"
+        for c in dict.fromkeys(["", *view.groups, *([view.reason_code] if view.reason_code else [])])
+    )
+    return (
+        f"<h2>By reason code ({sum(view.groups.values())} listed)</h2><table id=groups><tr><th>reason code</th>"
+        f"<th>listed</th><th>in the app, at the rate below</th></tr>{rows}</table>"
+        f"<form method=get action='{base}/poison' id=search>error text <input name=q id=q value='{escape(view.text)}' size=30> "
+        f"reason code <select name=code id=code>{codes}</select> <button>Search</button>"
+        + (f" <a href='{base}/poison'>clear</a>" if view.reason_code or view.text else "")
+        + "</form>"
     )
 
 
@@ -342,10 +399,60 @@ def op_page(op: Mapping[str, Any]) -> str:
         f"{escape(str(op.get('kind')))}{' (dry run)' if op.get('dry_run') else ''} by {escape(str(op.get('by')))} "
         f"· <b id=op-status>{escape(str(op.get('status')))}</b> · <span id=op-done>{int(op.get('done') or 0)}</span>"
         f"{' of ' + str(int(total)) if total is not None else ''} done · step {int(op.get('step') or 0)} "
-        f"· updated {escape(str(op.get('updated_at')))}</p>{buttons}"
+        f"· updated {escape(str(op.get('updated_at')))}</p>"
+        + (
+            f"<p id=op-where>over {escape(', '.join(op.get('states') or []))} entries matching "
+            f"{escape(', '.join(f'{k}={v!r}' for k, v in (op.get('where') or {}).items()))}</p>"
+            if op.get("where")
+            else ""
+        )
+        + f"{buttons}"
         f"<h2>Results</h2><table id=op-counts>{counts}</table>"
         f"<h2>Not done ({len(op.get('failures') or [])})</h2><table id=op-failures>"
         f"<tr><th>entry</th><th>outcome</th><th>reason</th></tr>{failures}</table>"
+    )
+
+
+def _detail(details: Mapping[str, Any]) -> str:
+    """An audit row's details: an edit's fields as `field: old → new`, the rest as key=value."""
+    parts = []
+    for change in details.get("changes") or []:
+        if isinstance(change, Mapping):
+            parts.append(
+                f"<li data-field='{escape(str(change.get('field')))}'><code>{escape(str(change.get('field')))}</code>: "
+                f"<del>{escape(str(change.get('old')))}</del> → <ins>{escape(str(change.get('new')))}</ins></li>"
+            )
+        else:
+            parts.append(f"<li><code>{escape(str(change))}</code></li>")
+    rest = {k: v for k, v in details.items() if k != "changes" and v not in (None, "", [])}
+    return (f"<ul class=changes>{''.join(parts)}</ul>" if parts else "") + _facts(rest)
+
+
+def audit_page(rows: Sequence[Any], base: str, next_key: str, action: str = "") -> str:
+    """Every operator action, newest first (who, what, when, on what; an edit's old and new values)."""
+
+    def target(value: str) -> str:
+        if value.startswith("op:"):
+            return f"<a href='{base}/ops/{quote(value[3:])}'>{escape(value)}</a>"
+        if value.startswith(("jobs/", "unparsed/")):
+            return f"<a href='{base}/poison/entry?{escape(urlencode({'name': value}))}'>{escape(value)}</a>"
+        return f"<a href='{base}/jobs/{quote(value)}'>{escape(value)}</a>" if value else ""
+
+    body = "".join(
+        f"<tr data-action='{escape(r.action)}'><td>{escape(r.at)}</td><td>{escape(r.by)}</td>"
+        f"<td>{escape(r.action)}</td><td>{target(r.target)}</td><td>{_detail(r.details)}</td></tr>"
+        for r in rows
+    )
+    query = {"action": action} if action else {}
+    more = (
+        f"<p><a id=more-audit href='{base}/audit?{escape(urlencode({**query, 'after': next_key}))}'>older →</a></p>"
+        if next_key
+        else ""
+    )
+    return (
+        f"<form method=get action='{base}/audit'>action <input name=action value='{escape(action)}' size=14> "
+        f"<button>Filter</button> <a href='{base}/audit'>newest</a></form>"
+        f"<table id=audit><tr><th>when</th><th>who</th><th>what</th><th>on</th><th>details</th></tr>{body}</table>{more}"
     )
 
 

@@ -17,14 +17,15 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
 from shared import jsontext, metrics, poison
 from shared.entry_index import EntryRow
+from shared.index_keys import stamp_ms
 from shared.limits import BlobTooLarge, read_capped
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.runtime import Runtime
@@ -168,6 +169,42 @@ class JobSnapshots:
 SNAPSHOTS = JobSnapshots()
 
 
+def parse_when(text: str, end: bool = False) -> str:
+    """An operator's time (`2026-11-25`, `2026-11-25T10:00`, with or without seconds, `Z` or an
+    offset; no zone means UTC) as an ISO UTC stamp; a bare date is its first moment, or with `end`
+    its last. "" for "". ValueError when unreadable (pure)."""
+    text = text.strip()
+    if not text:
+        return ""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if end and len(text) == 10:
+        moment = moment + timedelta(days=1) - timedelta(milliseconds=1)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def time_range(since_text: str, until_text: str) -> tuple[str, str, list[str]]:
+    """(since, until, problems) from the jobs page's from/to fields (pure)."""
+    problems: list[str] = []
+    found = []
+    for label, text, end in (("from", since_text, False), ("to", until_text, True)):
+        try:
+            found.append(parse_when(text, end))
+        except ValueError:
+            problems.append(f"{label}: a UTC time such as 2026-11-25T10:00 or a date")
+            found.append("")
+    since, until = found
+    if since and until and since > until:
+        problems.append("from: must not be after to")
+    return since, until, problems
+
+
+def in_range(created_at: str, since: str, until: str) -> bool:
+    moment = stamp_ms(created_at)
+    return (not since or moment >= stamp_ms(since)) and (not until or moment <= stamp_ms(until))
+
+
 def jobs_page(
     rt: Runtime,
     status: str = "",
@@ -177,15 +214,22 @@ def jobs_page(
     fresh: bool = False,
     token: str = "",
     reason_code: str = "",
+    since: str = "",
+    until: str = "",
 ) -> Page:
     """A page of jobs, newest first. With the jobs index: one query or a few (O(page)), paged by
-    `token`; `id_part` is an id prefix there (the routes find a whole id by one read). Without an
-    index (no table endpoint): the ledger's listing, kept as a snapshot."""
+    `token`; `id_part` is an id prefix there (the routes find a whole id by one read); `since` /
+    `until` (ISO) keep to jobs created in that range (its day tables, a RowKey range in each).
+    Without an index (no table endpoint): the ledger's listing, kept as a snapshot."""
     if rt.job_index is not None:
-        found = rt.job_index.page(status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part)
+        found = rt.job_index.page(
+            status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part, since=since, until=until
+        )
         rows = [JobRow(r.id, r.status, r.kind, r.created_at, r.updated_at, r.reason_code) for r in found.rows]
         return Page(rows, max(1, page), -1, -1, found.next_token or "")
     rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
+    if since or until:
+        rows = [r for r in rows if in_range(r.created_at, since, until)]
     return paginate(filter_rows(rows, status, kind, id_part), page)
 
 
@@ -352,6 +396,11 @@ class PoisonView:
     """The RowKey the next page of listed entries starts after ("" when this is the last)."""
     next_parked: str = ""
     paged: bool = False
+    groups: dict[str, int] = field(default_factory=dict)
+    """Listed entries per reason code (the counters: one query)."""
+    reason_code: str = ""
+    text: str = ""
+    """The filter of the listed entries shown: a reason code (a group) and/or error text."""
 
 
 def entry_of(row: EntryRow, now: datetime) -> poison.PoisonEntry:
@@ -368,20 +417,32 @@ def entry_of(row: EntryRow, now: datetime) -> poison.PoisonEntry:
     )
 
 
-def poison_view(rt: Runtime, after: str = "", after_parked: str = "", size: int = PAGE_SIZE) -> PoisonView:
-    """With the entry index: a page of listed entries, a page of parked ones (one query each) and
-    up to 32 messages still on the poison queue (one peek). Without: every entry, one read each."""
+def poison_view(
+    rt: Runtime,
+    after: str = "",
+    after_parked: str = "",
+    size: int = PAGE_SIZE,
+    reason_code: str = "",
+    text: str = "",
+) -> PoisonView:
+    """With the entry index: a page of listed entries (one query; of a reason code's group with
+    `reason_code`; a search with `text`: a bounded scan, `EntryIndex.scan`), a page of
+    parked ones (one query), the counts per reason code (one query) and up to 32 messages still
+    on the poison queue (one peek). Without: every entry, one read each."""
     if rt.entry_index is not None:
         now = rt.clock()
-        listed = rt.entry_index.page(LISTED_STATE, after, size)
+        listed, reached = rt.entry_index.scan(LISTED_STATE, after, size, reason_code, text.strip())
         parked = rt.entry_index.page(PARKED, after_parked, size)
         return PoisonView(
             archived=[entry_of(r, now) for r in listed],
             parked=[entry_of(r, now) for r in parked],
             on_queue=poison.peek_poison_queue(rt),
-            next_archived=listed[-1].key if len(listed) == size else "",
+            next_archived=reached,
             next_parked=parked[-1].key if len(parked) == size else "",
             paged=True,
+            groups=rt.entry_index.counts(),
+            reason_code=reason_code,
+            text=text.strip(),
         )
     entries = poison.list_poisoned(rt, include_done=True)
     return PoisonView(

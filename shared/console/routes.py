@@ -1,7 +1,7 @@
 """GET/POST /api/console/{*path}: authorise, check CSRF on changes, dispatch, answer.
 
-Pages: `` (overview), `jobs`, `jobs/<id>`, `jobs/<id>/result`, `poison`; `fragment/overview` (the
-refreshed charts); JSON: `data/overview`, `data/jobs`, `data/jobs/<id>`, `data/poison`; changes
+Pages: `` (overview), `jobs`, `jobs/<id>`, `jobs/<id>/result`, `poison`, `audit`; `fragment/overview` (the
+refreshed charts); JSON: `data/overview`, `data/jobs`, `data/jobs/<id>`, `data/poison`, `data/audit`; changes
 (POST, CSRF token): `action/<replay|park|unpark|delete|purge|validate|replay-edited|op-start|op-cancel|
 op-resume>`; bulk operations: `ops/<id>` (page) and `data/ops/<id>` (progress, per-item results).
 """
@@ -173,6 +173,7 @@ def _get(call: Call) -> func.HttpResponse:
             return func.HttpResponse(
                 status_code=303, headers={"Location": f"{call.base}/jobs/{quote(id_part)}"}
             )
+        since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
         page = queries.jobs_page(
             rt,
             status,
@@ -182,11 +183,23 @@ def _get(call: Call) -> func.HttpResponse:
             params.get("fresh") == "1",
             token=params.get("token", ""),
             reason_code=params.get("reason_code", ""),
+            since=since,
+            until=until,
         )
         return _html(
             call,
             "Jobs",
-            pages.jobs_page(page, call.base, status, kind, id_part, params.get("reason_code", "")),
+            pages.jobs_page(
+                page,
+                call.base,
+                status,
+                kind,
+                id_part,
+                params.get("reason_code", ""),
+                params.get("from", ""),
+                params.get("to", ""),
+                problems,
+            ),
         )
     if parts[0] == "jobs" and len(parts) in (2, 3) and ID_RE.match(parts[1]):
         job_id = parts[1]
@@ -201,8 +214,20 @@ def _get(call: Call) -> func.HttpResponse:
             return _html(call, f"Job {job_id}", pages.message_page(f"job {job_id} is unknown"), 404)
         return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
     if parts == ["poison"]:
-        listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
+        listed = queries.poison_view(
+            rt,
+            params.get("after", ""),
+            params.get("after_parked", ""),
+            reason_code=params.get("code", "")[:64],
+            text=params.get("q", "")[:200],
+        )
         return _html(call, "Poison", pages.poison_page(listed, call.base))
+    if parts == ["audit"]:
+        if rt.audit is None:
+            return _html(call, "Audit", pages.message_page("the audit needs a table endpoint"), 404)
+        action = params.get("action", "")[:64]
+        rows, next_key = rt.audit.page(params.get("after", ""), queries.PAGE_SIZE, action)
+        return _html(call, "Audit", pages.audit_page(rows, call.base, next_key, action))
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         if op is None:
@@ -220,6 +245,9 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
     if parts == ["overview"]:
         return _json(200, queries.overview(rt))
     if parts == ["jobs"]:
+        since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
+        if problems:
+            return _json(400, {"error": "; ".join(problems), "problems": problems})
         page = queries.jobs_page(
             rt,
             params.get("status", ""),
@@ -228,6 +256,8 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             _int(params.get("page"), 1),
             token=params.get("token", ""),
             reason_code=params.get("reason_code", ""),
+            since=since,
+            until=until,
         )
         return _json(200, dataclasses.asdict(page))
     if len(parts) == 2 and parts[0] == "jobs" and ID_RE.match(parts[1]):
@@ -236,7 +266,13 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             return _json(404, {"error": f"job {parts[1]} is unknown"})
         return _json(200, dataclasses.asdict(view))
     if parts == ["poison"]:
-        listed = queries.poison_view(rt, params.get("after", ""), params.get("after_parked", ""))
+        listed = queries.poison_view(
+            rt,
+            params.get("after", ""),
+            params.get("after_parked", ""),
+            reason_code=params.get("code", "")[:64],
+            text=params.get("q", "")[:200],
+        )
         return _json(200, dataclasses.asdict(listed))
     if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
         state = params.get("state", "poisoned")
@@ -249,6 +285,13 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             mimetype="text/csv",
             headers={"Content-Disposition": f"attachment; filename=poison-{quote(state)}.csv"},
         )
+    if parts == ["audit"]:
+        if rt.audit is None:
+            return _json(404, {"error": "the audit needs a table endpoint"})
+        found, next_key = rt.audit.page(
+            params.get("after", ""), queries.PAGE_SIZE, params.get("action", "")[:64]
+        )
+        return _json(200, {"rows": [dataclasses.asdict(r) for r in found], "next": next_key})
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         return _json(200, op) if op is not None else _json(404, {"error": f"no operation {parts[1]}"})
@@ -348,7 +391,13 @@ def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
 
 
 ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] = {
-    "replay": lambda rt, b, by: actions.replay_batch(rt, actions.names_of(b.get("ids"), "ids"), _rate(b), by),
+    "replay": lambda rt, b, by: actions.replay_batch(
+        rt,
+        actions.names_of(b.get("ids"), "ids"),
+        _rate(b),
+        by,
+        actions.names_of(b["names"]) if b.get("names") is not None else None,
+    ),
     "park": lambda rt, b, by: actions.park(rt, actions.names_of(b.get("names")), by),
     "unpark": lambda rt, b, by: actions.unpark(rt, actions.names_of(b.get("names")), by),
     "delete": lambda rt, b, by: actions.delete(rt, actions.names_of(b.get("names")), by),

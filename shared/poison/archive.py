@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.documents import Conflict, Document, DocumentStore
-from shared.entry_index import EntryIndex, best_effort, index_key
+from shared.entry_index import EntryIndex, best_effort, index_key, reason_code_of
 from shared.envelope import body_digest, isoformat
 
 JOBS_PREFIX = "jobs/"
@@ -81,8 +81,10 @@ def new_entry(
     dequeue_count: int | None,
     record: dict[str, Any] | None,
     owned: bool | None = None,
+    code: str | None = None,
 ) -> dict[str, Any]:
-    """An archive entry; `body_b64` keeps the body byte for byte."""
+    """An archive entry; `body_b64` keeps the body byte for byte; `reason_code` is `code`, else
+    read from the reason (`reason_code_of`)."""
     return {
         "job_id": job_id,
         "parsed": parsed,
@@ -90,6 +92,7 @@ def new_entry(
         "digest": body_digest(body),
         "state": state,
         "reason": reason,
+        "reason_code": reason_code_of(reason, code),
         "queue_message_id": queue_message_id,
         "dequeue_count": dequeue_count,
         "archived_at": isoformat(now),
@@ -109,7 +112,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
     try:
         archive.create(name, entry)
         if index is not None:
-            best_effort(name, index.put, entry)
+            best_effort(name, index.add, entry)
         return name
     except Conflict:
         pass
@@ -119,7 +122,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
             try:
                 archive.create(name, entry)
                 if index is not None:
-                    best_effort(name, index.put, entry)
+                    best_effort(name, index.add, entry)
                 return name
             except Conflict:
                 continue

@@ -37,6 +37,7 @@ from shared.ledger import Facts
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, REASONS_PREFIX, UNPARSED_PREFIX, set_state
+from shared.poison.operations import expiry_refusal
 from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
 from shared.runtime import Runtime, get_runtime
 from shared.submit import send_job
@@ -102,14 +103,19 @@ def start(
     older_than_days: float | None = None,
     rate_per_s: float = 50.0,
     dry_run: bool = False,
+    where: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Create the operation and send its first step: two requests, whatever its size."""
+    """Create the operation and send its first step: two requests, whatever its size. `where`
+    ({"reason_code", "text"}) keeps an operation over states to the entries matching it
+    (`EntryIndex.scan`): the operation is the filter, not a list of rows."""
     if kind not in KINDS:
         raise OpRefused(f"unknown operation {kind!r}; known: {', '.join(KINDS)}")
     if names is None and not states:
         raise OpRefused("give entry names or states to select entries")
     if names is not None and not all(n.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) for n in names):
         raise OpRefused("names must be poison archive entries (jobs/... or unparsed/...)")
+    if where and names is not None:
+        raise OpRefused("a filter selects entries by state: give states, not names")
     if kind == "purge" and states and PARKED in states:
         raise OpRefused("purge never deletes parked entries: unpark or delete them first")
     now = rt.clock()
@@ -125,6 +131,7 @@ def start(
         "names": list(dict.fromkeys(names)) if names is not None else None,
         "states": states,
         "older_than_days": older_than_days,
+        "where": {k: v for k, v in (where or {}).items() if v} or None,
         "cursor": {"i": 0, "state": 0, "after": ""},
         "step": 1,
         "status": "running",
@@ -205,7 +212,6 @@ def run_step(rt: Runtime, body: bytes) -> str:
     with ThreadPoolExecutor(max(1, min(STEP_THREADS, len(items)))) as pool:
         outcomes = list(pool.map(lambda item: _apply(rt, data, item[0], item[1]), items))
     results = [(name, *outcome) for (name, _), outcome in zip(items, outcomes, strict=True)]
-    finished = finished or not items
     if not finished:
         wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, len(items))
         send_step(rt, op_id, step + 1, wait.delay_s)
@@ -235,9 +241,12 @@ def _next_items(
     while int(cursor.get("state", 0)) < len(states):
         state = states[int(cursor["state"])]
         after = max(str(cursor.get("after") or ""), bound)
-        rows = rt.entry_index.page(state, after, size)
-        if rows:
-            cursor["after"] = rows[-1].key
+        where = data.get("where") or {}
+        rows, reached = rt.entry_index.scan(
+            state, after, size, str(where.get("reason_code") or ""), str(where.get("text") or "")
+        )
+        if rows or reached:  # a search that found nothing in its budget goes on from `reached`
+            cursor["after"] = reached or rows[-1].key
             return [(r.name, r) for r in rows], cursor, False
         cursor["state"], cursor["after"] = int(cursor["state"]) + 1, ""
     return [], cursor, True
@@ -249,7 +258,9 @@ def _apply(rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None) -> 
     doc = rt.archive.read(name)
     if doc is None:
         if row is not None and rt.entry_index is not None:
-            rt.entry_index.remove(name, {"state": row.state, "index_key": row.key})
+            rt.entry_index.remove(
+                name, {"state": row.state, "index_key": row.key, "reason_code": row.reason_code}
+            )
         return "not_found", "no such archive entry"
     state = str(doc.data.get("state", ""))
     mine = any(e.get("by") == by for e in doc.data.get("events") or [])
@@ -292,8 +303,9 @@ def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = Fa
     except EnvelopeError as exc:
         return "skipped", f"invalid envelope: {exc}"
     now = rt.clock()
-    if env.expires_at is not None and env.expires_at <= now:
-        return "skipped", "expired: it would be poisoned again (extend expires_at in the job's editor)"
+    expired = expiry_refusal(env.expires_at, now)
+    if expired:
+        return "skipped", expired
     record = rt.ledger.get(env.id)
     status = record.status if record is not None else ""
     if status == ledger.POISONED and by.startswith("op:") and not mine:

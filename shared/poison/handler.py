@@ -175,6 +175,7 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
         dequeue_count=dequeue_count,
         record=record.data if record else None,
         owned=owned,
+        code=app.code if app is not None and app.reason == verdict.reason else None,
     )
     name = write_entry(rt.archive, entry, rt.entry_index)
     if verdict.recheck_at is not None and env is not None:

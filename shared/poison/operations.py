@@ -47,6 +47,8 @@ class ReplayReport:
     skipped_invalid: list[str] = field(default_factory=list)
     not_found: list[str] = field(default_factory=list)
     dry_run: bool = False
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each job not replayed was skipped or not found (job id -> reason)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,7 +57,27 @@ class ReplayReport:
             "skipped_completed": self.skipped_completed,
             "skipped_invalid": self.skipped_invalid,
             "not_found": self.not_found,
+            "reasons": self.reasons,
         }
+
+    def add(self, job_id: str, outcome: str, reason: str = "") -> None:
+        getattr(self, outcome).append(job_id)
+        if outcome != "replayed":
+            self.reasons[job_id] = reason or SKIP_REASONS.get(outcome, outcome)
+
+
+SKIP_REASONS = {
+    "skipped_completed": "the job completed meanwhile",
+    "not_found": "no listed poison archive entry for this job",
+}
+EXPIRED_HINT = "it would be poisoned again: extend expires_at in the job's editor and replay the edit"
+
+
+def expiry_refusal(expires_at: datetime | None, now: datetime) -> str:
+    """Why an envelope may not be replayed as it is because it expired ("" when it may) (pure)."""
+    if expires_at is None or expires_at > now:
+        return ""
+    return f"expired at {expires_at.isoformat()}: {EXPIRED_HINT}"
 
 
 def list_poisoned(rt: Runtime, include_done: bool = False) -> list[PoisonEntry]:
@@ -129,14 +151,13 @@ def replay(
     for index, job_id in enumerate(wanted, start=1):
         entries = by_job.get(job_id)
         if not entries:
-            report.not_found.append(job_id)
+            report.add(job_id, "not_found")
         else:
             pause = next_at - time.monotonic()
             if pause > 0:
                 rt.sleep(pause)
             next_at = max(next_at, time.monotonic()) + interval
-            outcome = replay_one(rt, job_id, [e.name for e in entries], dry_run)
-            getattr(report, outcome).append(job_id)
+            report.add(job_id, *replay_one_why(rt, job_id, [e.name for e in entries], dry_run))
         if progress:
             progress(index, len(wanted), job_id)
     return report
@@ -144,34 +165,46 @@ def replay(
 
 def replay_one(rt: Runtime, job_id: str, names: list[str], dry_run: bool = False) -> str:
     """Replay one job from its newest archive entry. Returns the report field it belongs in."""
+    return replay_one_why(rt, job_id, names, dry_run)[0]
+
+
+def replay_one_why(rt: Runtime, job_id: str, names: list[str], dry_run: bool = False) -> tuple[str, str]:
+    """Replay one job from its newest archive entry: (the report field it belongs in, why it was
+    not replayed; "" when it was)."""
     docs = [d.data for d in (rt.archive.read(n) for n in names) if d is not None]
     if not docs:
-        return "not_found"
+        return "not_found", "its archive entries are gone"
     latest = max(docs, key=lambda d: str(d.get("archived_at", "")))
     body = base64.b64decode(latest.get("body_b64", ""))
     record = rt.ledger.get(job_id)
     if record is not None and record.status == ledger.COMPLETED:
         if not dry_run:
             _mark(rt, names, "skipped_completed")
-        return "skipped_completed"
+        return "skipped_completed", SKIP_REASONS["skipped_completed"]
     try:
         env = parse_body(body, rt.handlers.keys())
-    except EnvelopeError:
-        return "skipped_invalid"
+    except EnvelopeError as exc:
+        return (
+            "skipped_invalid",
+            f"not a valid envelope ({exc}): fix it in the job's editor and replay the edit",
+        )
+    expired = expiry_refusal(env.expires_at, rt.clock())
+    if expired:
+        return "skipped_invalid", expired
     if dry_run:
-        return "replayed"
+        return "replayed", ""
     facts = Facts(rt.clock())
     try:
         rt.ledger.write(job_id, record, lambda prev: ledger.replayed(prev, env, facts))
     except Conflict:
         latest_record = rt.ledger.get(job_id)
-        return (
-            "skipped_completed" if latest_record and latest_record.status == ledger.COMPLETED else "not_found"
-        )
+        if latest_record and latest_record.status == ledger.COMPLETED:
+            return "skipped_completed", SKIP_REASONS["skipped_completed"]
+        return "not_found", "the job's record changed meanwhile"
     send_job(rt, env.with_attempt(0))
     _mark(rt, names, "replayed")
     log_decision("replayed", job_id, attempt=0)
-    return "replayed"
+    return "replayed", ""
 
 
 def _mark(rt: Runtime, names: list[str], state: str) -> None:

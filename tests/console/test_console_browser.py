@@ -428,3 +428,48 @@ def test_overview_charts_render_with_data(stack: Stack, browser: WebDriver) -> N
     wait_for("refreshed", lambda: browser.find_element(By.ID, "overview").get_attribute("data-refreshed"), 12)
     assert browser.find_elements(By.CSS_SELECTOR, "polyline[data-series='poisoned']")
     shot(browser, "overview")
+
+
+def test_search_replays_all_matching_in_the_app_and_the_audit_shows_it(
+    stack: Stack, browser: WebDriver
+) -> None:
+    marker = unique("needle-")
+    jobs = [f"{marker}-{i}" for i in range(3)]
+    for job in jobs:
+        stack.submit(job, "fault", {"fail_unless_blob": marker})
+    poisoned_and_archived(stack, jobs)
+    stack.storage.container(stack.settings.results_container).upload_blob(marker, b"fixed")
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+
+    browser.get(f"{stack.console}/jobs?id={marker}&from={today}&to={today}")
+    assert (
+        sorted(r.text.split(" ")[0] for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tr")[1:]) == jobs
+    )
+    browser.get(f"{stack.console}/jobs?id={marker}&from=2999-01-01")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tr")) == 1, (
+        "none created from then: the header only"
+    )
+
+    browser.get(f"{stack.console}/poison")
+    group = browser.find_element(By.CSS_SELECTOR, "#groups tr[data-group='bad_input_data'] td[data-count]")
+    assert int(group.text) >= 3
+    browser.find_element(By.ID, "q").send_keys(marker)
+    browser.find_element(By.CSS_SELECTOR, "#search button").click()
+    wait_for("the search's page", lambda: f"q={marker}" in browser.current_url, 10)
+    assert (
+        sorted(
+            p.get_attribute("data-job")
+            for p in browser.find_elements(By.CSS_SELECTOR, "#archived input.pick")
+        )
+        == jobs
+    )
+    browser.find_element(By.ID, "replay-all").click()
+    browser.switch_to.alert.accept()
+    wait_for("the operation's page", lambda: "/ops/" in browser.current_url, 10)
+    wait_for("done", lambda: browser.find_element(By.ID, "op-status").text == "done", 60)
+    assert browser.find_element(By.CSS_SELECTOR, "[data-count='replayed']").text == "3"
+    wait_for("all 3 completed", lambda: all(stack.record(j)["status"] == "completed" for j in jobs), 90)
+
+    browser.get(f"{stack.console}/audit")
+    newest = browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action]")
+    assert newest.get_attribute("data-action") == "op_start" and marker in newest.text

@@ -172,7 +172,7 @@ def test_replay_killed_half_way_and_run_again_loses_nothing(rt: Runtime, azurite
         "ENABLE_TEST_KINDS": "1",
         "PYTHONPATH": REPO,
     }
-    cmd = [sys.executable, "-m", "shared.cli", "poison", "replay", "--all", "--rate", "25"]
+    cmd = [sys.executable, "-m", "shared.cli", "poison", "replay", "--all", "--here", "--rate", "25"]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while queue_length(rt, s.jobs_queue) < 30 and time.monotonic() < deadline:
