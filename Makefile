@@ -38,14 +38,28 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
+# Tests keep compiled modules (and pytest's assertion rewrites) in __pycache__ even where the
+# environment sets PYTHONDONTWRITEBYTECODE: otherwise every run, and every xdist worker, rewrites
+# and compiles all test modules again (about 7 s of CPU per process, collection alone).
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
+
+# The tests whose fixtures need no resource (the fast tier's selection, at full strength here)
+# run on both cores; those that start Azurite, a host, Spark or a browser, or wait on shipped
+# timings, run one at a time as before. Both parts always run; together they are every test
+# not marked slow.
+RESOURCES := integration or azurite or spark or browser or deploy
+
 test: install lint  ## unit + integration tests (real Azurite, real Spark), short chaos run
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow and not ($(RESOURCES))'; \
+	first=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m 'not slow and ($(RESOURCES))'; \
+	second=$$?; test $$first -eq 0 && test $$second -eq 0
 
 test-fast: $(STAMP)  ## under a minute: unit, simulation, contract tests on fakes; no Azurite, host, Spark, browser or deploy
-	JOBS_TEST_TIER=fast $(PY) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow and not integration and not azurite and not spark and not browser and not deploy'
+	$(TEST_ENV) JOBS_TEST_TIER=fast $(PY) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow and not ($(RESOURCES))'
 
 test-unit: $(STAMP)
-	$(PY) -m pytest -q tests/unit
+	$(TEST_ENV) $(PY) -m pytest -q tests/unit
 
 bench: install $(BENCH_STAMP)  ## benchmarks: prints tables, saves JSON under bench/out/
 	$(PY) -m bench.run

@@ -115,23 +115,34 @@ def test_a_job_that_kills_its_worker_every_run_is_poisoned_at_the_takeover_limit
         f"{worker_restarts(host)} worker deaths; reason: {record['reason']}"
     )
 
-    # replayable, and the replay counts afresh: the same number of runs die again before poison
-    replayed_at = time.monotonic()
-    assert call(host, "POST", "poison/replay", {"ids": [job_id]})[1]["replayed"] == [job_id]
-    while (call(host, "GET", f"jobs/{job_id}")[1] or {}).get("status") in ("poisoned", None):
-        assert time.monotonic() - replayed_at < SAFETY_S
-        time.sleep(0.5)
-    record = wait_poisoned(host, job_id, replayed_at)
-    took_again = time.monotonic() - replayed_at
-    events = [h["event"] for h in record["history"]]
-    after = events[len(events) - 1 - events[::-1].index("replayed") :]
-    assert after.count("claimed") == limit + 1 and record["reason_code"] == "runs_died"
-    assert worker_restarts(host) == 2 * limit
-    print(f"{job_id}: replayed, poisoned again {took_again:.0f} s later")
-
     # the host goes on: a job sent now completes
     good = unique("ok-")
+    sent = time.monotonic()
     assert call(host, "POST", "jobs", {"id": good, "kind": "noop", "payload": {}})[0] == 202
     while (call(host, "GET", f"jobs/{good}")[1] or {}).get("status") != "completed":
-        assert time.monotonic() - replayed_at < 2 * SAFETY_S
+        assert time.monotonic() - sent < SAFETY_S
         time.sleep(0.5)
+
+    # replayable through the real host, and the replay counts afresh: its first run claims the job
+    # without a takeover, and that run dies like the others. The rest of the second round (the
+    # same number of deaths again, then poisoned and listed again) is the simulation's
+    # test_runs_that_keep_dying_are_poisoned_at_the_takeover_limit_and_replay_counts_afresh, with
+    # the shipped lease, visibilityTimeout and maxDequeueCount (`test_the_simulation_uses_what_ships`):
+    # a second round here would take another ~165 s for the same pure ledger rule.
+    replayed_at = time.monotonic()
+    assert call(host, "POST", "poison/replay", {"ids": [job_id]})[1]["replayed"] == [job_id]
+    while True:
+        assert time.monotonic() - replayed_at < SAFETY_S, "the replayed job never ran"
+        status, record = call(host, "GET", f"jobs/{job_id}")
+        events = [h["event"] for h in record.get("history", [])] if status == 200 else []
+        after = events[len(events) - 1 - events[::-1].index("replayed") :] if "replayed" in events else []
+        if "claimed" in after and worker_restarts(host) > limit:
+            break
+        time.sleep(0.5)
+    assert record["status"] != "poisoned" and not record.get("takeovers")
+    history = record["history"]
+    first_claim = next(h for h in history[len(history) - len(after) :] if h["event"] == "claimed")
+    assert not first_claim.get("takeover_of")
+    print(
+        f"{job_id}: replayed, run again {time.monotonic() - replayed_at:.0f} s later (its worker died again)"
+    )

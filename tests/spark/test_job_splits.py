@@ -67,6 +67,18 @@ def inline(data: bytes, payload: dict[str, Any]) -> Any:
     return aggregate_stream(io.BytesIO(data), parse_aggregate_payload(payload))
 
 
+_INLINE: dict[tuple[bytes, str], Any] = {}
+
+
+def inline_once(data: bytes, payload: dict[str, Any]) -> Any:
+    """`inline`, computed once per input and payload: the split sizes of one payload compare with
+    the same answer."""
+    key = (data, json.dumps(payload, sort_keys=True))
+    if key not in _INLINE:
+        _INLINE[key] = inline(data, payload)
+    return _INLINE[key]
+
+
 @pytest.fixture(scope="module")
 def sales_csv() -> bytes:
     return "".join(datagen.csv_lines(20_000, seed=3)).encode()
@@ -82,7 +94,7 @@ def sales_jsonl() -> bytes:
 def test_csv_equals_inline(sales_csv: bytes, split_bytes: int, group_by: list[str]) -> None:
     payload = {"input": "data/s.csv", "format": "csv", "group_by": group_by, "metrics": SALES_METRICS}
     rows, input_rows = simulate(sales_csv, payload, split_bytes)
-    want = inline(sales_csv, payload)
+    want = inline_once(sales_csv, payload)
     assert input_rows == want.input_rows
     assert_rows_equal(rows, want.rows)
 
@@ -92,7 +104,7 @@ def test_jsonl_equals_inline(sales_jsonl: bytes, split_bytes: int) -> None:
     payload = {"input": "data/s.jsonl", "format": "jsonl", "group_by": ["region", "qty"], "metrics": SALES_METRICS[:4],
                "null_values": ["NA"]}  # fmt: skip
     rows, input_rows = simulate(sales_jsonl, payload, split_bytes)
-    want = inline(sales_jsonl, payload)
+    want = inline_once(sales_jsonl, payload)
     assert input_rows == want.input_rows
     assert_rows_equal(rows, want.rows)
 
