@@ -46,8 +46,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from devstack import datagen  # noqa: E402
+from shared.aggregation import DEFAULT_BLOCK_SIZE, aggregate_stream  # noqa: E402
 from shared.jobs.aggregate import parse_aggregate_payload  # noqa: E402
-from shared.jobs.aggregate_engine import DEFAULT_BLOCK_SIZE, aggregate_stream  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out" / "aggregate.json"
 NULLS = ("", "NA")
@@ -245,7 +245,7 @@ _CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import aggregate_stream
+from shared.aggregation import aggregate_stream
 spec = parse_aggregate_payload(json.loads({payload!r}))
 start = time.perf_counter()
 with open({path!r}, "rb") as fh:

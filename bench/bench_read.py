@@ -148,8 +148,8 @@ def engine_over_reader(case: Case, az: Azurite) -> float:
     """The job's work without the host: open_blob_stream + aggregate_table in this process."""
     from azure.storage.blob import BlobServiceClient
 
+    from shared.aggregation import aggregate_table
     from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload
-    from shared.jobs.aggregate_engine import aggregate_table
 
     spec = parse_aggregate_payload(case.payload())
     blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(

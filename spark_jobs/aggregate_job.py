@@ -4,15 +4,15 @@
                      [--input-url URL --results-url URL] [--blob-endpoint URL] [--split-mb MB]
 
 Semantics are the inline engine's, by construction: every task runs the very same
-`shared.jobs.aggregate_engine.aggregate_stream` over its share of the input (header + whole
+`shared.aggregation.aggregate_stream` over its share of the input (header + whole
 lines), computing mergeable partials per group (rows, non-null count, sum, min, max); the
 partials are merged with `reduceByKey` and finished (mean = sum / count) on the driver, and the
 rows sorted by the group columns, nulls first, as the inline engine sorts them.
 
-Where the engine comes from: the cluster needs `shared/errors.py` and
-`shared/jobs/aggregate_engine.py` importable. `python -m spark_jobs.package out.zip` builds a
-small zip of exactly those (with an empty `shared/jobs/__init__`) to pass as pyFiles
-(SPARK_PY_FILES). When this file runs from a checkout of the repository (the local cluster),
+Where the engine comes from: the cluster needs the `shared/aggregation/` package importable,
+with the leaf modules of `shared` it and this job use (`engine_files`). `python -m
+spark_jobs.package out.zip` builds a small zip of exactly those (with an empty
+`shared/jobs/__init__`) to pass as pyFiles (SPARK_PY_FILES). When this file runs from a checkout of the repository (the local cluster),
 the driver builds that zip itself and ships it to the executors with `addPyFile`.
 
 Input:
@@ -49,13 +49,15 @@ from pathlib import Path
 from typing import Any
 
 CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-ENGINE_FILES = (
+ENGINE_PACKAGE = "shared/aggregation"
+"""Shipped whole: the engine, and what this job uses of the inline app besides the modules below."""
+ENGINE_LEAVES = (
     "shared/__init__.py",
     "shared/errors.py",
     "shared/blob_reader.py",
     "shared/jobs/aggregate_result.py",
-    "shared/jobs/aggregate_engine.py",
 )
+"""The modules of `shared` outside the package that it and this job import (none imports more)."""
 DEFAULT_SPLIT_MB = 32
 OVERHANG = 64 * 1024
 """Bytes read past a split's end at first to finish its last line (more if that is not enough)."""
@@ -77,10 +79,16 @@ class JobFailure(Exception):
 # --- shipping the engine -----------------------------------------------------------------------
 
 
+def engine_files(repo_root: Path) -> list[str]:
+    """The files of the engine zip: `ENGINE_LEAVES` and every module of `ENGINE_PACKAGE`."""
+    package = sorted(p.relative_to(repo_root).as_posix() for p in (repo_root / ENGINE_PACKAGE).glob("*.py"))
+    return [*ENGINE_LEAVES, *package]
+
+
 def build_engine_zip(repo_root: Path, dest: Path) -> Path:
-    """A zip with the engine and its one dependency, importable as `shared.jobs.aggregate_engine`."""
+    """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`."""
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in ENGINE_FILES:
+        for name in engine_files(repo_root):
             zf.write(repo_root / name, name)
         zf.writestr("shared/jobs/__init__.py", '"""Only the aggregate engine (shipped to Spark)."""\n')
     return dest
@@ -89,13 +97,13 @@ def build_engine_zip(repo_root: Path, dest: Path) -> Path:
 def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
     """Make the engine importable here and, through `add_py_file`, on the executors."""
     try:
-        import shared.jobs.aggregate_engine  # noqa: F401
+        import shared.aggregation  # noqa: F401
     except ImportError:
         pass
     else:
         return
     repo_root = Path(__file__).resolve().parent.parent
-    if not (repo_root / ENGINE_FILES[-1]).exists():
+    if not (repo_root / ENGINE_PACKAGE / "__init__.py").exists():
         raise JobFailure(
             "the aggregate engine is not importable: pass the zip from `python -m spark_jobs.package` "
             "as pyFiles (SPARK_PY_FILES)"
@@ -116,7 +124,7 @@ def spec_from_payload(payload: Mapping[str, Any]) -> Any:
     Mirrors `shared.jobs.aggregate.parse_aggregate_payload` for valid payloads (tests check it);
     the function validates before it submits, so only its shape is checked here.
     """
-    from shared.jobs.aggregate_engine import DEFAULT_NULL_VALUES, AggregateSpec, MetricSpec
+    from shared.aggregation import DEFAULT_NULL_VALUES, AggregateSpec, MetricSpec
 
     try:
         container, _, blob = str(payload["input"]).partition("/")
@@ -156,7 +164,7 @@ class Partials:
     def of(cls, spec: Any) -> Partials:
         from dataclasses import replace
 
-        from shared.jobs.aggregate_engine import MetricSpec
+        from shared.aggregation import MetricSpec
 
         columns: list[str] = []
         needs: dict[str, set[str]] = {}
@@ -257,8 +265,8 @@ def run_split(partials: Partials, index: int, data: bytes, header: bytes) -> Tas
     """Aggregate one split's whole lines (`header` first for CSV) with the inline engine."""
     import io
 
+    from shared.aggregation import aggregate_stream
     from shared.errors import InputDataError
-    from shared.jobs.aggregate_engine import aggregate_stream
 
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     result = TaskResult(index=index, lines=lines)

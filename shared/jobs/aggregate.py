@@ -1,6 +1,6 @@
 """The `aggregate` job kind: payload validation, engine choice, blob I/O and the handler.
 
-The engine itself (pure, over a byte stream) is in `shared.jobs.aggregate_engine`.
+The engine itself (pure, over a byte stream) is the `shared.aggregation` package.
 
 Payload::
 
@@ -33,18 +33,8 @@ import pyarrow as pa
 from azure.core.exceptions import AzureError
 from azure.storage.blob import BlobClient, ContentSettings
 
-from shared import blob_reader
-from shared.blob_reader import reader_for
-from shared.containers import is_host_container
-from shared.errors import (
-    InputRefused,
-    LimitExceeded,
-    NotAvailable,
-    PayloadError,
-    StorageThrottled,
-)
-from shared.jobs import aggregate_engine, aggregate_offload, aggregate_result
-from shared.jobs.aggregate_engine import (
+from shared import aggregation, blob_reader
+from shared.aggregation import (
     DEFAULT_NULL_VALUES,
     ENGINES,
     FORMATS,
@@ -60,12 +50,22 @@ from shared.jobs.aggregate_engine import (
     aggregate_stream,
     aggregate_table,
 )
+from shared.blob_reader import reader_for
+from shared.containers import is_host_container
+from shared.errors import (
+    InputRefused,
+    LimitExceeded,
+    NotAvailable,
+    PayloadError,
+    StorageThrottled,
+)
+from shared.jobs import aggregate_offload, aggregate_result
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.limits import input_refusal, result_limit_bytes
 from shared.settings import Settings
 from shared.storage import StorageClients, is_throttled
 
-if not aggregate_engine.NATIVE:  # the remote build could not compile native/: same answers, slower
+if not aggregation.NATIVE:  # the remote build could not compile native/: same answers, slower
     logging.getLogger(__name__).warning(
         "the aggregate engine's C scanner (aggkernel, native/) is not installed: aggregate jobs "
         "run on the pyarrow path alone (same results; measured ~2x slower on CSV, ~4x on JSON "

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from devstack import datagen
+from shared.aggregation import aggregate_stream
 from shared.errors import InputDataError
 from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import aggregate_stream
 from spark_jobs import aggregate_job as job
 from tests.spark.helpers import assert_rows_equal
 
@@ -204,9 +204,11 @@ def test_spec_from_payload_matches_the_inline_parser(payload: dict[str, Any]) ->
 
 def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     dest = job.build_engine_zip(REPO_ROOT, tmp_path / "engine.zip")
-    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted([*job.ENGINE_FILES, "shared/jobs/__init__.py"])
+    files = job.engine_files(REPO_ROOT)
+    assert "shared/aggregation/engine.py" in files
+    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted([*files, "shared/jobs/__init__.py"])
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import shared.jobs.aggregate_engine as e; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import shared.aggregation.engine as e; "
         "import shared.jobs.aggregate_result as r; assert r.__file__.startswith(sys.argv[1]); "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
     )

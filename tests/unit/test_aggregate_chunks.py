@@ -11,20 +11,19 @@ from typing import Any
 
 import pytest
 
-import shared.jobs.aggregate_engine as engine
 from devstack import datagen
+from shared.aggregation import AggregateSpec, aggregate_stream, blocks, native, options
 from shared.errors import InputDataError
 from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import AggregateSpec, aggregate_stream
 from tests.conftest import FAST_TIER
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])
 def scanner(request: pytest.FixtureRequest) -> Iterator[None]:
-    saved = engine.NATIVE
-    engine.NATIVE = request.param == "scanner"
+    saved = native.NATIVE
+    native.NATIVE = request.param == "scanner"
     yield
-    engine.NATIVE = saved
+    native.NATIVE = saved
 
 
 class ChunkStream(io.RawIOBase):
@@ -160,7 +159,7 @@ def test_errors_name_the_same_line() -> None:
 
 
 def test_a_record_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1000)
+    monkeypatch.setattr(blocks, "MAX_RECORD_BYTES", 1000)
     data = b"k,v\n" + b"a" * 5000 + b",1\n"
     with pytest.raises(InputDataError, match="a CSV record at byte 4 is longer than"):
         aggregate_stream(ChunkStream(data, 100), spec("csv", ["k"]), block_size=100)
@@ -171,4 +170,4 @@ def test_buffers_out_at_once_stay_bounded() -> None:
     stream = ChunkStream(data, 4096)
     aggregate_stream(stream, spec("csv", ["k"]), block_size=2048)
     assert not stream.out
-    assert stream.most_out <= engine.PARSE_WORKERS + engine.IN_FLIGHT_EXTRA + 2
+    assert stream.most_out <= options.PARSE_WORKERS + options.IN_FLIGHT_EXTRA + 2

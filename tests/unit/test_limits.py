@@ -13,9 +13,9 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 
 import shared.jobs.aggregate as aggregate
+from shared.aggregation import AggregateResult, TooManyGroups, aggregate_stream, aggregate_table
 from shared.errors import LimitExceeded, PayloadError, SettingsError
 from shared.jobs.aggregate import parse_aggregate_payload, result_document, result_json
-from shared.jobs.aggregate_engine import AggregateResult, TooManyGroups, aggregate_stream, aggregate_table
 from shared.limits import (
     BlobTooLarge,
     input_refusal,
@@ -242,16 +242,16 @@ def test_the_cap_counts_distinct_groups_not_rows() -> None:
 
 def test_many_distinct_keys_stop_early(monkeypatch: pytest.MonkeyPatch) -> None:
     """Partials are combined (and the cap checked) once they hold more than max_groups rows."""
-    import shared.jobs.aggregate_engine as engine
+    from shared.aggregation import plan
 
     combined: list[int] = []
-    real = engine._Accumulator._combine
+    real = plan.Accumulator._combine
 
     def spy(self: Any) -> None:
         combined.append(self.pending_rows)
         real(self)
 
-    monkeypatch.setattr(engine._Accumulator, "_combine", spy)
+    monkeypatch.setattr(plan.Accumulator, "_combine", spy)
     with pytest.raises(TooManyGroups):
         aggregate_stream(io.BytesIO(distinct(50_000, "csv")), spec(), block_size=4096, max_groups=1000)
     assert len(combined) == 1 and combined[0] <= 1000 + 400  # one block's partials past the cap

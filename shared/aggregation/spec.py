@@ -1,0 +1,73 @@
+"""What an aggregate job asks for (`AggregateSpec`), what it gives (`AggregateResult`), and the
+input the engine reads (`ByteStream`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol
+
+from shared.errors import LimitExceeded
+
+Op = Literal["count", "sum", "mean", "min", "max"]
+Format = Literal["csv", "jsonl"]
+Engine = Literal["auto", "inline", "spark"]
+
+OPS: Final = ("count", "sum", "mean", "min", "max")
+NUMERIC_OPS: Final = ("sum", "mean", "min", "max")
+FORMATS: Final = ("csv", "jsonl")
+ENGINES: Final = ("auto", "inline", "spark")
+DEFAULT_NULL_VALUES: Final = ("", "NA")
+
+
+class TooManyGroups(LimitExceeded):
+    """The input has more distinct groups than `limit` (`seen` is how many were counted when it
+    was noticed: more than the limit, not necessarily all of them)."""
+
+    def __init__(self, limit: int, seen: int) -> None:
+        self.limit, self.seen = limit, seen
+        super().__init__(f"the input has more than {limit} groups ({seen} found before stopping)")
+
+
+class ByteStream(Protocol):
+    """A binary stream: a local file, io.BytesIO, or the blob reader. `readinto` is used when present."""
+
+    def read(self, size: int = -1, /) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One output column: `op` over `column` (None: count rows), named `name`."""
+
+    op: Op
+    column: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    """A validated `aggregate` payload (see `shared.jobs.aggregate.parse_aggregate_payload`)."""
+
+    container: str
+    blob: str
+    format: Format
+    group_by: tuple[str, ...]
+    metrics: tuple[MetricSpec, ...]
+    engine: Engine = "auto"
+    null_values: tuple[str, ...] = DEFAULT_NULL_VALUES
+
+    @property
+    def input(self) -> str:
+        """The input as written in the payload: '<container>/<blob path>'."""
+        return f"{self.container}/{self.blob}"
+
+
+@dataclass(frozen=True)
+class AggregateResult:
+    """Result rows (group columns then metrics, sorted by the group columns) and rows read."""
+
+    rows: list[dict[str, Any]]
+    input_rows: int
+
+    @property
+    def groups(self) -> int:
+        return len(self.rows)
