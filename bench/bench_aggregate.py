@@ -46,8 +46,11 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from devstack import datagen  # noqa: E402
-from shared.aggregation import DEFAULT_BLOCK_SIZE, aggregate_stream  # noqa: E402
-from shared.jobs.aggregate import parse_aggregate_payload  # noqa: E402
+from shared.aggregation import (  # noqa: E402
+    DEFAULT_BLOCK_SIZE,
+    aggregate_stream,
+    parse_aggregate_payload,
+)
 
 OUT = REPO_ROOT / "bench" / "out" / "aggregate.json"
 NULLS = ("", "NA")
@@ -244,7 +247,7 @@ def speed(case: Case, repeat: int) -> dict[str, Any]:
 _CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from shared.jobs.aggregate import parse_aggregate_payload
+from shared.aggregation import parse_aggregate_payload
 from shared.aggregation import aggregate_stream
 spec = parse_aggregate_payload(json.loads({payload!r}))
 start = time.perf_counter()
@@ -290,7 +293,7 @@ def azurite_stream(case: Case) -> dict[str, Any]:
     from azure.storage.blob import BlobServiceClient
 
     from devstack.azurite import start_azurite
-    from shared.jobs.aggregate import open_blob_stream
+    from shared.blob_reader import open_blob_stream
 
     az = start_azurite()
     try:

@@ -11,8 +11,8 @@ rows sorted by the group columns, nulls first, as the inline engine sorts them.
 
 Where the engine comes from: the cluster needs the `shared/aggregation/` package importable,
 with the leaf modules of `shared` it and this job use (`engine_files`). `python -m
-spark_jobs.package out.zip` builds a small zip of exactly those (with an empty
-`shared/jobs/__init__`) to pass as pyFiles (SPARK_PY_FILES). When this file runs from a checkout of the repository (the local cluster),
+spark_jobs.package out.zip` builds a small zip of exactly those to pass as pyFiles
+(SPARK_PY_FILES). When this file runs from a checkout of the repository (the local cluster),
 the driver builds that zip itself and ships it to the executors with `addPyFile`.
 
 Input:
@@ -54,8 +54,8 @@ ENGINE_PACKAGE = "shared/aggregation"
 ENGINE_LEAVES = (
     "shared/__init__.py",
     "shared/errors.py",
+    "shared/containers.py",
     "shared/blob_reader.py",
-    "shared/jobs/aggregate_result.py",
 )
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 DEFAULT_SPLIT_MB = 32
@@ -90,7 +90,6 @@ def build_engine_zip(repo_root: Path, dest: Path) -> Path:
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in engine_files(repo_root):
             zf.write(repo_root / name, name)
-        zf.writestr("shared/jobs/__init__.py", '"""Only the aggregate engine (shipped to Spark)."""\n')
     return dest
 
 
@@ -121,7 +120,7 @@ def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
 def spec_from_payload(payload: Mapping[str, Any]) -> Any:
     """The engine's AggregateSpec for an (already validated) payload; JobFailure if malformed.
 
-    Mirrors `shared.jobs.aggregate.parse_aggregate_payload` for valid payloads (tests check it);
+    Mirrors `shared.aggregation.parse_aggregate_payload` for valid payloads (tests check it);
     the function validates before it submits, so only its shape is checked here.
     """
     from shared.aggregation import DEFAULT_NULL_VALUES, AggregateSpec, MetricSpec
@@ -514,8 +513,8 @@ def decode_payload(text: str) -> dict[str, Any]:
 
 
 def result_bytes(job_id: str, rows: list[dict[str, Any]], input_rows: int, elapsed_s: float) -> bytes:
-    """The document of `shared.jobs.aggregate_result`, engine 'spark'."""
-    from shared.jobs import aggregate_result
+    """The document of `shared.aggregation.result`, engine 'spark'."""
+    from shared.aggregation import result as aggregate_result
 
     return aggregate_result.dumps(
         aggregate_result.result_document(job_id, rows, input_rows, "spark", elapsed_s)
@@ -527,7 +526,7 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     payload = decode_payload(args.payload_b64)
     spec = spec_from_payload(payload)
     partials = Partials.of(spec)
-    from shared.jobs.aggregate_result import result_blob
+    from shared.aggregation.result import result_blob
 
     name = result_blob(args.job_id)
     if results.read(name) is not None:
@@ -682,7 +681,7 @@ def _report(results: Any, args: argparse.Namespace, failure: JobFailure) -> None
     if results is None:
         return
     try:
-        from shared.jobs.aggregate_result import error_blob, error_document
+        from shared.aggregation.result import error_blob, error_document
 
         doc = error_document(args.job_id, args.submission, failure.kind, str(failure))
         results.put(error_blob(args.job_id, args.submission), json.dumps(doc).encode())

@@ -66,6 +66,7 @@ from __future__ import annotations
 from shared.aggregation.engine import aggregate_stream, aggregate_table
 from shared.aggregation.native import NATIVE
 from shared.aggregation.options import DEFAULT_BLOCK_SIZE
+from shared.aggregation.payload import parse_aggregate_payload
 from shared.aggregation.spec import (
     DEFAULT_NULL_VALUES,
     ENGINES,
@@ -100,4 +101,5 @@ __all__ = [
     "TooManyGroups",
     "aggregate_stream",
     "aggregate_table",
+    "parse_aggregate_payload",
 ]

@@ -45,7 +45,7 @@ class MetricSpec:
 
 @dataclass(frozen=True)
 class AggregateSpec:
-    """A validated `aggregate` payload (see `shared.jobs.aggregate.parse_aggregate_payload`)."""
+    """A validated `aggregate` payload (see `shared.aggregation.payload.parse_aggregate_payload`)."""
 
     container: str
     blob: str

@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shared.aggregation import engine
+from shared.aggregation import engine, parse_aggregate_payload
 from shared.aggregation import native as bridge
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
 
 BLOCK_SIZES = (16, 37, 64, 256, 4096, 1 << 20)
 COLUMNS = ("k", "v", "w", "\ufeffk", "k\u00e9")

@@ -16,8 +16,10 @@ from azure.storage.blob import BlobServiceClient
 
 from devstack import datagen
 from devstack.azurite import Azurite
+from shared.aggregation import aggregate_stream, parse_aggregate_payload
+from shared.blob_reader import open_blob_stream
 from shared.errors import InputDataError, InputMissing
-from shared.jobs.aggregate import HANDLER, aggregate_stream, open_blob_stream, parse_aggregate_payload
+from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import Completed, JobContext
 from shared.settings import Settings
 from shared.storage import StorageClients, connect

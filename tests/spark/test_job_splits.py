@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from devstack import datagen
-from shared.aggregation import aggregate_stream
+from shared.aggregation import aggregate_stream, parse_aggregate_payload
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
 from spark_jobs import aggregate_job as job
 from tests.spark.helpers import assert_rows_equal
 
@@ -206,10 +205,10 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     dest = job.build_engine_zip(REPO_ROOT, tmp_path / "engine.zip")
     files = job.engine_files(REPO_ROOT)
     assert "shared/aggregation/engine.py" in files
-    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted([*files, "shared/jobs/__init__.py"])
+    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted(files)
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import shared.aggregation.engine as e; "
-        "import shared.jobs.aggregate_result as r; assert r.__file__.startswith(sys.argv[1]); "
+        "import shared.aggregation.result as r; assert r.__file__.startswith(sys.argv[1]); "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
     )
     out = subprocess.run(
@@ -228,12 +227,11 @@ def test_tiny_splits_equal_inline() -> None:
 
 
 def test_the_job_and_the_function_write_the_same_document() -> None:
-    """One definition (shared.jobs.aggregate_result) for the PySpark job and the inline engine."""
+    """One definition (shared.aggregation.result) for the PySpark job and the inline engine."""
     import pyarrow as pa
 
-    from shared.jobs.aggregate import result_json
+    from shared.aggregation.result import TAIL, result_blob, result_json
     from shared.jobs.aggregate_offload import completed
-    from shared.jobs.aggregate_result import TAIL, result_blob
 
     rows = [{"k": "é", "count": 2, "sum_v": 1.5}, {"k": None, "count": 1, "sum_v": None}]
     from_job = job.result_bytes("job-1", rows, 3, 0.1234)

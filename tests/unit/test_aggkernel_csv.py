@@ -19,10 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.datagen import wide_csv_lines, wide_jsonl_lines
-from shared.aggregation import aggregate_stream, csv_path, jsonl_path
+from shared.aggregation import aggregate_stream, csv_path, jsonl_path, parse_aggregate_payload
 from shared.aggregation import native as bridge
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
 
 METRICS = [
     {"op": "count"},

@@ -12,9 +12,15 @@ from typing import Any
 import pytest
 
 from devstack import datagen
-from shared.aggregation import AggregateSpec, aggregate_stream, blocks, native, options
+from shared.aggregation import (
+    AggregateSpec,
+    aggregate_stream,
+    blocks,
+    native,
+    options,
+    parse_aggregate_payload,
+)
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
 from tests.conftest import FAST_TIER
 
 

@@ -30,10 +30,10 @@ from shared.aggregation import (
     jsonl_path,
     native,
     options,
+    parse_aggregate_payload,
     plan,
 )
 from shared.errors import InputDataError, PermanentError
-from shared.jobs.aggregate import parse_aggregate_payload
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])

@@ -12,10 +12,17 @@ import pyarrow as pa
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-import shared.jobs.aggregate as aggregate
-from shared.aggregation import AggregateResult, TooManyGroups, aggregate_stream, aggregate_table
+from shared.aggregation import (
+    AggregateResult,
+    TooManyGroups,
+    aggregate_stream,
+    aggregate_table,
+    parse_aggregate_payload,
+)
+from shared.aggregation import result as aggregate_result
+from shared.aggregation.result import result_json
 from shared.errors import LimitExceeded, PayloadError, SettingsError
-from shared.jobs.aggregate import parse_aggregate_payload, result_document, result_json
+from shared.jobs.aggregate import result_document
 from shared.limits import (
     BlobTooLarge,
     input_refusal,
@@ -270,7 +277,7 @@ def table_of(text: str, group_by: list[str], metrics: list[dict[str, str]]) -> t
 
 @pytest.mark.parametrize("batch", [1, 3, 8192])
 def test_result_json_is_the_documents_json(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
-    monkeypatch.setattr(aggregate, "RESULT_BATCH_ROWS", batch)
+    monkeypatch.setattr(aggregate_result, "RESULT_BATCH_ROWS", batch)
     text = 'k,g,v\na,x,1.5\nb,x,\n,y,2\n"é ""q""",x,1e300\nb,y,-0.1\n\\,x,NA\n'
     metrics = [
         {"op": "count"},
@@ -296,7 +303,7 @@ def test_result_json_is_the_documents_json(monkeypatch: pytest.MonkeyPatch, batc
 
 
 def test_result_json_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aggregate, "RESULT_BATCH_ROWS", 10)
+    monkeypatch.setattr(aggregate_result, "RESULT_BATCH_ROWS", 10)
     table, rows, _ = table_of(
         "k\n" + "".join(f"{'x' * 100}{i}\n" for i in range(1000)), ["k"], [{"op": "count"}]
     )
