@@ -48,6 +48,7 @@ if str(REPO_ROOT) not in sys.path:
 from devstack import datagen  # noqa: E402
 from shared.aggregation import (  # noqa: E402
     DEFAULT_BLOCK_SIZE,
+    EngineOptions,
     aggregate_stream,
     parse_aggregate_payload,
 )
@@ -134,7 +135,7 @@ def naive(case: Case) -> tuple[int, Rows]:
 def engine(case: Case, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[int, Rows]:
     spec = parse_aggregate_payload(case.payload())
     with case.path.open("rb") as fh:
-        result = aggregate_stream(fh, spec, block_size=block_size)
+        result = aggregate_stream(fh, spec, options=EngineOptions(block_size=block_size))
     out = {row[case.key]: {k: row[k] for k in ("count", "mean", "sum", "max")} for row in result.rows}
     return result.input_rows, out
 
@@ -247,12 +248,11 @@ def speed(case: Case, repeat: int) -> dict[str, Any]:
 _CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from shared.aggregation import parse_aggregate_payload
-from shared.aggregation import aggregate_stream
+from shared.aggregation import EngineOptions, aggregate_stream, parse_aggregate_payload
 spec = parse_aggregate_payload(json.loads({payload!r}))
 start = time.perf_counter()
 with open({path!r}, "rb") as fh:
-    result = aggregate_stream(fh, spec, block_size={block_size})
+    result = aggregate_stream(fh, spec, options=EngineOptions(block_size={block_size}))
 elapsed = time.perf_counter() - start
 try:  # this process's own high-water mark (ru_maxrss may include the parent's, from before exec)
     with open("/proc/self/status") as status:

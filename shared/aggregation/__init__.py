@@ -6,7 +6,8 @@ payload parser, one semantics and one result document.
 
 - `spec`: what a job asks for (`AggregateSpec`, `MetricSpec`) and which partial aggregates each
   metric needs; `payload`: the payload's validation into a spec; `result`: the result document.
-- `engine`: the public functions (`aggregate_stream`, `aggregate_table`); `options`: the tuning.
+- `engine`: the public functions (`aggregate_stream`, `aggregate_table`); `options`: the tuning
+  (`EngineOptions`, passed in; its defaults are the shipped values).
 - `plan`: the columns read and the partial aggregation; `number_parsing`: strings to numbers.
 - `blocks`: the stream cut into blocks of whole records; `csv_path`, `csv_check`: CSV;
   `jsonl_path`, `jsonl_exact`: JSON lines; `native`: the bridge to the C scanner.
@@ -65,7 +66,7 @@ from __future__ import annotations
 
 from shared.aggregation.engine import aggregate_stream, aggregate_table
 from shared.aggregation.native import NATIVE
-from shared.aggregation.options import DEFAULT_BLOCK_SIZE
+from shared.aggregation.options import DEFAULT_BLOCK_SIZE, DEFAULT_OPTIONS, EngineOptions
 from shared.aggregation.payload import parse_aggregate_payload
 from shared.aggregation.spec import (
     DEFAULT_NULL_VALUES,
@@ -86,6 +87,7 @@ from shared.aggregation.spec import (
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_NULL_VALUES",
+    "DEFAULT_OPTIONS",
     "ENGINES",
     "FORMATS",
     "NATIVE",
@@ -95,6 +97,7 @@ __all__ = [
     "AggregateSpec",
     "ByteStream",
     "Engine",
+    "EngineOptions",
     "Format",
     "MetricSpec",
     "Op",

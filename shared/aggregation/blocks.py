@@ -9,7 +9,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import pyarrow as pa
 
-from shared.aggregation.options import DEFAULT_BLOCK_SIZE, KEPT_BUFFERS, MAX_RECORD_BYTES
+from shared.aggregation.options import DEFAULT_BLOCK_SIZE, KEPT_BUFFERS
 from shared.aggregation.spec import ByteStream
 from shared.errors import InputDataError
 
@@ -61,7 +61,7 @@ HeadEnd = Callable[[bytearray, int], int]
 class Splitter:
     """Cuts a stream into blocks of whole records, in order (`blocks`), after its first record
     (`read_head`), with `cut` (CSV: a line break outside quotes; JSON lines: a line break). `what`
-    names a record in the error for one larger than MAX_RECORD_BYTES.
+    names a record in the error for one larger than `max_record_bytes`.
 
     A block handed out stays untouched until its buffer is given back with `release`, so blocks
     can be parsed while the next ones are read; `close` once none is read any more. Made by
@@ -70,11 +70,12 @@ class Splitter:
     blocks' bytes, offsets and errors.
     """
 
-    def __init__(self, stream: Any, block_size: int, cut: Cut, what: str) -> None:
+    def __init__(self, stream: Any, block_size: int, cut: Cut, what: str, max_record_bytes: int) -> None:
         self.stream = stream
         self.cut = cut
         self.what = what
         self.size = max(block_size, 16)
+        self.max_record_bytes = max_record_bytes
         self.offset = 0
         """Input offset of the next block."""
         self.header_lines = 1
@@ -82,11 +83,11 @@ class Splitter:
         self._open()
 
     @staticmethod
-    def over(stream: ByteStream, block_size: int, cut: Cut, what: str) -> Splitter:
+    def over(stream: ByteStream, block_size: int, cut: Cut, what: str, max_record_bytes: int) -> Splitter:
         """An `InPlaceSplitter` over a stream that hands over its buffers, else a `CopyingSplitter`."""
         if callable(getattr(stream, "next_chunk", None)) and callable(getattr(stream, "give_back", None)):
-            return InPlaceSplitter(stream, block_size, cut, what)
-        return CopyingSplitter(stream, block_size, cut, what)
+            return InPlaceSplitter(stream, block_size, cut, what, max_record_bytes)
+        return CopyingSplitter(stream, block_size, cut, what, max_record_bytes)
 
     def _open(self) -> None:
         """The state of one kind of splitter."""
@@ -108,7 +109,7 @@ class Splitter:
 
     def _too_long(self, what: str) -> InputDataError:
         return InputDataError(
-            f"{what} at byte {self.offset} is longer than {MAX_RECORD_BYTES // 2**20} MiB "
+            f"{what} at byte {self.offset} is longer than {self.max_record_bytes // 2**20} MiB "
             "(or the input has no line breaks)"
         )
 
@@ -207,9 +208,9 @@ class CopyingSplitter(Splitter):
             self._grow(self.what)
 
     def _grow(self, what: str) -> None:
-        if len(self.buf) >= MAX_RECORD_BYTES:
+        if len(self.buf) >= self.max_record_bytes:
             raise self._too_long(what)
-        grown = bytearray(min(2 * len(self.buf), MAX_RECORD_BYTES))  # the bound, whatever the block size
+        grown = bytearray(min(2 * len(self.buf), self.max_record_bytes))  # the bound, whatever the block size
         grown[: self.filled] = self.buf[: self.filled]
         self.buf = grown
         self.target = len(grown)
@@ -353,7 +354,7 @@ class InPlaceSplitter(Splitter):
             self.chunk = (buf, lo + found - before, hi)
             return found
         self.chunk = (buf, lo + step, hi)
-        if len(window) > MAX_RECORD_BYTES:
+        if len(window) > self.max_record_bytes:
             raise self._too_long(what)
         return 0
 

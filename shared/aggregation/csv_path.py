@@ -17,7 +17,7 @@ from shared.aggregation.blocks import Splitter, line_breaks
 from shared.aggregation.csv_check import CsvChecker, quotes_in_place
 from shared.aggregation.native import NativeArgs, kernel
 from shared.aggregation.number_parsing import BadNumber, to_float
-from shared.aggregation.options import IN_FLIGHT_EXTRA, MAX_CSV_COLUMNS, PARSE_WORKERS
+from shared.aggregation.options import IN_FLIGHT_EXTRA, MAX_CSV_COLUMNS, EngineOptions
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import ByteStream
 from shared.errors import InputDataError
@@ -36,17 +36,17 @@ class BadRecord(Exception):
 
 
 def csv_partials(
-    stream: ByteStream, plan: Plan, null_values: Sequence[str], block_size: int
+    stream: ByteStream, plan: Plan, null_values: Sequence[str], options: EngineOptions
 ) -> Generator[tuple[pa.Table, int], None, None]:
     """(partial aggregates, records) of each CSV block, in input order.
 
-    Up to `PARSE_WORKERS` blocks are parsed and reduced at once, each on a thread of its own,
+    Up to `options.parse_workers` blocks are parsed and reduced at once, each on a thread of its own,
     while the next block is read; errors are raised in input order (the first bad block wins).
     """
     origin = _position(stream)
-    splitter = Splitter.over(stream, block_size, record_cut, "a CSV record")
-    parser = CsvParser(_read_header(splitter), plan, null_values)
-    workers = max(1, PARSE_WORKERS)
+    splitter = Splitter.over(stream, options.block_size, record_cut, "a CSV record", options.max_record_bytes)
+    parser = CsvParser(_read_header(splitter), plan, null_values, options.native)
+    workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
     pending: deque[tuple[Future[tuple[pa.Table, int]], bytearray, int]] = deque()
     lines_read = 0
@@ -134,7 +134,7 @@ class CsvParser:
     and why.
     """
 
-    def __init__(self, names: list[str], plan: Plan, null_values: Sequence[str]) -> None:
+    def __init__(self, names: list[str], plan: Plan, null_values: Sequence[str], native: bool = True) -> None:
         self.names = names
         self.plan = plan
         self.null_values = list(null_values)
@@ -142,7 +142,7 @@ class CsvParser:
         self.reducer = Accumulator(plan)
         self.fast = self._convert_options(fast=True)
         self.slow = self._convert_options(fast=False)
-        self.native = NativeArgs.csv(names, plan, null_values)
+        self.native = NativeArgs.csv(names, plan, null_values, native)
 
     def _check_columns(self) -> None:
         missing = [c for c in self.plan.columns if c not in self.names]

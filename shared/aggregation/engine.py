@@ -10,7 +10,7 @@ import pyarrow as pa
 from shared.aggregation.csv_path import csv_partials
 from shared.aggregation.jsonl_path import jsonl_partials
 from shared.aggregation.native import NativeArgs
-from shared.aggregation.options import DEFAULT_BLOCK_SIZE, JSONL_BLOCK_SIZE
+from shared.aggregation.options import DEFAULT_OPTIONS, JSONL_BLOCK_SIZE, EngineOptions
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import AggregateResult, AggregateSpec, ByteStream
 
@@ -18,8 +18,9 @@ from shared.aggregation.spec import AggregateResult, AggregateSpec, ByteStream
 def aggregate_stream(
     stream: ByteStream,
     spec: AggregateSpec,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    *,
     max_groups: int | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
 ) -> AggregateResult:
     """Group-by aggregate of a CSV / JSON-lines byte stream, in bounded memory.
 
@@ -31,8 +32,9 @@ def aggregate_stream(
 
     More than `max_groups` distinct groups (None: no limit) raises TooManyGroups as soon as the
     partial aggregates show it, so memory stays bounded by the limit, not by the input.
+    `options`: the tuning (block size, parse threads, record limit, the C scanner or not).
     """
-    table, input_rows = aggregate_table(stream, spec, block_size, max_groups)
+    table, input_rows = aggregate_table(stream, spec, max_groups=max_groups, options=options)
     rows: list[dict[str, Any]] = table.to_pylist()
     return AggregateResult(rows=rows, input_rows=input_rows)
 
@@ -40,23 +42,24 @@ def aggregate_stream(
 def aggregate_table(
     stream: ByteStream,
     spec: AggregateSpec,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    *,
     max_groups: int | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
 ) -> tuple[pa.Table, int]:
     """`aggregate_stream`'s result as an Arrow table (its rows' columns, in order), and the number
     of input rows: what the handler serialises a batch at a time (see `result_json`)."""
     plan = Plan.of(spec)
-    acc = Accumulator(plan, max_groups)
+    acc = Accumulator(plan, max_groups, options.combine_rows)
     if spec.format == "csv":
-        partials = csv_partials(stream, plan, spec.null_values, block_size)
+        partials = csv_partials(stream, plan, spec.null_values, options)
         with contextlib.closing(partials):
             for partial, rows in partials:
                 acc.add_partial(partial, rows)
     else:
-        jsonl_block = (
-            block_size if NativeArgs.jsonl(plan, spec.null_values) else min(block_size, JSONL_BLOCK_SIZE)
-        )
-        partials = jsonl_partials(stream, plan, spec.null_values, jsonl_block)
+        block_size = options.block_size
+        scanner = NativeArgs.jsonl(plan, spec.null_values, options.native)
+        jsonl_block = block_size if scanner else min(block_size, JSONL_BLOCK_SIZE)
+        partials = jsonl_partials(stream, plan, spec.null_values, options, jsonl_block)
         with contextlib.closing(partials):
             for partial, rows in partials:
                 acc.add_partial(partial, rows)

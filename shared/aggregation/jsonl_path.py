@@ -24,7 +24,7 @@ from shared.aggregation.options import (
     GUESS_LINES,
     IN_FLIGHT_EXTRA,
     MAX_JSON_DEPTH,
-    PARSE_WORKERS,
+    EngineOptions,
 )
 from shared.aggregation.plan import Accumulator, JsonPartial, Plan
 from shared.aggregation.spec import ByteStream
@@ -32,16 +32,16 @@ from shared.errors import InputDataError
 
 
 def jsonl_partials(
-    stream: ByteStream, plan: Plan, null_values: Sequence[str], block_size: int
+    stream: ByteStream, plan: Plan, null_values: Sequence[str], options: EngineOptions, block_size: int
 ) -> Generator[tuple[pa.Table, int], None, None]:
     """(partial aggregates, records) of each block of JSON lines, in input order.
 
-    Blocks are cut at line breaks (a JSON line has none inside) and parsed `PARSE_WORKERS` at
+    Blocks are cut at line breaks (a JSON line has none inside) and parsed `options.parse_workers` at
     a time, each on a thread of its own, by `JsonParser`; errors are raised in input order.
     """
-    splitter = Splitter.over(stream, block_size, _line_cut, "a JSON line")
-    parser = JsonParser(plan, null_values)
-    workers = max(1, PARSE_WORKERS)
+    splitter = Splitter.over(stream, block_size, _line_cut, "a JSON line", options.max_record_bytes)
+    parser = JsonParser(plan, null_values, options.native, options.jsonl_pyarrow)
+    workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jsonl-parse")
     pending: deque[tuple[Future[JsonPartial], bytearray]] = deque()
     unseen = set(plan.columns)
@@ -131,15 +131,18 @@ class JsonParser:
     Python's `json` per line, numbers kept as written, errors naming the line.
     """
 
-    def __init__(self, plan: Plan, null_values: Sequence[str]) -> None:
+    def __init__(
+        self, plan: Plan, null_values: Sequence[str], native: bool = True, pyarrow: bool = True
+    ) -> None:
         self.plan = plan
         self.nulls = frozenset(null_values)
         self.null_array = pa.array(sorted(self.nulls), pa.string())
-        self.fast = not any(_NUMBER_TEXT.fullmatch(v) for v in self.nulls)
-        """Off when a null value could be a number's text (only the exact path sees that text)."""
+        self.fast = pyarrow and not any(_NUMBER_TEXT.fullmatch(v) for v in self.nulls)
+        """Off when asked, or when a null value could be a number's text (only the exact path sees
+        that text)."""
         self.schema: pa.Schema | None = None
         self.reducer = Accumulator(plan)
-        self.native = NativeArgs.jsonl(plan, null_values)
+        self.native = NativeArgs.jsonl(plan, null_values, native)
         self.key_patterns = {
             c: re.compile(re.escape(json.dumps(c, ensure_ascii=False).encode()) + rb"\s*:")
             for c in plan.columns

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -18,8 +18,8 @@ except ImportError:  # not built here (e.g. the engine zip on Spark executors): 
 
 kernel: Any = _aggkernel
 """The C scanner's module, None where it is not built."""
-NATIVE: bool = kernel is not None
-"""Whether blocks go to the C scanner first (tests turn it off to compare both paths)."""
+NATIVE: Final = kernel is not None
+"""Whether the C scanner is built here (`EngineOptions.native` decides whether a run uses it)."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ class NativeArgs:
 
     @classmethod
     def _of(
-        cls, plan: Plan, columns: tuple[int, ...] | tuple[bytes, ...], nulls: Sequence[str]
+        cls, plan: Plan, columns: tuple[int, ...] | tuple[bytes, ...], nulls: Sequence[str], enabled: bool
     ) -> NativeArgs | None:
-        if kernel is None or not NATIVE or len(plan.columns) > kernel.MAX_COLUMNS:
+        if kernel is None or not enabled or len(plan.columns) > kernel.MAX_COLUMNS:
             return None
         return cls(
             plan=plan,
@@ -56,13 +56,17 @@ class NativeArgs:
         )
 
     @classmethod
-    def csv(cls, names: Sequence[str], plan: Plan, nulls: Sequence[str]) -> NativeArgs | None:
+    def csv(
+        cls, names: Sequence[str], plan: Plan, nulls: Sequence[str], enabled: bool = True
+    ) -> NativeArgs | None:
+        """The scanner's arguments for a CSV input, None where it is off, not built or cannot read it."""
         index = {name: i for i, name in enumerate(plan.columns)}
-        return cls._of(plan, tuple(index.get(name, -1) for name in names), nulls)
+        return cls._of(plan, tuple(index.get(name, -1) for name in names), nulls, enabled)
 
     @classmethod
-    def jsonl(cls, plan: Plan, nulls: Sequence[str]) -> NativeArgs | None:
-        return cls._of(plan, tuple(name.encode() for name in plan.columns), nulls)
+    def jsonl(cls, plan: Plan, nulls: Sequence[str], enabled: bool = True) -> NativeArgs | None:
+        """The scanner's arguments for a JSON-lines input, None as for `csv`."""
+        return cls._of(plan, tuple(name.encode() for name in plan.columns), nulls, enabled)
 
     def csv_reduce(self, block: pa.Buffer) -> tuple[pa.Table, int] | None:
         """(partial aggregates, records) of a block of CSV records, or None."""

@@ -1,7 +1,13 @@
-"""The engine's tuning and its bounds: block sizes, parse threads, record and header limits."""
+"""The engine's tuning and its bounds: block sizes, parse threads, record and header limits.
+
+`EngineOptions` is what a caller may change (tests do: small blocks, one thread, a low record
+limit, the scanner or pyarrow's JSON reader off); its defaults are the constants below, the
+values measured and shipped.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 DEFAULT_BLOCK_SIZE: Final = 4 * 1024 * 1024
@@ -37,3 +43,27 @@ reader while the oldest block is awaited in order: with the C scanner, 2-5% fast
 on JSON lines than none (measured side by side; more gave nothing)."""
 KEPT_BUFFERS: Final = PARSE_WORKERS + IN_FLIGHT_EXTRA + 1
 """Block buffers kept between inputs: what one input of the default block size uses."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How one run of the engine is tuned (the defaults are the shipped values)."""
+
+    block_size: int = DEFAULT_BLOCK_SIZE
+    """Bytes of input parsed at a time by one thread (JSON lines on the Python path: at most
+    JSONL_BLOCK_SIZE)."""
+    parse_workers: int = PARSE_WORKERS
+    """Blocks parsed at once, each on a thread of its own (at least 1)."""
+    max_record_bytes: int = MAX_RECORD_BYTES
+    """A CSV record (or the header) or JSON line larger than this is refused."""
+    combine_rows: int = COMBINE_ROWS
+    """Partial aggregate rows held before they are combined."""
+    native: bool = True
+    """Blocks go to the C scanner first where it is built; False: the Python path alone (as on a
+    Spark executor without the scanner)."""
+    jsonl_pyarrow: bool = True
+    """JSON-lines blocks the scanner does not answer go to pyarrow's JSON reader before the exact
+    path; False: the exact path (Python's `json`, line by line) alone."""
+
+
+DEFAULT_OPTIONS: Final = EngineOptions()

@@ -84,15 +84,16 @@ class Accumulator:
     """Partial aggregates of the blocks seen so far, combined when they grow.
 
     `pending_rows` counts every partial row held (the combined ones too); they are combined when
-    that passes twice the groups found so far, or COMBINE_ROWS. With `max_groups` the floor is
+    that passes twice the groups found so far, or `combine_rows`. With `max_groups` the floor is
     max_groups + 1 when that is smaller, and a combine that finds more groups than the limit
     raises TooManyGroups: rows held stay below 2 * max_groups + one block's partials, and an
     input of distinct keys is stopped once about max_groups rows are held.
     """
 
-    def __init__(self, plan: Plan, max_groups: int | None = None) -> None:
+    def __init__(self, plan: Plan, max_groups: int | None = None, combine_rows: int = COMBINE_ROWS) -> None:
         self.plan = plan
         self.max_groups = max_groups
+        self.combine_rows = combine_rows
         self.key_names = [f"k{i}" for i in range(len(plan.keys))]
         self.partials: list[pa.Table] = []
         self.pending_rows = 0
@@ -128,7 +129,7 @@ class Accumulator:
         limit = self.max_groups
         if limit is not None and partial.num_rows > limit:
             raise TooManyGroups(limit, partial.num_rows)
-        floor = COMBINE_ROWS if limit is None else min(COMBINE_ROWS, limit + 1)
+        floor = self.combine_rows if limit is None else min(self.combine_rows, limit + 1)
         if self.pending_rows > max(floor, 2 * self.combined_rows):
             self._combine()
 

@@ -98,8 +98,9 @@ def result_json(
     engine: str,
     elapsed_s: float,
     max_bytes: int | None = None,
+    batch_rows: int = RESULT_BATCH_ROWS,
 ) -> bytes:
-    """The bytes of `result_document` (compact JSON, UTF-8), `RESULT_BATCH_ROWS` rows at a time.
+    """The bytes of `result_document` (compact JSON, UTF-8), `batch_rows` rows at a time.
 
     The same bytes as json.dumps of the whole document, without ever holding every row as Python
     objects. Over `max_bytes`, LimitExceeded is raised as soon as the text passes it.
@@ -108,7 +109,7 @@ def result_json(
     out = io.BytesIO()
     out.write(head_bytes(job_id))
     first = True
-    for batch in table.to_batches(max_chunksize=RESULT_BATCH_ROWS):
+    for batch in table.to_batches(max_chunksize=batch_rows):
         if batch.num_rows == 0:
             continue
         if not first:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shared.aggregation import engine, parse_aggregate_payload
+from shared.aggregation import EngineOptions, engine, parse_aggregate_payload
 from shared.aggregation import native as bridge
 from shared.errors import InputDataError
 
@@ -210,15 +210,13 @@ def outcome(case: Case, native: bool, block_size: int) -> Any:
         spec = parse_aggregate_payload(case.payload)
     except Exception as exc:  # a query the generator made invalid (e.g. a repeated metric name)
         return ("payload", str(exc))
-    saved = bridge.NATIVE
-    bridge.NATIVE = native
     try:
         stream = io.BytesIO(case.data) if block_size in SEEKABLE_SIZES else OneWay(case.data)
-        result = engine.aggregate_stream(stream, spec, block_size=block_size)
+        result = engine.aggregate_stream(
+            stream, spec, options=EngineOptions(block_size=block_size, native=native)
+        )
     except InputDataError as exc:
         return ("error", str(exc))
-    finally:
-        bridge.NATIVE = saved
     return (result.input_rows, [_comparable(row) for row in result.rows])
 
 

@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.datagen import wide_csv_lines, wide_jsonl_lines
-from shared.aggregation import aggregate_stream, csv_path, jsonl_path, parse_aggregate_payload
-from shared.aggregation import native as bridge
+from shared.aggregation import EngineOptions, aggregate_stream, csv_path, jsonl_path, parse_aggregate_payload
 from shared.errors import InputDataError
 
 METRICS = [
@@ -46,14 +45,12 @@ def outcome(
     spec = parse_aggregate_payload(
         {"input": "data/in", "format": "csv", "group_by": group_by, "metrics": metrics or METRICS, **extra}
     )
-    saved = bridge.NATIVE
-    bridge.NATIVE = native
     try:
-        result = aggregate_stream(io.BytesIO(data), spec, block_size=block_size)
+        result = aggregate_stream(
+            io.BytesIO(data), spec, options=EngineOptions(block_size=block_size, native=native)
+        )
     except InputDataError as exc:
         return ("error", str(exc))
-    finally:
-        bridge.NATIVE = saved
     return (result.input_rows, result.rows)
 
 
@@ -292,6 +289,6 @@ def test_the_engine_hands_clean_blocks_to_the_scanner_alone(
             ],
         }
     )
-    result = aggregate_stream(io.BytesIO(data), spec, block_size=64 * 1024)
+    result = aggregate_stream(io.BytesIO(data), spec, options=EngineOptions(block_size=64 * 1024))
     assert result.input_rows == 20_000
     assert sum(row["count"] for row in result.rows) == 20_000

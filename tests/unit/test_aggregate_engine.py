@@ -12,6 +12,7 @@ import math
 import random
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,15 +24,13 @@ from hypothesis import strategies as st
 from shared.aggregation import (
     AggregateResult,
     AggregateSpec,
+    EngineOptions,
     aggregate_stream,
-    blocks,
     csv_check,
     csv_path,
     jsonl_path,
-    native,
     options,
     parse_aggregate_payload,
-    plan,
 )
 from shared.errors import InputDataError, PermanentError
 
@@ -43,10 +42,19 @@ def scanner(request: pytest.FixtureRequest) -> Iterator[None]:
     path's own choices (`pyarrow_path`) run on the Python path only."""
     if request.param == "scanner" and request.node.get_closest_marker("pyarrow_path"):
         pytest.skip("about the pyarrow path's own choices")
-    saved = native.NATIVE
-    native.NATIVE = request.param == "scanner"
+    global TUNING
+    TUNING = EngineOptions(native=request.param == "scanner")
     yield
-    native.NATIVE = saved
+    TUNING = EngineOptions()
+
+
+TUNING = EngineOptions()
+"""The engine's options in the running test: the scanner on or off (the `scanner` fixture)."""
+
+
+def tuned(**changes: Any) -> EngineOptions:
+    """The running test's options, with `changes`."""
+    return replace(TUNING, **changes)
 
 
 # --- an independent computation ----------------------------------------------------------------
@@ -122,12 +130,13 @@ def run(
     metrics: Sequence[dict[str, str]] = ({"op": "count"},),
     fmt: str = "csv",
     block_size: int = options.DEFAULT_BLOCK_SIZE,
+    tuning: dict[str, Any] | None = None,
     **extra: Any,
 ) -> AggregateResult:
+    """The engine's result; `tuning`: options changed (`EngineOptions` fields), `extra`: payload keys."""
     raw = data.encode() if isinstance(data, str) else data
-    return aggregate_stream(
-        io.BytesIO(raw), make_spec(group_by, metrics, fmt, **extra), block_size=block_size
-    )
+    spec = make_spec(group_by, metrics, fmt, **extra)
+    return aggregate_stream(io.BytesIO(raw), spec, options=tuned(block_size=block_size, **(tuning or {})))
 
 
 def make_spec(
@@ -176,13 +185,12 @@ def test_csv_matches_independent_computation(group_by: tuple[str, ...], block_si
     assert_same(result.rows, reference(records, group_by, ALL_METRICS))
 
 
-def test_many_groups_are_combined_across_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plan, "COMBINE_ROWS", 10)
+def test_many_groups_are_combined_across_blocks() -> None:
     rnd = random.Random(3)
     lines = ["k,v"] + [f"k{rnd.randrange(300)},{rnd.randint(0, 9)}" for _ in range(5000)]
     text = "\n".join(lines) + "\n"
     metrics = [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "max", "column": "v"}]
-    result = run(text, ["k"], metrics, block_size=512)
+    result = run(text, ["k"], metrics, block_size=512, tuning={"combine_rows": 10})
     assert_same(result.rows, reference(csv_records(text), ["k"], metrics))
     assert result.groups == 300
 
@@ -364,22 +372,19 @@ def test_a_record_larger_than_the_block_grows_the_buffer() -> None:
     assert [r["sum_v"] for r in result.rows] == [1.0, 2.0]
 
 
-def test_a_record_larger_than_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blocks, "MAX_RECORD_BYTES", 1024)
+def test_a_record_larger_than_the_limit_is_refused() -> None:
     with pytest.raises(InputDataError, match="longer than"):
-        run("k,v\n" + "a" * 5000 + ",1\n", ["k"], block_size=100)
+        run("k,v\n" + "a" * 5000 + ",1\n", ["k"], block_size=100, tuning={"max_record_bytes": 1024})
 
 
 @pytest.mark.parametrize("limit", [1024, None])  # None: the shipped MAX_RECORD_BYTES (64 MiB)
-def test_a_json_line_larger_than_the_limit_is_refused(
-    monkeypatch: pytest.MonkeyPatch, limit: int | None
-) -> None:
-    if limit is not None:
-        monkeypatch.setattr(blocks, "MAX_RECORD_BYTES", limit)
-    size = blocks.MAX_RECORD_BYTES * (4 if limit else 1) + 10  # the buffer doubles up to the limit
+def test_a_json_line_larger_than_the_limit_is_refused(limit: int | None) -> None:
+    bound = limit or options.MAX_RECORD_BYTES
+    size = bound * (4 if limit else 1) + 10  # the buffer doubles up to the limit
     text = b'{"k": "a"}\n{"k": "' + b"x" * size + b'"}\n'
+    block_size = 100 if limit else options.DEFAULT_BLOCK_SIZE
     with pytest.raises(InputDataError, match=r"^a JSON line at byte 11 is longer than \d+ MiB"):
-        run(text, ["k"], fmt="jsonl", block_size=100 if limit else options.DEFAULT_BLOCK_SIZE)
+        run(text, ["k"], fmt="jsonl", block_size=block_size, tuning={"max_record_bytes": bound})
 
 
 # --- bad input ---------------------------------------------------------------------------------
@@ -408,7 +413,7 @@ def bad_number_text() -> str:
 def test_non_number_names_column_value_and_line(block_size: int) -> None:
     spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
     with pytest.raises(InputDataError) as info:
-        aggregate_stream(io.BytesIO(bad_number_text().encode()), spec, block_size=block_size)
+        aggregate_stream(io.BytesIO(bad_number_text().encode()), spec, options=tuned(block_size=block_size))
     assert str(info.value) == "column 'v' has a value that is not a number on line 3505: '12x'"
     assert isinstance(info.value, PermanentError) and info.value.reason_code == "bad_input_data"
 
@@ -423,29 +428,25 @@ def test_line_numbers_without_seeking_are_those_with_seeking() -> None:
     for block_size in (1 << 20, 1000, 64):
         for stream in (io.BytesIO(bad_number_text().encode()), OneWayStream(bad_number_text().encode())):
             with pytest.raises(InputDataError) as info:
-                aggregate_stream(stream, spec, block_size=block_size)
+                aggregate_stream(stream, spec, options=tuned(block_size=block_size))
             assert "on line 3505: '12x'" in str(info.value)  # blank lines and \r\n counted as read
 
 
 @pytest.mark.parametrize("block_size", [64, 1000, 4096])
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_the_first_bad_record_is_reported_whatever_finishes_first(
-    block_size: int, workers: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_first_bad_record_is_reported_whatever_finishes_first(block_size: int, workers: int) -> None:
     """The two bad records are in different blocks, parsed at once: they may fail in any order."""
-    monkeypatch.setattr(csv_path, "PARSE_WORKERS", workers)
     text = "k,v\n" + "a,1\n" * 2000 + "b,x1\n" + "a,2\n" * 2000 + "c,3,4\n" + "a,3\n" * 100
+    spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
     for stream in (io.BytesIO(text.encode()), OneWayStream(text.encode())):
         with pytest.raises(InputDataError) as info:
-            aggregate_stream(stream, make_spec(["k"], [{"op": "sum", "column": "v"}]), block_size=block_size)
+            aggregate_stream(stream, spec, options=tuned(block_size=block_size, parse_workers=workers))
         assert str(info.value) == "column 'v' has a value that is not a number on line 2002: 'x1'"
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
-def test_the_record_bound_does_not_depend_on_the_block_size(
-    fmt: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(blocks, "MAX_RECORD_BYTES", 1024)
+def test_the_record_bound_does_not_depend_on_the_block_size(fmt: str) -> None:
+    bound = {"max_record_bytes": 1024}
 
     def record(size: int) -> str:
         if fmt == "csv":
@@ -454,16 +455,15 @@ def test_the_record_bound_does_not_depend_on_the_block_size(
 
     head = "k,v\n" if fmt == "csv" else ""
     for block_size in (16, 37, 100, 1000):
-        assert run(head + record(1024), ["k"], fmt=fmt, block_size=block_size).input_rows == 1
+        assert run(head + record(1024), ["k"], fmt=fmt, block_size=block_size, tuning=bound).input_rows == 1
         with pytest.raises(InputDataError, match="longer than"):
-            run(head + record(1025), ["k"], fmt=fmt, block_size=block_size)
+            run(head + record(1025), ["k"], fmt=fmt, block_size=block_size, tuning=bound)
 
 
-def test_a_bad_record_before_an_oversized_one_is_reported_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blocks, "MAX_RECORD_BYTES", 1024)
+def test_a_bad_record_before_an_oversized_one_is_reported_first() -> None:
     text = "k,v\n" + "a,1\n" * 50 + "b,x1\n" + "a,2\n" * 50 + "c" * 5000 + ",1\n"
     with pytest.raises(InputDataError, match="not a number on line 52: 'x1'"):
-        run(text, ["k"], [{"op": "sum", "column": "v"}], block_size=100)
+        run(text, ["k"], [{"op": "sum", "column": "v"}], block_size=100, tuning={"max_record_bytes": 1024})
 
 
 @pytest.mark.parametrize("block_size", [64, 1000, 1 << 20])
@@ -478,13 +478,16 @@ def test_invalid_utf8_in_a_group_key_names_its_line(block_size: int) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_results_do_not_depend_on_the_number_of_parsing_threads(
-    workers: int, monkeypatch: pytest.MonkeyPatch
+    workers: int,
 ) -> None:
-    monkeypatch.setattr(csv_path, "PARSE_WORKERS", workers)
     data = generated_csv(3000, seed=workers)
     expected = reference(csv_records(data), ["region", "product"], ALL_METRICS)
+    threads = {"parse_workers": workers}
     for block_size in (300, 4096, 1 << 20):
-        assert_same(run(data, ["region", "product"], ALL_METRICS, block_size=block_size).rows, expected)
+        assert_same(
+            run(data, ["region", "product"], ALL_METRICS, block_size=block_size, tuning=threads).rows,
+            expected,
+        )
 
 
 def test_missing_columns_are_named() -> None:
@@ -607,9 +610,10 @@ def test_jsonl_crlf_and_no_final_newline() -> None:
 
 
 @pytest.fixture
-def exact_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every JSON-lines block parsed by the exact path."""
-    monkeypatch.setattr(jsonl_path.JsonParser, "_fast", lambda self, block, lines: None)
+def exact_only() -> None:
+    """Every JSON-lines block the scanner does not answer parsed by the exact path."""
+    global TUNING
+    TUNING = replace(TUNING, jsonl_pyarrow=False)
 
 
 def count_exact_blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -667,8 +671,7 @@ def test_jsonl_fast_path_equals_exact_path_and_reference(
     exact_blocks = count_exact_blocks(monkeypatch)
     fast = run(text, group_by, JSON_METRICS, fmt="jsonl", block_size=8192)
     assert exact_blocks == []  # every block went the fast way
-    monkeypatch.setattr(jsonl_path.JsonParser, "_fast", lambda self, block, lines: None)
-    exact = run(text, group_by, JSON_METRICS, fmt="jsonl", block_size=8192)
+    exact = run(text, group_by, JSON_METRICS, fmt="jsonl", block_size=8192, tuning={"jsonl_pyarrow": False})
     assert len(exact_blocks) > 10
     assert fast.input_rows == exact.input_rows == 3000
     assert fast.rows == exact.rows
@@ -714,11 +717,9 @@ SUM_V = [{"op": "sum", "column": "v"}]
 )
 @pytest.mark.parametrize("fast", [True, False])
 def test_jsonl_what_the_fast_path_cannot_answer_is_parsed_exactly(
-    monkeypatch: pytest.MonkeyPatch, text: str, metrics: list[dict[str, str]], expected: list[Any], fast: bool
+    text: str, metrics: list[dict[str, str]], expected: list[Any], fast: bool
 ) -> None:
-    if not fast:
-        monkeypatch.setattr(jsonl_path.JsonParser, "_fast", lambda self, block, lines: None)
-    assert run(text, ["k"], metrics, fmt="jsonl").rows == expected
+    assert run(text, ["k"], metrics, fmt="jsonl", tuning={"jsonl_pyarrow": fast}).rows == expected
 
 
 def test_jsonl_two_objects_on_a_line_are_refused_even_beside_a_blank_line(exact_only: None) -> None:
@@ -745,11 +746,7 @@ def test_jsonl_a_number_that_looks_like_a_null_value_keeps_the_exact_path(
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(
-    monkeypatch: pytest.MonkeyPatch, fast: bool
-) -> None:
-    if not fast:
-        monkeypatch.setattr(jsonl_path.JsonParser, "_fast", lambda self, block, lines: None)
+def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(fast: bool) -> None:
     good = [json.dumps({"k": f"g{i % 7}", "v": i * 0.5}) for i in range(5000)]
     for bad, message in [
         ('{"k": "g1", "v": "x1"}', "column 'v' has a value that is not a number on line 3778: 'x1'"),
@@ -759,7 +756,9 @@ def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(
     ]:
         lines = [*good[:3000], "", *good[3000:3776], bad, *good[3776:]]
         with pytest.raises(InputDataError) as info:
-            run("\n".join(lines) + "\n", ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl", block_size=4096)
+            text = "\n".join(lines) + "\n"
+            sums = [{"op": "sum", "column": "v"}]
+            run(text, ["k"], sums, fmt="jsonl", block_size=4096, tuning={"jsonl_pyarrow": fast})
         assert str(info.value) == message
 
 
@@ -776,14 +775,10 @@ def test_jsonl_a_column_present_only_as_null_is_seen(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(
-    monkeypatch: pytest.MonkeyPatch, fast: bool
-) -> None:
-    if not fast:
-        monkeypatch.setattr(jsonl_path.JsonParser, "_fast", lambda self, block, lines: None)
+def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(fast: bool) -> None:
     text = b'{"k": "a", "x": "ok"}\n{"k": "a", "x": "\xff"}\n'
     with pytest.raises(InputDataError, match=r"^line 2 is not valid JSON: 'utf-8' codec can't decode"):
-        run(text, ["k"], fmt="jsonl")
+        run(text, ["k"], fmt="jsonl", tuning={"jsonl_pyarrow": fast})
 
 
 @pytest.mark.pyarrow_path
