@@ -118,33 +118,14 @@ def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
 
 
 def spec_from_payload(payload: Mapping[str, Any]) -> Any:
-    """The engine's AggregateSpec for an (already validated) payload; JobFailure if malformed.
-
-    Mirrors `shared.aggregation.parse_aggregate_payload` for valid payloads (tests check it);
-    the function validates before it submits, so only its shape is checked here.
-    """
-    from shared.aggregation import DEFAULT_NULL_VALUES, AggregateSpec, MetricSpec
+    """The engine's AggregateSpec for a payload, parsed as the function parsed it before it
+    submitted the run (`shared.aggregation.parse_aggregate_payload`); JobFailure if invalid."""
+    from shared.aggregation import parse_aggregate_payload
+    from shared.errors import PayloadError
 
     try:
-        container, _, blob = str(payload["input"]).partition("/")
-        metrics = []
-        for item in payload["metrics"]:
-            column = item.get("column")
-            default = "count" if column is None else f"{item['op']}_{column}"
-            metrics.append(MetricSpec(op=item["op"], column=column, name=item.get("as") or default))
-        fmt = payload["format"]
-        if fmt not in ("csv", "jsonl") or not container or not blob or not metrics:
-            raise ValueError("format, input or metrics")
-        return AggregateSpec(
-            container=container,
-            blob=blob,
-            format=fmt,
-            group_by=tuple(payload.get("group_by") or ()),
-            metrics=tuple(metrics),
-            engine=payload.get("engine", "auto"),
-            null_values=tuple(payload.get("null_values", DEFAULT_NULL_VALUES)),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return parse_aggregate_payload(payload)
+    except PayloadError as exc:
         raise JobFailure(f"the payload is not a valid aggregate payload ({exc})", "payload") from None
 
 
@@ -161,19 +142,14 @@ class Partials:
 
     @classmethod
     def of(cls, spec: Any) -> Partials:
+        """The derived spec: per value column its non-null count, and the sum, min and max the
+        job's metrics need (`shared.aggregation.partials_by_column`, the inline engine's rule)."""
         from dataclasses import replace
 
-        from shared.aggregation import MetricSpec
+        from shared.aggregation import MetricSpec, partials_by_column
 
-        columns: list[str] = []
-        needs: dict[str, set[str]] = {}
-        for metric in spec.metrics:
-            if metric.column is None:
-                continue
-            if metric.column not in needs:
-                columns.append(metric.column)
-                needs[metric.column] = set()
-            needs[metric.column].update({"mean": {"sum"}, "count": set()}.get(metric.op, {metric.op}))
+        needs = partials_by_column(spec.metrics)
+        columns = list(needs)
         derived = [MetricSpec("count", None, PREFIX + "rows")]
         for i, column in enumerate(columns):
             derived.append(MetricSpec("count", column, f"{PREFIX}n{i}"))

@@ -5,7 +5,7 @@ this folder whole to its executors (`spark_jobs/aggregate_job.py`), so both engi
 payload parser, one semantics and one result document.
 
 - `spec`: what a job asks for (`AggregateSpec`, `MetricSpec`) and which partial aggregates each
-  metric needs; `payload`: the payload's validation into a spec; `result`: the result document.
+  metric needs (`partials_by_column`, for the inline engine and Spark); `payload`: the payload's validation into a spec; `result`: the result document.
 - `engine`: the public functions (`aggregate_stream`, `aggregate_table`); `options`: the tuning
   (`EngineOptions`, passed in; its defaults are the shipped values).
 - `plan`: the columns read and the partial aggregation; `number_parsing`: strings to numbers.
@@ -74,6 +74,7 @@ from shared.aggregation.spec import (
     FORMATS,
     NUMERIC_OPS,
     OPS,
+    PARTIALS,
     AggregateResult,
     AggregateSpec,
     ByteStream,
@@ -82,6 +83,7 @@ from shared.aggregation.spec import (
     MetricSpec,
     Op,
     TooManyGroups,
+    partials_by_column,
 )
 
 __all__ = [
@@ -93,6 +95,7 @@ __all__ = [
     "NATIVE",
     "NUMERIC_OPS",
     "OPS",
+    "PARTIALS",
     "AggregateResult",
     "AggregateSpec",
     "ByteStream",
@@ -105,4 +108,5 @@ __all__ = [
     "aggregate_stream",
     "aggregate_table",
     "parse_aggregate_payload",
+    "partials_by_column",
 ]

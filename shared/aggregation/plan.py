@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from shared.aggregation.number_parsing import BadNumber
 from shared.aggregation.options import COMBINE_ROWS
-from shared.aggregation.spec import NUMERIC_OPS, AggregateSpec, MetricSpec, TooManyGroups
+from shared.aggregation.spec import NUMERIC_OPS, AggregateSpec, MetricSpec, TooManyGroups, partials_by_column
 
 # --- what to compute ---------------------------------------------------------------------------
 
@@ -33,16 +33,8 @@ class Plan:
 
     @classmethod
     def of(cls, spec: AggregateSpec) -> Plan:
-        values: list[str] = []
-        funcs: dict[str, list[str]] = {}
-        for metric in spec.metrics:
-            if metric.column is None:
-                continue
-            if metric.column not in values:
-                values.append(metric.column)
-                funcs[metric.column] = []
-            needs = {"count": ["count"], "sum": ["sum"], "mean": ["sum", "count"]}.get(metric.op, [metric.op])
-            funcs[metric.column].extend(f for f in needs if f not in funcs[metric.column])
+        funcs = partials_by_column(spec.metrics)
+        values = list(funcs)
         combine = {"sum": "sum", "count": "sum", "min": "min", "max": "max"}
         partial = tuple(
             (f"v{i}", func, combine[func]) for i, column in enumerate(values) for func in funcs[column]

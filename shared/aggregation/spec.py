@@ -3,6 +3,7 @@ input the engine reads (`ByteStream`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -41,6 +42,30 @@ class MetricSpec:
     op: Op
     column: str | None
     name: str
+
+
+PARTIALS: Final[Mapping[Op, tuple[str, ...]]] = {
+    "count": ("count",),
+    "sum": ("sum",),
+    "mean": ("sum", "count"),
+    "min": ("min",),
+    "max": ("max",),
+}
+"""The partial aggregates of its column a metric needs: each can be computed per block (or per
+Spark task) and combined (counts and sums add, min of mins, max of maxes); a mean is a sum over a
+count. A metric without a column counts rows, which every partial table holds."""
+
+
+def partials_by_column(metrics: Sequence[MetricSpec]) -> dict[str, list[str]]:
+    """The value columns the metrics read (in order of first use) and the partial aggregates each
+    needs (`PARTIALS`, in order of first need): the one rule of the inline engine and Spark."""
+    needs: dict[str, list[str]] = {}
+    for metric in metrics:
+        if metric.column is None:
+            continue
+        funcs = needs.setdefault(metric.column, [])
+        funcs.extend(f for f in PARTIALS[metric.op] if f not in funcs)
+    return needs
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,22 @@ def test_spec_from_payload_matches_the_inline_parser(payload: dict[str, Any]) ->
     assert job.spec_from_payload(payload) == parse_aggregate_payload(payload)
 
 
+def test_an_invalid_payload_fails_the_run_naming_its_problems() -> None:
+    with pytest.raises(job.JobFailure) as info:
+        job.spec_from_payload({"input": "c1c/x.csv", "format": "xml", "metrics": [{"op": "count"}]})
+    assert info.value.kind == "payload"
+    assert "payload.format: 'xml' is not one of csv, jsonl" in str(info.value)
+
+
+def test_the_partials_each_metric_needs_are_the_engines() -> None:
+    spec = parse_aggregate_payload(
+        {"input": "c1c/x.csv", "format": "csv",
+         "metrics": [{"op": "mean", "column": "a"}, {"op": "max", "column": "b"}, {"op": "count", "column": "c"}]}
+    )  # fmt: skip
+    names = [metric.name for metric in job.Partials.of(spec).derived.metrics]
+    assert names == ["\x00rows", "\x00n0", "\x00sum0", "\x00n1", "\x00max1", "\x00n2"]
+
+
 def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     dest = job.build_engine_zip(REPO_ROOT, tmp_path / "engine.zip")
     files = job.engine_files(REPO_ROOT)
