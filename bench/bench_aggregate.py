@@ -46,8 +46,12 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from devstack import datagen  # noqa: E402
-from shared.jobs.aggregate import parse_aggregate_payload  # noqa: E402
-from shared.jobs.aggregate_engine import DEFAULT_BLOCK_SIZE, aggregate_stream  # noqa: E402
+from shared.aggregation import (  # noqa: E402
+    DEFAULT_BLOCK_SIZE,
+    EngineOptions,
+    aggregate_stream,
+    parse_aggregate_payload,
+)
 
 OUT = REPO_ROOT / "bench" / "out" / "aggregate.json"
 NULLS = ("", "NA")
@@ -131,7 +135,7 @@ def naive(case: Case) -> tuple[int, Rows]:
 def engine(case: Case, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[int, Rows]:
     spec = parse_aggregate_payload(case.payload())
     with case.path.open("rb") as fh:
-        result = aggregate_stream(fh, spec, block_size=block_size)
+        result = aggregate_stream(fh, spec, options=EngineOptions(block_size=block_size))
     out = {row[case.key]: {k: row[k] for k in ("count", "mean", "sum", "max")} for row in result.rows}
     return result.input_rows, out
 
@@ -244,12 +248,11 @@ def speed(case: Case, repeat: int) -> dict[str, Any]:
 _CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import aggregate_stream
+from shared.aggregation import EngineOptions, aggregate_stream, parse_aggregate_payload
 spec = parse_aggregate_payload(json.loads({payload!r}))
 start = time.perf_counter()
 with open({path!r}, "rb") as fh:
-    result = aggregate_stream(fh, spec, block_size={block_size})
+    result = aggregate_stream(fh, spec, options=EngineOptions(block_size={block_size}))
 elapsed = time.perf_counter() - start
 try:  # this process's own high-water mark (ru_maxrss may include the parent's, from before exec)
     with open("/proc/self/status") as status:
@@ -290,7 +293,7 @@ def azurite_stream(case: Case) -> dict[str, Any]:
     from azure.storage.blob import BlobServiceClient
 
     from devstack.azurite import start_azurite
-    from shared.jobs.aggregate import open_blob_stream
+    from shared.blob_reader import open_blob_stream
 
     az = start_azurite()
     try:

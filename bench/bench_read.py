@@ -148,8 +148,8 @@ def engine_over_reader(case: Case, az: Azurite) -> float:
     """The job's work without the host: open_blob_stream + aggregate_table in this process."""
     from azure.storage.blob import BlobServiceClient
 
-    from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload
-    from shared.jobs.aggregate_engine import aggregate_table
+    from shared.aggregation import aggregate_table, parse_aggregate_payload
+    from shared.blob_reader import open_blob_stream
 
     spec = parse_aggregate_payload(case.payload())
     blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(
@@ -232,7 +232,8 @@ _CHILD = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 from azure.storage.blob import BlobServiceClient
-from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload, aggregate_table
+from shared.aggregation import aggregate_table, parse_aggregate_payload
+from shared.blob_reader import open_blob_stream
 spec = parse_aggregate_payload(json.loads({payload!r}))
 blob = BlobServiceClient.from_connection_string({conn!r}).get_blob_client(spec.container, spec.blob)
 with open_blob_stream(blob) as stream:

@@ -40,8 +40,8 @@ if str(REPO_ROOT) not in sys.path:
 from devstack import datagen  # noqa: E402
 from devstack.azurite import start_azurite  # noqa: E402
 from devstack.spark_cluster import SparkCluster, start_cluster  # noqa: E402
-from shared.jobs.aggregate import open_blob_stream, parse_aggregate_payload  # noqa: E402
-from shared.jobs.aggregate_engine import aggregate_stream  # noqa: E402
+from shared.aggregation import aggregate_stream, parse_aggregate_payload  # noqa: E402
+from shared.blob_reader import open_blob_stream  # noqa: E402
 from shared.jobs.aggregate_offload import build_request, offload, resume  # noqa: E402
 from shared.jobs.base import Completed, Continue, JobContext  # noqa: E402
 from shared.settings import Settings  # noqa: E402

@@ -535,3 +535,17 @@ def _account_url(client: Any) -> str:
     if not base.endswith(suffix):
         raise ValueError(f"cannot find the account URL in {base!r}")
     return base[: -len(suffix)]
+
+
+def open_blob_stream(blob: Any, chunk_size: int = CHUNK_BYTES, max_concurrency: int = DEPTH) -> BlobStream:
+    """Open a blob for streaming reads (one GET now); InputMissing if it or its container is absent.
+
+    `blob`: an SDK `BlobClient`, read with its account and credential (`reader_for`), or `Ranges`.
+    `max_concurrency` ranged GETs of `chunk_size` bytes run ahead of the reader: memory <=
+    (max_concurrency + 1 + LEND) * chunk_size (the aggregate engine parses its blocks in the
+    stream's buffers, `next_chunk` / `give_back`, LEND at most at once, without a copy).
+    """
+    ranges = (
+        blob if isinstance(blob, Ranges) else reader_for(blob).ranges(blob.container_name, blob.blob_name)
+    )
+    return BlobStream(ranges, chunk_size, max_concurrency)

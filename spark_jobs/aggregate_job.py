@@ -4,14 +4,14 @@
                      [--input-url URL --results-url URL] [--blob-endpoint URL] [--split-mb MB]
 
 Semantics are the inline engine's, by construction: every task runs the very same
-`shared.jobs.aggregate_engine.aggregate_stream` over its share of the input (header + whole
+`shared.aggregation.aggregate_stream` over its share of the input (header + whole
 lines), computing mergeable partials per group (rows, non-null count, sum, min, max); the
 partials are merged with `reduceByKey` and finished (mean = sum / count) on the driver, and the
 rows sorted by the group columns, nulls first, as the inline engine sorts them.
 
-Where the engine comes from: the cluster needs `shared/errors.py` and
-`shared/jobs/aggregate_engine.py` importable. `python -m spark_jobs.package out.zip` builds a
-small zip of exactly those (with an empty `shared/jobs/__init__`) to pass as pyFiles
+Where the engine comes from: the cluster needs the `shared/aggregation/` package importable,
+with the leaf modules of `shared` it and this job use (`engine_files`). `python -m
+spark_jobs.package out.zip` builds a small zip of exactly those to pass as pyFiles
 (SPARK_PY_FILES). When this file runs from a checkout of the repository (the local cluster),
 the driver builds that zip itself and ships it to the executors with `addPyFile`.
 
@@ -49,13 +49,15 @@ from pathlib import Path
 from typing import Any
 
 CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-ENGINE_FILES = (
+ENGINE_PACKAGE = "shared/aggregation"
+"""Shipped whole: the engine, and what this job uses of the inline app besides the modules below."""
+ENGINE_LEAVES = (
     "shared/__init__.py",
     "shared/errors.py",
+    "shared/containers.py",
     "shared/blob_reader.py",
-    "shared/jobs/aggregate_result.py",
-    "shared/jobs/aggregate_engine.py",
 )
+"""The modules of `shared` outside the package that it and this job import (none imports more)."""
 DEFAULT_SPLIT_MB = 32
 OVERHANG = 64 * 1024
 """Bytes read past a split's end at first to finish its last line (more if that is not enough)."""
@@ -77,25 +79,30 @@ class JobFailure(Exception):
 # --- shipping the engine -----------------------------------------------------------------------
 
 
+def engine_files(repo_root: Path) -> list[str]:
+    """The files of the engine zip: `ENGINE_LEAVES` and every module of `ENGINE_PACKAGE`."""
+    package = sorted(p.relative_to(repo_root).as_posix() for p in (repo_root / ENGINE_PACKAGE).glob("*.py"))
+    return [*ENGINE_LEAVES, *package]
+
+
 def build_engine_zip(repo_root: Path, dest: Path) -> Path:
-    """A zip with the engine and its one dependency, importable as `shared.jobs.aggregate_engine`."""
+    """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`."""
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in ENGINE_FILES:
+        for name in engine_files(repo_root):
             zf.write(repo_root / name, name)
-        zf.writestr("shared/jobs/__init__.py", '"""Only the aggregate engine (shipped to Spark)."""\n')
     return dest
 
 
 def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
     """Make the engine importable here and, through `add_py_file`, on the executors."""
     try:
-        import shared.jobs.aggregate_engine  # noqa: F401
+        import shared.aggregation  # noqa: F401
     except ImportError:
         pass
     else:
         return
     repo_root = Path(__file__).resolve().parent.parent
-    if not (repo_root / ENGINE_FILES[-1]).exists():
+    if not (repo_root / ENGINE_PACKAGE / "__init__.py").exists():
         raise JobFailure(
             "the aggregate engine is not importable: pass the zip from `python -m spark_jobs.package` "
             "as pyFiles (SPARK_PY_FILES)"
@@ -111,33 +118,14 @@ def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
 
 
 def spec_from_payload(payload: Mapping[str, Any]) -> Any:
-    """The engine's AggregateSpec for an (already validated) payload; JobFailure if malformed.
-
-    Mirrors `shared.jobs.aggregate.parse_aggregate_payload` for valid payloads (tests check it);
-    the function validates before it submits, so only its shape is checked here.
-    """
-    from shared.jobs.aggregate_engine import DEFAULT_NULL_VALUES, AggregateSpec, MetricSpec
+    """The engine's AggregateSpec for a payload, parsed as the function parsed it before it
+    submitted the run (`shared.aggregation.parse_aggregate_payload`); JobFailure if invalid."""
+    from shared.aggregation import parse_aggregate_payload
+    from shared.errors import PayloadError
 
     try:
-        container, _, blob = str(payload["input"]).partition("/")
-        metrics = []
-        for item in payload["metrics"]:
-            column = item.get("column")
-            default = "count" if column is None else f"{item['op']}_{column}"
-            metrics.append(MetricSpec(op=item["op"], column=column, name=item.get("as") or default))
-        fmt = payload["format"]
-        if fmt not in ("csv", "jsonl") or not container or not blob or not metrics:
-            raise ValueError("format, input or metrics")
-        return AggregateSpec(
-            container=container,
-            blob=blob,
-            format=fmt,
-            group_by=tuple(payload.get("group_by") or ()),
-            metrics=tuple(metrics),
-            engine=payload.get("engine", "auto"),
-            null_values=tuple(payload.get("null_values", DEFAULT_NULL_VALUES)),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return parse_aggregate_payload(payload)
+    except PayloadError as exc:
         raise JobFailure(f"the payload is not a valid aggregate payload ({exc})", "payload") from None
 
 
@@ -154,19 +142,14 @@ class Partials:
 
     @classmethod
     def of(cls, spec: Any) -> Partials:
+        """The derived spec: per value column its non-null count, and the sum, min and max the
+        job's metrics need (`shared.aggregation.partials_by_column`, the inline engine's rule)."""
         from dataclasses import replace
 
-        from shared.jobs.aggregate_engine import MetricSpec
+        from shared.aggregation import MetricSpec, partials_by_column
 
-        columns: list[str] = []
-        needs: dict[str, set[str]] = {}
-        for metric in spec.metrics:
-            if metric.column is None:
-                continue
-            if metric.column not in needs:
-                columns.append(metric.column)
-                needs[metric.column] = set()
-            needs[metric.column].update({"mean": {"sum"}, "count": set()}.get(metric.op, {metric.op}))
+        needs = partials_by_column(spec.metrics)
+        columns = list(needs)
         derived = [MetricSpec("count", None, PREFIX + "rows")]
         for i, column in enumerate(columns):
             derived.append(MetricSpec("count", column, f"{PREFIX}n{i}"))
@@ -257,8 +240,8 @@ def run_split(partials: Partials, index: int, data: bytes, header: bytes) -> Tas
     """Aggregate one split's whole lines (`header` first for CSV) with the inline engine."""
     import io
 
+    from shared.aggregation import aggregate_stream
     from shared.errors import InputDataError
-    from shared.jobs.aggregate_engine import aggregate_stream
 
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     result = TaskResult(index=index, lines=lines)
@@ -506,8 +489,8 @@ def decode_payload(text: str) -> dict[str, Any]:
 
 
 def result_bytes(job_id: str, rows: list[dict[str, Any]], input_rows: int, elapsed_s: float) -> bytes:
-    """The document of `shared.jobs.aggregate_result`, engine 'spark'."""
-    from shared.jobs import aggregate_result
+    """The document of `shared.aggregation.result`, engine 'spark'."""
+    from shared.aggregation import result as aggregate_result
 
     return aggregate_result.dumps(
         aggregate_result.result_document(job_id, rows, input_rows, "spark", elapsed_s)
@@ -519,7 +502,7 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     payload = decode_payload(args.payload_b64)
     spec = spec_from_payload(payload)
     partials = Partials.of(spec)
-    from shared.jobs.aggregate_result import result_blob
+    from shared.aggregation.result import result_blob
 
     name = result_blob(args.job_id)
     if results.read(name) is not None:
@@ -674,7 +657,7 @@ def _report(results: Any, args: argparse.Namespace, failure: JobFailure) -> None
     if results is None:
         return
     try:
-        from shared.jobs.aggregate_result import error_blob, error_document
+        from shared.aggregation.result import error_blob, error_document
 
         doc = error_document(args.job_id, args.submission, failure.kind, str(failure))
         results.put(error_blob(args.job_id, args.submission), json.dumps(doc).encode())

@@ -1,6 +1,6 @@
 """The aggregate kind on Spark: what is submitted (spark_jobs/aggregate_job.py and its arguments)
 and how its outcome is read back (the result document and error report of
-`shared.jobs.aggregate_result`). The tracking itself is `shared.jobs.spark_offload`.
+`shared.aggregation.result`). The tracking itself is `shared.jobs.spark_offload`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, ContainerClient
 
 from shared import jsontext
+from shared.aggregation import result as aggregate_result
 from shared.errors import InputRefused, StorageThrottled
-from shared.jobs import aggregate_result
 from shared.jobs import spark_offload as tracking
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.spark_storage import job_storage

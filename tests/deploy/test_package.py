@@ -283,8 +283,8 @@ INDEX_SNIPPET = textwrap.dedent(
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import function_app
-    from shared.jobs import aggregate_engine
-    assert aggregate_engine.NATIVE, "the C scanner was not built by the requirements install"
+    from shared import aggregation
+    assert aggregation.NATIVE, "the C scanner was not built by the requirements install"
     functions = function_app.app.get_functions()
     out = []
     for fn in functions:

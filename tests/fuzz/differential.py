@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-import shared.jobs.aggregate_engine as engine
+from shared.aggregation import EngineOptions, engine, parse_aggregate_payload
+from shared.aggregation import native as bridge
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
 
 BLOCK_SIZES = (16, 37, 64, 256, 4096, 1 << 20)
 COLUMNS = ("k", "v", "w", "\ufeffk", "k\u00e9")
@@ -210,15 +210,13 @@ def outcome(case: Case, native: bool, block_size: int) -> Any:
         spec = parse_aggregate_payload(case.payload)
     except Exception as exc:  # a query the generator made invalid (e.g. a repeated metric name)
         return ("payload", str(exc))
-    saved = engine.NATIVE
-    engine.NATIVE = native
     try:
         stream = io.BytesIO(case.data) if block_size in SEEKABLE_SIZES else OneWay(case.data)
-        result = engine.aggregate_stream(stream, spec, block_size=block_size)
+        result = engine.aggregate_stream(
+            stream, spec, options=EngineOptions(block_size=block_size, native=native)
+        )
     except InputDataError as exc:
         return ("error", str(exc))
-    finally:
-        engine.NATIVE = saved
     return (result.input_rows, [_comparable(row) for row in result.rows])
 
 
@@ -251,7 +249,7 @@ def run(
     """Check `cases` random cases (or as many as fit in `seconds`) from `seed`."""
     rng = random.Random(seed)
     report = Report()
-    native = engine._kernel is not None
+    native = bridge.kernel is not None
     deadline = None if seconds is None else time.monotonic() + seconds
     while (cases is None or report.cases < cases) and (deadline is None or time.monotonic() < deadline):
         problem = check(make_case(rng, csv_utf8_only, formats), native)
@@ -266,17 +264,17 @@ def hand_blocks_in_exact_buffers() -> None:
     a larger buffer, where a read past its end goes unseen): under ASan, with PYTHONMALLOC=malloc,
     any read past a block is reported."""
     for name in ("csv_reduce", "jsonl_reduce"):
-        reduce = getattr(engine._NativeArgs, name)
+        reduce = getattr(bridge.NativeArgs, name)
 
-        def exact(self: engine._NativeArgs, block: pa.Buffer, reduce: Any = reduce) -> Any:
+        def exact(self: bridge.NativeArgs, block: pa.Buffer, reduce: Any = reduce) -> Any:
             return reduce(self, pa.py_buffer(np.frombuffer(block, np.uint8).copy()))
 
-        setattr(engine._NativeArgs, name, exact)
+        setattr(bridge.NativeArgs, name, exact)
 
 
 def _kernel_file() -> str:
     """Where the scanner was loaded from (`make fuzz` must load the sanitized build)."""
-    return "NOT BUILT" if engine._kernel is None else f"from {engine._kernel.__file__}"
+    return "NOT BUILT" if bridge.kernel is None else f"from {bridge.kernel.__file__}"
 
 
 def main(argv: list[str] | None = None) -> int:

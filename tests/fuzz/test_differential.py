@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-import shared.jobs.aggregate_engine as engine
+from shared.aggregation import engine
+from shared.aggregation.options import DEFAULT_OPTIONS, EngineOptions
 from tests.conftest import tier_cases
 from tests.fuzz import differential
 
@@ -31,9 +32,9 @@ def test_a_block_size_that_answers_otherwise_is_counted_once_per_case(
 ) -> None:
     real = engine.aggregate_stream
 
-    def off_at_37(stream: Any, spec: Any, block_size: int = engine.DEFAULT_BLOCK_SIZE) -> Any:
-        result = real(stream, spec, block_size=block_size)
-        return replace(result, input_rows=result.input_rows + 1) if block_size == 37 else result
+    def off_at_37(stream: Any, spec: Any, *, options: EngineOptions = DEFAULT_OPTIONS) -> Any:
+        result = real(stream, spec, options=options)
+        return replace(result, input_rows=result.input_rows + 1) if options.block_size == 37 else result
 
     monkeypatch.setattr(engine, "aggregate_stream", off_at_37)
     report = differential.run(seed=1, cases=20, formats=("csv", "jsonl"))

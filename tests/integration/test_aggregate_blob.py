@@ -16,8 +16,10 @@ from azure.storage.blob import BlobServiceClient
 
 from devstack import datagen
 from devstack.azurite import Azurite
+from shared.aggregation import EngineOptions, aggregate_stream, parse_aggregate_payload
+from shared.blob_reader import open_blob_stream
 from shared.errors import InputDataError, InputMissing
-from shared.jobs.aggregate import HANDLER, aggregate_stream, open_blob_stream, parse_aggregate_payload
+from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import Completed, JobContext
 from shared.settings import Settings
 from shared.storage import StorageClients, connect
@@ -177,7 +179,7 @@ def test_bad_values_in_a_large_blob_name_the_exact_line(env: Env) -> None:
         pytest.raises(InputDataError, match=f"^{expected}$"),
         open_blob_stream(blob, chunk_size=100_000) as stream,
     ):
-        aggregate_stream(stream, spec, block_size=256 * 1024)
+        aggregate_stream(stream, spec, options=EngineOptions(block_size=256 * 1024))
     spec = parse_aggregate_payload({**payload, "metrics": [{"op": "count"}]})
     ragged = f"CSV input is not valid on line {line}: Expected 14 columns, got 3: a,b,c"
     blob = env.storage.blob.get_blob_client(env.data, "ragged.csv")
@@ -185,7 +187,7 @@ def test_bad_values_in_a_large_blob_name_the_exact_line(env: Env) -> None:
         pytest.raises(InputDataError, match=f"^{ragged}$"),
         open_blob_stream(blob, chunk_size=100_000) as stream,
     ):
-        aggregate_stream(stream, spec, block_size=256 * 1024)
+        aggregate_stream(stream, spec, options=EngineOptions(block_size=256 * 1024))
 
 
 def test_empty_blob_and_multi_chunk_stream(env: Env) -> None:

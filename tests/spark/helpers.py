@@ -14,8 +14,7 @@ from typing import Any
 from azure.core.exceptions import ResourceExistsError
 
 from devstack.azurite import Azurite
-from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import aggregate_stream
+from shared.aggregation import aggregate_stream, parse_aggregate_payload
 from shared.jobs.aggregate_offload import resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.settings import Settings

@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from devstack import datagen
+from shared.aggregation import aggregate_stream, parse_aggregate_payload
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import aggregate_stream
 from spark_jobs import aggregate_job as job
 from tests.spark.helpers import assert_rows_equal
 
@@ -214,12 +213,30 @@ def test_spec_from_payload_matches_the_inline_parser(payload: dict[str, Any]) ->
     assert job.spec_from_payload(payload) == parse_aggregate_payload(payload)
 
 
+def test_an_invalid_payload_fails_the_run_naming_its_problems() -> None:
+    with pytest.raises(job.JobFailure) as info:
+        job.spec_from_payload({"input": "c1c/x.csv", "format": "xml", "metrics": [{"op": "count"}]})
+    assert info.value.kind == "payload"
+    assert "payload.format: 'xml' is not one of csv, jsonl" in str(info.value)
+
+
+def test_the_partials_each_metric_needs_are_the_engines() -> None:
+    spec = parse_aggregate_payload(
+        {"input": "c1c/x.csv", "format": "csv",
+         "metrics": [{"op": "mean", "column": "a"}, {"op": "max", "column": "b"}, {"op": "count", "column": "c"}]}
+    )  # fmt: skip
+    names = [metric.name for metric in job.Partials.of(spec).derived.metrics]
+    assert names == ["\x00rows", "\x00n0", "\x00sum0", "\x00n1", "\x00max1", "\x00n2"]
+
+
 def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     dest = job.build_engine_zip(REPO_ROOT, tmp_path / "engine.zip")
-    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted([*job.ENGINE_FILES, "shared/jobs/__init__.py"])
+    files = job.engine_files(REPO_ROOT)
+    assert "shared/aggregation/engine.py" in files
+    assert sorted(zipfile.ZipFile(dest).namelist()) == sorted(files)
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import shared.jobs.aggregate_engine as e; "
-        "import shared.jobs.aggregate_result as r; assert r.__file__.startswith(sys.argv[1]); "
+        "import sys; sys.path.insert(0, sys.argv[1]); import shared.aggregation.engine as e; "
+        "import shared.aggregation.result as r; assert r.__file__.startswith(sys.argv[1]); "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
     )
     out = subprocess.run(
@@ -238,12 +255,11 @@ def test_tiny_splits_equal_inline() -> None:
 
 
 def test_the_job_and_the_function_write_the_same_document() -> None:
-    """One definition (shared.jobs.aggregate_result) for the PySpark job and the inline engine."""
+    """One definition (shared.aggregation.result) for the PySpark job and the inline engine."""
     import pyarrow as pa
 
-    from shared.jobs.aggregate import result_json
+    from shared.aggregation.result import TAIL, result_blob, result_json
     from shared.jobs.aggregate_offload import completed
-    from shared.jobs.aggregate_result import TAIL, result_blob
 
     rows = [{"k": "é", "count": 2, "sum_v": 1.5}, {"k": None, "count": 1, "sum_v": None}]
     from_job = job.result_bytes("job-1", rows, 3, 0.1234)

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
+from shared.aggregation.result import error_blob
 from shared.errors import DownstreamUnavailable, InputDataError, NotAvailable, PermanentError
 from shared.jobs.aggregate_offload import build_request, offload, resume
-from shared.jobs.aggregate_result import error_blob
 from shared.jobs.base import Completed, Continue
 from shared.settings import Settings
 from shared.spark.backends import backend_for

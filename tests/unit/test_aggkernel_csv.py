@@ -18,10 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shared.jobs.aggregate_engine as engine
 from devstack.datagen import wide_csv_lines, wide_jsonl_lines
+from shared.aggregation import EngineOptions, aggregate_stream, csv_path, jsonl_path, parse_aggregate_payload
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
 
 METRICS = [
     {"op": "count"},
@@ -46,14 +45,12 @@ def outcome(
     spec = parse_aggregate_payload(
         {"input": "data/in", "format": "csv", "group_by": group_by, "metrics": metrics or METRICS, **extra}
     )
-    saved = engine.NATIVE
-    engine.NATIVE = native
     try:
-        result = engine.aggregate_stream(io.BytesIO(data), spec, block_size=block_size)
+        result = aggregate_stream(
+            io.BytesIO(data), spec, options=EngineOptions(block_size=block_size, native=native)
+        )
     except InputDataError as exc:
         return ("error", str(exc))
-    finally:
-        engine.NATIVE = saved
     return (result.input_rows, result.rows)
 
 
@@ -275,9 +272,9 @@ def test_the_engine_hands_clean_blocks_to_the_scanner_alone(
     def python_path(*args: Any) -> Any:
         raise AssertionError("a clean block went to the Python path")
 
-    monkeypatch.setattr(engine._CsvParser, "_read", python_path)
-    monkeypatch.setattr(engine._JsonParser, "_fast", python_path)
-    monkeypatch.setattr(engine, "_exact_frame", python_path)
+    monkeypatch.setattr(csv_path.CsvParser, "_read", python_path)
+    monkeypatch.setattr(jsonl_path.JsonParser, "_fast", python_path)
+    monkeypatch.setattr(jsonl_path, "exact_frame", python_path)
     lines = wide_csv_lines(20_000) if fmt == "csv" else wide_jsonl_lines(20_000)
     data = "".join(lines).encode()
     spec = parse_aggregate_payload(
@@ -292,6 +289,6 @@ def test_the_engine_hands_clean_blocks_to_the_scanner_alone(
             ],
         }
     )
-    result = engine.aggregate_stream(io.BytesIO(data), spec, block_size=64 * 1024)
+    result = aggregate_stream(io.BytesIO(data), spec, options=EngineOptions(block_size=64 * 1024))
     assert result.input_rows == 20_000
     assert sum(row["count"] for row in result.rows) == 20_000

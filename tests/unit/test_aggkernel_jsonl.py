@@ -17,8 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.aggregation import AggregateSpec, MetricSpec
+from shared.aggregation.jsonl_exact import exact_frame
+from shared.aggregation.plan import Accumulator, Plan
 from shared.errors import InputDataError
-from shared.jobs.aggregate_engine import AggregateSpec, MetricSpec, _Accumulator, _exact_frame, _Plan
 
 aggkernel = pytest.importorskip("aggkernel")
 
@@ -29,7 +31,7 @@ METRICS = (("count", None), ("sum", "x"), ("mean", "x"), ("min", "x"), ("max", "
 
 def plan_of(
     group_by: tuple[str, ...], metrics: tuple[tuple[str, str | None], ...], nulls: tuple[str, ...]
-) -> _Plan:
+) -> Plan:
     spec = AggregateSpec(
         container="c",
         blob="b.jsonl",
@@ -38,10 +40,10 @@ def plan_of(
         metrics=tuple(MetricSpec(op, column, f"m{i}") for i, (op, column) in enumerate(metrics)),  # type: ignore[arg-type]
         null_values=nulls,
     )
-    return _Plan.of(spec)
+    return Plan.of(spec)
 
 
-def kernel(plan: _Plan, block: bytes, nulls: tuple[str, ...]) -> Any:
+def kernel(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> Any:
     columns = plan.columns
     return aggkernel.jsonl_reduce(
         block,
@@ -54,7 +56,7 @@ def kernel(plan: _Plan, block: bytes, nulls: tuple[str, ...]) -> Any:
 
 
 def decode(
-    plan: _Plan, out: Any
+    plan: Plan, out: Any
 ) -> tuple[int, frozenset[str], dict[tuple[str | None, ...], tuple[int, list]]]:
     """(rows, columns seen, {key: (rows, [(count, sum, min, max) per value column])})."""
     rows, ngroups, count_all, keys, values, seen = out
@@ -92,9 +94,9 @@ def decode(
     return rows, names, groups
 
 
-def reference(plan: _Plan, block: bytes, nulls: tuple[str, ...]) -> tuple[int, frozenset[str], dict]:
-    frame, seen = _exact_frame(plan, block, 1, frozenset(nulls))
-    partial = _Accumulator(plan).reduce(frame)
+def reference(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> tuple[int, frozenset[str], dict]:
+    frame, seen = exact_frame(plan, block, 1, frozenset(nulls))
+    partial = Accumulator(plan).reduce(frame)
     groups = {}
     for row in partial.to_pylist():
         if row["count_all"]:  # no group columns: one row even for no records

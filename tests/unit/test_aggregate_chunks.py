@@ -7,24 +7,33 @@ from __future__ import annotations
 import io
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-import shared.jobs.aggregate_engine as engine
 from devstack import datagen
+from shared.aggregation import (
+    AggregateSpec,
+    EngineOptions,
+    aggregate_stream,
+    options,
+    parse_aggregate_payload,
+)
 from shared.errors import InputDataError
-from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import AggregateSpec, aggregate_stream
 from tests.conftest import FAST_TIER
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])
 def scanner(request: pytest.FixtureRequest) -> Iterator[None]:
-    saved = engine.NATIVE
-    engine.NATIVE = request.param == "scanner"
+    global TUNING
+    TUNING = EngineOptions(native=request.param == "scanner")
     yield
-    engine.NATIVE = saved
+    TUNING = EngineOptions()
+
+
+TUNING = EngineOptions()
+"""The engine's options in the running test: the scanner on or off (the `scanner` fixture)."""
 
 
 class ChunkStream(io.RawIOBase):
@@ -91,7 +100,7 @@ def spec(fmt: str, group_by: list[str], metrics: list[dict[str, str]] | None = N
 
 def outcome(stream: Any, s: AggregateSpec, block_size: int) -> Any:
     try:
-        result = aggregate_stream(stream, s, block_size=block_size)
+        result = aggregate_stream(stream, s, options=replace(TUNING, block_size=block_size))
     except InputDataError as exc:
         return ("error", str(exc))
     rows = [{k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in r.items()} for r in result.rows]
@@ -159,16 +168,16 @@ def test_errors_name_the_same_line() -> None:
     same_as_plain(jsonl.encode(), spec("jsonl", ["k"]), chunks=(10, 333), blocks=(64, 4096))
 
 
-def test_a_record_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1000)
+def test_a_record_over_the_limit_is_refused() -> None:
     data = b"k,v\n" + b"a" * 5000 + b",1\n"
+    tuning = replace(TUNING, block_size=100, max_record_bytes=1000)
     with pytest.raises(InputDataError, match="a CSV record at byte 4 is longer than"):
-        aggregate_stream(ChunkStream(data, 100), spec("csv", ["k"]), block_size=100)
+        aggregate_stream(ChunkStream(data, 100), spec("csv", ["k"]), options=tuning)
 
 
 def test_buffers_out_at_once_stay_bounded() -> None:
     data = tricky_csv(20_000, 9)
     stream = ChunkStream(data, 4096)
-    aggregate_stream(stream, spec("csv", ["k"]), block_size=2048)
+    aggregate_stream(stream, spec("csv", ["k"]), options=replace(TUNING, block_size=2048))
     assert not stream.out
-    assert stream.most_out <= engine.PARSE_WORKERS + engine.IN_FLIGHT_EXTRA + 2
+    assert stream.most_out <= options.PARSE_WORKERS + options.IN_FLIGHT_EXTRA + 2

@@ -12,16 +12,27 @@ import math
 import random
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shared.jobs.aggregate_engine as engine
+from shared.aggregation import (
+    AggregateResult,
+    AggregateSpec,
+    EngineOptions,
+    aggregate_stream,
+    csv_check,
+    csv_path,
+    jsonl_path,
+    options,
+    parse_aggregate_payload,
+)
 from shared.errors import InputDataError, PermanentError
-from shared.jobs.aggregate import parse_aggregate_payload
-from shared.jobs.aggregate_engine import AggregateSpec, aggregate_stream
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])
@@ -31,10 +42,19 @@ def scanner(request: pytest.FixtureRequest) -> Iterator[None]:
     path's own choices (`pyarrow_path`) run on the Python path only."""
     if request.param == "scanner" and request.node.get_closest_marker("pyarrow_path"):
         pytest.skip("about the pyarrow path's own choices")
-    saved = engine.NATIVE
-    engine.NATIVE = request.param == "scanner"
+    global TUNING
+    TUNING = EngineOptions(native=request.param == "scanner")
     yield
-    engine.NATIVE = saved
+    TUNING = EngineOptions()
+
+
+TUNING = EngineOptions()
+"""The engine's options in the running test: the scanner on or off (the `scanner` fixture)."""
+
+
+def tuned(**changes: Any) -> EngineOptions:
+    """The running test's options, with `changes`."""
+    return replace(TUNING, **changes)
 
 
 # --- an independent computation ----------------------------------------------------------------
@@ -109,13 +129,14 @@ def run(
     group_by: Sequence[str] = (),
     metrics: Sequence[dict[str, str]] = ({"op": "count"},),
     fmt: str = "csv",
-    block_size: int = engine.DEFAULT_BLOCK_SIZE,
+    block_size: int = options.DEFAULT_BLOCK_SIZE,
+    tuning: dict[str, Any] | None = None,
     **extra: Any,
-) -> engine.AggregateResult:
+) -> AggregateResult:
+    """The engine's result; `tuning`: options changed (`EngineOptions` fields), `extra`: payload keys."""
     raw = data.encode() if isinstance(data, str) else data
-    return aggregate_stream(
-        io.BytesIO(raw), make_spec(group_by, metrics, fmt, **extra), block_size=block_size
-    )
+    spec = make_spec(group_by, metrics, fmt, **extra)
+    return aggregate_stream(io.BytesIO(raw), spec, options=tuned(block_size=block_size, **(tuning or {})))
 
 
 def make_spec(
@@ -164,13 +185,12 @@ def test_csv_matches_independent_computation(group_by: tuple[str, ...], block_si
     assert_same(result.rows, reference(records, group_by, ALL_METRICS))
 
 
-def test_many_groups_are_combined_across_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "COMBINE_ROWS", 10)
+def test_many_groups_are_combined_across_blocks() -> None:
     rnd = random.Random(3)
     lines = ["k,v"] + [f"k{rnd.randrange(300)},{rnd.randint(0, 9)}" for _ in range(5000)]
     text = "\n".join(lines) + "\n"
     metrics = [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "max", "column": "v"}]
-    result = run(text, ["k"], metrics, block_size=512)
+    result = run(text, ["k"], metrics, block_size=512, tuning={"combine_rows": 10})
     assert_same(result.rows, reference(csv_records(text), ["k"], metrics))
     assert result.groups == 300
 
@@ -335,10 +355,10 @@ def test_inputs_read_at_the_same_time_do_not_share_buffers() -> None:
 
 def test_quote_counting_with_and_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     data = bytearray(generated_csv(20_000, seed=7).encode())  # over 256 KiB: several steps
-    native = engine._quote_counter()
-    with_numpy = engine._quote_counter(native=False)
+    native = csv_path._quote_counter()
+    with_numpy = csv_path._quote_counter(native=False)
     monkeypatch.setitem(sys.modules, "numpy", None)  # import fails, as on a cluster without it
-    without = engine._quote_counter(native=False)
+    without = csv_path._quote_counter(native=False)
     for start, end in [(0, len(data)), (3, 300_001), (10, 10), (len(data) - 5, len(data)), (7, 22)]:
         expected = data.count(b'"', start, end)
         assert (
@@ -352,22 +372,19 @@ def test_a_record_larger_than_the_block_grows_the_buffer() -> None:
     assert [r["sum_v"] for r in result.rows] == [1.0, 2.0]
 
 
-def test_a_record_larger_than_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+def test_a_record_larger_than_the_limit_is_refused() -> None:
     with pytest.raises(InputDataError, match="longer than"):
-        run("k,v\n" + "a" * 5000 + ",1\n", ["k"], block_size=100)
+        run("k,v\n" + "a" * 5000 + ",1\n", ["k"], block_size=100, tuning={"max_record_bytes": 1024})
 
 
 @pytest.mark.parametrize("limit", [1024, None])  # None: the shipped MAX_RECORD_BYTES (64 MiB)
-def test_a_json_line_larger_than_the_limit_is_refused(
-    monkeypatch: pytest.MonkeyPatch, limit: int | None
-) -> None:
-    if limit is not None:
-        monkeypatch.setattr(engine, "MAX_RECORD_BYTES", limit)
-    size = engine.MAX_RECORD_BYTES * (4 if limit else 1) + 10  # the buffer doubles up to the limit
+def test_a_json_line_larger_than_the_limit_is_refused(limit: int | None) -> None:
+    bound = limit or options.MAX_RECORD_BYTES
+    size = bound * (4 if limit else 1) + 10  # the buffer doubles up to the limit
     text = b'{"k": "a"}\n{"k": "' + b"x" * size + b'"}\n'
+    block_size = 100 if limit else options.DEFAULT_BLOCK_SIZE
     with pytest.raises(InputDataError, match=r"^a JSON line at byte 11 is longer than \d+ MiB"):
-        run(text, ["k"], fmt="jsonl", block_size=100 if limit else engine.DEFAULT_BLOCK_SIZE)
+        run(text, ["k"], fmt="jsonl", block_size=block_size, tuning={"max_record_bytes": bound})
 
 
 # --- bad input ---------------------------------------------------------------------------------
@@ -396,7 +413,7 @@ def bad_number_text() -> str:
 def test_non_number_names_column_value_and_line(block_size: int) -> None:
     spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
     with pytest.raises(InputDataError) as info:
-        aggregate_stream(io.BytesIO(bad_number_text().encode()), spec, block_size=block_size)
+        aggregate_stream(io.BytesIO(bad_number_text().encode()), spec, options=tuned(block_size=block_size))
     assert str(info.value) == "column 'v' has a value that is not a number on line 3505: '12x'"
     assert isinstance(info.value, PermanentError) and info.value.reason_code == "bad_input_data"
 
@@ -411,29 +428,25 @@ def test_line_numbers_without_seeking_are_those_with_seeking() -> None:
     for block_size in (1 << 20, 1000, 64):
         for stream in (io.BytesIO(bad_number_text().encode()), OneWayStream(bad_number_text().encode())):
             with pytest.raises(InputDataError) as info:
-                aggregate_stream(stream, spec, block_size=block_size)
+                aggregate_stream(stream, spec, options=tuned(block_size=block_size))
             assert "on line 3505: '12x'" in str(info.value)  # blank lines and \r\n counted as read
 
 
 @pytest.mark.parametrize("block_size", [64, 1000, 4096])
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_the_first_bad_record_is_reported_whatever_finishes_first(
-    block_size: int, workers: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_first_bad_record_is_reported_whatever_finishes_first(block_size: int, workers: int) -> None:
     """The two bad records are in different blocks, parsed at once: they may fail in any order."""
-    monkeypatch.setattr(engine, "PARSE_WORKERS", workers)
     text = "k,v\n" + "a,1\n" * 2000 + "b,x1\n" + "a,2\n" * 2000 + "c,3,4\n" + "a,3\n" * 100
+    spec = make_spec(["k"], [{"op": "sum", "column": "v"}])
     for stream in (io.BytesIO(text.encode()), OneWayStream(text.encode())):
         with pytest.raises(InputDataError) as info:
-            aggregate_stream(stream, make_spec(["k"], [{"op": "sum", "column": "v"}]), block_size=block_size)
+            aggregate_stream(stream, spec, options=tuned(block_size=block_size, parse_workers=workers))
         assert str(info.value) == "column 'v' has a value that is not a number on line 2002: 'x1'"
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
-def test_the_record_bound_does_not_depend_on_the_block_size(
-    fmt: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+def test_the_record_bound_does_not_depend_on_the_block_size(fmt: str) -> None:
+    bound = {"max_record_bytes": 1024}
 
     def record(size: int) -> str:
         if fmt == "csv":
@@ -442,16 +455,15 @@ def test_the_record_bound_does_not_depend_on_the_block_size(
 
     head = "k,v\n" if fmt == "csv" else ""
     for block_size in (16, 37, 100, 1000):
-        assert run(head + record(1024), ["k"], fmt=fmt, block_size=block_size).input_rows == 1
+        assert run(head + record(1024), ["k"], fmt=fmt, block_size=block_size, tuning=bound).input_rows == 1
         with pytest.raises(InputDataError, match="longer than"):
-            run(head + record(1025), ["k"], fmt=fmt, block_size=block_size)
+            run(head + record(1025), ["k"], fmt=fmt, block_size=block_size, tuning=bound)
 
 
-def test_a_bad_record_before_an_oversized_one_is_reported_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "MAX_RECORD_BYTES", 1024)
+def test_a_bad_record_before_an_oversized_one_is_reported_first() -> None:
     text = "k,v\n" + "a,1\n" * 50 + "b,x1\n" + "a,2\n" * 50 + "c" * 5000 + ",1\n"
     with pytest.raises(InputDataError, match="not a number on line 52: 'x1'"):
-        run(text, ["k"], [{"op": "sum", "column": "v"}], block_size=100)
+        run(text, ["k"], [{"op": "sum", "column": "v"}], block_size=100, tuning={"max_record_bytes": 1024})
 
 
 @pytest.mark.parametrize("block_size", [64, 1000, 1 << 20])
@@ -466,13 +478,16 @@ def test_invalid_utf8_in_a_group_key_names_its_line(block_size: int) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_results_do_not_depend_on_the_number_of_parsing_threads(
-    workers: int, monkeypatch: pytest.MonkeyPatch
+    workers: int,
 ) -> None:
-    monkeypatch.setattr(engine, "PARSE_WORKERS", workers)
     data = generated_csv(3000, seed=workers)
     expected = reference(csv_records(data), ["region", "product"], ALL_METRICS)
+    threads = {"parse_workers": workers}
     for block_size in (300, 4096, 1 << 20):
-        assert_same(run(data, ["region", "product"], ALL_METRICS, block_size=block_size).rows, expected)
+        assert_same(
+            run(data, ["region", "product"], ALL_METRICS, block_size=block_size, tuning=threads).rows,
+            expected,
+        )
 
 
 def test_missing_columns_are_named() -> None:
@@ -595,21 +610,22 @@ def test_jsonl_crlf_and_no_final_newline() -> None:
 
 
 @pytest.fixture
-def exact_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every JSON-lines block parsed by the exact path."""
-    monkeypatch.setattr(engine._JsonParser, "_fast", lambda self, block, lines: None)
+def exact_only() -> None:
+    """Every JSON-lines block the scanner does not answer parsed by the exact path."""
+    global TUNING
+    TUNING = replace(TUNING, jsonl_pyarrow=False)
 
 
 def count_exact_blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Records the first line of every block the exact path parses."""
     calls: list[int] = []
-    exact = engine._exact_frame
+    exact = jsonl_path.exact_frame
 
     def spy(plan: Any, block: bytes, first_line: int, nulls: frozenset[str]) -> Any:
         calls.append(first_line)
         return exact(plan, block, first_line, nulls)
 
-    monkeypatch.setattr(engine, "_exact_frame", spy)
+    monkeypatch.setattr(jsonl_path, "exact_frame", spy)
     return calls
 
 
@@ -655,8 +671,7 @@ def test_jsonl_fast_path_equals_exact_path_and_reference(
     exact_blocks = count_exact_blocks(monkeypatch)
     fast = run(text, group_by, JSON_METRICS, fmt="jsonl", block_size=8192)
     assert exact_blocks == []  # every block went the fast way
-    monkeypatch.setattr(engine._JsonParser, "_fast", lambda self, block, lines: None)
-    exact = run(text, group_by, JSON_METRICS, fmt="jsonl", block_size=8192)
+    exact = run(text, group_by, JSON_METRICS, fmt="jsonl", block_size=8192, tuning={"jsonl_pyarrow": False})
     assert len(exact_blocks) > 10
     assert fast.input_rows == exact.input_rows == 3000
     assert fast.rows == exact.rows
@@ -702,11 +717,9 @@ SUM_V = [{"op": "sum", "column": "v"}]
 )
 @pytest.mark.parametrize("fast", [True, False])
 def test_jsonl_what_the_fast_path_cannot_answer_is_parsed_exactly(
-    monkeypatch: pytest.MonkeyPatch, text: str, metrics: list[dict[str, str]], expected: list[Any], fast: bool
+    text: str, metrics: list[dict[str, str]], expected: list[Any], fast: bool
 ) -> None:
-    if not fast:
-        monkeypatch.setattr(engine._JsonParser, "_fast", lambda self, block, lines: None)
-    assert run(text, ["k"], metrics, fmt="jsonl").rows == expected
+    assert run(text, ["k"], metrics, fmt="jsonl", tuning={"jsonl_pyarrow": fast}).rows == expected
 
 
 def test_jsonl_two_objects_on_a_line_are_refused_even_beside_a_blank_line(exact_only: None) -> None:
@@ -733,11 +746,7 @@ def test_jsonl_a_number_that_looks_like_a_null_value_keeps_the_exact_path(
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(
-    monkeypatch: pytest.MonkeyPatch, fast: bool
-) -> None:
-    if not fast:
-        monkeypatch.setattr(engine._JsonParser, "_fast", lambda self, block, lines: None)
+def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(fast: bool) -> None:
     good = [json.dumps({"k": f"g{i % 7}", "v": i * 0.5}) for i in range(5000)]
     for bad, message in [
         ('{"k": "g1", "v": "x1"}', "column 'v' has a value that is not a number on line 3778: 'x1'"),
@@ -747,7 +756,9 @@ def test_jsonl_bad_value_deep_in_a_large_input_names_its_line_on_both_paths(
     ]:
         lines = [*good[:3000], "", *good[3000:3776], bad, *good[3776:]]
         with pytest.raises(InputDataError) as info:
-            run("\n".join(lines) + "\n", ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl", block_size=4096)
+            text = "\n".join(lines) + "\n"
+            sums = [{"op": "sum", "column": "v"}]
+            run(text, ["k"], sums, fmt="jsonl", block_size=4096, tuning={"jsonl_pyarrow": fast})
         assert str(info.value) == message
 
 
@@ -764,14 +775,10 @@ def test_jsonl_a_column_present_only_as_null_is_seen(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(
-    monkeypatch: pytest.MonkeyPatch, fast: bool
-) -> None:
-    if not fast:
-        monkeypatch.setattr(engine._JsonParser, "_fast", lambda self, block, lines: None)
+def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(fast: bool) -> None:
     text = b'{"k": "a", "x": "ok"}\n{"k": "a", "x": "\xff"}\n'
     with pytest.raises(InputDataError, match=r"^line 2 is not valid JSON: 'utf-8' codec can't decode"):
-        run(text, ["k"], fmt="jsonl")
+        run(text, ["k"], fmt="jsonl", tuning={"jsonl_pyarrow": fast})
 
 
 @pytest.mark.pyarrow_path
@@ -854,34 +861,34 @@ def test_property_engine_equals_independent_computation(
 
 
 def test_a_csv_header_of_too_many_columns_is_refused() -> None:
-    names = ",".join(f"c{i}" for i in range(engine.MAX_CSV_COLUMNS + 1))
+    names = ",".join(f"c{i}" for i in range(options.MAX_CSV_COLUMNS + 1))
     with pytest.raises(InputDataError) as info:
-        run(f"{names}\n" + "1," * engine.MAX_CSV_COLUMNS + "1\n", ["c0"])
+        run(f"{names}\n" + "1," * options.MAX_CSV_COLUMNS + "1\n", ["c0"])
     assert str(info.value) == (
-        f"the CSV header (line 1) has {engine.MAX_CSV_COLUMNS + 1} columns: "
-        f"more than {engine.MAX_CSV_COLUMNS} are refused"
+        f"the CSV header (line 1) has {options.MAX_CSV_COLUMNS + 1} columns: "
+        f"more than {options.MAX_CSV_COLUMNS} are refused"
     )
 
 
 def test_a_csv_header_at_the_column_bound_is_read() -> None:
-    names = ",".join(f"c{i}" for i in range(engine.MAX_CSV_COLUMNS))
-    result = run(f"{names}\n" + ",".join(["a"] * engine.MAX_CSV_COLUMNS) + "\n", ["c0"])
+    names = ",".join(f"c{i}" for i in range(options.MAX_CSV_COLUMNS))
+    result = run(f"{names}\n" + ",".join(["a"] * options.MAX_CSV_COLUMNS) + "\n", ["c0"])
     assert result.rows == [{"c0": "a", "count": 1}]
 
 
 def test_json_types_are_guessed_from_the_first_lines_only() -> None:
-    lines = [json.dumps({f"key{i}": 1, "k": "a", "v": 1}).encode() for i in range(3 * engine.GUESS_LINES)]
+    lines = [json.dumps({f"key{i}": 1, "k": "a", "v": 1}).encode() for i in range(3 * options.GUESS_LINES)]
     data = b"\n".join(lines) + b"\n"
-    prefix = engine._guess_prefix(engine.pa.py_buffer(data))
-    assert prefix is not None and prefix.to_pybytes().count(b"\n") == engine.GUESS_LINES
+    prefix = jsonl_path._guess_prefix(pa.py_buffer(data))
+    assert prefix is not None and prefix.to_pybytes().count(b"\n") == options.GUESS_LINES
     result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
-    assert result.rows == [{"k": "a", "sum_v": 3.0 * engine.GUESS_LINES}]
+    assert result.rows == [{"k": "a", "sum_v": 3.0 * options.GUESS_LINES}]
 
 
 def test_a_json_block_whose_first_line_is_longer_than_the_guess_is_read_exactly() -> None:
-    wide = {f"key{i}": i for i in range(engine.GUESS_BYTES // 8)}
+    wide = {f"key{i}": i for i in range(options.GUESS_BYTES // 8)}
     data = json.dumps({**wide, "k": "a", "v": 2}).encode() + b'\n{"k": "b", "v": 3}\n'
-    assert engine._guess_prefix(engine.pa.py_buffer(data)) is None
+    assert jsonl_path._guess_prefix(pa.py_buffer(data)) is None
     result = run(data, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl")
     assert result.rows == [{"k": "a", "sum_v": 2.0}, {"k": "b", "sum_v": 3.0}]
 
@@ -891,6 +898,6 @@ def test_the_vectorised_quote_check_is_the_grammar_s() -> None:
     pieces = [b'"', b",", b"\n", b"\r", b"a", b'""', b'"a"', b"\r\n"]
     for _ in range(3000):
         data = b"".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12)))
-        match = engine._CSV_QUOTES.match(data)
+        match = csv_check._CSV_QUOTES.match(data)
         by_grammar = match is not None and match.end() == len(data)
-        assert engine._quotes_in_place_np(engine.np.frombuffer(data, engine.np.uint8)) == by_grammar, data
+        assert csv_check._quotes_in_place_np(np.frombuffer(data, np.uint8)) == by_grammar, data

@@ -10,16 +10,10 @@ from typing import Any
 
 import pytest
 
-from shared.blob_reader import BlobChanged, Range
+from shared.aggregation import AggregateResult, parse_aggregate_payload
+from shared.blob_reader import BlobChanged, Range, open_blob_stream
 from shared.errors import InputMissing, NotAvailable, StorageThrottled
-from shared.jobs.aggregate import (
-    HANDLER,
-    AggregateResult,
-    choose_engine,
-    open_blob_stream,
-    parse_aggregate_payload,
-    result_document,
-)
+from shared.jobs.aggregate import HANDLER, choose_engine, result_document
 from shared.jobs.base import Completed, JobContext
 from shared.settings import Settings, SparkSettings, StorageConnection
 

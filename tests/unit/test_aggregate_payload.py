@@ -6,15 +6,10 @@ from typing import Any
 
 import pytest
 
+from shared.aggregation import AggregateSpec, MetricSpec, parse_aggregate_payload
+from shared.aggregation.payload import check_blob_path, check_container_name
 from shared.errors import PayloadError, PermanentError
-from shared.jobs.aggregate import (
-    HANDLER,
-    AggregateSpec,
-    MetricSpec,
-    check_blob_path,
-    check_container_name,
-    parse_aggregate_payload,
-)
+from shared.jobs.aggregate import HANDLER
 
 
 def payload(**changes: Any) -> dict[str, Any]:

@@ -12,10 +12,17 @@ import pyarrow as pa
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-import shared.jobs.aggregate as aggregate
+from shared.aggregation import (
+    AggregateResult,
+    EngineOptions,
+    TooManyGroups,
+    aggregate_stream,
+    aggregate_table,
+    parse_aggregate_payload,
+)
+from shared.aggregation.result import result_json
 from shared.errors import LimitExceeded, PayloadError, SettingsError
-from shared.jobs.aggregate import parse_aggregate_payload, result_document, result_json
-from shared.jobs.aggregate_engine import AggregateResult, TooManyGroups, aggregate_stream, aggregate_table
+from shared.jobs.aggregate import result_document
 from shared.limits import (
     BlobTooLarge,
     input_refusal,
@@ -230,30 +237,43 @@ def test_the_cap_allows_exactly_max_groups(fmt: str) -> None:
 @pytest.mark.parametrize("block_size", [64, 4 * 1024 * 1024])
 def test_one_group_over_the_cap_raises(fmt: str, block_size: int) -> None:
     with pytest.raises(TooManyGroups) as info:
-        aggregate_stream(io.BytesIO(distinct(11, fmt)), spec(fmt), block_size=block_size, max_groups=10)
+        aggregate_stream(
+            io.BytesIO(distinct(11, fmt)),
+            spec(fmt),
+            max_groups=10,
+            options=EngineOptions(block_size=block_size),
+        )
     assert info.value.limit == 10 and info.value.seen > 10
     assert isinstance(info.value, LimitExceeded) and info.value.reason_code == "over_limit"
 
 
 def test_the_cap_counts_distinct_groups_not_rows() -> None:
     data = ("k,v\n" + "".join(f"key{i % 5},{i}\n" for i in range(10_000))).encode()
-    assert aggregate_stream(io.BytesIO(data), spec(), block_size=256, max_groups=5).groups == 5
+    assert (
+        aggregate_stream(io.BytesIO(data), spec(), max_groups=5, options=EngineOptions(block_size=256)).groups
+        == 5
+    )
 
 
 def test_many_distinct_keys_stop_early(monkeypatch: pytest.MonkeyPatch) -> None:
     """Partials are combined (and the cap checked) once they hold more than max_groups rows."""
-    import shared.jobs.aggregate_engine as engine
+    from shared.aggregation import plan
 
     combined: list[int] = []
-    real = engine._Accumulator._combine
+    real = plan.Accumulator._combine
 
     def spy(self: Any) -> None:
         combined.append(self.pending_rows)
         real(self)
 
-    monkeypatch.setattr(engine._Accumulator, "_combine", spy)
+    monkeypatch.setattr(plan.Accumulator, "_combine", spy)
     with pytest.raises(TooManyGroups):
-        aggregate_stream(io.BytesIO(distinct(50_000, "csv")), spec(), block_size=4096, max_groups=1000)
+        aggregate_stream(
+            io.BytesIO(distinct(50_000, "csv")),
+            spec(),
+            max_groups=1000,
+            options=EngineOptions(block_size=4096),
+        )
     assert len(combined) == 1 and combined[0] <= 1000 + 400  # one block's partials past the cap
 
 
@@ -269,8 +289,7 @@ def table_of(text: str, group_by: list[str], metrics: list[dict[str, str]]) -> t
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8192])
-def test_result_json_is_the_documents_json(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
-    monkeypatch.setattr(aggregate, "RESULT_BATCH_ROWS", batch)
+def test_result_json_is_the_documents_json(batch: int) -> None:
     text = 'k,g,v\na,x,1.5\nb,x,\n,y,2\n"é ""q""",x,1e300\nb,y,-0.1\n\\,x,NA\n'
     metrics = [
         {"op": "count"},
@@ -283,7 +302,7 @@ def test_result_json_is_the_documents_json(monkeypatch: pytest.MonkeyPatch, batc
     for group_by in (["k"], ["k", "g"], []):
         table, input_rows, _ = table_of(text, group_by, metrics)
         expected = result_document("job-é", AggregateResult(table.to_pylist(), input_rows), "inline", 1.23456)
-        data = result_json("job-é", table, input_rows, "inline", 1.23456)
+        data = result_json("job-é", table, input_rows, "inline", 1.23456, batch_rows=batch)
         assert data == json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
     empty, _, _ = table_of("k,v\n", ["k"], [{"op": "count"}])
     assert json.loads(result_json("j", empty, 0, "inline", 0)) == {
@@ -295,17 +314,16 @@ def test_result_json_is_the_documents_json(monkeypatch: pytest.MonkeyPatch, batc
     }
 
 
-def test_result_json_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aggregate, "RESULT_BATCH_ROWS", 10)
+def test_result_json_stops_at_the_limit() -> None:
     table, rows, _ = table_of(
         "k\n" + "".join(f"{'x' * 100}{i}\n" for i in range(1000)), ["k"], [{"op": "count"}]
     )
     with pytest.raises(
         LimitExceeded, match=r"more than \d+ bytes, over the 5000 that MAX_GROUPS allows"
     ) as info:
-        result_json("j", table, rows, "inline", 0, max_bytes=5000)
+        result_json("j", table, rows, "inline", 0, max_bytes=5000, batch_rows=10)
     assert "narrow group_by" in str(info.value)
-    assert len(result_json("j", table, rows, "inline", 0, max_bytes=10**6)) < 10**6
+    assert len(result_json("j", table, rows, "inline", 0, max_bytes=10**6, batch_rows=10)) < 10**6
 
 
 # --- the Spark offload path --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The aggregate result document and where it lives: defined once, for the function (inline
-engine and Spark tracking), the PySpark job (shipped to the cluster in the engine zip: standard
-library only) and the API.
+engine and Spark tracking), the PySpark job (shipped to the cluster with this package) and the
+API.
 
 Document (compact JSON, members in this order, so its two ends can be checked without reading
 the rows): `{"id":<job id>,"rows":[...],"input_rows":N,"engine":"inline"|"spark","elapsed_s":X}`.
@@ -10,10 +10,16 @@ is input_data | payload | unexpected (the first two cannot be fixed by a new run
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+from shared.errors import LimitExceeded
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ERROR_KINDS: Final = ("input_data", "payload", "unexpected")
 PERMANENT_KINDS: Final = frozenset({"input_data", "payload"})
@@ -79,3 +85,48 @@ def error_document(job_id: str, submission: int, kind: str, message: str) -> dic
         "kind": kind if kind in ERROR_KINDS else "unexpected",
         "error": message[:2000],
     }
+
+
+RESULT_BATCH_ROWS: Final = 8192
+"""Result rows turned into Python objects at a time while the document is written."""
+
+
+def result_json(
+    job_id: str,
+    table: pa.Table,
+    input_rows: int,
+    engine: str,
+    elapsed_s: float,
+    max_bytes: int | None = None,
+    batch_rows: int = RESULT_BATCH_ROWS,
+) -> bytes:
+    """The bytes of `result_document` (compact JSON, UTF-8), `batch_rows` rows at a time.
+
+    The same bytes as json.dumps of the whole document, without ever holding every row as Python
+    objects. Over `max_bytes`, LimitExceeded is raised as soon as the text passes it.
+    """
+
+    out = io.BytesIO()
+    out.write(head_bytes(job_id))
+    first = True
+    for batch in table.to_batches(max_chunksize=batch_rows):
+        if batch.num_rows == 0:
+            continue
+        if not first:
+            out.write(b",")
+        out.write(dumps(batch.to_pylist())[1:-1])
+        first = False
+        if max_bytes is not None and out.tell() > max_bytes:
+            raise _result_too_large(out.tell(), max_bytes, done=False)
+    out.write(tail_bytes(input_rows, engine, elapsed_s))
+    if max_bytes is not None and out.tell() > max_bytes:
+        raise _result_too_large(out.tell(), max_bytes, done=True)
+    return out.getvalue()
+
+
+def _result_too_large(size: int, limit: int, done: bool) -> LimitExceeded:
+    return LimitExceeded(
+        f"the result document would be {'' if done else 'more than '}{size} bytes, over the {limit} "
+        "that MAX_GROUPS allows (MAX_GROUPS x 512 bytes a row + 64 KiB): long group keys or many "
+        "metrics; narrow group_by or the metrics, or raise MAX_GROUPS"
+    )

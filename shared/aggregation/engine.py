@@ -1,0 +1,66 @@
+"""The engine's public functions: a streaming group-by over a CSV or JSON-lines byte stream."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pyarrow as pa
+
+from shared.aggregation.csv_path import csv_partials
+from shared.aggregation.jsonl_path import jsonl_partials
+from shared.aggregation.native import NativeArgs
+from shared.aggregation.options import DEFAULT_OPTIONS, JSONL_BLOCK_SIZE, EngineOptions
+from shared.aggregation.plan import Accumulator, Plan
+from shared.aggregation.spec import AggregateResult, AggregateSpec, ByteStream
+
+
+def aggregate_stream(
+    stream: ByteStream,
+    spec: AggregateSpec,
+    *,
+    max_groups: int | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> AggregateResult:
+    """Group-by aggregate of a CSV / JSON-lines byte stream, in bounded memory.
+
+    SQL semantics: `count` without a column counts rows, with one its non-null values; sum,
+    mean, min and max skip nulls (null when a group has no value; mean = sum / count).
+    Values in `spec.null_values` are null. Group keys are strings as written; a null key is
+    its own group, sorted first. A non-number in a numeric metric's column, or a missing
+    column, raises InputDataError naming the column (and the value and line).
+
+    More than `max_groups` distinct groups (None: no limit) raises TooManyGroups as soon as the
+    partial aggregates show it, so memory stays bounded by the limit, not by the input.
+    `options`: the tuning (block size, parse threads, record limit, the C scanner or not).
+    """
+    table, input_rows = aggregate_table(stream, spec, max_groups=max_groups, options=options)
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return AggregateResult(rows=rows, input_rows=input_rows)
+
+
+def aggregate_table(
+    stream: ByteStream,
+    spec: AggregateSpec,
+    *,
+    max_groups: int | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> tuple[pa.Table, int]:
+    """`aggregate_stream`'s result as an Arrow table (its rows' columns, in order), and the number
+    of input rows: what the handler serialises a batch at a time (see `result_json`)."""
+    plan = Plan.of(spec)
+    acc = Accumulator(plan, max_groups, options.combine_rows)
+    if spec.format == "csv":
+        partials = csv_partials(stream, plan, spec.null_values, options)
+        with contextlib.closing(partials):
+            for partial, rows in partials:
+                acc.add_partial(partial, rows)
+    else:
+        block_size = options.block_size
+        scanner = NativeArgs.jsonl(plan, spec.null_values, options.native)
+        jsonl_block = block_size if scanner else min(block_size, JSONL_BLOCK_SIZE)
+        partials = jsonl_partials(stream, plan, spec.null_values, options, jsonl_block)
+        with contextlib.closing(partials):
+            for partial, rows in partials:
+                acc.add_partial(partial, rows)
+    return acc.result_table(spec.metrics), acc.input_rows
