@@ -7,16 +7,55 @@ Azurite serves tables on its table port (the connection string's `TableEndpoint`
 
 from __future__ import annotations
 
-from azure.data.tables import TableServiceClient
+import threading
+from collections import OrderedDict
+from typing import Any, cast
+
+from azure.data.tables import TableClient, TableServiceClient
 
 from shared.settings import StorageConnection
+
+KEPT_TABLE_CLIENTS = 64
+"""Table clients kept per process (the jobs index adds one table a day; older ones are rebuilt)."""
+
+
+class TableService(TableServiceClient):
+    """A Table service whose table clients share no pipeline object, so threads can use them.
+
+    The SDK's `get_table_client` (which `create_table` and `delete_table` call too) builds a
+    pipeline over the service's own policy objects and relinks them (azure-core's `Pipeline`):
+    a request in flight on another thread can then reach a policy whose `next` is not set yet
+    and fail with AttributeError "'_SansIOHTTPPolicyRunner' object has no attribute 'next'"
+    (seen in tests with 8 threads; reproduced ~4 in 6,000 upserts). Here each table's client is
+    built on its own pipeline, once, under a lock, and reused."""
+
+    def __init__(self, endpoint: str, **kwargs: Any) -> None:
+        super().__init__(endpoint, **kwargs)
+        self._tables: OrderedDict[str, TableClient] = OrderedDict()
+        self._tables_lock = threading.Lock()
+
+    def get_table_client(self, table_name: str, **kwargs: Any) -> TableClient:
+        if kwargs:
+            raise TypeError(f"unexpected options for a table client: {sorted(kwargs)}")
+        with self._tables_lock:
+            client = self._tables.get(table_name)
+            if client is None:
+                client = TableClient(
+                    self.url, table_name, credential=self.credential, api_version=self.api_version
+                )
+                self._tables[table_name] = client
+                while len(self._tables) > KEPT_TABLE_CLIENTS:
+                    self._tables.popitem(last=False)
+            else:
+                self._tables.move_to_end(table_name)
+            return client
 
 
 class NoTableEndpoint(Exception):
     """The connection names no table endpoint (a connection string with blob and queue only)."""
 
 
-def table_service(conn: StorageConnection) -> TableServiceClient:
+def table_service(conn: StorageConnection) -> TableService:
     """The Table service of the configured account; NoTableEndpoint when it cannot be named.
 
     Identity based: `AzureWebJobsStorage__tableServiceUri` (the deployment sets it), else derived
@@ -32,11 +71,11 @@ def table_service(conn: StorageConnection) -> TableServiceClient:
             raise NoTableEndpoint("the storage connection string names no TableEndpoint or AccountName")
         if "TableEndpoint" not in parts and "BlobEndpoint" in parts:
             raise NoTableEndpoint("the storage connection string names a BlobEndpoint but no TableEndpoint")
-        return TableServiceClient.from_connection_string(text)
+        return cast(TableService, TableService.from_connection_string(text))  # the SDK builds `cls(...)`
     url = conn.table_endpoint()
     if url is None:
         raise NoTableEndpoint(
             "identity-based storage names no table service: set AzureWebJobsStorage__tableServiceUri "
             "or AzureWebJobsStorage__accountName"
         )
-    return TableServiceClient(url, credential=credential_for(conn))
+    return TableService(url, credential=credential_for(conn))
