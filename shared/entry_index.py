@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,8 @@ from shared.index_keys import clip, newest_first, quoted
 log = logging.getLogger("jobs.index")
 SUFFIX = "entries"
 MAX_QUERIES = 8
+TRANSACTION_SIZE = 100
+"""Entities one entity group transaction may hold (Table storage's limit)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,43 @@ class EntryIndex:
         self.put(name, after)
         if str(before.get("state") or "") != str(after.get("state") or ""):
             self.remove(name, before)
+
+    def move_many(self, moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]]) -> int:
+        """`move` for many entries (name, before, after): the upserts as entity group transactions
+        per new state (100 a transaction), then the deletes per old state; a transaction that fails
+        (a row already gone, a reset connection) is done row by row. Best effort, like `best_effort`.
+        Returns the requests sent."""
+        puts: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        removes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        for name, before, after in moves:
+            new = entity_of(name, after)
+            puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
+            old_state = str(before.get("state") or "poisoned")
+            if old_state != new["PartitionKey"]:
+                removes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
+        sent = 0
+        for kind, groups in (("upsert", puts), ("delete", removes)):
+            for state, keyed in groups.items():
+                rows = list(keyed.items())
+                for i in range(0, len(rows), TRANSACTION_SIZE):
+                    chunk = rows[i : i + TRANSACTION_SIZE]
+                    sent += 1
+                    try:
+                        self.table.submit_transaction(
+                            [
+                                ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
+                                if kind == "upsert"
+                                else ("delete", {"PartitionKey": state, "RowKey": key})
+                                for key, (name, entry) in chunk
+                            ]
+                        )
+                        continue
+                    except AzureError:
+                        pass
+                    for _, (name, entry) in chunk:
+                        sent += 1
+                        best_effort(name, self.put if kind == "upsert" else self.remove, entry)
+        return sent
 
     def page(self, state: str, after_key: str = "", size: int = 50, job_id: str = "") -> list[EntryRow]:
         """Up to `size` rows of `state`, newest first, after RowKey `after_key`: one query, more
