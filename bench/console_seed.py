@@ -386,9 +386,7 @@ def seed_archive(
                 index_tags(record),
             )
 
-    rows: list[dict[str, Any]] = []
-    blobs: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    for i in range(entries):
+    def make(i: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
         job_id = f"poison-{i:06d}"
         at = now - timedelta(seconds=i)
         created = isoformat(at - timedelta(minutes=5))
@@ -401,21 +399,39 @@ def seed_archive(
         )  # fmt: skip
         name = entry_name(job_id, entry["digest"])
         entry["index_key"] = entry_entity(name, entry)["RowKey"]
+        return name, entry, record
+
+    blob_errors: list[BaseException] = []
+
+    def blob_lane() -> None:  # the newest entries' blobs, not waiting for the index rows
+        try:
+            batch: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+            for i in range(min(entries, with_blobs)):
+                batch.append(make(i))
+                names.append(batch[-1][0])
+                if len(batch) == 50:
+                    lanes.blob(lambda b=batch: put_blobs(b))  # type: ignore[misc]
+                    batch = []
+            if batch:
+                lanes.blob(lambda b=batch: put_blobs(b))  # type: ignore[misc]
+        except BaseException as exc:  # raised below
+            blob_errors.append(exc)
+
+    blobs_thread = threading.Thread(target=blob_lane, daemon=True)
+    blobs_thread.start()
+    rows: list[dict[str, Any]] = []
+    for i in range(entries):
+        name, entry, _ = make(i)
         rows.append(entry_entity(name, entry))
-        if i < with_blobs:
-            names.append(name)
-            blobs.append((name, entry, record))
         if len(rows) == 100:
             lanes.table(lambda r=rows: submit_transaction(index.table, r))  # type: ignore[misc]
             rows = []
-        if len(blobs) == 50:
-            lanes.blob(lambda b=blobs: put_blobs(b))  # type: ignore[misc]
-            blobs = []
         if (i + 1) % 20_000 == 0:
-            log(f"  archive: {i + 1:,} of {entries:,} ({time.monotonic() - started:.0f} s)")
+            log(f"  archive index: {i + 1:,} of {entries:,} ({time.monotonic() - started:.0f} s)")
     if rows:
         lanes.table(lambda r=rows: submit_transaction(index.table, r))  # type: ignore[misc]
-    if blobs:
-        lanes.blob(lambda b=blobs: put_blobs(b))  # type: ignore[misc]
+    blobs_thread.join()
     lanes.wait()
+    if blob_errors:
+        raise blob_errors[0]
     return {"seconds": round(time.monotonic() - started, 1), "blobs": len(names), "names": names}
