@@ -65,6 +65,10 @@ transactions) is small per entry, short enough that Cancel takes effect within s
 STEP_THREADS = 32
 """Entries of a step applied at once at most (each is independent: its own entry, its own job);
 a step starts its entries at the rate, so fewer are in flight at a low rate."""
+STEP_BUDGET_S = 15.0
+"""A step starts no entry after this long (its first excepted): where the store is slower than
+the rate, steps stay short (Cancel within seconds, far from the function timeout) and the rest
+waits for the next step."""
 FAILURES_KEPT = 500
 
 
@@ -261,20 +265,43 @@ def run_step(rt: Runtime, body: bytes) -> str:
     writes = StepWrites()
     pacer = Pacer(rate)
 
-    def one(k: int) -> tuple[str, str]:
+    def one(k: int) -> tuple[str, str] | None:
         pacer.wait(k)
+        if k and time.monotonic() - started > STEP_BUDGET_S:
+            return None  # not started: the next step takes it
         return _apply(rt, data, items[k][0], items[k][1], writes)
 
     with ThreadPoolExecutor(step_threads(rate, len(items)) if items else 1) as pool:
         outcomes = list(pool.map(one, range(len(items))))
     writes.flush(rt)
-    results = [(name, *outcome) for (name, _), outcome in zip(items, outcomes, strict=True)]
+    done = outcomes.index(None) if None in outcomes else len(outcomes)
+    if done < len(items):  # over its time budget (a slow store): the rest go to the next step
+        cursor, finished = _cursor_after(data, cursor, items, done), False
+    results = [
+        (name, *outcome)
+        for (name, _), outcome in zip(items[:done], outcomes[:done], strict=True)
+        if outcome is not None
+    ]
     finished = finished or not items
     if not finished:
-        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, len(items))
+        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, done)
         send_step(rt, op_id, step + 1, wait.delay_s)
     _record(rt, op_id, doc, step, cursor, results, finished)
     return "finished" if finished else "stepped"
+
+
+def _cursor_after(
+    data: dict[str, Any], cursor: dict[str, Any], items: list[tuple[str, EntryRow | None]], done: int
+) -> dict[str, Any]:
+    """The cursor after the step's first `done` items (`done` >= 1: the first always runs)."""
+    cursor = dict(cursor)
+    if data.get("names") is not None:
+        cursor["i"] = int(cursor["i"]) - len(items) + done
+    else:
+        row = items[done - 1][1]
+        assert row is not None
+        cursor["after"] = row.key
+    return cursor
 
 
 def _next_items(

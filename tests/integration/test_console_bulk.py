@@ -248,3 +248,18 @@ def test_a_step_paces_its_entries_at_the_rate(rt: Runtime) -> None:
     started = time.monotonic()
     assert take_steps(rt) == 1
     assert time.monotonic() - started >= 9 / 20
+
+
+def test_a_step_over_its_time_budget_leaves_the_rest_to_the_next_step(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [poisoned_noop(rt, f"budget-{i}") for i in range(3)]
+    monkeypatch.setattr(bulk, "STEP_BUDGET_S", 0.0)  # a store slower than any rate: one entry a step
+    op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
+    assert take_steps(rt) == 3
+    done = bulk.read(rt, op["id"])
+    assert done["status"] == "done" and done["counts"] == {"replayed": 3} and done["done"] == 3
+    assert queue_length(rt, rt.settings.jobs_queue) == 3
+    purge = bulk.start(rt, "delete", "t", states=["replayed"], rate_per_s=0)
+    assert take_steps(rt) == 4, "three cut steps over the index, then one that finds none"
+    assert bulk.read(rt, purge["id"])["counts"] == {"deleted": 3}
