@@ -117,6 +117,7 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
     started = time.monotonic()
     longest = 0.0
     steps = 0
+    redone = 0
     with counted() as found:
         while True:
             batch = list(queue.receive_messages(max_messages=1, visibility_timeout=120))
@@ -127,7 +128,15 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
                 time.sleep(0.1)
                 continue
             t = time.monotonic()
-            bulk.run_step(rt, base64.b64decode(batch[0].content))
+            for attempt in range(5):  # a step that failed (storage busy) is delivered again, as by the host
+                try:
+                    bulk.run_step(rt, base64.b64decode(batch[0].content))
+                    break
+                except Exception as exc:
+                    redone += 1
+                    log(f"  step failed ({exc.__class__.__name__}), run again")
+                    if attempt == 4:
+                        raise
             queue.delete_message(batch[0])
             longest = max(longest, time.monotonic() - t)
             steps += 1
@@ -144,6 +153,7 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
         "rate_reached": round(len(names) / seconds, 1) if seconds else None,
         "steps": steps,
         "longest_step_s": round(longest, 2),
+        "steps_redone": redone,
         "requests_per_item": round(sum(found.values()) / max(1, len(names)), 2),
         "counts": data.get("counts"),
         "status": data.get("status"),
@@ -227,6 +237,8 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             lambda: actions.purge(rt, 30, "bench", dry_run=True),
             results,
         )
+        for row in results:  # printed now: the bulk replay below takes minutes
+            log(f"  {row['what']:<40}{row['requests']:>9}{row['ms']:>9.0f}")
         rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue)).clear_messages()
         log(f"bulk replay of {args.bulk:,} at {args.rate}/s ...")
         bulk_result = run_bulk(rt, names[: args.bulk], args.rate, log)
@@ -269,7 +281,7 @@ def table(result: dict[str, Any]) -> str:
     lines.append(
         f"bulk replay of {b['items']:,} at {b['rate_asked']}/s: started with {b['start_requests']} requests; "
         f"{b['seconds']} s in the app ({b['rate_reached']}/s reached), {b['steps']} steps, longest "
-        f"{b['longest_step_s']} s, {b['requests_per_item']} requests per item; {b['counts']} {b['status']}"
+        f"{b['longest_step_s']} s, {b['steps_redone']} redone, {b['requests_per_item']} requests per item; {b['counts']} {b['status']}"
     )
     lines.append(
         f"one message, happy path (claim, complete, index): {result['happy_path_message_total']} requests {result['happy_path_message_requests']}"
