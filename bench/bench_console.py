@@ -31,28 +31,24 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
-from azure.core.exceptions import ServiceResponseError
 
+from bench import console_seed
 from devstack.azurite import start_azurite
 from shared import processing
 from shared.console import actions, queries
-from shared.entry_index import COUNT_PARTITION, shard_of
-from shared.entry_index import entity_of as entry_entity
-from shared.envelope import body_digest, isoformat, utcnow
-from shared.job_index import entity_of as job_entity
+from shared.envelope import isoformat, utcnow
 from shared.jobs import noop
 from shared.poison import bulk
-from shared.poison.archive import entry_name, new_entry
-from shared.runtime import Runtime
-from tests.integration.helpers import message, runtime_for
+from shared.runtime import Runtime, build_runtime
+from shared.settings import Settings
+from tests.integration.helpers import message
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
@@ -89,145 +85,16 @@ def counted() -> Iterator[Counter[str]]:
             found.update(_counts)
 
 
-# -- seeding ----------------------------------------------------------------------------------
+# -- seeding: bench/console_seed.py ----------------------------------------------------------
 
-
-def _batches(items: list[dict[str, Any]], size: int = 100) -> Iterator[list[dict[str, Any]]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-SEED_THREADS = 2
-"""Transactions in flight while seeding: Azurite (one Node thread) resets connections under more."""
-
-
-def _submit(client: Any, chunk: list[dict[str, Any]], tries: int = 5) -> None:
-    """One entity group transaction of upserts, sent again when the connection was reset (an
-    upsert is idempotent)."""
-    for attempt in range(tries):
-        try:
-            client.submit_transaction([("upsert", e) for e in chunk])
-            return
-        except ServiceResponseError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(1 + attempt)
-
-
-def seed_jobs(rt: Runtime, records: int, days: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """`records` index entities, newest today; 2% poisoned (reason code bad_input_data)."""
-    assert rt.job_index is not None
-    now = utcnow()
-    step = timedelta(seconds=days * 86400 / max(1, records))
-    started = time.monotonic()
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for i in range(records):
-        created = isoformat(now - step * i)
-        poisoned = i % 50 == 7
-        data = {
-            "id": f"job-{i:07d}",
-            "status": "poisoned" if poisoned else "completed",
-            "kind": "noop" if i % 3 else "aggregate",
-            "reason_code": "bad_input_data" if poisoned else "",
-            "reason": "bad_input_data: a seeded failure" if poisoned else "",
-            "created_at": created,
-            "updated_at": created,
-        }
-        entity = job_entity(data)
-        by_table.setdefault(rt.job_index.table_name(created[:10].replace("-", "")), []).append(entity)
-    work: list[tuple[str, list[dict[str, Any]]]] = []
-    for table, entities in by_table.items():
-        rt.job_index.ensure_table(table)
-        work.extend((table, chunk) for chunk in _batches(entities))
-
-    def send(item: tuple[str, list[dict[str, Any]]]) -> None:
-        table, chunk = item
-        client = rt.job_index.service.get_table_client(table)  # type: ignore[union-attr]
-        _submit(client, chunk)
-
-    done = 0
-    with ThreadPoolExecutor(SEED_THREADS) as pool:
-        for _ in pool.map(send, work):
-            done += 1
-            if done % 200 == 0:
-                log(f"  jobs index: {done * 100:,} of {records:,} ({time.monotonic() - started:.0f} s)")
-    return {"seconds": round(time.monotonic() - started, 1), "tables": len(by_table), "requests": len(work)}
-
-
-def seed_archive(rt: Runtime, entries: int, with_blobs: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """`entries` listed index rows; the newest `with_blobs` also get their entry blob and a poisoned
-    ledger record (what a replay reads). Returns the names with blobs, newest first."""
-    assert rt.entry_index is not None
-    rt.entry_index.ensure()
-    now = utcnow()
-    started = time.monotonic()
-    rows: list[dict[str, Any]] = []
-    named: list[tuple[str, dict[str, Any]]] = []
-    for i in range(entries):
-        job_id = f"poison-{i:06d}"
-        at = now - timedelta(seconds=i)
-        body = json.dumps({"id": job_id, "kind": "noop", "payload": {}, "created_at": isoformat(at)}).encode()
-        entry = new_entry(
-            body, job_id, True, "poisoned", "bad_input_data: seeded", now=at,
-            queue_message_id=None, dequeue_count=5, record=None,
-        )  # fmt: skip
-        name = entry_name(job_id, entry["digest"])
-        entry["index_key"] = entry_entity(name, entry)["RowKey"]
-        rows.append(entry_entity(name, entry))
-        if i < with_blobs:
-            named.append((name, entry))
-    table = rt.entry_index.table
-    with ThreadPoolExecutor(SEED_THREADS) as pool:
-        list(pool.map(lambda c: _submit(table, c), _batches(rows)))
-    shards = Counter(shard_of(str(r["name"])) for r in rows)  # the app's counters, shard by shard
-    for shard, n in shards.items():
-        table.upsert_entity(
-            {"PartitionKey": COUNT_PARTITION, "RowKey": f"bad_input_data|{shard:02d}", "n": n}
-        )
-    index_s = time.monotonic() - started
-    ledger_store = rt.ledger.store.inner  # type: ignore[attr-defined]  # the blobs alone, no index write
-
-    def blobs(item: tuple[str, dict[str, Any]]) -> None:
-        name, entry = item
-        rt.archive.upsert(name, entry)
-        body = base64.b64decode(entry["body_b64"])
-        created = json.loads(body)["created_at"]
-        ledger_store.upsert(
-            f"{entry['job_id']}.json",
-            {
-                "id": entry["job_id"], "kind": "noop", "status": "poisoned", "attempt": 4,
-                "reason": "bad_input_data: seeded", "created_at": created, "updated_at": created,
-                "body_digest": body_digest(body), "history": [{"at": created, "event": "poisoned"}],
-            },
-        )  # fmt: skip
-
-    done = 0
-    with ThreadPoolExecutor(16) as pool:
-        for _ in pool.map(blobs, named):
-            done += 1
-            if done % 2000 == 0:
-                log(f"  archive blobs: {done:,} of {len(named):,} ({time.monotonic() - started:.0f} s)")
-    return {
-        "seconds": round(time.monotonic() - started, 1),
-        "index_seconds": round(index_s, 1),
-        "blobs": len(named),
-        "names": [n for n, _ in named],
-    }
-
-
-def seed_job_pages(rt: Runtime) -> str:
-    """Ledger blobs of the jobs the pages open: page 1's and the job page's. The job page's id."""
-    assert rt.job_index is not None
-    page = rt.job_index.page(size=50)
-    store = rt.ledger.store.inner  # type: ignore[attr-defined]
-    for row in page.rows:
-        store.upsert(
-            f"{row.id}.json",
-            {"id": row.id, "kind": row.kind, "status": row.status, "created_at": row.created_at,
-             "updated_at": row.updated_at, "history": [{"at": row.created_at, "event": "completed"}],
-             "summary": {"rows": 1}},
-        )  # fmt: skip
-    return page.rows[0].id
+NAMES = {
+    "JOBS_QUEUE": "benchjobs",
+    "LEDGER_CONTAINER": "benchledger",
+    "RESULTS_CONTAINER": "benchresults",
+    "PAYLOADS_CONTAINER": "benchpayloads",
+    "POISON_ARCHIVE_CONTAINER": "bencharchive",
+}
+"""Fixed names, so that a later run (`--phase rest`) finds what `--phase seed-jobs` wrote."""
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -252,6 +119,7 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
     started = time.monotonic()
     longest = 0.0
     steps = 0
+    redone = 0
     with counted() as found:
         while True:
             batch = list(queue.receive_messages(max_messages=1, visibility_timeout=120))
@@ -262,7 +130,15 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
                 time.sleep(0.1)
                 continue
             t = time.monotonic()
-            bulk.run_step(rt, base64.b64decode(batch[0].content))
+            for attempt in range(5):  # a step that failed (storage busy) is delivered again, as by the host
+                try:
+                    bulk.run_step(rt, base64.b64decode(batch[0].content))
+                    break
+                except Exception as exc:
+                    redone += 1
+                    log(f"  step failed ({exc.__class__.__name__}), run again")
+                    if attempt == 4:
+                        raise
             queue.delete_message(batch[0])
             longest = max(longest, time.monotonic() - t)
             steps += 1
@@ -279,6 +155,7 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
         "rate_reached": round(len(names) / seconds, 1) if seconds else None,
         "steps": steps,
         "longest_step_s": round(longest, 2),
+        "steps_redone": redone,
         "requests_per_item": round(sum(found.values()) / max(1, len(names)), 2),
         "counts": data.get("counts"),
         "status": data.get("status"),
@@ -287,15 +164,44 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
 
 def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     OUT.mkdir(exist_ok=True)
-    azurite = start_azurite(in_memory=True, log_path=OUT / "console-azurite.log")  # nothing on disk
+    azurite: Any = None
+    if args.azurite:
+        conn = args.azurite
+    elif console_seed.split_available():  # nothing on disk; blob, queue and table on their own cores
+        azurite = console_seed.SplitAzurite()
+        azurite.start(log_path=OUT / "console-azurite.log")
+        conn = azurite.connection_string
+    else:
+        azurite = start_azurite(in_memory=True, log_path=OUT / "console-azurite.log")
+        conn = azurite.connection_string
     try:
-        rt = runtime_for(azurite, handlers={"noop": noop.HANDLER})
-        log(f"seeding {args.records:,} jobs into the index over {args.days} days ...")
-        jobs_seed = seed_jobs(rt, args.records, args.days, log)
-        log(f"  done in {jobs_seed['seconds']} s; seeding {args.entries:,} archive entries ...")
-        archive_seed = seed_archive(rt, args.entries, args.bulk + 20, log)
+        rt = build_runtime(
+            Settings.from_env({"AzureWebJobsStorage": conn, **NAMES}), handlers={"noop": noop.HANDLER}
+        )
+        putter = console_seed.BlobPutter(conn)
+        seeded = OUT / "console-seed-jobs.json"
+        if args.phase in ("all", "seed-jobs"):
+            log(f"seeding {args.records:,} ledger records and their index entities over {args.days} days ...")
+            jobs_seed = console_seed.seed_jobs(
+                rt,
+                putter,
+                args.records,
+                args.days,
+                log,
+                blobs_from=args.blobs_from,
+                ledger_blobs=args.ledger_blobs,
+                now=datetime.fromisoformat(args.now.replace("Z", "+00:00")) if args.now else None,
+            )
+            log(f"  done in {jobs_seed['seconds']} s")
+            seeded.write_text(json.dumps(jobs_seed))
+            if args.phase == "seed-jobs":
+                return {"seed_jobs": jobs_seed}
+        else:
+            jobs_seed = json.loads(seeded.read_text())
+        log(f"seeding {args.entries:,} archive entries ...")
+        archive_seed = console_seed.seed_archive(rt, putter, args.entries, args.bulk + 20, log)
         log(f"  done in {archive_seed['seconds']} s")
-        job_id = seed_job_pages(rt)
+        job_id = "job-0000000"
         names = archive_seed.pop("names")
         results: list[dict[str, Any]] = []
         timed("overview", lambda: queries.overview(rt), results)
@@ -370,6 +276,8 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             results,
         )
         timed("audit page (after the actions above)", lambda: rt.audit.page() if rt.audit else None, results)
+        for row in results:  # printed now: the bulk replay below takes minutes
+            log(f"  {row['what']:<40}{row['requests']:>9}{row['ms']:>9.0f}")
         rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue)).clear_messages()
         log(f"bulk replay of {args.bulk:,} at {args.rate}/s ...")
         bulk_result = run_bulk(rt, names[: args.bulk], args.rate, log)
@@ -390,15 +298,19 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             "happy_path_message_total": sum(happy.values()),
         }
     finally:
-        azurite.cleanup()
+        if azurite is not None:
+            azurite.cleanup()
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"console at {result['records']:,} jobs (index) and {result['entries']:,} archive entries, Azurite",
-        f"seeding: jobs index {result['seed_jobs']['seconds']} s ({result['seed_jobs']['requests']:,} batch requests, "
+        f"seeding: {result['records']:,} jobs index entities + {result['seed_jobs']['blobs']:,} ledger records "
+        f"{result['seed_jobs']['seconds']} s (index {result['seed_jobs']['index_seconds']} s, "
+        f"blobs {result['seed_jobs']['blob_seconds']} s) "
+        f"({result['seed_jobs']['requests']:,} transactions, "
         f"{result['seed_jobs']['tables']} day tables); archive {result['seed_archive']['seconds']} s "
-        f"(index {result['seed_archive']['index_seconds']} s, {result['seed_archive']['blobs']:,} entry blobs + ledger records)",
+        f"({result['seed_archive']['blobs']:,} entry blobs + poisoned ledger records)",
         f"{'page / action':<40}{'requests':>9}{'ms':>9}  target <= 10 and <= 1000 ms",
     ]
     for row in result["pages"]:
@@ -408,7 +320,7 @@ def table(result: dict[str, Any]) -> str:
     lines.append(
         f"bulk replay of {b['items']:,} at {b['rate_asked']}/s: started with {b['start_requests']} requests; "
         f"{b['seconds']} s in the app ({b['rate_reached']}/s reached), {b['steps']} steps, longest "
-        f"{b['longest_step_s']} s, {b['requests_per_item']} requests per item; {b['counts']} {b['status']}"
+        f"{b['longest_step_s']} s, {b['steps_redone']} redone, {b['requests_per_item']} requests per item; {b['counts']} {b['status']}"
     )
     lines.append(
         f"one message, happy path (claim, complete, index): {result['happy_path_message_total']} requests {result['happy_path_message_requests']}"
@@ -423,9 +335,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=10, help="days the jobs are spread over")
     parser.add_argument("--bulk", type=int, default=10_000, help="entries the bulk replay replays")
     parser.add_argument("--rate", type=float, default=200.0, help="the bulk replay's rate per second")
+    parser.add_argument(
+        "--azurite", default="", help="a running Azurite's connection string (default: start one)"
+    )
+    parser.add_argument(
+        "--phase",
+        choices=("all", "seed-jobs", "rest"),
+        default="all",
+        help="seed-jobs: only the ledger and jobs index (into --azurite); rest: the archive and the measurements",
+    )
+    parser.add_argument("--now", default="", help="the newest job's created_at (to continue an earlier seed)")
+    parser.add_argument(
+        "--ledger-blobs",
+        type=int,
+        default=None,
+        help="write the ledger blobs of the newest N jobs only (default: all)",
+    )
+    parser.add_argument(
+        "--blobs-from", type=int, default=0, help="skip the ledger blobs of the newest N jobs"
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="start Azurite as the bench does, print its connection string, wait",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: Azurite is still cleaned up
+    if args.serve:  # for --azurite: seed once, measure (again) later
+        served = console_seed.SplitAzurite()
+        served.start(log_path=OUT / "console-azurite.log")
+        print(served.connection_string, flush=True)
+        try:
+            signal.pause()
+        finally:
+            served.cleanup()
+        return 0
     result = measure(args, lambda text: print(text, flush=True))
+    if args.phase == "seed-jobs":
+        print(json.dumps(result))
+        return 0
     print(table(result))
     OUT.mkdir(exist_ok=True)
     (OUT / "console.json").write_text(json.dumps(result, indent=2))

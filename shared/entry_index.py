@@ -111,6 +111,10 @@ def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     return [(c, d) for c, d in ((old, -1), (new, 1)) if c is not None]
 
 
+TRANSACTION_SIZE = 100
+"""Entities one entity group transaction may hold (Table storage's limit)."""
+
+
 @dataclass(frozen=True)
 class EntryRow:
     name: str
@@ -219,12 +223,13 @@ class EntryIndex:
 
     def count(self, name: str, changes: list[tuple[str, int]]) -> None:
         for code, delta in changes:
-            try:
-                self._bump(f"{code}|{shard_of(name):02d}", delta)
-            except AzureError as exc:
-                log.warning(
-                    "poison entry %s: count of %s not updated (%s)", name, code, exc.__class__.__name__
-                )
+            self._count_key(f"{code}|{shard_of(name):02d}", delta)
+
+    def _count_key(self, key: str, delta: int) -> None:
+        try:
+            self._bump(key, delta)
+        except AzureError as exc:
+            log.warning("poison count %s not updated by %+d (%s)", key, delta, exc.__class__.__name__)
 
     def _bump(self, key: str, delta: int) -> None:
         """Add `delta` to one counter row, If-Match on its ETag (the one this process last saw
@@ -302,6 +307,52 @@ class EntryIndex:
         with self._lock:
             self._etags.clear()
         return counts_of({"RowKey": f"{c}|00", "n": n} for c, n in found.items())
+
+    def move_many(self, moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]]) -> int:
+        """`move` for many entries (name, before, after): the upserts as entity group transactions
+        per new state (100 a transaction), then the deletes per old state; a transaction that fails
+        (a row already gone, a reset connection) is done row by row; the reason-code counts change
+        once per counter row, by the sum of the moves. Best effort, like `best_effort`.
+        Returns the requests sent."""
+        puts: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        removes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        deltas: dict[str, int] = {}
+        for name, before, after in moves:
+            for code, delta in count_changes(before, after):
+                key = f"{code}|{shard_of(name):02d}"
+                deltas[key] = deltas.get(key, 0) + delta
+            new = entity_of(name, after)
+            puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
+            old_state = str(before.get("state") or "poisoned")
+            if old_state != new["PartitionKey"]:
+                removes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
+        sent = 0
+        for kind, groups in (("upsert", puts), ("delete", removes)):
+            for state, keyed in groups.items():
+                rows = list(keyed.items())
+                for i in range(0, len(rows), TRANSACTION_SIZE):
+                    chunk = rows[i : i + TRANSACTION_SIZE]
+                    sent += 1
+                    try:
+                        self.table.submit_transaction(
+                            [
+                                ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
+                                if kind == "upsert"
+                                else ("delete", {"PartitionKey": state, "RowKey": key})
+                                for key, (name, entry) in chunk
+                            ]
+                        )
+                        continue
+                    except AzureError:
+                        pass
+                    for _, (name, entry) in chunk:
+                        sent += 1
+                        best_effort(name, self.put if kind == "upsert" else self._delete_row, entry)
+        for key, delta in deltas.items():
+            if delta:
+                sent += 1
+                self._count_key(key, delta)
+        return sent
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,8 @@ NOT_INDEXED = frozenset({"in_progress"})
 """Statuses whose write does not touch the index (a claim): the happy path pays one index write."""
 DAYS_TTL_S = 10.0
 MAX_QUERIES = 8
+TRANSACTION_SIZE = 100
+"""Entities one entity group transaction may hold (Table storage's limit)."""
 """Queries one page may take at most (a filter matching nothing old stops there with a token)."""
 
 
@@ -152,6 +154,37 @@ class JobIndex:
         except ResourceNotFoundError:
             self.ensure_table(name)
             client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def put_many(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Upsert many jobs' entities: one entity group transaction per day table and 100 jobs (a
+        transaction that fails is done entity by entity). Best effort, like every index write: a
+        failure is logged. Returns the requests sent."""
+        by_table: dict[str, dict[str, tuple[Mapping[str, Any], dict[str, Any]]]] = {}
+        for data in records:
+            if should_index(data):
+                entity = entity_of(data)
+                table = by_table.setdefault(self.table_name(day_of(entity["created_at"])), {})
+                table[entity["RowKey"]] = (data, entity)  # once per transaction: the last write wins
+        sent = 0
+        for name, keyed in by_table.items():
+            rows = list(keyed.values())
+            for i in range(0, len(rows), TRANSACTION_SIZE):
+                chunk = rows[i : i + TRANSACTION_SIZE]
+                sent += 1
+                try:
+                    self.service.get_table_client(name).submit_transaction(
+                        [("upsert", entity, {"mode": UpdateMode.REPLACE}) for _, entity in chunk]
+                    )
+                    continue
+                except AzureError:  # a missing day table, a reset connection: one by one
+                    pass
+                for data, entity in chunk:
+                    sent += 1
+                    try:
+                        self.put(data)
+                    except AzureError as exc:
+                        log.warning("job %s: index not updated (%s)", entity["id"], exc.__class__.__name__)
+        return sent
 
     def table_name(self, day: str) -> str:
         return f"{self.prefix}{day}"

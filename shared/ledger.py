@@ -472,8 +472,10 @@ def cancel_requested(prev: Data | None, job_id: str, facts: Facts, by: str, reas
     return _next(prev, job_id, facts, "cancel_requested", cancel_requested=request, details={"by": by})
 
 
-def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
-    """An operator sends the job back: queued at attempt 0, the last reason kept."""
+def replayed(prev: Data | None, env: Envelope, facts: Facts, by: str | None = None) -> Data:
+    """An operator sends the job back: queued at attempt 0, the last reason kept. `by`: who
+    replayed it (`replayed_by`; a bulk operation's `op:<id>` tells a repeated step that this job
+    was already sent by it)."""
     last_reason = (prev or {}).get("reason")
     data = _next(
         prev,
@@ -492,6 +494,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
             "body_digest",
             "cancel_requested",
             "takeovers",
+            "replayed_by",
             CLAIM_ENVELOPE,
             *SEND_MARKERS,
         ),
@@ -501,6 +504,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts) -> Data:
         replayed_at=isoformat(facts.now),
         replay_count=int((prev or {}).get("replay_count", 0)) + 1,
         last_reason=last_reason,
+        replayed_by=by,
     )
     data["attempt"] = 0
     if prev is None:

@@ -19,11 +19,12 @@ import base64
 import json
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,7 @@ from shared.entry_index import EntryRow
 from shared.envelope import decode_message, isoformat, parse_body
 from shared.errors import EnvelopeError
 from shared.index_keys import newest_first
+from shared.job_index import IndexedStore
 from shared.ledger import Facts
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
@@ -56,9 +58,18 @@ PURGE_STATES = (
 )
 """States purge deletes from; `parked` is never among them (parked entries stay until unparked or
 deleted explicitly)."""
-STEP_ITEMS = 100
-STEP_THREADS = 16
-"""Entries of a step applied at once (each is independent: its own entry, its own job)."""
+STEP_ITEMS = 1000
+STEP_SECONDS = 5.0
+"""A step takes about this long at the operation's rate (at most `STEP_ITEMS` entries): few enough
+steps that their overhead (the document's read and write, the next step's message, the index
+transactions) is small per entry, short enough that Cancel takes effect within seconds."""
+STEP_THREADS = 32
+"""Entries of a step applied at once at most (each is independent: its own entry, its own job);
+a step starts its entries at the rate, so fewer are in flight at a low rate."""
+STEP_BUDGET_S = 15.0
+"""A step starts no entry after this long (its first excepted): where the store is slower than
+the rate, steps stay short (Cancel within seconds, far from the function timeout) and the rest
+waits for the next step."""
 FAILURES_KEPT = 500
 
 
@@ -83,11 +94,59 @@ class Plan:
 
 
 def step_plan(rate_per_s: float, done_in_s: float = 0.0, items: int = 0, max_items: int = STEP_ITEMS) -> Plan:
-    """At most `max_items`, about one second's worth at `rate_per_s`; the next step waits what the
-    rate still asks for after this one took `done_in_s` for `items`."""
-    size = max(1, min(max_items, math.floor(rate_per_s))) if rate_per_s > 0 else max_items
+    """At most `max_items`, about `STEP_SECONDS` worth at `rate_per_s`; the next step waits what
+    the rate still asks for after this one took `done_in_s` for `items` (a step paces its entries
+    at the rate, so usually nothing)."""
+    size = max(1, min(max_items, math.floor(rate_per_s * STEP_SECONDS))) if rate_per_s > 0 else max_items
     wait = (items / rate_per_s - done_in_s) if rate_per_s > 0 else 0.0
     return Plan(size, max(0, math.ceil(wait)))
+
+
+def step_threads(rate_per_s: float, items: int) -> int:
+    """Entries in flight: a quarter second's worth at the rate (so a 250 ms entry keeps up), 4 to
+    `STEP_THREADS`, never more than the step's entries."""
+    wanted = math.ceil(rate_per_s / 4) if rate_per_s > 0 else STEP_THREADS
+    return max(1, min(items, STEP_THREADS, max(4, wanted)))
+
+
+class Pacer:
+    """Starts a step's entries at `rate_per_s`: entry k not before k / rate after the first."""
+
+    def __init__(self, rate_per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = 1.0 / rate_per_s if rate_per_s > 0 else 0.0
+        self.clock = clock
+        self.started = clock()
+
+    def wait(self, k: int, sleep: Callable[[float], None] = time.sleep) -> None:
+        delay = self.started + k * self.interval - self.clock()
+        if delay > 0:
+            sleep(delay)
+
+
+@dataclass
+class StepWrites:
+    """Index writes a step's entries leave for the end of the step, sent as entity group
+    transactions: the entry index moves (name, before, after) and the jobs' new records."""
+
+    moves: list[tuple[str, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def move(self, name: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+        with self.lock:
+            self.moves.append((name, before, after))
+
+    def record(self, data: dict[str, Any]) -> None:
+        with self.lock:
+            self.records.append(data)
+
+    def flush(self, rt: Runtime) -> None:
+        """Send them (best effort, like every index write: the blobs are the truth). A step
+        redone after a crash finds its entries done and leaves their writes again."""
+        if rt.entry_index is not None and self.moves:
+            rt.entry_index.move_many(self.moves)
+        if rt.job_index is not None and self.records:
+            rt.job_index.put_many(self.records)
 
 
 # -- starting, cancelling, reading -------------------------------------------------------------
@@ -207,16 +266,48 @@ def run_step(rt: Runtime, body: bytes) -> str:
         return "ignored"
     started = time.monotonic()
     data = doc.data
-    plan = step_plan(float(data.get("rate_per_s") or 0))
+    rate = float(data.get("rate_per_s") or 0)
+    plan = step_plan(rate)
     items, cursor, finished = _next_items(rt, data, plan.size)
-    with ThreadPoolExecutor(max(1, min(STEP_THREADS, len(items)))) as pool:
-        outcomes = list(pool.map(lambda item: _apply(rt, data, item[0], item[1]), items))
-    results = [(name, *outcome) for (name, _), outcome in zip(items, outcomes, strict=True)]
+    writes = StepWrites()
+    pacer = Pacer(rate)
+
+    def one(k: int) -> tuple[str, str] | None:
+        pacer.wait(k)
+        if k and time.monotonic() - started > STEP_BUDGET_S:
+            return None  # not started: the next step takes it
+        return _apply(rt, data, items[k][0], items[k][1], writes)
+
+    with ThreadPoolExecutor(step_threads(rate, len(items)) if items else 1) as pool:
+        outcomes = list(pool.map(one, range(len(items))))
+    writes.flush(rt)
+    done = outcomes.index(None) if None in outcomes else len(outcomes)
+    if done < len(items):  # over its time budget (a slow store): the rest go to the next step
+        cursor, finished = _cursor_after(data, cursor, items, done), False
+    results = [
+        (name, *outcome)
+        for (name, _), outcome in zip(items[:done], outcomes[:done], strict=True)
+        if outcome is not None
+    ]
     if not finished:
-        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, len(items))
+        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, done)
         send_step(rt, op_id, step + 1, wait.delay_s)
     _record(rt, op_id, doc, step, cursor, results, finished)
     return "finished" if finished else "stepped"
+
+
+def _cursor_after(
+    data: dict[str, Any], cursor: dict[str, Any], items: list[tuple[str, EntryRow | None]], done: int
+) -> dict[str, Any]:
+    """The cursor after the step's first `done` items (`done` >= 1: the first always runs)."""
+    cursor = dict(cursor)
+    if data.get("names") is not None:
+        cursor["i"] = int(cursor["i"]) - len(items) + done
+    else:
+        row = items[done - 1][1]
+        assert row is not None
+        cursor["after"] = row.key
+    return cursor
 
 
 def _next_items(
@@ -252,8 +343,10 @@ def _next_items(
     return [], cursor, True
 
 
-def _apply(rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None) -> tuple[str, str]:
-    """(outcome, reason) for one entry."""
+def _apply(
+    rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None, writes: StepWrites | None = None
+) -> tuple[str, str]:
+    """(outcome, reason) for one entry; a replay leaves its index writes in `writes`."""
     kind, by = str(op["kind"]), f"op:{op['id']}"
     doc = rt.archive.read(name)
     if doc is None:
@@ -267,7 +360,7 @@ def _apply(rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None) -> 
     if op.get("dry_run"):
         return "counted", state
     if kind == "replay":
-        return replay_entry(rt, name, doc, by, mine)
+        return replay_entry(rt, name, doc, by, mine, writes)
     if kind == "purge":
         if state == PARKED:
             return "skipped", "parked entries are never purged"
@@ -287,11 +380,20 @@ def _apply(rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None) -> 
     return delete_entry(rt, name, doc, by)
 
 
-def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = False) -> tuple[str, str]:
+def replay_entry(
+    rt: Runtime, name: str, doc: Document, by: str, mine: bool = False, writes: StepWrites | None = None
+) -> tuple[str, str]:
     """Replay one archive entry: (outcome, reason). A job is sent again only while its record is
-    poisoned (or missing), so a repeated step never queues it twice."""
+    poisoned (or missing), so a repeated step never queues it twice: the ledger write that takes it
+    out of `poisoned` names who replayed it (`replayed_by`), which tells a repeated step of the same
+    operation that the job was sent.
+
+    Requests: the entry (read by the caller), the record's read, its conditional write, the
+    message, the entry's conditional write; with `writes` (a bulk step) the index rows of the entry
+    and the job are left there for the step's transactions, else written here (3 more)."""
     state = str(doc.data.get("state", ""))
     if state == "replayed" and mine:
+        _moved(rt, name, {**doc.data, "state": LISTED_STATE}, doc.data, writes)
         return "replayed", ""
     if state != LISTED_STATE:
         return "skipped", f"entry is {state}"
@@ -306,38 +408,58 @@ def replay_entry(rt: Runtime, name: str, doc: Document, by: str, mine: bool = Fa
     expired = expiry_refusal(env.expires_at, now)
     if expired:
         return "skipped", expired
-    record = rt.ledger.get(env.id)
+    jobs = _ledger_for(rt, writes)
+    record = jobs.get(env.id)
     status = record.status if record is not None else ""
-    if status == ledger.POISONED and by.startswith("op:") and not mine:
-        doc = _note_intent(rt, name, doc, by)  # a repeated step then knows this job was sent by this op
+    sent_by_me = mine or (
+        record is not None and record.data.get("replayed_by") == by and by.startswith("op:")
+    )
     if status == ledger.COMPLETED:
-        set_state(rt.archive, name, "skipped_completed", now, rt.entry_index, by)
+        _mark(rt, name, doc, "skipped_completed", now, by, writes)
         return "skipped", "the job completed meanwhile"
     if record is not None and status != ledger.POISONED:
-        if mine:  # this operation queued it, and stopped before marking the entry
-            set_state(rt.archive, name, "replayed", now, rt.entry_index, by)
+        if sent_by_me:  # this operation queued it, and stopped before marking the entry
+            _mark(rt, name, doc, "replayed", now, by, writes)
             return "replayed", ""
         return "skipped", f"the job is {status}, not poisoned"
     facts = Facts(now)
     try:
-        rt.ledger.write(env.id, record, lambda prev: ledger.replayed(prev, env, facts))
+        written = jobs.write(env.id, record, lambda prev: ledger.replayed(prev, env, facts, by=by))
     except Conflict:
         return "skipped", "the job changed meanwhile"
+    if writes is not None:
+        writes.record(written.data)
     send_job(rt, env.with_attempt(0))
-    set_state(rt.archive, name, "replayed", now, rt.entry_index, by, current=doc)
+    _mark(rt, name, doc, "replayed", now, by, writes)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""
 
 
-def _note_intent(rt: Runtime, name: str, doc: Document, by: str) -> Document:
-    data = {
-        **doc.data,
-        "events": [
-            *(doc.data.get("events") or []),
-            {"at": isoformat(rt.clock()), "event": "replaying", "by": by},
-        ],
-    }
-    return rt.archive.replace(name, doc, data)
+def _ledger_for(rt: Runtime, writes: StepWrites | None) -> ledger.Ledger:
+    """The ledger, without its per-write index upsert when the step batches the index writes."""
+    store = rt.ledger.store
+    if writes is not None and isinstance(store, IndexedStore):
+        return ledger.Ledger(store.inner)
+    return rt.ledger
+
+
+def _mark(
+    rt: Runtime, name: str, doc: Document, state: str, now: Any, by: str, writes: StepWrites | None
+) -> None:
+    """The entry's new state (a conditional write on the entry as read); its index row moves now,
+    or with the step's transactions."""
+    after = set_state(
+        rt.archive, name, state, now, rt.entry_index if writes is None else None, by, current=doc
+    )
+    if after is not None:
+        _moved(rt, name, doc.data, after, writes)
+
+
+def _moved(
+    rt: Runtime, name: str, before: dict[str, Any], after: dict[str, Any], writes: StepWrites | None
+) -> None:
+    if writes is not None:
+        writes.move(name, before, after)
 
 
 def _record(

@@ -11,6 +11,7 @@ import pytest
 from devstack.azurite import Azurite
 from shared import ledger, metrics
 from shared.console import actions, queries
+from shared.entry_index import SHARDS
 from shared.envelope import isoformat
 from shared.ledger import Facts
 from shared.poison import bulk
@@ -164,3 +165,106 @@ def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> N
     left = {name for name, _ in rt.archive.names("")}
     assert kept in left and "edits/cli-listed/abc.json" in left
     assert f"{metrics.PREFIX}2026010100/cli.json" in left and listed not in left
+
+
+def _count_requests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every storage request this process sends from now on, as `METHOD path`."""
+    import requests
+
+    seen: list[str] = []
+    original = requests.Session.send
+
+    def counting(self: requests.Session, request: requests.PreparedRequest, **kwargs: Any) -> Any:
+        seen.append(f"{request.method} {request.path_url.split('?')[0]}")
+        return original(self, request, **kwargs)
+
+    monkeypatch.setattr(requests.Session, "send", counting)
+    return seen
+
+
+def test_a_bulk_replay_step_costs_five_requests_an_entry_and_leaves_both_indexes_right(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert rt.entry_index is not None and rt.job_index is not None
+    names = [poisoned_noop(rt, f"cost-{i:02d}") for i in range(40)]
+    listed_before = sum(rt.entry_index.counts().values())
+    op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)  # no rate: one step
+    seen = _count_requests(monkeypatch)
+    assert take_steps(rt) == 1
+    monkeypatch.undo()
+    done = bulk.read(rt, op["id"])
+    assert done["status"] == "done" and done["counts"] == {"replayed": 40}
+    # per entry: entry GET, record GET, record PUT, message, entry PUT; per step: the document's
+    # read and write, the index transactions (entry rows moved, job rows upserted); take_steps'
+    # own receive, delete and queue-length calls on the ops queue are not the step's; the listed
+    # counts per reason code change once per counter row the step touched (its ETag read first
+    # when this process has not seen it: at most 2 requests for each of the SHARDS rows)
+    in_step = [r for r in seen if "-ops" not in r]
+    assert len(in_step) <= 5 * 40 + 5 + 2 * SHARDS, sorted(set(seen))
+    assert sum(rt.entry_index.counts().values()) == listed_before - 40
+    assert sum(1 for r in seen if r.startswith("POST") and "$batch" in r) == 3, "three transactions"
+    assert rt.entry_index.page("poisoned", size=100) == []
+    assert {r.name for r in rt.entry_index.page("replayed", size=100)} == set(names)
+    rows = rt.job_index.page(id_prefix="cost-", size=100).rows
+    assert len(rows) == 40 and {r.status for r in rows} == {"queued"}
+    record = rt.ledger.get("cost-00")
+    assert record is not None and record.data["replayed_by"] == f"op:{op['id']}"
+    assert queue_length(rt, rt.settings.jobs_queue) == 40
+
+
+def test_a_step_killed_before_its_index_writes_is_redone_and_fixes_the_indexes(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert rt.entry_index is not None
+    names = [poisoned_noop(rt, f"flush-{i:02d}") for i in range(8)]
+    op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
+    real_flush = bulk.StepWrites.flush
+    crashes = {"left": 1}
+
+    def crashing(self: bulk.StepWrites, rt_: Runtime) -> None:
+        if crashes["left"]:
+            crashes["left"] -= 1
+            raise RuntimeError("killed: every job sent and entry marked, no index written")
+        real_flush(self, rt_)
+
+    monkeypatch.setattr(bulk.StepWrites, "flush", crashing)
+
+    def step(body: bytes) -> None:
+        try:
+            bulk.run_step(rt, body)
+        except RuntimeError:
+            bulk.run_step(rt, body)  # the host delivers the same step again
+
+    take_steps(rt, on_step=step)
+    done = bulk.read(rt, op["id"])
+    assert done["counts"] == {"replayed": 8} and crashes["left"] == 0
+    assert sorted(json.loads(b)["id"] for b in drain_raw(rt, rt.settings.jobs_queue)) == sorted(
+        f"flush-{i:02d}" for i in range(8)
+    ), "each sent once"
+    assert rt.entry_index.page("poisoned", size=100) == []
+    assert {r.name for r in rt.entry_index.page("replayed", size=100)} == set(names)
+
+
+def test_a_step_paces_its_entries_at_the_rate(rt: Runtime) -> None:
+    import time
+
+    names = [poisoned_noop(rt, f"pace-{i:02d}") for i in range(10)]
+    bulk.start(rt, "replay", "t", names=names, rate_per_s=20)  # 10 entries: one step of 0.45 s at least
+    started = time.monotonic()
+    assert take_steps(rt) == 1
+    assert time.monotonic() - started >= 9 / 20
+
+
+def test_a_step_over_its_time_budget_leaves_the_rest_to_the_next_step(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [poisoned_noop(rt, f"budget-{i}") for i in range(3)]
+    monkeypatch.setattr(bulk, "STEP_BUDGET_S", 0.0)  # a store slower than any rate: one entry a step
+    op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
+    assert take_steps(rt) == 3
+    done = bulk.read(rt, op["id"])
+    assert done["status"] == "done" and done["counts"] == {"replayed": 3} and done["done"] == 3
+    assert queue_length(rt, rt.settings.jobs_queue) == 3
+    purge = bulk.start(rt, "delete", "t", states=["replayed"], rate_per_s=0)
+    assert take_steps(rt) == 4, "three cut steps over the index, then one that finds none"
+    assert bulk.read(rt, purge["id"])["counts"] == {"deleted": 3}
