@@ -383,10 +383,11 @@ def _apply(
 def replay_entry(
     rt: Runtime, name: str, doc: Document, by: str, mine: bool = False, writes: StepWrites | None = None
 ) -> tuple[str, str]:
-    """Replay one archive entry: (outcome, reason). A job is sent again only while its record is
-    poisoned (or missing), so a repeated step never queues it twice: the ledger write that takes it
-    out of `poisoned` names who replayed it (`replayed_by`), which tells a repeated step of the same
-    operation that the job was sent.
+    """Replay one archive entry: (outcome, reason). A job is replayed only while its record is
+    poisoned (or missing): the ledger write that takes it out of `poisoned` names who replayed it
+    (`replayed_by`). A repeated step of the same operation that finds its own write on a job still
+    `queued` sends the message again, since it cannot tell whether the message went out before the
+    stop: at least once, and the ledger applies the job once.
 
     Requests: the entry (read by the caller), the record's read, its conditional write, the
     message, the entry's conditional write; with `writes` (a bulk step) the index rows of the entry
@@ -418,7 +419,11 @@ def replay_entry(
         _mark(rt, name, doc, "skipped_completed", now, by, writes)
         return "skipped", "the job completed meanwhile"
     if record is not None and status != ledger.POISONED:
-        if sent_by_me:  # this operation queued it, and stopped before marking the entry
+        if sent_by_me:  # this operation took it out of `poisoned`, and stopped before marking the entry
+            if status == ledger.QUEUED and state == LISTED_STATE:
+                # it may have stopped before the message too: send it (again). A second copy is a
+                # duplicate the ledger runs once; a job queued with no message would be lost.
+                send_job(rt, env.with_attempt(0))
             _mark(rt, name, doc, "replayed", now, by, writes)
             return "replayed", ""
         return "skipped", f"the job is {status}, not poisoned"
