@@ -72,7 +72,7 @@ def _shorten_property_test(item: pytest.Item) -> None:
     current = getattr(test, "_hypothesis_internal_use_settings", None)
     if test is None or not isinstance(current, hypothesis.settings):
         return
-    test._hypothesis_internal_use_settings = hypothesis.settings(  # type: ignore[attr-defined]
+    test._hypothesis_internal_use_settings = hypothesis.settings(
         current, max_examples=fewer_examples(current.max_examples)
     )
 

@@ -32,10 +32,25 @@ from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 
 pytestmark = pytest.mark.integration
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = REPO_ROOT / "docs" / "screenshots"
+
+
+def attribute(element: WebElement, name: str) -> str:
+    """An attribute the test expects the element to have."""
+    value = element.get_attribute(name)
+    assert value is not None, f"no {name} attribute"
+    return value
+
+
+def text_property(element: WebElement, name: str) -> str:
+    """A DOM property the test expects to be a string (an input's `value`)."""
+    value = element.get_property(name)
+    assert isinstance(value, str), f"{name} is {value!r}"
+    return value
 
 
 class Stack:
@@ -72,7 +87,9 @@ class Stack:
         return dict(body)
 
     def queue_length(self, name: str) -> int:
-        return int(self.storage.raw_queue(name).get_queue_properties().approximate_message_count)
+        count = self.storage.raw_queue(name).get_queue_properties().approximate_message_count
+        assert count is not None
+        return count
 
     def archived(self) -> dict[str, Any]:
         status, body = self.call("GET", "console/data/poison")
@@ -169,7 +186,7 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
 
     browser.get(f"{stack.console}/jobs/{job}")
     editor = browser.find_element(By.ID, "envelope")
-    envelope = json.loads(editor.get_property("value"))
+    envelope = json.loads(text_property(editor, "value"))
     assert envelope["payload"] == {"permanent": True}
 
     # an invalid edit: refused with the field named, nothing enqueued, the job still poisoned
@@ -220,10 +237,8 @@ def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, brow
     ]
     assert browser.find_element(By.ID, "job-status").text == "completed"
     assert json.loads(browser.find_element(By.ID, "payload").text) == {"note": "fixed by an operator"}
-    assert (
-        browser.find_element(By.ID, "result-link")
-        .get_attribute("href")
-        .endswith(f"/api/console/jobs/{job}/result")
+    assert attribute(browser.find_element(By.ID, "result-link"), "href").endswith(
+        f"/api/console/jobs/{job}/result"
     )
     shot(browser, "job-timeline")
 
@@ -243,7 +258,7 @@ def test_unknown_kind_job_without_a_record_is_poisoned_edited_and_replayed(
     browser.get(f"{stack.console}/jobs/{job}")
     assert "unknown kind 'nope'" in browser.find_element(By.ID, "reason").text
     editor = browser.find_element(By.ID, "envelope")
-    envelope = json.loads(editor.get_property("value"))
+    envelope = json.loads(text_property(editor, "value"))
     assert envelope["kind"] == "nope"
     browser.execute_script(
         "arguments[0].value = arguments[1]", editor, json.dumps({**envelope, "kind": "noop"})
@@ -272,7 +287,7 @@ def test_garbage_body_is_shown_as_hex_then_fixed_and_replayed(stack: Stack, brow
     link = next(
         a
         for a in browser.find_elements(By.CSS_SELECTOR, "a.entry")
-        if urlencode({"name": name}) in a.get_attribute("href")
+        if urlencode({"name": name}) in attribute(a, "href")
     )
     link.click()
     assert browser.find_element(By.ID, "body-hex").text == garbage.hex(" ")
@@ -458,8 +473,7 @@ def test_search_replays_all_matching_in_the_app_and_the_audit_shows_it(
     wait_for("the search's page", lambda: f"q={marker}" in browser.current_url, 10)
     assert (
         sorted(
-            p.get_attribute("data-job")
-            for p in browser.find_elements(By.CSS_SELECTOR, "#archived input.pick")
+            attribute(p, "data-job") for p in browser.find_elements(By.CSS_SELECTOR, "#archived input.pick")
         )
         == jobs
     )

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from azure.functions.decorators.timer import TimerTrigger
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -60,7 +61,9 @@ def sweep_schedule(monkeypatch: pytest.MonkeyPatch, value: str | None) -> str:
 
     function_app = importlib.reload(function_app)
     [sweep] = [f for f in function_app.app.get_functions() if f.get_function_name() == "sweep_poison"]
-    schedule: str = sweep.get_trigger().schedule
+    trigger = sweep.get_trigger()
+    assert isinstance(trigger, TimerTrigger)
+    schedule: str = trigger.schedule
     return schedule
 
 

@@ -40,7 +40,7 @@ def runtime_for(azurite: Azurite, handlers: Mapping[str, Any] | None = None, **e
 
 
 def message(
-    body: bytes | Mapping[str, Any], dequeue_count: int = 1, msg_id: str | None = None
+    body: bytes | Mapping[str, Any], dequeue_count: int | None = 1, msg_id: str | None = None
 ) -> func.QueueMessage:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return func.queue.QueueMessage(  # type: ignore[no-untyped-call]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
+from typing import Any
 
 from shared.poison import bulk
 from shared.runtime import Runtime
@@ -13,6 +14,13 @@ from tests.integration.helpers import queue_length
 
 def ops_queue(rt: Runtime) -> str:
     return bulk.ops_queue_name(rt.settings.jobs_queue)
+
+
+def read_op(rt: Runtime, op_id: str) -> dict[str, Any]:
+    """The operation's record, which the test expects to exist."""
+    doc = bulk.read(rt, op_id)
+    assert doc is not None, f"no record for operation {op_id}"
+    return doc
 
 
 def take_steps(rt: Runtime, limit: int = 1000, on_step: Callable[[bytes], None] | None = None) -> int:

@@ -124,6 +124,7 @@ def test_handler_end_to_end(env: Env) -> None:
         assert row["avg"] == pytest.approx(price_sum / price_n, rel=1e-9) if price_n else row["avg"] is None
 
     again = HANDLER.run(ctx)  # a second run of the same job id writes the same blob again
+    assert isinstance(again, Completed)
     assert again.result_ref == outcome.result_ref
     assert env.result(again.result_ref)["rows"] == document["rows"]
     names = [

@@ -94,10 +94,11 @@ def test_a_raw_json_job_completes_like_a_base64_one(stack: Stack) -> None:
     envelope = json.dumps({"id": b64, "kind": "noop", "payload": {"note": "base64 era"}})
     stack.queue.send_message(base64.b64encode(envelope.encode()).decode())
     for job_id in (raw, b64):
-        wait_for(
-            f"{job_id} completed",
-            lambda j=job_id: stack.call("GET", f"jobs/{j}")[1].get("status") == "completed",
-        )
+
+        def completed(j: str = job_id) -> bool:
+            return bool(stack.call("GET", f"jobs/{j}")[1].get("status") == "completed")
+
+        wait_for(f"{job_id} completed", completed)
     assert stack.call("GET", f"jobs/{raw}/result") == (200, {"id": raw, "summary": {"note": "raw"}})
 
 

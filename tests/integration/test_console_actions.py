@@ -11,11 +11,10 @@ import pytest
 from devstack.azurite import Azurite
 from shared.console import actions, queries
 from shared.envelope import isoformat, utcnow
-from shared.poison import bulk
 from shared.processing import process_message
 from shared.runtime import Runtime
 from tests.integration.helpers import message, queue_length, runtime_for
-from tests.integration.ops_helpers import take_steps
+from tests.integration.ops_helpers import read_op, take_steps
 from tests.integration.test_poison import drain_jobs, run_poison_trigger
 
 pytestmark = pytest.mark.integration
@@ -98,10 +97,10 @@ def test_delete_and_purge_from_the_console(rt: Runtime) -> None:
     assert [e.name for e in queries.poison_view(rt).archived] == [b], "deleted: no longer listed"
     op = actions.purge(rt, 1.0, "t")  # a purge is an operation the app carries out in steps
     take_steps(rt)
-    assert bulk.read(rt, op["op"])["counts"] == {} and rt.archive.read(b) is not None
+    assert read_op(rt, op["op"])["counts"] == {} and rt.archive.read(b) is not None
     op = actions.purge(rt, 0.0, "t")
     take_steps(rt)
-    assert bulk.read(rt, op["op"])["counts"] == {"purged": 2}
+    assert read_op(rt, op["op"])["counts"] == {"purged": 2}
     assert queries.poison_view(rt).archived == [] and rt.archive.read(a) is None
 
 

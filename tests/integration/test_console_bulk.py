@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from shared import ledger, metrics
+from shared import ledger, metrics, submit
 from shared.console import actions, queries
 from shared.entry_index import SHARDS
 from shared.envelope import isoformat
 from shared.ledger import Facts
-from shared.poison import bulk
+from shared.poison import archive, bulk
 from shared.poison.archive import new_entry, note_reason, write_entry
 from shared.processing import process_message
 from shared.runtime import Runtime
 from tests.integration.helpers import drain_raw, message, queue_length, runtime_for
-from tests.integration.ops_helpers import take_steps
+from tests.integration.ops_helpers import read_op, take_steps
 
 pytestmark = pytest.mark.integration
 
@@ -54,11 +54,11 @@ def test_purge_deletes_poison_entries_only(rt: Runtime) -> None:
     note_reason(rt.archive, b"another body", "why", "pg-other", None, under_claim=True, now=rt.clock())
     dry = actions.purge(rt, 0.0, "t", dry_run=True)
     take_steps(rt)
-    assert bulk.read(rt, dry["op"])["counts"] == {"counted": 1}, "the dry run counts and changes nothing"
+    assert read_op(rt, dry["op"])["counts"] == {"counted": 1}, "the dry run counts and changes nothing"
     assert rt.archive.read(listed) is not None
     op = actions.purge(rt, 0.0, "t")
     take_steps(rt)
-    done = bulk.read(rt, op["op"])
+    done = read_op(rt, op["op"])
     assert done["status"] == "done" and done["counts"] == {"purged": 1}
     assert rt.archive.read(listed) is None
     left = {name for name, _ in rt.archive.names("")}
@@ -77,7 +77,7 @@ def test_a_bulk_replay_killed_half_way_and_resumed_applies_each_job_once(
 ) -> None:
     names = [poisoned_noop(rt, f"kill-{i:02d}") for i in range(12)]
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=4)  # 4 entries a step: 3 steps
-    real_set_state = bulk.set_state
+    real_set_state = archive.set_state  # what `bulk` calls until patched
     crashes = {"left": 1}
 
     def crashing(*args: Any, **kwargs: Any) -> Any:
@@ -96,7 +96,7 @@ def test_a_bulk_replay_killed_half_way_and_resumed_applies_each_job_once(
 
     take_steps(rt, on_step=step)
     assert crashes["left"] == 0
-    done = bulk.read(rt, op["id"])
+    done = read_op(rt, op["id"])
     assert done["status"] == "done" and done["counts"] == {"replayed": 12} and done["failures"] == []
     bodies = drain_raw(rt, rt.settings.jobs_queue)
     sent = sorted(json.loads(b)["id"] for b in bodies)
@@ -117,7 +117,7 @@ def test_cancel_stops_an_operation_at_its_next_step(rt: Runtime) -> None:
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=2)
     assert actions.op_change(rt, {"op": op["id"]}, "t", "cancel")["status"] == "cancelled"
     take_steps(rt)
-    assert bulk.read(rt, op["id"])["done"] == 0
+    assert read_op(rt, op["id"])["done"] == 0
     assert queue_length(rt, rt.settings.jobs_queue) == 0
 
 
@@ -142,7 +142,7 @@ def test_bulk_park_and_unpark_keep_the_parked_queue_in_step(rt: Runtime) -> None
     names = [poisoned_noop(rt, f"bp-{i}") for i in range(3)]
     parked = bulk.start(rt, "park", "t", names=[*names, "jobs/bp-x/none.json"], rate_per_s=100)
     take_steps(rt)
-    done = bulk.read(rt, parked["id"])
+    done = read_op(rt, parked["id"])
     assert done["counts"] == {"parked": 3, "not_found": 1}
     assert done["failures"] == [
         {"name": "jobs/bp-x/none.json", "outcome": "not_found", "reason": "no such archive entry"}
@@ -150,7 +150,7 @@ def test_bulk_park_and_unpark_keep_the_parked_queue_in_step(rt: Runtime) -> None
     assert queue_length(rt, rt.settings.parked_queue) == 3
     unparked = bulk.start(rt, "unpark", "t", states=["parked"], rate_per_s=100)
     take_steps(rt)
-    assert bulk.read(rt, unparked["id"])["counts"] == {"unparked": 3}
+    assert read_op(rt, unparked["id"])["counts"] == {"unparked": 3}
     assert queue_length(rt, rt.settings.parked_queue) == 0
     assert {e.name for e in queries.poison_view(rt).archived} >= set(names)
 
@@ -194,7 +194,7 @@ def test_a_bulk_replay_step_costs_five_requests_an_entry_and_leaves_both_indexes
     seen = _count_requests(monkeypatch)
     assert take_steps(rt) == 1
     monkeypatch.undo()
-    done = bulk.read(rt, op["id"])
+    done = read_op(rt, op["id"])
     assert done["status"] == "done" and done["counts"] == {"replayed": 40}
     # per entry: entry GET, record GET, record PUT, message, entry PUT; per step: the document's
     # read and write, the index transactions (entry rows moved, job rows upserted); take_steps'
@@ -219,7 +219,7 @@ def test_a_bulk_replay_killed_between_the_ledger_write_and_the_message_still_sen
 ) -> None:
     names = [poisoned_noop(rt, f"gap-{i}") for i in range(3)]
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
-    real_send = bulk.send_job
+    real_send = submit.send_job  # what `bulk` calls until patched
     crashes = {"left": 1}
 
     def crashing(rt_: Runtime, env: Any) -> Any:
@@ -240,7 +240,7 @@ def test_a_bulk_replay_killed_between_the_ledger_write_and_the_message_still_sen
 
     take_steps(rt, on_step=step)
     assert crashes["left"] == 0
-    assert bulk.read(rt, op["id"])["counts"] == {"replayed": 3}
+    assert read_op(rt, op["id"])["counts"] == {"replayed": 3}
     bodies = drain_raw(rt, rt.settings.jobs_queue)
     assert "gap-1" in {json.loads(b)["id"] for b in bodies}, "the job was not lost"
     for body in bodies:
@@ -275,7 +275,7 @@ def test_a_step_killed_before_its_index_writes_is_redone_and_fixes_the_indexes(
             bulk.run_step(rt, body)  # the host delivers the same step again
 
     take_steps(rt, on_step=step)
-    done = bulk.read(rt, op["id"])
+    done = read_op(rt, op["id"])
     assert done["counts"] == {"replayed": 8} and crashes["left"] == 0
     assert sorted(json.loads(b)["id"] for b in drain_raw(rt, rt.settings.jobs_queue)) == sorted(
         f"flush-{i:02d}" for i in range(8)
@@ -301,9 +301,9 @@ def test_a_step_over_its_time_budget_leaves_the_rest_to_the_next_step(
     monkeypatch.setattr(bulk, "STEP_BUDGET_S", 0.0)  # a store slower than any rate: one entry a step
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
     assert take_steps(rt) == 3
-    done = bulk.read(rt, op["id"])
+    done = read_op(rt, op["id"])
     assert done["status"] == "done" and done["counts"] == {"replayed": 3} and done["done"] == 3
     assert queue_length(rt, rt.settings.jobs_queue) == 3
     purge = bulk.start(rt, "delete", "t", states=["replayed"], rate_per_s=0)
     assert take_steps(rt) == 4, "three cut steps over the index, then one that finds none"
-    assert bulk.read(rt, purge["id"])["counts"] == {"deleted": 3}
+    assert read_op(rt, purge["id"])["counts"] == {"deleted": 3}

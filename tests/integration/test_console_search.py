@@ -18,7 +18,7 @@ from shared.poison import bulk
 from shared.poison.archive import new_entry, write_entry
 from shared.runtime import Runtime
 from tests.integration.helpers import drain_raw, runtime_for
-from tests.integration.ops_helpers import take_steps
+from tests.integration.ops_helpers import read_op, take_steps
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +129,7 @@ def test_a_group_replay_is_defined_by_its_filter_not_by_rendered_rows(rt: Runtim
         "t",
     )
     take_steps(rt)
-    assert bulk.read(rt, dry["op"])["counts"] == {"counted": 5}
+    assert read_op(rt, dry["op"])["counts"] == {"counted": 5}
     op = actions.start_op(
         rt,
         {
@@ -141,12 +141,12 @@ def test_a_group_replay_is_defined_by_its_filter_not_by_rendered_rows(rt: Runtim
         "t",
     )
     take_steps(rt)
-    assert bulk.read(rt, op["op"])["counts"] == {"replayed": 1}
+    assert read_op(rt, op["op"])["counts"] == {"replayed": 1}
     whole = actions.start_op(
         rt, {"kind": "replay", "state": "poisoned", "rate": 2, "where": {"reason_code": "input_missing"}}, "t"
     )
     take_steps(rt)
-    done = bulk.read(rt, whole["op"])
+    done = read_op(rt, whole["op"])
     assert done["status"] == "done" and done["counts"] == {"replayed": 4}, "2 a step, over 2 steps and an end"
     assert sorted(json.loads(b)["id"] for b in drain_raw(rt, rt.settings.jobs_queue)) == [
         f"im-{i}" for i in range(5)
@@ -167,7 +167,7 @@ def test_a_search_operation_goes_on_past_steps_that_found_nothing(
     monkeypatch.setattr(entry_index, "SCAN_QUERIES", 1)
     op = bulk.start(rt, "replay", "t", states=["poisoned"], rate_per_s=10, where={"text": "needle"})
     steps = take_steps(rt)
-    done = bulk.read(rt, op["id"])
+    done = read_op(rt, op["id"])
     assert done["status"] == "done" and done["counts"] == {"replayed": 1} and steps >= 3
 
 
@@ -233,7 +233,7 @@ def test_the_admin_api_pages_poison_through_the_index(rt: Runtime, monkeypatch: 
     body = json.loads(started.get_body())
     assert started.status_code == 202 and body["listed"] == 9 and body["dry_run"] is True
     take_steps(rt)
-    assert bulk.read(rt, body["op"])["counts"] == {"counted": 9}
+    assert read_op(rt, body["op"])["counts"] == {"counted": 9}
 
 
 def test_cli_replay_all_starts_an_operation_and_counts_first(

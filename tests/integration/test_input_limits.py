@@ -301,12 +301,9 @@ def get_result(rt: Runtime, job_id: str) -> tuple[int, dict[str, Any]]:
     req = func.HttpRequest(
         method="GET", url=f"http://localhost/api/jobs/{job_id}/result", body=b"", route_params={"id": job_id}
     )
-    original = api.get_runtime
-    api.get_runtime = lambda: rt  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(api, "get_runtime", lambda: rt)
         resp = api.get_result(req)
-    finally:
-        api.get_runtime = original  # type: ignore[assignment]
     return resp.status_code, json.loads(resp.get_body())
 
 

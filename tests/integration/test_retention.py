@@ -38,11 +38,12 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
             job_id, None, lambda p: ledger.claimed(p, env(job_id), Facts(now, "m", 1, "h/1"), 30)
         )
 
+    def complete(job_id: str) -> ledger.Change:
+        return lambda p: ledger.completed(p, job_id, Facts(now), 1, "", {}, 0.1)
+
     for job_id in DONE:
         record = claim(job_id)
-        rt.ledger.write(
-            job_id, record, lambda p, j=job_id: ledger.completed(p, j, Facts(now), 1, "", {}, 0.1)
-        )
+        rt.ledger.write(job_id, record, complete(job_id))
     claim("running")
     rt.ledger.write("poisoned", None, lambda p: ledger.poisoned(p, "poisoned", Facts(now), "bad", "x", b"{}"))
     rt.ledger.write(
@@ -57,15 +58,24 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
     payloads.upload_blob("payloads/p1.json", b"{}")
     payloads.upload_blob("payloads/p2.json", b"{}")
 
-    names = {"archive": set()}
-    for job_id, body, state, owned in (
+    names: dict[str, set[str]] = {"archive": set()}
+    entries: tuple[tuple[str | None, bytes, str, bool], ...] = (
         ("listed-1", b'{"id": "listed-1"}', archive.LISTED_STATE, True),
         ("replayed-1", b'{"id": "replayed-1"}', "replayed", True),
         (None, b"\xff not json", archive.LISTED_STATE, False),
-    ):
-        archive.note_reason(rt.archive, body, "why", job_id, "code", under_claim=False, now=now)
+    )
+    for entry_job_id, body, state, owned in entries:
+        archive.note_reason(rt.archive, body, "why", entry_job_id, "code", under_claim=False, now=now)
         entry = archive.new_entry(
-            body, job_id, owned, state, "why", now=now, queue_message_id="q", dequeue_count=5, record=None
+            body,
+            entry_job_id,
+            owned,
+            state,
+            "why",
+            now=now,
+            queue_message_id="q",
+            dequeue_count=5,
+            record=None,
         )
         names["archive"].add(archive.write_entry(rt.archive, entry))
     rt.archive.upsert(EDIT, {"by": "alice"})

@@ -145,7 +145,7 @@ def test_a_retry_after_the_worker_took_the_job_is_409_with_its_status(rt: Runtim
     process_message(message(sent), rt)  # the worker runs it before the producer retries
     status, body = post(noop("w1"))
     assert status == 409 and body["status"] == "completed" and body["same_request"] is True
-    assert queue_length(rt, rt.settings.jobs_queue) == 0 and rt.jobs_queue.sent == 1  # type: ignore[attr-defined]
+    assert queue_length(rt, rt.settings.jobs_queue) == 0 and rt.jobs_queue.sent == 1
 
 
 def test_a_claim_checked_payload_survives_a_failed_send(rt: Runtime) -> None:

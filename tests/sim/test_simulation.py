@@ -70,6 +70,7 @@ def explore(scenarios: list[Scenario], max_calls: int = 200) -> Exploration:
                     )
                 limit = scenario.recovery_limit_s
                 for job_id in scenario.expect if kind and not scenario.operator else ():
+                    assert kind is not None  # the loop runs for a fault kind only
                     took = settled_after_fault(world, job_id)  # before check() replays anything
                     if took is None:
                         continue

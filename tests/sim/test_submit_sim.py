@@ -71,7 +71,8 @@ def post(world: World, body: dict[str, object]) -> Answer:
         return "crash"
     if resp.status_code == 409 and not json.loads(resp.get_body())["same_request"]:
         return "409 other"
-    return resp.status_code
+    status: int = resp.status_code
+    return status
 
 
 def answered(answer: Answer) -> bool:

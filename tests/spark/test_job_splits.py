@@ -261,7 +261,10 @@ def test_the_job_and_the_function_write_the_same_document() -> None:
     from shared.aggregation.result import TAIL, result_blob, result_json
     from shared.jobs.aggregate_offload import completed
 
-    rows = [{"k": "é", "count": 2, "sum_v": 1.5}, {"k": None, "count": 1, "sum_v": None}]
+    rows: list[dict[str, Any]] = [
+        {"k": "é", "count": 2, "sum_v": 1.5},
+        {"k": None, "count": 1, "sum_v": None},
+    ]
     from_job = job.result_bytes("job-1", rows, 3, 0.1234)
     from_function = result_json("job-1", pa.Table.from_pylist(rows), 3, "spark", 0.1234)
     assert from_job == from_function and TAIL.search(from_job) is not None

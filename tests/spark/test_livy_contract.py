@@ -222,7 +222,9 @@ def test_the_step_budget_cuts_timeouts_and_refuses_calls_that_cannot_fit(livy: F
 
 
 @pytest.mark.parametrize("cls", [LivyBackend, DatabricksBackend, StandaloneBackend])
-def test_a_backend_built_from_another_backends_settings_names_the_mismatch(livy: FakeLivy, cls: type) -> None:
+def test_a_backend_built_from_another_backends_settings_names_the_mismatch(
+    livy: FakeLivy, cls: type[LivyBackend | DatabricksBackend | StandaloneBackend]
+) -> None:
     settings = spark_from_env({
         "SPARK_BACKEND": "livy", "SPARK_URL": livy.url, "SPARK_JOB_FILE": JOB.job_file, "SPARK_LIVY_AUTH": "entra",
     })  # fmt: skip

@@ -57,7 +57,7 @@ def kernel(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> Any:
 
 def decode(
     plan: Plan, out: Any
-) -> tuple[int, frozenset[str], dict[tuple[str | None, ...], tuple[int, list]]]:
+) -> tuple[int, frozenset[str], dict[tuple[str | None, ...], tuple[int, list[Any]]]]:
     """(rows, columns seen, {key: (rows, [(count, sum, min, max) per value column])})."""
     rows, ngroups, count_all, keys, values, seen = out
     counts = struct.unpack(f"={ngroups}q", count_all)
@@ -94,7 +94,7 @@ def decode(
     return rows, names, groups
 
 
-def reference(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> tuple[int, frozenset[str], dict]:
+def reference(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> tuple[int, frozenset[str], dict[Any, Any]]:
     frame, seen = exact_frame(plan, block, 1, frozenset(nulls))
     partial = Accumulator(plan).reduce(frame)
     groups = {}
@@ -305,7 +305,7 @@ def test_a_bad_line_anywhere_in_the_block_falls_back() -> None:
 
 NAMES = ["g", "h", "x", "s", "other", "é", ""]
 NUMBER = st.from_regex(r"-?(0|[1-9][0-9]{0,6})(\.[0-9]{1,4})?([eE][+-]?[0-9]{1,2})?", fullmatch=True)
-TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6)
 STRING = st.one_of(
     st.tuples(TEXT, st.booleans()).map(lambda t: json.dumps(t[0], ensure_ascii=t[1])),
     NUMBER.map(lambda n: f'"{n}"'),

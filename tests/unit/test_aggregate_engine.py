@@ -28,6 +28,7 @@ from shared.aggregation import (
     aggregate_stream,
     csv_check,
     csv_path,
+    jsonl_exact,
     jsonl_path,
     options,
     parse_aggregate_payload,
@@ -619,7 +620,7 @@ def exact_only() -> None:
 def count_exact_blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Records the first line of every block the exact path parses."""
     calls: list[int] = []
-    exact = jsonl_path.exact_frame
+    exact = jsonl_exact.exact_frame  # what `jsonl_path` calls until patched
 
     def spy(plan: Any, block: bytes, first_line: int, nulls: frozenset[str]) -> Any:
         calls.append(first_line)

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -16,6 +16,15 @@ from shared.errors import InputMissing, NotAvailable, StorageThrottled
 from shared.jobs.aggregate import HANDLER, choose_engine, result_document
 from shared.jobs.base import Completed, JobContext
 from shared.settings import Settings, SparkSettings, StorageConnection
+
+R = TypeVar("R")
+
+
+def recorded(calls: list[str], item: str, result: R) -> R:
+    """Appends `item` to `calls` and returns `result`: a one-line stand-in that records its call."""
+    calls.append(item)
+    return result
+
 
 # --- fakes -------------------------------------------------------------------------------------
 
@@ -173,10 +182,10 @@ def test_auto_over_threshold_is_offloaded_to_spark(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         shared.jobs.aggregate_offload,
         "offload",
-        lambda ctx, spec, reason: calls.append(f"offload:{reason}") or Continue({}, 3),
+        lambda ctx, spec, reason: recorded(calls, f"offload:{reason}", Continue({}, 3)),
     )
     monkeypatch.setattr(
-        shared.jobs.aggregate_offload, "resume", lambda ctx, spec: calls.append("resume") or Continue({}, 3)
+        shared.jobs.aggregate_offload, "resume", lambda ctx, spec: recorded(calls, "resume", Continue({}, 3))
     )
     service = FakeService({("data", "sales.csv"): b"k,v\n" + b"a,1\n" * 100})
     settings = make_settings("standalone", threshold=100)
@@ -213,7 +222,7 @@ def blob_with(data: bytes) -> FakeBlob:
 def test_stream_reads_in_ranges_with_read_ahead() -> None:
     data = bytes(range(256)) * 40
     blob = blob_with(data)
-    with open_blob_stream(blob, chunk_size=1000, max_concurrency=3) as stream:  # type: ignore[arg-type]
+    with open_blob_stream(blob, chunk_size=1000, max_concurrency=3) as stream:
         assert stream.size == len(data)
         assert stream.read() == data
     offsets = sorted(c[0] for c in blob.calls)
@@ -233,7 +242,7 @@ def read_exactly(stream: io.RawIOBase, n: int) -> bytes:
 
 def test_stream_seek_restarts_the_read_ahead() -> None:
     data = b"0123456789" * 500
-    with open_blob_stream(blob_with(data), chunk_size=64, max_concurrency=2) as stream:  # type: ignore[arg-type]
+    with open_blob_stream(blob_with(data), chunk_size=64, max_concurrency=2) as stream:
         assert read_exactly(stream, 100) == data[:100]  # raw reads may be short
         assert stream.tell() == 100
         stream.seek(4000)
@@ -243,7 +252,7 @@ def test_stream_seek_restarts_the_read_ahead() -> None:
 
 
 def test_empty_blob() -> None:
-    with open_blob_stream(blob_with(b"")) as stream:  # type: ignore[arg-type]
+    with open_blob_stream(blob_with(b"")) as stream:
         assert stream.size == 0 and stream.read() == b""
 
 
@@ -253,7 +262,7 @@ def test_storage_failures_mid_stream_reach_the_job(error: Exception) -> None:
     blob.fail_at[2000] = error
     with (
         pytest.raises(type(error)),
-        open_blob_stream(blob, chunk_size=1000, max_concurrency=2) as stream,  # type: ignore[arg-type]
+        open_blob_stream(blob, chunk_size=1000, max_concurrency=2) as stream,
     ):
         stream.read()
 
@@ -265,7 +274,7 @@ def test_buffers_are_reused_whatever_the_size() -> None:
 
 
 def test_stream_is_a_readable_binary_file() -> None:
-    with open_blob_stream(blob_with(b"a\nb\n")) as stream:  # type: ignore[arg-type]
+    with open_blob_stream(blob_with(b"a\nb\n")) as stream:
         assert stream.readable() and stream.seekable()
         assert io.BufferedReader(stream).readline() == b"a\n"
 
@@ -327,7 +336,7 @@ def test_over_max_groups_goes_to_spark_when_it_may(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         shared.jobs.aggregate_offload,
         "offload",
-        lambda ctx, spec, reason: calls.append(reason) or Continue({"reason": reason}, 3),
+        lambda ctx, spec, reason: recorded(calls, reason, Continue({"reason": reason}, 3)),
     )
     service = FakeService({("data", "sales.csv"): MANY})
     settings = replace(make_settings("standalone", threshold=10**9), max_groups=3)

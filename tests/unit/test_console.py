@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -335,7 +336,11 @@ def test_counters_cost_no_storage_request_per_message_and_flush_once_per_changed
     clock = [NOW]
     recorder = metrics.Recorder(clock=lambda: clock[0])
     ops: list[str] = []
-    store = MemoryDocuments(lambda: clock[0], before=lambda op, name: ops.append(op) or None)
+
+    def note(op: str, name: str) -> None:
+        ops.append(op)
+
+    store = MemoryDocuments(lambda: clock[0], before=note)
     for i in range(1000):
         recorder.on_decision("completed", {"latency_s": 0.2 if i % 10 else 40})
     recorder.on_decision("retry_scheduled", {})
@@ -364,7 +369,7 @@ def test_merge_sums_instances_and_counts_in_flight_from_the_latest_recent_docume
             },
         }
 
-    docs = [
+    docs: list[Mapping[str, Any]] = [
         doc("a", NOW - timedelta(seconds=30), 3, "2026-11-24T12:29", 5),
         doc("a", NOW - timedelta(minutes=50), 9, "2026-11-24T11:45", 2),  # previous hour, old in-flight
         doc("b", NOW - timedelta(minutes=10), 4, "2026-11-24T12:20", 1),  # gone quiet: in flight unknown
@@ -504,10 +509,15 @@ def test_process_message_counts_itself_in_flight(monkeypatch: pytest.MonkeyPatch
     from shared import processing
 
     seen: list[int] = []
-    monkeypatch.setattr(processing, "get_runtime", lambda: seen.append(metrics.RECORDER.in_flight) or 1 / 0)
+
+    def count_then_fail() -> None:
+        seen.append(metrics.RECORDER.in_flight)
+        raise ZeroDivisionError("no runtime in this test")
+
+    monkeypatch.setattr(processing, "get_runtime", count_then_fail)
     before = metrics.RECORDER.in_flight
     with pytest.raises(ZeroDivisionError):
-        processing.process_message(SimpleNamespace(id="m", dequeue_count=1, get_body=lambda: b"{}"))  # type: ignore[arg-type]
+        processing.process_message(SimpleNamespace(id="m", dequeue_count=1, get_body=lambda: b"{}"))
     assert seen == [before + 1] and metrics.RECORDER.in_flight == before
 
 

@@ -366,7 +366,7 @@ def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> 
         checkpoint=lambda progress: None,
     )
     with pytest.raises(InputRefused, match=rf"^payload.input: container '{container}' "):
-        offload(ctx, backend=Untouchable())  # type: ignore[arg-type]
+        offload(ctx, backend=Untouchable())
 
 
 def test_the_offload_reason_is_kept_across_polls() -> None:

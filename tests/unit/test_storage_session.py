@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shared import storage
+from shared.settings import Settings, StorageConnection
 
 
 @pytest.fixture(autouse=True)
 def _no_system_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(storage.urllib.request, "getproxies", dict)
+    monkeypatch.setattr(urllib.request, "getproxies", dict)
 
 
 @pytest.mark.parametrize("name", ["HTTPS_PROXY", "http_proxy", "ALL_PROXY", "no_proxy", "NETRC"])
@@ -27,7 +30,7 @@ def test_a_netrc_file_keeps_the_lookup(tmp_path: Path) -> None:
 
 
 def test_system_proxies_keep_the_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(storage.urllib.request, "getproxies", lambda: {"https": "http://proxy:3128"})
+    monkeypatch.setattr(urllib.request, "getproxies", lambda: {"https": "http://proxy:3128"})
     assert storage.needs_environment({}, [str(tmp_path / "none")])
 
 
@@ -42,7 +45,7 @@ def test_ca_bundle_is_passed_to_the_clients_once(monkeypatch: pytest.MonkeyPatch
     assert storage.ca_bundle({"REQUESTS_CA_BUNDLE": ""}) is None
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/a.pem")
     clients = storage.clients_for(_dev_connection())
-    transport = clients.blob._pipeline._transport
+    transport: Any = clients.blob._pipeline._transport  # the SDK's private wrappers, walked down
     while hasattr(transport, "_transport"):
         transport = transport._transport
     assert transport.connection_config.verify == "/a.pem"
@@ -60,7 +63,6 @@ def test_session_trusts_the_environment_only_with_a_proxy(monkeypatch: pytest.Mo
     assert storage._session().trust_env is True
 
 
-def _dev_connection() -> storage.StorageConnection:
-    from shared.settings import Settings
+def _dev_connection() -> StorageConnection:
 
     return Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"}).storage
