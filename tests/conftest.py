@@ -115,9 +115,14 @@ def _no_resources_in_fast_tier() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
-    """One Azurite for the whole test session (tests use unique queue/container names)."""
+    """A fresh Azurite for each test module (tests use unique queue/container names).
+
+    Not one for the whole session: Azurite keeps every blob, queue and table row in one LokiJS
+    database and writes it out whole every few seconds, and some of its lookups scan it, so a
+    shared instance slowed down as the session went on: a poison replay test took 11-18 s on
+    its own and 200-300 s late in `make test`. A start costs about 2-4 s."""
     log = tmp_path_factory.mktemp("azurite-log") / "azurite.log"
     az = start_azurite(log_path=log)
     try:
