@@ -32,6 +32,7 @@ from azure.data.tables import TableServiceClient, UpdateMode
 from shared.documents import DocumentStore
 from shared.envelope import isoformat
 from shared.index_keys import clip, newest_first, quoted
+from shared.tables import query_rows
 
 log = logging.getLogger("jobs.audit")
 SUFFIX = "audit"
@@ -192,19 +193,7 @@ class AuditLog:
             where += f" and RowKey gt {quoted(after)}"
         if action:
             where += f" and action eq {quoted(action)}"
-        rows: list[AuditRow] = []
-        cont: Any = None
-        try:
-            for _ in range(8):
-                pager = self.table.query_entities(where, results_per_page=size - len(rows)).by_page(
-                    continuation_token=cont
-                )
-                rows.extend(row_of(e) for e in list(next(pager, []))[: size - len(rows)])
-                cont = getattr(pager, "continuation_token", None)
-                if len(rows) >= size or not cont:
-                    break
-        except ResourceNotFoundError:
-            return [], ""
+        rows = [row_of(e) for e in query_rows(self.table, where, size, 8)]
         return rows, rows[-1].key if len(rows) == size else ""
 
     def backfill(self, archive: DocumentStore) -> int:

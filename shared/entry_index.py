@@ -42,6 +42,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.index_keys import clip, newest_first, quoted
+from shared.tables import query_rows
 
 log = logging.getLogger("jobs.index")
 SUFFIX = "entries"
@@ -368,20 +369,7 @@ class EntryIndex:
             where += f" and job_id eq {quoted(job_id)}"
         if reason_code:
             where += f" and reason_code eq {quoted(reason_code)}"
-        rows: list[EntryRow] = []
-        cont: Any = None
-        try:
-            for _ in range(MAX_QUERIES):
-                pager = self.table.query_entities(where, results_per_page=size - len(rows)).by_page(
-                    continuation_token=cont
-                )
-                rows.extend(row_of(e) for e in list(next(pager, []))[: size - len(rows)])
-                cont = getattr(pager, "continuation_token", None)
-                if len(rows) >= size or not cont:
-                    break
-        except ResourceNotFoundError:
-            return []
-        return rows
+        return [row_of(e) for e in query_rows(self.table, where, size, MAX_QUERIES)]
 
     def scan(
         self,

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, cast
 
+from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 
 from shared.settings import StorageConnection
@@ -49,6 +51,25 @@ class TableService(TableServiceClient):
             else:
                 self._tables.move_to_end(table_name)
             return client
+
+
+def query_rows(table: TableClient, where: str, size: int, max_queries: int) -> list[Mapping[str, Any]]:
+    """Up to `size` entities matching `where`, in key order: one query, more only while the service
+    answers a short page with a continuation (at most `max_queries`); none when the table is missing."""
+    rows: list[Mapping[str, Any]] = []
+    cont: Any = None
+    try:
+        for _ in range(max_queries):
+            pager = table.query_entities(where, results_per_page=size - len(rows)).by_page(
+                continuation_token=cont
+            )
+            rows.extend(list(next(pager, []))[: size - len(rows)])
+            cont = getattr(pager, "continuation_token", None)
+            if len(rows) >= size or not cont:
+                break
+    except ResourceNotFoundError:
+        return []
+    return rows
 
 
 class NoTableEndpoint(Exception):

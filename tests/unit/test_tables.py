@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient
 
 from shared.settings import StorageConnection
-from shared.tables import KEPT_TABLE_CLIENTS, TableService, table_service
+from shared.tables import KEPT_TABLE_CLIENTS, TableService, query_rows, table_service
 
 CONN = (
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
@@ -60,3 +61,64 @@ def test_a_table_client_is_built_once_per_name_and_old_ones_are_let_go() -> None
     assert len(service._tables) == KEPT_TABLE_CLIENTS
     assert "jobs" not in service._tables
     assert service.get_table_client("jobs").table_name == "jobs"
+
+
+class _Pages:
+    """What `query_entities(...).by_page(token)` gives: one page, and the token after it."""
+
+    def __init__(self, pages: list[list[dict[str, Any]]], start: int) -> None:
+        self._page = pages[start] if start < len(pages) else []
+        self.continuation_token = start + 1 if start + 1 < len(pages) else None
+        self._given = False
+
+    def __next__(self) -> list[dict[str, Any]]:
+        if self._given:
+            raise StopIteration
+        self._given = True
+        return self._page
+
+    def __iter__(self) -> _Pages:
+        return self
+
+
+class _Table:
+    """A table whose service answers in the given (possibly short) pages; counts its queries."""
+
+    def __init__(self, pages: list[list[dict[str, Any]]], missing: bool = False) -> None:
+        self.pages, self.missing, self.queries = pages, missing, 0
+
+    def query_entities(self, where: str, results_per_page: int) -> Any:
+        table = self
+
+        class _Query:
+            def by_page(self, continuation_token: Any = None) -> _Pages:
+                if table.missing:
+                    raise ResourceNotFoundError("TableNotFound")
+                table.queries += 1
+                return _Pages(table.pages, continuation_token or 0)
+
+        return _Query()
+
+
+def rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"RowKey": f"{i:04d}"} for i in range(start, start + n)]
+
+
+def test_query_rows_takes_one_query_when_the_first_page_is_full() -> None:
+    table = _Table([rows(5), rows(5, 5)])
+    got = query_rows(cast(TableClient, table), "x", 5, 8)
+    assert [r["RowKey"] for r in got] == [f"{i:04d}" for i in range(5)] and table.queries == 1
+
+
+def test_query_rows_follows_short_pages_up_to_its_limit() -> None:
+    table = _Table([rows(2), [], rows(2, 2), rows(3, 4)])
+    assert [r["RowKey"] for r in query_rows(cast(TableClient, table), "x", 5, 8)] == [
+        f"{i:04d}" for i in range(5)
+    ]
+    assert table.queries == 4
+    capped = _Table([rows(1), rows(1, 1), rows(1, 2), rows(1, 3)])
+    assert len(query_rows(cast(TableClient, capped), "x", 5, 2)) == 2 and capped.queries == 2
+
+
+def test_query_rows_of_a_missing_table_is_empty() -> None:
+    assert query_rows(cast(TableClient, _Table([], missing=True)), "x", 5, 8) == []
