@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import jsontext, ledger, poison
+from shared import jsontext, ledger, ledger_operator, poison
 from shared.audit_index import change_values
 from shared.cancel import request_cancel
 from shared.console.queries import EDITS_PREFIX, archived_bodies
@@ -355,7 +355,9 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         rt.ledger.write(
             job_id,
             record,
-            lambda prev: ledger.replayed(ledger.edited(prev, job_id, facts, by, changes, digest), env, facts),
+            lambda prev: ledger_operator.replayed(
+                ledger_operator.edited(prev, job_id, facts, by, changes, digest), env, facts
+            ),
         )
     except Conflict:
         raise ActionRefused(f"job {job_id} changed meanwhile; reload and try again", status=409) from None

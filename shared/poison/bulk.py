@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from shared import ledger
+from shared import ledger, ledger_operator
 from shared.documents import Conflict, Document
 from shared.entry_index import EntryRow
 from shared.envelope import decode_message, isoformat, parse_body
@@ -429,7 +429,7 @@ def replay_entry(
         return "skipped", f"the job is {status}, not poisoned"
     facts = Facts(now)
     try:
-        written = jobs.write(env.id, record, lambda prev: ledger.replayed(prev, env, facts, by=by))
+        written = jobs.write(env.id, record, lambda prev: ledger_operator.replayed(prev, env, facts, by=by))
     except Conflict:
         return "skipped", "the job changed meanwhile"
     if writes is not None:
