@@ -56,6 +56,7 @@ ENGINE_LEAVES = (
     "shared/errors.py",
     "shared/containers.py",
     "shared/blob_reader.py",
+    "shared/blob_stream.py",
 )
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 DEFAULT_SPLIT_MB = 32

@@ -237,6 +237,7 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import shared.aggregation.engine as e; "
         "import shared.aggregation.result as r; assert r.__file__.startswith(sys.argv[1]); "
+        "import shared.blob_reader as b; assert b.__file__.startswith(sys.argv[1]); "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
     )
     out = subprocess.run(
