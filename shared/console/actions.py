@@ -20,7 +20,7 @@ from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse
 from shared.errors import EnvelopeError, PayloadError
 from shared.ledger import Facts
 from shared.observability import log_decision
-from shared.poison import bulk, parking
+from shared.poison import bulk, bulk_step, parking
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.runtime import Runtime
 from shared.submit import send_job, submit, validate_request
@@ -107,7 +107,7 @@ def replay_batch(
         if doc is None or doc.data.get("job_id") != job_id:
             out["not_found"].append(job_id)
             continue
-        outcome, reason = bulk.replay_entry(rt, name, doc, by)
+        outcome, reason = bulk_step.replay_entry(rt, name, doc, by)
         if outcome == "replayed":
             out["replayed"].append(job_id)
         else:
