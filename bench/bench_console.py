@@ -45,7 +45,7 @@ from shared import processing
 from shared.console import actions, queries
 from shared.envelope import isoformat, utcnow
 from shared.jobs import noop
-from shared.poison import bulk
+from shared.poison import bulk, bulk_step
 from shared.runtime import Runtime, build_runtime
 from shared.settings import Settings
 from tests.integration.helpers import message
@@ -132,7 +132,7 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
             t = time.monotonic()
             for attempt in range(5):  # a step that failed (storage busy) is delivered again, as by the host
                 try:
-                    bulk.run_step(rt, base64.b64decode(batch[0].content))
+                    bulk_step.run_step(rt, base64.b64decode(batch[0].content))
                     break
                 except Exception as exc:
                     redone += 1

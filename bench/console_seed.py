@@ -46,7 +46,8 @@ from shared.entry_index import COUNT_PARTITION, shard_of
 from shared.entry_index import entity_of as entry_entity
 from shared.envelope import isoformat, utcnow
 from shared.job_index import entity_of as job_entity
-from shared.ledger import Facts, index_tags, listing_metadata
+from shared.ledger import Facts
+from shared.ledger_view import index_tags, listing_metadata
 from shared.poison.archive import entry_name, new_entry
 from shared.runtime import Runtime
 

@@ -14,7 +14,8 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError
 from shared import jsontext, poison
 from shared.envelope import ID_RE, ID_RULE
 from shared.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
-from shared.ledger import COMPLETED, Record, RecordView
+from shared.ledger import COMPLETED, Record
+from shared.ledger_view import RecordView
 from shared.limits import BlobTooLarge, read_capped, result_limit_bytes
 from shared.poison import bulk
 from shared.runtime import Runtime, get_runtime

@@ -8,7 +8,7 @@ on its cluster and its concurrency slot freed, and the ledger records both.
 
 from __future__ import annotations
 
-from shared import ledger
+from shared import ledger_operator
 from shared.documents import Conflict
 from shared.ledger import Facts
 from shared.runtime import Runtime
@@ -20,7 +20,9 @@ def request_cancel(rt: Runtime, job_id: str, by: str = "operator", reason: str =
     if record is None:
         raise Conflict(f"job {job_id} is unknown")
     facts = Facts(rt.clock(), owner=by)
-    rt.ledger.write(job_id, record, lambda prev: ledger.cancel_requested(prev, job_id, facts, by, reason))
+    rt.ledger.write(
+        job_id, record, lambda prev: ledger_operator.cancel_requested(prev, job_id, facts, by, reason)
+    )
     return (
         f"job {job_id} ({record.status}): cancel requested; it is poisoned at its next delivery "
         "(an offloaded job's run is cancelled then)"

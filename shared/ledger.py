@@ -1,12 +1,16 @@
 """The job ledger: one JSON document per job id, and every change of it.
 
 - `decide` is the pure state machine that says what a delivery of a job may do.
-- The transitions (`queued`, `send_resumed`, `sent`, `send_failed`, `claimed`, `renewed`,
-  `progressed`, `completed`, `continued`, `retry_scheduled`, `released`, `poisoned`, `replayed`)
-  are pure functions returning the new record. Nothing else in the app sets a record's fields.
+- The transitions are pure functions returning the new record; nothing else in the app sets a
+  record's fields. Here, those of a job's runs (`claimed`, `renewed`, `progressed`, `completed`,
+  `continued`, `retry_scheduled`, `released`, `poisoned`, `run_cancelled`); the producer's
+  (`queued`, `send_resumed`, `sent`, `send_failed`) are in `shared/ledger_send.py`, the
+  operators' (`cancel_requested`, `edited`, `replayed`) in `shared/ledger_operator.py`.
 - `Ledger.write` applies one transition with a conditional write and survives "applied, but the
   answer was lost": every write carries a `write_id`, and after an error or a conflict the
   record is read back; finding our own `write_id` means the write happened.
+- What is read of a record without changing it (`RecordView`, index tags, listing metadata) is in
+  `shared/ledger_view.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from shared.documents import Conflict, Document, DocumentChanged, DocumentExists, DocumentStore
 from shared.envelope import Envelope, body_digest, isoformat
@@ -92,49 +96,11 @@ def claim_is_live(data: Mapping[str, Any], now: datetime) -> bool:
     return end is not None and end > now
 
 
-# -- issue 21: what an index of in-flight and finished jobs keeps (blob index tags) -----------
+# -- issue 21: what a claim keeps for recovery (its index tags: shared/ledger_view.py) ---------
 
 CLAIM_ENVELOPE = "envelope"
 """The claiming message's envelope, kept while the claim lasts: recovery re-sends it when the
 claim ends without an outcome (the dead owner's own message is leased by a dead host)."""
-TAG_LEASE = "lease_until"
-"""Index tag of an in-progress record: when its claim ends (ISO-8601 UTC, ordered as text)."""
-TAG_STATE = "state"
-"""Index tag of a finished record: `done` (completed) or `poisoned`; retention reads it."""
-STATE_DONE = "done"
-STATE_POISONED = "poisoned"
-TAG_DONE_AT = "done_at"
-"""Index tag of a completed record: when it completed (its `finished_at`, ISO-8601 UTC, ordered as
-text), so local retention finds the records past their days with one query (`done_at < cutoff`)
-instead of reading every finished record's properties (shared/retention_apply.py)."""
-
-
-def index_tags(data: Mapping[str, Any]) -> dict[str, str]:
-    """Blob index tags for a record, set by the same write (pure): the claim's end while in
-    progress, the finished state once finished, none otherwise (the write clears old ones)."""
-    status = data.get("status")
-    if status == IN_PROGRESS and isinstance(data.get("lease_until"), str):
-        return {TAG_LEASE: str(data["lease_until"])}
-    if status == COMPLETED:
-        done_at = data.get("finished_at") or data.get("updated_at")
-        return {TAG_STATE: STATE_DONE, **({TAG_DONE_AT: done_at} if isinstance(done_at, str) else {})}
-    if status == POISONED:
-        return {TAG_STATE: STATE_POISONED}
-    return {}
-
-
-def claim_to_recover(data: Mapping[str, Any] | None, now: datetime, grace_s: float) -> dict[str, Any] | None:
-    """The envelope to re-send for a record whose claim ended at least `grace_s` ago without an
-    outcome (pure); None when the record is finished, live, or moved on, or keeps no envelope."""
-    if data is None:
-        return None
-    end = lease_end(data)
-    envelope = data.get(CLAIM_ENVELOPE)
-    if end is None or end + timedelta(seconds=grace_s) > now or not isinstance(envelope, dict):
-        return None
-    if envelope.get("id") != data.get("id") or envelope.get("attempt") != data.get("attempt"):
-        return None
-    return dict(envelope)
 
 
 # -- transitions (pure) ----------------------------------------------------------------------
@@ -176,84 +142,7 @@ def _next(
 
 
 SEND_MARKERS = ("send_pending", "send_lease_until")
-"""Fields of a `queued` record whose message may not be on the queue yet (see `queued`)."""
-
-
-def queued(env: Envelope, facts: Facts, *, request: str, submitter: str, send_lease_s: float) -> Data:
-    """Written by the producer (conditional create) BEFORE it sends the job's message: the create
-    decides which request owns the job. Until `sent`, `send_pending` says the message may not be
-    on the queue; `submitter` (the request) has until `send_lease_until` to send it, after which
-    the same request (`request`: its digest) retried may take the send over (`send_resumed`)."""
-    return _next(
-        None,
-        env.id,
-        facts,
-        "queued",
-        kind=env.kind,
-        status=QUEUED,
-        attempt=env.attempt,
-        created_at=isoformat(env.created_at),
-        payload_ref=env.payload_ref,
-        request_digest=request,
-        submitter=submitter,
-        send_pending=True,
-        send_lease_until=isoformat(facts.now + timedelta(seconds=send_lease_s)),
-    )
-
-
-def send_is_pending(data: Mapping[str, Any] | None) -> bool:
-    """True for a `queued` record whose producer has not yet confirmed its message is on the queue."""
-    return data is not None and data.get("status") == QUEUED and data.get("send_pending") is True
-
-
-def send_lease_end(data: Mapping[str, Any]) -> datetime | None:
-    """When the pending send's owner loses it (None: no pending send, or no readable lease)."""
-    raw = data.get("send_lease_until")
-    if not send_is_pending(data) or not isinstance(raw, str):
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _pending_of(prev: Data | None, submitter: str | None) -> Data:
-    if prev is None or not send_is_pending(prev):
-        raise Conflict("no send is pending on this record")
-    if submitter is not None and prev.get("submitter") != submitter:
-        raise Conflict("the pending send belongs to another request")
-    return prev
-
-
-def send_resumed(prev: Data | None, job_id: str, facts: Facts, submitter: str, send_lease_s: float) -> Data:
-    """The same request, retried, takes over a pending send whose lease has ended."""
-    _pending_of(prev, None)
-    return _next(
-        prev,
-        job_id,
-        facts,
-        "send_resumed",
-        submitter=submitter,
-        send_lease_until=isoformat(facts.now + timedelta(seconds=send_lease_s)),
-        details={"submitter": submitter},
-    )
-
-
-def sent(prev: Data | None, job_id: str, facts: Facts, submitter: str) -> Data:
-    """The submitter's message is on the queue: the marker goes."""
-    return _next(_pending_of(prev, submitter), job_id, facts, "sent", drop=SEND_MARKERS)
-
-
-def send_failed(prev: Data | None, job_id: str, facts: Facts, submitter: str, error: str) -> Data:
-    """The submitter could not send: its lease ends now, so a retry takes the send over at once."""
-    return _next(
-        _pending_of(prev, submitter),
-        job_id,
-        facts,
-        "send_failed",
-        send_lease_until=isoformat(facts.now),
-        details={"error": error},
-    )
+"""Fields of a `queued` record whose message may not be on the queue yet (see `shared.ledger_send.queued`)."""
 
 
 def dead_runs(data: Mapping[str, Any] | None) -> int:
@@ -459,191 +348,7 @@ def run_cancelled(prev: Data | None, job_id: str, facts: Facts, run: Mapping[str
     return _next(prev, job_id, facts, "run_cancelled", cancelled_run=dict(run), details=details)
 
 
-def cancel_requested(prev: Data | None, job_id: str, facts: Facts, by: str, reason: str) -> Data:
-    """An operator asks to cancel the job; its next delivery poisons it (and stops offloaded work).
-    Conflict when there is nothing to cancel or a live claim holds the job (ask again after it)."""
-    if prev is None or prev.get("status") in (COMPLETED, POISONED):
-        raise Conflict(f"job {job_id} is {(prev or {}).get('status', 'unknown')}: nothing to cancel")
-    if claim_is_live(prev, facts.now):
-        raise Conflict(
-            f"job {job_id} is running now (claimed until {prev.get('lease_until')}): ask again then"
-        )
-    request = {"at": isoformat(facts.now), "by": by, "reason": reason}
-    return _next(prev, job_id, facts, "cancel_requested", cancel_requested=request, details={"by": by})
-
-
-def replayed(prev: Data | None, env: Envelope, facts: Facts, by: str | None = None) -> Data:
-    """An operator sends the job back: queued at attempt 0, the last reason kept. `by`: who
-    replayed it (`replayed_by`; a bulk operation's `op:<id>` tells a repeated step that this job
-    was already sent by it)."""
-    last_reason = (prev or {}).get("reason")
-    data = _next(
-        prev,
-        env.id,
-        facts,
-        "replayed",
-        drop=(
-            "reason",
-            "reason_code",
-            "lease_until",
-            "continuation",
-            "owner",
-            "error",
-            "next_run_at",
-            "body",
-            "body_digest",
-            "cancel_requested",
-            "takeovers",
-            "replayed_by",
-            CLAIM_ENVELOPE,
-            *SEND_MARKERS,
-        ),
-        kind=env.kind,
-        status=QUEUED,
-        attempt=0,
-        replayed_at=isoformat(facts.now),
-        replay_count=int((prev or {}).get("replay_count", 0)) + 1,
-        last_reason=last_reason,
-        replayed_by=by,
-    )
-    data["attempt"] = 0
-    if prev is None:
-        data["created_at"] = isoformat(env.created_at)
-    return data
-
-
-# -- console (issue 12): operator edits and listing metadata ----------------------------------
-
-
-def edited(prev: Data | None, job_id: str, facts: Facts, by: str, changes: list[str], digest: str) -> Data:
-    """An operator changed a poisoned job's envelope before replaying it (the original stays in
-    the poison archive; `digest` names the edited body). Applied just before `replayed`."""
-    if prev is None or prev.get("status") != POISONED:
-        raise Conflict(f"job {job_id} is not poisoned: only a poisoned job's envelope may be edited")
-    return _next(
-        prev,
-        job_id,
-        facts,
-        "edited",
-        edit_count=int(prev.get("edit_count", 0)) + 1,
-        details={"by": by, "changes": list(changes)[:20], "digest": digest},
-    )
-
-
-LISTED_FIELDS = ("status", "kind", "created_at", "updated_at")
-"""Record fields copied into blob metadata by the write that sets them: one listing request then
-returns them for up to 5,000 jobs (the console's jobs page)."""
-
-
-def listing_metadata(data: Mapping[str, Any]) -> dict[str, str]:
-    """Blob metadata for a record: ASCII values only (statuses, kinds and stamps are)."""
-    return {key: str(data[key]) for key in LISTED_FIELDS if isinstance(data.get(key), str)}
-
-
 # -- the store -------------------------------------------------------------------------------
-
-
-# -- a typed, read-only view of a record ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """Work going on elsewhere: the continuation message `seq` checks it with `state`."""
-
-    seq: int
-    state: Mapping[str, Any] | None
-
-
-@dataclass(frozen=True)
-class CancelRequest:
-    by: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class RecordView:
-    """What the app reads of a ledger record, typed; the record itself stays a JSON document.
-
-    Readers use this instead of `data.get(...)`; only the transitions above write fields."""
-
-    data: Mapping[str, Any]
-
-    @classmethod
-    def of(cls, record: Record | Mapping[str, Any] | None) -> RecordView:
-        data = record.data if isinstance(record, Document) else record
-        return cls(data or {})
-
-    @property
-    def status(self) -> Status | None:
-        raw = self.data.get("status")
-        return cast(Status, raw) if raw in STATUSES else None
-
-    @property
-    def kind(self) -> str:
-        return str(self.data.get("kind") or "")
-
-    @property
-    def owner(self) -> str | None:
-        raw = self.data.get("owner")
-        return raw if isinstance(raw, str) else None
-
-    @property
-    def lease_end(self) -> datetime | None:
-        return lease_end(self.data)
-
-    @property
-    def continuation(self) -> Continuation | None:
-        raw = self.data.get("continuation")
-        if not isinstance(raw, dict):
-            return None
-        state = raw.get("state")
-        return Continuation(_int(raw.get("seq")), state if isinstance(state, dict) else None)
-
-    @property
-    def next_continuation_seq(self) -> int:
-        """The seq of the next continuation message (1 for the first)."""
-        current = self.continuation
-        return current.seq + 1 if current else 1
-
-    @property
-    def retry_seq(self) -> int | None:
-        """The seq a retry's message carries: the next one when work goes on elsewhere, else none."""
-        return self.next_continuation_seq if self.continuation else None
-
-    @property
-    def cancel_request(self) -> CancelRequest | None:
-        raw = self.data.get("cancel_requested")
-        if not isinstance(raw, dict):
-            return None
-        return CancelRequest(str(raw.get("by") or ""), str(raw.get("reason") or ""))
-
-    @property
-    def progress(self) -> Mapping[str, Any] | None:
-        raw = self.data.get("progress")
-        return raw if isinstance(raw, dict) else None
-
-    @property
-    def result_ref(self) -> str | None:
-        raw = self.data.get("result_ref")
-        return raw if isinstance(raw, str) and raw else None
-
-    @property
-    def reason(self) -> str | None:
-        raw = self.data.get("reason")
-        return str(raw) if raw else None
-
-    @property
-    def error(self) -> str | None:
-        raw = self.data.get("error")
-        return str(raw) if raw else None
-
-    @property
-    def takeovers(self) -> int:
-        return dead_runs(self.data)
-
-
-def _int(raw: object) -> int:
-    return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
 
 
 class Ledger:

@@ -41,7 +41,8 @@ from shared.errors import (
     TransientError,
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.ledger import Decision, Facts, Record, RecordView
+from shared.ledger import Decision, Facts, Record
+from shared.ledger_view import RecordView
 from shared.limits import BlobTooLarge, read_capped
 from shared.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
 from shared.observability import log_decision

@@ -5,9 +5,9 @@ A host killed mid-job leaves its records `in_progress` under a claim that ends w
 claim and heartbeat write sets the record's `lease_until` index tag in the same PUT (no extra
 request); every write that ends a claim clears it. So one Find Blobs by Tags request
 (`lease_until < now - grace`) lists exactly the claims that ended unfinished, without listing
-the ledger. For each, the record is read, `ledger.claim_to_recover` confirms it (pure), and the
-claim's envelope (kept in the record while the claim lasts) is sent again: a live instance
-takes the job over at once (one takeover). The dead host's message, back after its lease, is
+the ledger. For each, the record is read, `ledger_view.claim_to_recover` confirms it (pure),
+and the claim's envelope (kept in the record while the claim lasts) is sent again: a live
+instance takes the job over at once (one takeover). The dead host's message, back after its lease, is
 then acknowledged as a duplicate (or stale, or meets a live claim and re-checks): the ledger
 runs the job's effect once.
 
@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared import ledger
+from shared import ledger_view
 from shared.documents import TagQuery
 from shared.envelope import isoformat, parse_dict
 from shared.errors import EnvelopeError
@@ -50,7 +50,7 @@ class Recovered:
 
 def ended_claims_query(now: datetime, grace_s: float = GRACE_S) -> TagQuery:
     """The index query for claims that ended at least `grace_s` before `now` (pure)."""
-    return TagQuery(ledger.TAG_LEASE, "<", isoformat(now - timedelta(seconds=grace_s)))
+    return TagQuery(ledger_view.TAG_LEASE, "<", isoformat(now - timedelta(seconds=grace_s)))
 
 
 def recover_claims(rt: Runtime, grace_s: float = GRACE_S) -> Recovered:
@@ -72,7 +72,7 @@ def recover_claims(rt: Runtime, grace_s: float = GRACE_S) -> Recovered:
 def _recover_one(rt: Runtime, job_id: str, grace_s: float) -> bool:
     record = rt.ledger.get(job_id)
     data = record.data if record is not None else None
-    raw = ledger.claim_to_recover(data, rt.clock(), grace_s)
+    raw = ledger_view.claim_to_recover(data, rt.clock(), grace_s)
     if raw is None or data is None:
         return False
     try:

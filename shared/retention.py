@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from shared import ledger
+from shared import ledger_view
 from shared.documents import TagQuery
 from shared.envelope import isoformat
 
@@ -83,8 +83,8 @@ def rules(
             ledger_container,
             "",
             days.ledger,
-            (ledger.TAG_STATE, ledger.STATE_DONE),
-            ledger.TAG_DONE_AT,
+            (ledger_view.TAG_STATE, ledger_view.STATE_DONE),
+            ledger_view.TAG_DONE_AT,
         ),
         Rule("results", results, "", days.results),
         Rule("payloads", payloads, "", days.payloads),

@@ -22,7 +22,8 @@ from shared.index_keys import table_prefix
 from shared.job_index import IndexedStore, JobIndex
 from shared.jobs import registry
 from shared.jobs.base import Handler
-from shared.ledger import Ledger, index_tags, listing_metadata
+from shared.ledger import Ledger
+from shared.ledger_view import index_tags, listing_metadata
 from shared.messages import QueueSender
 from shared.platform import in_azure
 from shared.settings import Settings

@@ -28,7 +28,7 @@ from typing import Any
 
 from azure.core.exceptions import AzureError
 
-from shared import ledger
+from shared import ledger, ledger_send
 from shared.documents import Conflict
 from shared.envelope import (
     Envelope,
@@ -147,10 +147,12 @@ class _Submission:
             current = rt.ledger.get(job_id)
             if current is None:
                 continue  # removed since (an operator): create it afresh
-            if current.data.get("request_digest") != self.request or not ledger.send_is_pending(current.data):
+            if current.data.get("request_digest") != self.request or not ledger_send.send_is_pending(
+                current.data
+            ):
                 return self.exists(current)
             now = rt.clock()
-            end = ledger.send_lease_end(current.data)
+            end = ledger_send.send_lease_end(current.data)
             if end is None or end <= now:  # its submitter failed or died: take the send over
                 try:
                     record = rt.ledger.write(job_id, current, self._resumed, self.mine)
@@ -200,7 +202,7 @@ class _Submission:
             self.rt.ledger.write(
                 self.env.id,
                 record,
-                lambda prev: ledger.send_failed(prev, self.env.id, facts, self.me, error),
+                lambda prev: ledger_send.send_failed(prev, self.env.id, facts, self.me, error),
                 self.mine,
             )
         except Exception as write_error:  # the lease then ends by itself
@@ -214,15 +216,15 @@ class _Submission:
 
     def _queued(self, prev: ledger.Data | None) -> ledger.Data:
         facts = Facts(self.rt.clock())
-        return ledger.queued(
+        return ledger_send.queued(
             self.env, facts, request=self.request, submitter=self.me, send_lease_s=self.lease_s
         )
 
     def _resumed(self, prev: ledger.Data | None) -> ledger.Data:
-        return ledger.send_resumed(prev, self.env.id, Facts(self.rt.clock()), self.me, self.lease_s)
+        return ledger_send.send_resumed(prev, self.env.id, Facts(self.rt.clock()), self.me, self.lease_s)
 
     def _sent(self, prev: ledger.Data | None) -> ledger.Data:
-        return ledger.sent(prev, self.env.id, Facts(self.rt.clock()), self.me)
+        return ledger_send.sent(prev, self.env.id, Facts(self.rt.clock()), self.me)
 
 
 def _created_at(record: Record, default: datetime) -> datetime:

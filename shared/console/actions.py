@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import jsontext, ledger, poison
+from shared import jsontext, ledger, ledger_operator, poison
 from shared.audit_index import change_values
 from shared.cancel import request_cancel
 from shared.console.queries import EDITS_PREFIX, archived_bodies
@@ -20,7 +20,7 @@ from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse
 from shared.errors import EnvelopeError, PayloadError
 from shared.ledger import Facts
 from shared.observability import log_decision
-from shared.poison import bulk, parking
+from shared.poison import bulk, bulk_step, parking
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.runtime import Runtime
 from shared.submit import send_job, submit, validate_request
@@ -107,7 +107,7 @@ def replay_batch(
         if doc is None or doc.data.get("job_id") != job_id:
             out["not_found"].append(job_id)
             continue
-        outcome, reason = bulk.replay_entry(rt, name, doc, by)
+        outcome, reason = bulk_step.replay_entry(rt, name, doc, by)
         if outcome == "replayed":
             out["replayed"].append(job_id)
         else:
@@ -355,7 +355,9 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         rt.ledger.write(
             job_id,
             record,
-            lambda prev: ledger.replayed(ledger.edited(prev, job_id, facts, by, changes, digest), env, facts),
+            lambda prev: ledger_operator.replayed(
+                ledger_operator.edited(prev, job_id, facts, by, changes, digest), env, facts
+            ),
         )
     except Conflict:
         raise ActionRefused(f"job {job_id} changed meanwhile; reload and try again", status=409) from None

@@ -31,7 +31,8 @@ from shared.envelope import (
     parse_body,
 )
 from shared.errors import EnvelopeError, JobError
-from shared.ledger import Decision, Facts, Record, RecordView
+from shared.ledger import Decision, Facts, Record
+from shared.ledger_view import RecordView
 from shared.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.observability import log_decision
 from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared import ledger
+from shared import ledger, ledger_operator
 from shared.documents import Conflict
 from shared.entry_index import best_effort
 from shared.envelope import best_effort_id, parse_body
@@ -195,7 +195,7 @@ def replay_one_why(rt: Runtime, job_id: str, names: list[str], dry_run: bool = F
         return "replayed", ""
     facts = Facts(rt.clock())
     try:
-        rt.ledger.write(job_id, record, lambda prev: ledger.replayed(prev, env, facts))
+        rt.ledger.write(job_id, record, lambda prev: ledger_operator.replayed(prev, env, facts))
     except Conflict:
         latest_record = rt.ledger.get(job_id)
         if latest_record and latest_record.status == ledger.COMPLETED:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shared.poison import bulk
+from shared.poison import bulk, bulk_step
 from shared.runtime import Runtime
 from tests.integration.helpers import queue_length
 
@@ -37,7 +37,7 @@ def take_steps(rt: Runtime, limit: int = 1000, on_step: Callable[[bytes], None] 
             continue
         msg = batch[0]
         body = base64.b64decode(msg.content)
-        (on_step or (lambda b: bulk.run_step(rt, b)))(body)
+        (on_step or (lambda b: bulk_step.run_step(rt, b)))(body)
         client.delete_message(msg)  # the host deletes it once the function returned
         taken += 1
     return taken

@@ -15,10 +15,10 @@ from shared.blob_reader import (
     BlobAccessDenied,
     BlobChanged,
     BlobReader,
-    BlobStream,
     SharedKey,
     reader_for,
 )
+from shared.blob_stream import BlobStream
 from shared.errors import InputMissing
 
 pytestmark = pytest.mark.integration

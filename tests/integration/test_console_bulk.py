@@ -14,7 +14,7 @@ from shared.console import actions, queries
 from shared.entry_index import SHARDS
 from shared.envelope import isoformat
 from shared.ledger import Facts
-from shared.poison import archive, bulk
+from shared.poison import archive, bulk, bulk_pacing, bulk_step
 from shared.poison.archive import new_entry, note_reason, write_entry
 from shared.processing import process_message
 from shared.runtime import Runtime
@@ -86,13 +86,13 @@ def test_a_bulk_replay_killed_half_way_and_resumed_applies_each_job_once(
             raise RuntimeError("killed: the job was sent, its entry not yet marked")
         return real_set_state(*args, **kwargs)
 
-    monkeypatch.setattr(bulk, "set_state", crashing)
+    monkeypatch.setattr(bulk_step, "set_state", crashing)
 
     def step(body: bytes) -> None:
         try:
-            bulk.run_step(rt, body)
+            bulk_step.run_step(rt, body)
         except RuntimeError:
-            bulk.run_step(rt, body)  # the host delivers the same step again
+            bulk_step.run_step(rt, body)  # the host delivers the same step again
 
     take_steps(rt, on_step=step)
     assert crashes["left"] == 0
@@ -228,15 +228,15 @@ def test_a_bulk_replay_killed_between_the_ledger_write_and_the_message_still_sen
             raise RuntimeError("killed: the record says queued, no message sent")
         return real_send(rt_, env)
 
-    monkeypatch.setattr(bulk, "send_job", crashing)
+    monkeypatch.setattr(bulk_step, "send_job", crashing)
 
     def step(body: bytes) -> None:
         try:
-            bulk.run_step(rt, body)
+            bulk_step.run_step(rt, body)
         except RuntimeError:
             record = rt.ledger.get("gap-1")
             assert record is not None and record.status == ledger.QUEUED, "the gap this test is about"
-            bulk.run_step(rt, body)  # the host delivers the same step again
+            bulk_step.run_step(rt, body)  # the host delivers the same step again
 
     take_steps(rt, on_step=step)
     assert crashes["left"] == 0
@@ -257,22 +257,22 @@ def test_a_step_killed_before_its_index_writes_is_redone_and_fixes_the_indexes(
     assert rt.entry_index is not None
     names = [poisoned_noop(rt, f"flush-{i:02d}") for i in range(8)]
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
-    real_flush = bulk.StepWrites.flush
+    real_flush = bulk_pacing.StepWrites.flush
     crashes = {"left": 1}
 
-    def crashing(self: bulk.StepWrites, rt_: Runtime) -> None:
+    def crashing(self: bulk_pacing.StepWrites, rt_: Runtime) -> None:
         if crashes["left"]:
             crashes["left"] -= 1
             raise RuntimeError("killed: every job sent and entry marked, no index written")
         real_flush(self, rt_)
 
-    monkeypatch.setattr(bulk.StepWrites, "flush", crashing)
+    monkeypatch.setattr(bulk_pacing.StepWrites, "flush", crashing)
 
     def step(body: bytes) -> None:
         try:
-            bulk.run_step(rt, body)
+            bulk_step.run_step(rt, body)
         except RuntimeError:
-            bulk.run_step(rt, body)  # the host delivers the same step again
+            bulk_step.run_step(rt, body)  # the host delivers the same step again
 
     take_steps(rt, on_step=step)
     done = read_op(rt, op["id"])
@@ -298,7 +298,7 @@ def test_a_step_over_its_time_budget_leaves_the_rest_to_the_next_step(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = [poisoned_noop(rt, f"budget-{i}") for i in range(3)]
-    monkeypatch.setattr(bulk, "STEP_BUDGET_S", 0.0)  # a store slower than any rate: one entry a step
+    monkeypatch.setattr(bulk_step, "STEP_BUDGET_S", 0.0)  # a store slower than any rate: one entry a step
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
     assert take_steps(rt) == 3
     done = read_op(rt, op["id"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devstack.azurite import Azurite
-from shared import cli, ledger, retention_apply
+from shared import cli, ledger, ledger_send, retention_apply
 from shared.envelope import Envelope, isoformat
 from shared.ledger import Facts
 from shared.poison import archive
@@ -49,7 +49,7 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
     rt.ledger.write(
         "queued",
         None,
-        lambda p: ledger.queued(env("queued"), Facts(now), request="r", submitter="s", send_lease_s=30),
+        lambda p: ledger_send.queued(env("queued"), Facts(now), request="r", submitter="s", send_lease_s=30),
     )
     results = rt.storage.container(rt.settings.results_container)
     payloads = rt.storage.container(rt.settings.payloads_container)

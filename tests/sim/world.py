@@ -29,7 +29,8 @@ from shared.documents import Conflict
 from shared.envelope import best_effort_id, decode_message
 from shared.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.ledger import Ledger, index_tags, lease_end
+from shared.ledger import Ledger, lease_end
+from shared.ledger_view import index_tags
 from shared.memory_documents import MemoryDocuments
 from shared.poison import handle_poison_message, sweep
 from shared.processing import process_message

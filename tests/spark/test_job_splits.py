@@ -22,6 +22,7 @@ from devstack import datagen
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
 from shared.errors import InputDataError
 from spark_jobs import aggregate_job as job
+from spark_jobs import aggregate_partials, aggregate_splits
 from tests.spark.helpers import assert_rows_equal
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,15 +40,17 @@ def simulate(
     data: bytes, payload: dict[str, Any], split_bytes: int, min_splits: int = 1
 ) -> tuple[list[Any], int]:
     spec = job.spec_from_payload(payload)
-    partials = job.Partials.of(spec)
+    partials = aggregate_partials.Partials.of(spec)
 
     def read(offset: int, length: int) -> bytes:
         return data[offset : offset + length]
 
-    header = job.csv_header(read, len(data)) if spec.format == "csv" else b""
-    splits = job.plan_splits(len(header), len(data), split_bytes, min_splits)
+    header = aggregate_splits.csv_header(read, len(data)) if spec.format == "csv" else b""
+    splits = aggregate_splits.plan_splits(len(header), len(data), split_bytes, min_splits)
     results = [
-        job.run_split(partials, i, job.split_lines(read, len(data), s, e, i == 0), header)
+        aggregate_partials.run_split(
+            partials, i, aggregate_splits.split_lines(read, len(data), s, e, i == 0), header
+        )
         for i, (s, e) in enumerate(splits)
     ]
     metas = sorted(job._meta(r) for r in results)
@@ -58,7 +61,7 @@ def simulate(
     merged: dict[Any, Any] = {}
     for r in results:
         for key, vec in r.vectors:
-            merged[key] = job.merge(merged[key], vec) if key in merged else vec
+            merged[key] = aggregate_partials.merge(merged[key], vec) if key in merged else vec
     return partials.finish(merged.items()), sum(m[4] for m in metas)
 
 
@@ -177,27 +180,27 @@ def test_splits_partition_the_lines_exactly(seed: int) -> None:
     pieces = [rnd.choice([b"", b"x", b"yy" * rnd.randint(1, 40), b"\r"]) for _ in range(rnd.randint(0, 200))]
     data = b"\n".join(pieces) + rnd.choice([b"", b"\n", b"tail"])
     start = rnd.randint(0, min(5, len(data)))
-    splits = job.plan_splits(start, len(data), rnd.randint(1, 64), rnd.randint(1, 8))
+    splits = aggregate_splits.plan_splits(start, len(data), rnd.randint(1, 64), rnd.randint(1, 8))
 
     def read(offset: int, length: int) -> bytes:
         return data[offset : offset + length]
 
-    parts = [job.split_lines(read, len(data), s, e, i == 0) for i, (s, e) in enumerate(splits)]
+    parts = [aggregate_splits.split_lines(read, len(data), s, e, i == 0) for i, (s, e) in enumerate(splits)]
     assert b"".join(parts) == data[start:]
     non_empty = [p for p in parts if p]
     assert all(p.endswith(b"\n") for p in non_empty[:-1])  # only the part at the end of the data may not
 
 
 def test_plan_splits_covers_the_range() -> None:
-    splits = job.plan_splits(10, 1000, 100, 4)
+    splits = aggregate_splits.plan_splits(10, 1000, 100, 4)
     assert splits[0][0] == 10 and splits[-1][1] == 1000
     assert all(a[1] == b[0] for a, b in itertools.pairwise(splits))
-    assert job.plan_splits(5, 5, 100, 4) == [(5, 5)]
+    assert aggregate_splits.plan_splits(5, 5, 100, 4) == [(5, 5)]
 
 
 def test_global_line_numbers_keep_header_lines() -> None:
     msg = "bad on line 7: 'x' (see line 1)"
-    assert job.global_line_message(msg, 100, 1) == "bad on line 107: 'x' (see line 1)"
+    assert aggregate_partials.global_line_message(msg, 100, 1) == "bad on line 107: 'x' (see line 1)"
 
 
 @pytest.mark.parametrize(
@@ -225,7 +228,7 @@ def test_the_partials_each_metric_needs_are_the_engines() -> None:
         {"input": "c1c/x.csv", "format": "csv",
          "metrics": [{"op": "mean", "column": "a"}, {"op": "max", "column": "b"}, {"op": "count", "column": "c"}]}
     )  # fmt: skip
-    names = [metric.name for metric in job.Partials.of(spec).derived.metrics]
+    names = [metric.name for metric in aggregate_partials.Partials.of(spec).derived.metrics]
     assert names == ["\x00rows", "\x00n0", "\x00sum0", "\x00n1", "\x00max1", "\x00n2"]
 
 
@@ -237,6 +240,9 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import shared.aggregation.engine as e; "
         "import shared.aggregation.result as r; assert r.__file__.startswith(sys.argv[1]); "
+        "import shared.blob_reader as b; assert b.__file__.startswith(sys.argv[1]); "
+        "import spark_jobs.aggregate_partials as p; assert p.__file__.startswith(sys.argv[1]); "
+        "import spark_jobs.aggregate_splits, spark_jobs.aggregate_storage; "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
     )
     out = subprocess.run(

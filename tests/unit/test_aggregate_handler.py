@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import pytest
 
 from shared.aggregation import AggregateResult, parse_aggregate_payload
-from shared.blob_reader import BlobChanged, Range, open_blob_stream
+from shared.blob_reader import BlobChanged, open_blob_stream
+from shared.blob_stream import Range
 from shared.errors import InputMissing, NotAvailable, StorageThrottled
 from shared.jobs.aggregate import HANDLER, choose_engine, result_document
 from shared.jobs.base import Completed, JobContext
@@ -31,7 +32,7 @@ def recorded(calls: list[str], item: str, result: R) -> R:
 
 @dataclass
 class FakeBlob:
-    """Just enough of a blob: ranged reads (`shared.blob_reader.Ranges`) and uploads."""
+    """Just enough of a blob: ranged reads (`shared.blob_stream.Ranges`) and uploads."""
 
     container_name: str
     blob_name: str
@@ -46,7 +47,7 @@ class FakeBlob:
         return f"{self.container_name}/{self.blob_name}"
 
     def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
-        """`shared.blob_reader.Ranges` over the store: the statuses as the HTTP reader maps them."""
+        """`shared.blob_stream.Ranges` over the store: the statuses as the HTTP reader maps them."""
         self.calls.append((offset, len(view), etag))
         if offset in self.fail_at:
             raise self.fail_at.pop(offset)

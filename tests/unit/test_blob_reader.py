@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, BlobStream, Range, UnexpectedResponse
+from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
+from shared.blob_stream import BlobStream, Range
 from shared.errors import StorageThrottled
 
 DATA = bytes(range(256)) * 8

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared import ledger, metrics
+from shared import ledger, ledger_operator, ledger_view, metrics
 from shared.console import queries
 from shared.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
 from shared.console.assets import CSP, CSS
@@ -321,7 +321,7 @@ def test_rows_come_from_metadata_filters_and_pages() -> None:
 
 def test_ledger_writes_carry_the_listing_metadata() -> None:
     data = {"status": "queued", "kind": "noop", "created_at": "t1", "updated_at": "t2", "attempt": 0}
-    assert ledger.listing_metadata(data) == {
+    assert ledger_view.listing_metadata(data) == {
         "status": "queued",
         "kind": "noop",
         "created_at": "t1",
@@ -434,12 +434,14 @@ def test_edited_is_recorded_only_on_a_poisoned_job_then_replayed_in_one_write() 
     poisoned = ledger.poisoned(
         {"id": "j1", "status": "in_progress", "attempt": 2}, "j1", facts, "bad", "x", b"{}"
     )
-    data = ledger.replayed(ledger.edited(poisoned, "j1", facts, "ann", ["payload.note"], "d1"), env, facts)
+    data = ledger_operator.replayed(
+        ledger_operator.edited(poisoned, "j1", facts, "ann", ["payload.note"], "d1"), env, facts
+    )
     assert [h["event"] for h in data["history"]][-3:] == ["poisoned", "edited", "replayed"]
     assert data["history"][-2]["by"] == "ann" and data["history"][-2]["changes"] == ["payload.note"]
     assert data["status"] == "queued" and data["edit_count"] == 1 and data["attempt"] == 0
     with pytest.raises(Conflict):
-        ledger.edited({"id": "j1", "status": "completed"}, "j1", facts, "ann", [], "d")
+        ledger_operator.edited({"id": "j1", "status": "completed"}, "j1", facts, "ann", [], "d")
 
 
 def test_jobs_in_flight_are_counted_while_a_delivery_runs() -> None:

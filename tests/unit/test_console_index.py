@@ -12,7 +12,7 @@ from shared.envelope import utcnow
 from shared.index_keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
 from shared.job_index import IndexedStore, entity_of, query_filter, should_index
 from shared.memory_documents import MemoryDocuments
-from shared.poison.bulk import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
+from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
 
 
 def test_row_keys_sort_newer_first_and_are_safe_in_table_keys() -> None:

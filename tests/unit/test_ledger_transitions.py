@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.core.exceptions import ServiceResponseError
 
-from shared import ledger
+from shared import ledger, ledger_operator
 from shared.documents import Conflict, DocumentChanged
 from shared.envelope import Envelope, isoformat
 from shared.errors import StorageThrottled
@@ -65,7 +65,7 @@ def test_poisoned_then_replayed() -> None:
     claimed = ledger.claimed(None, ENV, FACTS, lease_s=30)
     poisoned = ledger.poisoned(claimed, "j1", FACTS, "bad_input_data: x", "bad_input_data", b"x" * 20_000)
     assert poisoned["status"] == ledger.POISONED and poisoned["body"].endswith("(20000 chars)")
-    replayed = ledger.replayed(poisoned, ENV, FACTS)
+    replayed = ledger_operator.replayed(poisoned, ENV, FACTS)
     assert replayed["status"] == ledger.QUEUED and replayed["attempt"] == 0
     assert (
         replayed["last_reason"] == "bad_input_data: x" and "reason" not in replayed and "body" not in replayed
@@ -185,11 +185,11 @@ def test_a_cancelled_run_is_recorded_before_the_poison() -> None:
 def test_cancel_is_refused_when_done_or_running_and_replay_forgets_it() -> None:
     claimed = ledger.claimed(None, ENV, FACTS, lease_s=30)
     with pytest.raises(Conflict, match="running now"):
-        ledger.cancel_requested(claimed, "j1", FACTS, "ops", "")
+        ledger_operator.cancel_requested(claimed, "j1", FACTS, "ops", "")
     later = Facts(NOW + timedelta(seconds=31), owner="ops")
-    asked = ledger.cancel_requested(claimed, "j1", later, "ops", "wrong input")
+    asked = ledger_operator.cancel_requested(claimed, "j1", later, "ops", "wrong input")
     assert asked["cancel_requested"]["by"] == "ops" and asked["history"][-1]["event"] == "cancel_requested"
     done = ledger.completed(claimed, "j1", FACTS, 0, "results/j1.json", {}, 0.1)
     with pytest.raises(Conflict, match="nothing to cancel"):
-        ledger.cancel_requested(done, "j1", later, "ops", "")
-    assert "cancel_requested" not in ledger.replayed(asked, ENV, later)
+        ledger_operator.cancel_requested(done, "j1", later, "ops", "")
+    assert "cancel_requested" not in ledger_operator.replayed(asked, ENV, later)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shared import ledger
+from shared import ledger, ledger_operator
 from shared.envelope import Envelope
-from shared.ledger import CancelRequest, Continuation, Facts, RecordView
+from shared.ledger import Facts
+from shared.ledger_view import CancelRequest, Continuation, RecordView
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ENV = Envelope(id="j1", kind="noop", created_at=NOW, payload={})
@@ -38,7 +39,7 @@ def test_completed_cancelled_and_poisoned_fields() -> None:
     done = ledger.completed(claimed(), "j1", Facts(NOW), 0, "results/j1.json", {"rows": 1}, 0.5)
     assert RecordView.of(done).result_ref == "results/j1.json"
     later = Facts(NOW + timedelta(minutes=5))
-    asked = ledger.cancel_requested(claimed(), "j1", later, "ops@example", "wrong input")
+    asked = ledger_operator.cancel_requested(claimed(), "j1", later, "ops@example", "wrong input")
     assert RecordView.of(asked).cancel_request == CancelRequest("ops@example", "wrong input")
     poisoned = ledger.poisoned(claimed(), "j1", Facts(NOW), "bad input", "input_error", b"{}")
     assert RecordView.of(poisoned).status == "poisoned" and RecordView.of(poisoned).reason == "bad input"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger
+from shared import ledger, ledger_view
 from shared.documents import TagQuery
 from shared.envelope import Envelope, isoformat
 from shared.ledger import Facts
@@ -24,9 +24,9 @@ def claimed(at: datetime = NOW, lease_s: float = 30.0) -> ledger.Data:
 def test_a_claim_keeps_its_envelope_and_tags_its_end() -> None:
     data = claimed()
     assert data[ledger.CLAIM_ENVELOPE] == ENV.to_dict()
-    assert ledger.index_tags(data) == {"lease_until": isoformat(NOW + timedelta(seconds=30))}
+    assert ledger_view.index_tags(data) == {"lease_until": isoformat(NOW + timedelta(seconds=30))}
     beat = ledger.renewed(data, Facts(NOW + timedelta(seconds=10), owner="host/a"), 30.0)
-    assert ledger.index_tags(beat) == {"lease_until": isoformat(NOW + timedelta(seconds=40))}
+    assert ledger_view.index_tags(beat) == {"lease_until": isoformat(NOW + timedelta(seconds=40))}
     assert beat[ledger.CLAIM_ENVELOPE] == ENV.to_dict()
 
 
@@ -45,7 +45,7 @@ def test_a_claim_keeps_its_envelope_and_tags_its_end() -> None:
 )
 def test_every_write_that_ends_a_claim_clears_its_tag_and_envelope(end, tags) -> None:  # type: ignore[no-untyped-def]
     data = end(claimed(), Facts(NOW + timedelta(seconds=5), owner="host/a"))
-    assert ledger.index_tags(data) == tags
+    assert ledger_view.index_tags(data) == tags
     assert ledger.CLAIM_ENVELOPE not in data
 
 
@@ -54,7 +54,7 @@ def test_every_write_that_ends_a_claim_clears_its_tag_and_envelope(end, tags) ->
     [(0, False), (30, False), (30 + GRACE_S - 1, False), (30 + GRACE_S, True), (600, True)],
 )
 def test_only_a_claim_ended_for_the_grace_is_recovered(after_s: float, expected: bool) -> None:
-    found = ledger.claim_to_recover(claimed(), NOW + timedelta(seconds=after_s), GRACE_S)
+    found = ledger_view.claim_to_recover(claimed(), NOW + timedelta(seconds=after_s), GRACE_S)
     assert (found == ENV.to_dict()) is expected
 
 
@@ -64,7 +64,7 @@ def test_records_that_moved_on_or_keep_no_envelope_are_not_recovered() -> None:
     old_style = {k: v for k, v in claimed().items() if k != ledger.CLAIM_ENVELOPE}
     other_attempt = {**claimed(), "attempt": 3}
     for data in (None, done, old_style, other_attempt):
-        assert ledger.claim_to_recover(data, late, GRACE_S) is None
+        assert ledger_view.claim_to_recover(data, late, GRACE_S) is None
 
 
 def test_the_tag_query_orders_iso_times_as_text() -> None:
@@ -80,7 +80,7 @@ def test_the_tag_query_orders_iso_times_as_text() -> None:
 
 
 def test_memory_documents_keep_tags_per_write_and_find_them() -> None:
-    store = MemoryDocuments(lambda: NOW, tags=ledger.index_tags)
+    store = MemoryDocuments(lambda: NOW, tags=ledger_view.index_tags)
     doc = store.create("j1.json", claimed())
     assert list(store.find(ended_claims_query(NOW + timedelta(minutes=1)))) == ["j1.json"]
     store.replace("j1.json", doc, ledger.completed(doc.data, "j1", Facts(NOW), 2, "", {}, 1.0))

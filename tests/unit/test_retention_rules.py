@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger, retention
+from shared import ledger, ledger_view, retention
 from shared.envelope import Envelope, isoformat
 from shared.errors import SettingsError
 from shared.ledger import Facts
@@ -83,12 +83,12 @@ def test_a_completed_record_carries_its_finish_time_as_a_tag() -> None:
     env = Envelope(id="j1", kind="noop", created_at=NOW, payload={})
     claimed = ledger.claimed(None, env, Facts(NOW, "m", 1, "h/1"), 30.0)
     done = ledger.completed(claimed, "j1", Facts(NOW + timedelta(seconds=5)), 1, "", {}, 1.0)
-    assert ledger.index_tags(done) == {"state": "done", "done_at": "2026-03-01T00:00:05.000000Z"}
+    assert ledger_view.index_tags(done) == {"state": "done", "done_at": "2026-03-01T00:00:05.000000Z"}
 
 
 def test_apply_on_a_memory_store_deletes_only_due_blobs_and_bounds_a_run() -> None:
     clock = FakeNow(NOW - timedelta(days=40))
-    store = MemoryDocuments(clock, tags=ledger.index_tags)
+    store = MemoryDocuments(clock, tags=ledger_view.index_tags)
     for name in ("a", "b"):
         store.upsert(f"{name}.json", {"status": ledger.COMPLETED, "finished_at": isoformat(clock())})
     store.upsert("live.json", {"status": ledger.IN_PROGRESS, "lease_until": isoformat(clock())})

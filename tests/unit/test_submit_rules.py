@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger
+from shared import ledger, ledger_operator, ledger_send
 from shared.documents import Conflict
 from shared.envelope import Envelope, isoformat, parse_dict
 from shared.errors import EnvelopeError
@@ -58,41 +58,43 @@ def test_the_same_request_has_the_same_digest_whatever_its_time() -> None:
 
 
 def queued() -> ledger.Data:
-    return ledger.queued(ENV, FACTS, request="d1", submitter="r1", send_lease_s=30)
+    return ledger_send.queued(ENV, FACTS, request="d1", submitter="r1", send_lease_s=30)
 
 
 def test_the_producers_record_is_pending_until_sent() -> None:
     data = queued()
-    assert data["status"] == ledger.QUEUED and ledger.send_is_pending(data)
-    assert ledger.send_lease_end(data) == NOW + timedelta(seconds=30)
+    assert data["status"] == ledger.QUEUED and ledger_send.send_is_pending(data)
+    assert ledger_send.send_lease_end(data) == NOW + timedelta(seconds=30)
     assert ledger.decide(data, 0, None, NOW) is Decision.RUN  # a delivery may take it at once
-    done = ledger.sent(data, "j1", FACTS, "r1")
-    assert not ledger.send_is_pending(done) and ledger.send_lease_end(done) is None
+    done = ledger_send.sent(data, "j1", FACTS, "r1")
+    assert not ledger_send.send_is_pending(done) and ledger_send.send_lease_end(done) is None
     assert done["request_digest"] == "d1" and [h["event"] for h in done["history"]] == ["queued", "sent"]
 
 
 def test_only_the_submitter_clears_or_releases_its_send() -> None:
     with pytest.raises(Conflict):
-        ledger.sent(queued(), "j1", FACTS, "r2")
+        ledger_send.sent(queued(), "j1", FACTS, "r2")
     with pytest.raises(Conflict):
-        ledger.send_failed(queued(), "j1", FACTS, "r2", "boom")
+        ledger_send.send_failed(queued(), "j1", FACTS, "r2", "boom")
     with pytest.raises(Conflict):
-        ledger.sent(ledger.sent(queued(), "j1", FACTS, "r1"), "j1", FACTS, "r1")
+        ledger_send.sent(ledger_send.sent(queued(), "j1", FACTS, "r1"), "j1", FACTS, "r1")
 
 
 def test_a_failed_send_ends_the_lease_and_a_retry_takes_it_over() -> None:
-    failed = ledger.send_failed(
+    failed = ledger_send.send_failed(
         queued(), "j1", Facts(NOW + timedelta(seconds=1)), "r1", "StorageThrottled: x"
     )
-    assert ledger.send_lease_end(failed) == NOW + timedelta(seconds=1) and ledger.send_is_pending(failed)
+    assert ledger_send.send_lease_end(failed) == NOW + timedelta(seconds=1) and ledger_send.send_is_pending(
+        failed
+    )
     later = Facts(NOW + timedelta(seconds=2))
-    resumed = ledger.send_resumed(failed, "j1", later, "r2", 30)
-    assert resumed["submitter"] == "r2" and ledger.send_lease_end(resumed) == later.now + timedelta(
+    resumed = ledger_send.send_resumed(failed, "j1", later, "r2", 30)
+    assert resumed["submitter"] == "r2" and ledger_send.send_lease_end(resumed) == later.now + timedelta(
         seconds=30
     )
-    assert "send_pending" not in ledger.sent(resumed, "j1", later, "r2")
+    assert "send_pending" not in ledger_send.sent(resumed, "j1", later, "r2")
     with pytest.raises(Conflict):
-        ledger.send_resumed(ledger.sent(resumed, "j1", later, "r2"), "j1", later, "r3", 30)
+        ledger_send.send_resumed(ledger_send.sent(resumed, "j1", later, "r2"), "j1", later, "r3", 30)
 
 
 def test_a_delivery_claim_drops_the_markers_and_keeps_who_submitted() -> None:
@@ -101,10 +103,10 @@ def test_a_delivery_claim_drops_the_markers_and_keeps_who_submitted() -> None:
     assert claimed["submitter"] == "r1" and claimed["request_digest"] == "d1"
     assert claimed["created_at"] == isoformat(NOW)
     with pytest.raises(Conflict):  # the submitter's late clear: the delivery is there already
-        ledger.sent(claimed, "j1", FACTS, "r1")
+        ledger_send.sent(claimed, "j1", FACTS, "r1")
 
 
 def test_a_replay_drops_the_markers() -> None:
     poisoned = ledger.poisoned(queued(), "j1", FACTS, "x", "bad_input_data", b"{}")
-    replayed = ledger.replayed(poisoned, ENV, FACTS)
-    assert replayed["status"] == ledger.QUEUED and not ledger.send_is_pending(replayed)
+    replayed = ledger_operator.replayed(poisoned, ENV, FACTS)
+    assert replayed["status"] == ledger.QUEUED and not ledger_send.send_is_pending(replayed)

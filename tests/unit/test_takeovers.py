@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger
+from shared import ledger, ledger_operator
 from shared.envelope import Envelope
 from shared.ledger import Decision, Facts
 
@@ -94,7 +94,7 @@ def test_poisoned_keeps_the_count_and_replay_starts_afresh() -> None:
     data = dies(4)
     poisoned = ledger.poisoned(data, "j1", facts("host/3"), "runs_died: ...", "runs_died", b"{}")
     assert poisoned["status"] == ledger.POISONED and ledger.dead_runs(poisoned) == 3
-    replayed = ledger.replayed(poisoned, ENV, facts("operator"))
+    replayed = ledger_operator.replayed(poisoned, ENV, facts("operator"))
     assert "takeovers" not in replayed and ledger.runs_died(replayed, 1) is None
     assert ledger.dead_runs(ledger.claimed(replayed, ENV, facts("host/x"), LEASE)) == 0
 

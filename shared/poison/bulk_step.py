@@ -1,0 +1,316 @@
+"""One step of a bulk operation (shared/poison/bulk.py): the `run_op_step` trigger's work.
+
+A step reads the operation's document, takes its next entries, applies the operation to each at
+the operation's rate (shared/poison/bulk_pacing.py), sends the next step's message, then records
+the progress with a conditional write. A message whose step is not the document's is ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from shared import ledger, ledger_operator
+from shared.documents import Conflict, Document
+from shared.entry_index import EntryRow
+from shared.envelope import decode_message, isoformat, parse_body
+from shared.errors import EnvelopeError
+from shared.index_keys import newest_first
+from shared.job_index import IndexedStore
+from shared.ledger import Facts
+from shared.messages import QueueMessageLike
+from shared.observability import log_decision
+from shared.poison.archive import LISTED_STATE, REASONS_PREFIX, UNPARSED_PREFIX, set_state
+from shared.poison.bulk import OpRefused, op_name, send_step
+from shared.poison.bulk_pacing import Pacer, StepWrites, step_plan, step_threads
+from shared.poison.operations import expiry_refusal
+from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
+from shared.runtime import Runtime, get_runtime
+from shared.submit import send_job
+
+log = logging.getLogger("jobs.ops")
+STEP_BUDGET_S = 15.0
+"""A step starts no entry after this long (its first excepted): where the store is slower than
+the rate, steps stay short (Cancel within seconds, far from the function timeout) and the rest
+waits for the next step."""
+FAILURES_KEPT = 500
+
+
+# -- one step ---------------------------------------------------------------------------------
+
+
+def run_step(rt: Runtime, body: bytes) -> str:
+    """Carry out one step of an operation (the ops-queue trigger). Returns what it did."""
+    try:
+        msg = json.loads(body)
+        op_id, step = str(msg["op"]), int(msg["step"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("ops: a message that is not a step: %r", body[:200])
+        return "ignored"
+    doc = rt.archive.read(op_name(op_id))
+    if doc is None or doc.data.get("status") != "running" or int(doc.data.get("step", 0)) != step:
+        return "ignored"
+    started = time.monotonic()
+    data = doc.data
+    rate = float(data.get("rate_per_s") or 0)
+    plan = step_plan(rate)
+    items, cursor, finished = _next_items(rt, data, plan.size)
+    writes = StepWrites()
+    pacer = Pacer(rate)
+
+    def one(k: int) -> tuple[str, str] | None:
+        pacer.wait(k)
+        if k and time.monotonic() - started > STEP_BUDGET_S:
+            return None  # not started: the next step takes it
+        return _apply(rt, data, items[k][0], items[k][1], writes)
+
+    with ThreadPoolExecutor(step_threads(rate, len(items)) if items else 1) as pool:
+        outcomes = list(pool.map(one, range(len(items))))
+    writes.flush(rt)
+    done = outcomes.index(None) if None in outcomes else len(outcomes)
+    if done < len(items):  # over its time budget (a slow store): the rest go to the next step
+        cursor, finished = _cursor_after(data, cursor, items, done), False
+    results = [
+        (name, *outcome)
+        for (name, _), outcome in zip(items[:done], outcomes[:done], strict=True)
+        if outcome is not None
+    ]
+    if not finished:
+        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, done)
+        send_step(rt, op_id, step + 1, wait.delay_s)
+    _record(rt, op_id, doc, step, cursor, results, finished)
+    return "finished" if finished else "stepped"
+
+
+def _cursor_after(
+    data: dict[str, Any], cursor: dict[str, Any], items: list[tuple[str, EntryRow | None]], done: int
+) -> dict[str, Any]:
+    """The cursor after the step's first `done` items (`done` >= 1: the first always runs)."""
+    cursor = dict(cursor)
+    if data.get("names") is not None:
+        cursor["i"] = int(cursor["i"]) - len(items) + done
+    else:
+        row = items[done - 1][1]
+        assert row is not None
+        cursor["after"] = row.key
+    return cursor
+
+
+def _next_items(
+    rt: Runtime, data: dict[str, Any], size: int
+) -> tuple[list[tuple[str, EntryRow | None]], dict[str, Any], bool]:
+    """The step's items (name, index row when listed from the index), the cursor after them, and
+    whether the operation has no more."""
+    cursor = dict(data.get("cursor") or {})
+    names = data.get("names")
+    if names is not None:
+        i = int(cursor.get("i", 0))
+        chunk = names[i : i + size]
+        cursor["i"] = i + len(chunk)
+        return [(n, None) for n in chunk], cursor, cursor["i"] >= len(names)
+    if rt.entry_index is None:
+        raise OpRefused("operations over a state need the entry index (a table endpoint)")
+    states = list(data.get("states") or [])
+    bound = ""
+    if data.get("older_than_days") is not None:
+        cutoff = rt.clock() - timedelta(days=float(data["older_than_days"]))
+        bound = newest_first(isoformat(cutoff), "")
+    while int(cursor.get("state", 0)) < len(states):
+        state = states[int(cursor["state"])]
+        after = max(str(cursor.get("after") or ""), bound)
+        where = data.get("where") or {}
+        rows, reached = rt.entry_index.scan(
+            state, after, size, str(where.get("reason_code") or ""), str(where.get("text") or "")
+        )
+        if rows or reached:  # a search that found nothing in its budget goes on from `reached`
+            cursor["after"] = reached or rows[-1].key
+            return [(r.name, r) for r in rows], cursor, False
+        cursor["state"], cursor["after"] = int(cursor["state"]) + 1, ""
+    return [], cursor, True
+
+
+def _apply(
+    rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None, writes: StepWrites | None = None
+) -> tuple[str, str]:
+    """(outcome, reason) for one entry; a replay leaves its index writes in `writes`."""
+    kind, by = str(op["kind"]), f"op:{op['id']}"
+    doc = rt.archive.read(name)
+    if doc is None:
+        if row is not None and rt.entry_index is not None:
+            rt.entry_index.remove(
+                name, {"state": row.state, "index_key": row.key, "reason_code": row.reason_code}
+            )
+        return "not_found", "no such archive entry"
+    state = str(doc.data.get("state", ""))
+    mine = any(e.get("by") == by for e in doc.data.get("events") or [])
+    if op.get("dry_run"):
+        return "counted", state
+    if kind == "replay":
+        return replay_entry(rt, name, doc, by, mine, writes)
+    if kind == "purge":
+        if state == PARKED:
+            return "skipped", "parked entries are never purged"
+        rt.archive.delete(name)
+        rt.archive.delete(f"{REASONS_PREFIX}{doc.data.get('digest')}.json")
+        if rt.entry_index is not None:
+            rt.entry_index.remove(name, doc.data)
+        return "purged", ""
+    if kind == "park":
+        return park_entry(rt, name, doc, by) if not (state == PARKED and mine) else (PARKED, "")
+    if kind == "unpark":
+        if state == LISTED_STATE and mine:
+            return "unparked", ""
+        return unpark_entry(rt, name, doc, by)
+    if state == DELETED and mine:
+        return DELETED, ""
+    return delete_entry(rt, name, doc, by)
+
+
+def replay_entry(
+    rt: Runtime, name: str, doc: Document, by: str, mine: bool = False, writes: StepWrites | None = None
+) -> tuple[str, str]:
+    """Replay one archive entry: (outcome, reason). A job is replayed only while its record is
+    poisoned (or missing): the ledger write that takes it out of `poisoned` names who replayed it
+    (`replayed_by`). A repeated step of the same operation that finds its own write on a job still
+    `queued` sends the message again, since it cannot tell whether the message went out before the
+    stop: at least once, and the ledger applies the job once.
+
+    Requests: the entry (read by the caller), the record's read, its conditional write, the
+    message, the entry's conditional write; with `writes` (a bulk step) the index rows of the entry
+    and the job are left there for the step's transactions, else written here (3 more)."""
+    state = str(doc.data.get("state", ""))
+    if state == "replayed" and mine:
+        _moved(rt, name, {**doc.data, "state": LISTED_STATE}, doc.data, writes)
+        return "replayed", ""
+    if state != LISTED_STATE:
+        return "skipped", f"entry is {state}"
+    if name.startswith(UNPARSED_PREFIX):
+        return "skipped", "not a valid envelope: fix and replay it from the entry page"
+    body = base64.b64decode(str(doc.data.get("body_b64", "")))
+    try:
+        env = parse_body(body, rt.handlers.keys())
+    except EnvelopeError as exc:
+        return "skipped", f"invalid envelope: {exc}"
+    now = rt.clock()
+    expired = expiry_refusal(env.expires_at, now)
+    if expired:
+        return "skipped", expired
+    jobs = _ledger_for(rt, writes)
+    record = jobs.get(env.id)
+    status = record.status if record is not None else ""
+    sent_by_me = mine or (
+        record is not None and record.data.get("replayed_by") == by and by.startswith("op:")
+    )
+    if status == ledger.COMPLETED:
+        _mark(rt, name, doc, "skipped_completed", now, by, writes)
+        return "skipped", "the job completed meanwhile"
+    if record is not None and status != ledger.POISONED:
+        if sent_by_me:  # this operation took it out of `poisoned`, and stopped before marking the entry
+            if status == ledger.QUEUED and state == LISTED_STATE:
+                # it may have stopped before the message too: send it (again). A second copy is a
+                # duplicate the ledger runs once; a job queued with no message would be lost.
+                send_job(rt, env.with_attempt(0))
+            _mark(rt, name, doc, "replayed", now, by, writes)
+            return "replayed", ""
+        return "skipped", f"the job is {status}, not poisoned"
+    facts = Facts(now)
+    try:
+        written = jobs.write(env.id, record, lambda prev: ledger_operator.replayed(prev, env, facts, by=by))
+    except Conflict:
+        return "skipped", "the job changed meanwhile"
+    if writes is not None:
+        writes.record(written.data)
+    send_job(rt, env.with_attempt(0))
+    _mark(rt, name, doc, "replayed", now, by, writes)
+    log_decision("replayed", env.id, attempt=0, by=by)
+    return "replayed", ""
+
+
+def _ledger_for(rt: Runtime, writes: StepWrites | None) -> ledger.Ledger:
+    """The ledger, without its per-write index upsert when the step batches the index writes."""
+    store = rt.ledger.store
+    if writes is not None and isinstance(store, IndexedStore):
+        return ledger.Ledger(store.inner)
+    return rt.ledger
+
+
+def _mark(
+    rt: Runtime, name: str, doc: Document, state: str, now: Any, by: str, writes: StepWrites | None
+) -> None:
+    """The entry's new state (a conditional write on the entry as read); its index row moves now,
+    or with the step's transactions."""
+    after = set_state(
+        rt.archive, name, state, now, rt.entry_index if writes is None else None, by, current=doc
+    )
+    if after is not None:
+        _moved(rt, name, doc.data, after, writes)
+
+
+def _moved(
+    rt: Runtime, name: str, before: dict[str, Any], after: dict[str, Any], writes: StepWrites | None
+) -> None:
+    if writes is not None:
+        writes.move(name, before, after)
+
+
+def _record(
+    rt: Runtime,
+    op_id: str,
+    doc: Document,
+    step: int,
+    cursor: dict[str, Any],
+    results: list[tuple[str, str, str]],
+    finished: bool,
+) -> None:
+    """The step's progress, merged into the document (a cancel written meanwhile stands)."""
+    current: Document | None = doc
+    for _ in range(5):
+        if current is None:
+            return
+        data = dict(current.data)
+        counts = dict(data.get("counts") or {})
+        failures = list(data.get("failures") or [])
+        for name, outcome, reason in results:
+            counts[outcome] = counts.get(outcome, 0) + 1
+            if outcome not in ("replayed", "purged", "parked", "unparked", "deleted", "counted"):
+                failures.append({"name": name, "outcome": outcome, "reason": reason})
+        data.update(
+            counts=counts,
+            failures=failures[-FAILURES_KEPT:],
+            recent=[{"name": n, "outcome": o, "reason": r} for n, o, r in results[-20:]],
+            done=int(data.get("done") or 0) + len(results),
+            cursor=cursor,
+            step=step + 1,
+            updated_at=isoformat(rt.clock()),
+        )
+        if finished and data.get("status") == "running":
+            data["status"] = "done"
+        try:
+            rt.archive.replace(op_name(op_id), current, data)
+            return
+        except Conflict:
+            current = rt.archive.read(op_name(op_id))
+
+
+def handle_op_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
+    """The ops-queue trigger: one step (the host deletes the message when this returns)."""
+    run_step(rt or get_runtime(), decode_message(msg.get_body() or b""))
+
+
+def drain(rt: Runtime, receive: Callable[[], list[bytes]], limit: int = 10_000) -> int:
+    """Run steps from `receive` until it gives nothing (tests and tools); steps run."""
+    ran = 0
+    while ran < limit:
+        bodies = receive()
+        if not bodies:
+            return ran
+        for body in bodies:
+            run_step(rt, body)
+            ran += 1
+    return ran
