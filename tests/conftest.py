@@ -62,8 +62,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("deploy")
         if item.get_closest_marker("spark") is not None:
             item.add_marker("integration")
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if FAST_TIER:
             _shorten_property_test(item)
+
+
+RESOURCE_MARKERS = ("integration", "azurite", "spark", "browser", "deploy")
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """Which worker-sharing group a resource test belongs to under `--dist loadgroup`.
+
+    The Spark tests share one cluster (a session fixture: one per worker) and the browser tests
+    one Chromium, so each kind stays on one worker; every other module keeps its tests together,
+    so its module-scoped Azurite and host start once. Resource-free tests take no group."""
+    if item.get_closest_marker("spark") is not None:
+        return "spark"
+    if item.get_closest_marker("browser") is not None:
+        return "browser"
+    if any(item.get_closest_marker(name) is not None for name in RESOURCE_MARKERS):
+        return str(item.path)
+    return None
 
 
 def _shorten_property_test(item: pytest.Item) -> None:
