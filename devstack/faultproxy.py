@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http
 import io
 import json
 import random
@@ -23,32 +22,33 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from email.utils import formatdate
 from typing import Any, Literal, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from devstack.azurite import Azurite
+from devstack.http_framing import (
+    CHUNKED,
+    Broken,
+    Head,
+    Sink,
+    body_length,
+    copy_body,
+    discard,
+    read_head,
+    response,
+)
 
 CONTROL_PATH = "/_faults"
 Action = Literal["error", "drop_answer", "delay"]
 Since = Literal["set", "first_fault"]
-CHUNKED = -1
-"""Body length marker: `Transfer-Encoding: chunked`."""
 UPSTREAM_IDLE_S = 2.0
 """A kept-alive upstream connection idle longer is reopened (Azurite closes them after 5 s)."""
 UPSTREAM_TIMEOUT_S = 120.0
 CLIENT_IDLE_S = 300.0
 _random = random.Random()
-_MAX_HEAD = 64 * 1024
-_BLOCK = 64 * 1024
-
-Sink = Callable[[bytes], object]
-
-
-class _Broken(Exception):
-    """A connection ended or sent something unparseable mid-message."""
 
 
 @dataclass(eq=False)
@@ -150,117 +150,6 @@ class FaultRule:
         return True
 
 
-@dataclass
-class _Head:
-    """A message head as received: the raw bytes, the start line's parts, and the headers."""
-
-    raw: bytes
-    start: list[str]
-    headers: dict[str, str]
-    """Lower-case name -> value (repeated headers joined with ", ")."""
-
-    def keep_alive(self) -> bool:
-        version = self.start[0] if self.start[0].startswith("HTTP/") else self.start[-1]
-        return "close" not in self.headers.get("connection", "").lower() and version != "HTTP/1.0"
-
-
-def _read_head(rfile: io.BufferedIOBase) -> _Head | None:
-    """The next message head, or None when the connection closed cleanly before it."""
-    raw = bytearray()
-    lines: list[bytes] = []
-    while True:
-        line = rfile.readline(_MAX_HEAD)
-        if not line:
-            if not raw:
-                return None
-            raise _Broken("connection closed inside a message head")
-        raw += line
-        if len(raw) >= _MAX_HEAD:
-            raise _Broken("message head too large")
-        if line in (b"\r\n", b"\n"):
-            break
-        lines.append(line)
-    if not lines:
-        raise _Broken("empty message head")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.decode("latin-1").partition(":")
-        if not sep:
-            raise _Broken("malformed header line")
-        key = name.strip().lower()
-        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
-    start = lines[0].decode("latin-1").rstrip("\r\n").split(" ", 2)
-    return _Head(bytes(raw), start, headers)
-
-
-def _body_length(head: _Head, no_body: bool = False) -> int | None:
-    """Body bytes to copy, CHUNKED, or None for "until the connection closes"."""
-    if no_body:
-        return 0
-    if "transfer-encoding" in head.headers:
-        if head.headers["transfer-encoding"].lower().replace(" ", "").endswith("chunked"):
-            return CHUNKED
-        return None
-    try:
-        return int(head.headers.get("content-length", "0").split(",")[0])
-    except ValueError as exc:
-        raise _Broken("bad Content-Length") from exc
-
-
-def _readline(rfile: io.BufferedIOBase) -> bytes:
-    line = rfile.readline(_MAX_HEAD)
-    if not line.endswith(b"\n"):
-        raise _Broken("connection closed inside a chunked body")
-    return line
-
-
-def _copy_exact(rfile: io.BufferedIOBase, length: int, sink: Sink) -> None:
-    while length > 0:
-        data = rfile.read1(min(length, _BLOCK))
-        if not data:
-            raise _Broken("connection closed inside a body")
-        sink(data)
-        length -= len(data)
-
-
-def _copy_body(rfile: io.BufferedIOBase, length: int | None, sink: Sink) -> None:
-    """Copy one body as framed on the wire (chunk sizes and trailers included)."""
-    if length is None:
-        while data := rfile.read1(_BLOCK):
-            sink(data)
-    elif length != CHUNKED:
-        _copy_exact(rfile, length, sink)
-    else:
-        while True:
-            line = _readline(rfile)
-            sink(line)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError as exc:
-                raise _Broken("bad chunk size") from exc
-            if size == 0:
-                break
-            _copy_exact(rfile, size, sink)
-            sink(_readline(rfile))
-        while (trailer := _readline(rfile)) not in (b"\r\n", b"\n"):
-            sink(trailer)
-        sink(trailer)
-
-
-def _discard(_: bytes) -> None:
-    return None
-
-
-def _response(status: int, body: bytes, headers: Mapping[str, str], keep_alive: bool) -> bytes:
-    try:
-        reason = http.HTTPStatus(status).phrase
-    except ValueError:
-        reason = "Fault"
-    lines = [f"HTTP/1.1 {status} {reason}", *(f"{k}: {v}" for k, v in headers.items())]
-    lines += [f"Content-Length: {len(body)}", f"Connection: {'keep-alive' if keep_alive else 'close'}"]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
 def _storage_error(rule: FaultRule, method: str, keep_alive: bool) -> bytes:
     """A storage-style error answer (XML body, x-ms-error-code), as Azure sends them."""
     request_id, date = str(uuid.uuid4()), formatdate(usegmt=True)
@@ -276,7 +165,7 @@ def _storage_error(rule: FaultRule, method: str, keep_alive: bool) -> bytes:
         "x-ms-error-code": rule.error_code,
         "Date": date,
     }
-    return _response(rule.status, b"" if method == "HEAD" else body, headers, keep_alive)
+    return response(rule.status, b"" if method == "HEAD" else body, headers, keep_alive)
 
 
 class _Upstream:
@@ -324,7 +213,7 @@ class _Connection:
         try:
             while self.exchange():
                 pass
-        except (OSError, _Broken):
+        except (OSError, Broken):
             self.proxy._count("connection_errors")
         finally:
             self.upstream.close()
@@ -332,21 +221,21 @@ class _Connection:
 
     def exchange(self) -> bool:
         """Serve one request; False when the connection is to be closed."""
-        head = _read_head(self.rfile)
+        head = read_head(self.rfile)
         if head is None:
             return False
         if len(head.start) != 3:
-            raise _Broken("malformed request line")
+            raise Broken("malformed request line")
         method, target, _ = head.start
         path = urlsplit(target).path
         if path == CONTROL_PATH or path.startswith(CONTROL_PATH + "/"):
             return self.control(head, method, path)
-        length = _body_length(head)
+        length = body_length(head)
         if length is None:
-            raise _Broken("request body of unknown length")
+            raise Broken("request body of unknown length")
         rule = self.proxy._decide(self.service, method, path, set(head.headers))
         if rule is not None and rule.action == "error":
-            _copy_body(self.rfile, length, _discard)
+            copy_body(self.rfile, length, discard)
             self.client.sendall(_storage_error(rule, method, head.keep_alive()))
             return head.keep_alive()
         if rule is not None and rule.action == "delay":
@@ -354,7 +243,7 @@ class _Connection:
         drop = rule is not None and rule.action == "drop_answer"
         return self.forward(head, method, length, rule if drop else None)
 
-    def forward(self, head: _Head, method: str, length: int | None, drop: FaultRule | None) -> bool:
+    def forward(self, head: Head, method: str, length: int | None, drop: FaultRule | None) -> bool:
         try:
             sock, upstream = self.upstream.connect()
         except OSError:
@@ -362,19 +251,19 @@ class _Connection:
             self.reset()  # as near as a proxy gets to "connection refused"
             return False
         sock.sendall(head.raw)
-        _copy_body(self.rfile, length, sock.sendall)
-        sink: Sink = _discard if drop else self.client.sendall
-        answer = _read_head(upstream)
+        copy_body(self.rfile, length, sock.sendall)
+        sink: Sink = discard if drop else self.client.sendall
+        answer = read_head(upstream)
         while answer is not None and len(answer.start) >= 2 and answer.start[1].startswith("1"):
             sink(answer.raw)  # 1xx interim answers (100 Continue) come before the final one
-            answer = _read_head(upstream)
+            answer = read_head(upstream)
         if answer is None or len(answer.start) < 2 or not answer.start[1].isdigit():
-            raise _Broken("no answer from upstream")
+            raise Broken("no answer from upstream")
         status = int(answer.start[1])
         no_body = method == "HEAD" or status in (204, 304)
-        answer_length = _body_length(answer, no_body)
+        answer_length = body_length(answer, no_body)
         sink(answer.raw)
-        _copy_body(upstream, answer_length, sink)
+        copy_body(upstream, answer_length, sink)
         if answer_length is None or not answer.keep_alive():
             self.upstream.close()
         if drop is not None:
@@ -390,13 +279,13 @@ class _Connection:
         self.rfile.close()
         self.client.close()
 
-    def control(self, head: _Head, method: str, path: str) -> bool:
+    def control(self, head: Head, method: str, path: str) -> bool:
         """The `/_faults` endpoint: list (GET), add (POST), clear or remove one (DELETE)."""
-        length = _body_length(head)
+        length = body_length(head)
         if length is None:
-            raise _Broken("request body of unknown length")
+            raise Broken("request body of unknown length")
         body = bytearray()
-        _copy_body(self.rfile, length, _discard if length == CHUNKED else body.extend)
+        copy_body(self.rfile, length, discard if length == CHUNKED else body.extend)
         rule_id = path[len(CONTROL_PATH) + 1 :]
         if length == CHUNKED:
             answer: dict[str, Any] = {"error": "send the body with a Content-Length"}
@@ -408,7 +297,7 @@ class _Connection:
         elif method == "POST":
             status = 201
         data = json.dumps(answer).encode()
-        self.client.sendall(_response(status, data, {"Content-Type": "application/json"}, head.keep_alive()))
+        self.client.sendall(response(status, data, {"Content-Type": "application/json"}, head.keep_alive()))
         return head.keep_alive()
 
     def control_answer(self, method: str, rule_id: str, body: bytes) -> dict[str, Any]:
