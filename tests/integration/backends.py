@@ -83,6 +83,24 @@ class Backend:
         """Settings with queue and container names of their own."""
         return Settings.from_env(settings_env(self.connection_string, **extra))
 
+    def record_requests(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[str]]:
+        """From now on, the storage requests this process sends, as `METHOD /account/path`: over
+        HTTP on Azurite, the in-memory account's own log otherwise."""
+        if self.memory is not None:
+            log, start = self.memory.requests, len(self.memory.requests)
+            return lambda: log[start:]
+        import requests
+
+        seen: list[str] = []
+        original = requests.Session.send
+
+        def counting(session: requests.Session, request: requests.PreparedRequest, **kwargs: Any) -> Any:
+            seen.append(f"{request.method} {(request.path_url or '').split('?')[0]}")
+            return original(session, request, **kwargs)
+
+        monkeypatch.setattr(requests.Session, "send", counting)
+        return lambda: list(seen)
+
     def runtime(self, handlers: Mapping[str, Any] | None = None, **extra: str) -> Runtime:
         """The app's runtime on this account, built as `build_runtime` builds it."""
         settings = self.settings(**extra)

@@ -1,4 +1,5 @@
-"""The poison handler and operator tools against a real Azurite."""
+"""The poison handler and operator tools, on the in-memory account and on Azurite (a replay killed
+half-way runs the CLI as a process: Azurite only)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,20 @@ from devstack.azurite import Azurite
 from shared import poison
 from shared.processing import process_message
 from shared.runtime import Runtime
+from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
 from tests.integration.helpers import message, queue_length, runtime_for
 
-pytestmark = pytest.mark.integration
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
-def rt(azurite: Azurite) -> Runtime:
+def rt(storage_backend: Backend) -> Runtime:
+    return storage_backend.runtime(MAX_ATTEMPTS="3")
+
+
+@pytest.fixture
+def azurite_rt(azurite: Azurite) -> Runtime:
     return runtime_for(azurite, MAX_ATTEMPTS="3")
 
 
@@ -157,7 +163,9 @@ def test_replay_of_selected_ids_skips_completed_and_unknown(rt: Runtime) -> None
     )
 
 
-def test_replay_killed_half_way_and_run_again_loses_nothing(rt: Runtime, azurite: Azurite) -> None:
+@pytest.mark.integration
+def test_replay_killed_half_way_and_run_again_loses_nothing(azurite_rt: Runtime, azurite: Azurite) -> None:
+    rt = azurite_rt
     ids = poison_many(rt, 100, "fix-3")
     rt.storage.container(rt.settings.results_container).upload_blob("fix-3", b"fixed")
     s = rt.settings
