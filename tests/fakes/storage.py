@@ -23,7 +23,8 @@ the same assertions against this and against Azurite:
   (comparisons joined by `and`: what the app sends) in pages with continuation tokens, entity group
   transactions (all or nothing), the SDK's value rules (ints are Int32) and the key rules.
 
-Time comes from `clock` (the real time by default); `ManualClock` lets a test move it. Every call is
+Time comes from `clock`: the real time by default; `ManualClock` (only a test moves it) or
+`SkippingClock` (the real time, plus what a test skipped) let a test wait without sleeping. Every call is
 logged in `requests` as the REST request it stands for (`PUT /devstoreaccount1/ledger/a.json`), so
 request counts can be asserted here as they are over HTTP. Keyword arguments the fake does not know
 raise TypeError, and filters it cannot evaluate raise NotImplementedError: a new call of the app
@@ -123,6 +124,20 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
+
+
+class SkippingClock:
+    """The real time, plus what a test skipped (`advance`): the account's time passes at once,
+    while the app's own clock (the real time) does not move."""
+
+    def __init__(self) -> None:
+        self.skipped = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.skipped
+
+    def advance(self, seconds: float) -> None:
+        self.skipped += timedelta(seconds=seconds)
 
 
 def _seconds(moment: datetime) -> datetime:
@@ -1362,6 +1377,7 @@ class MemoryTableService:
 __all__ = [
     "ManualClock",
     "MemoryStorage",
+    "SkippingClock",
     "blob_error",
     "parse_tag_filter",
     "queue_error",

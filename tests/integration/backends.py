@@ -24,7 +24,7 @@ from shared.runtime import Runtime, build_runtime, ensure_console_resources
 from shared.settings import Settings
 from shared.storage import StorageClients, clients_for, ensure_resources
 from shared.tables import table_service
-from tests.fakes.storage import MemoryStorage
+from tests.fakes.storage import MemoryStorage, SkippingClock
 from tests.integration.helpers import settings_env
 
 MEMORY = "memory"
@@ -56,16 +56,20 @@ class Backend:
 
     @classmethod
     def in_memory(
-        cls, account: MemoryStorage | None = None, wait: Callable[[float], None] = time.sleep
+        cls, account: MemoryStorage | None = None, wait: Callable[[float], None] | None = None
     ) -> Backend:
-        account = account or MemoryStorage()
+        """An in-memory account; by default its time is the real time, and `wait` skips ahead in
+        it without sleeping (message visibility and expiry: the app's clock does not move)."""
+        if account is None:
+            clock = SkippingClock()
+            account, wait = MemoryStorage(clock), clock.advance
         return cls(
             MEMORY,
             account.clients(),
             account.table_service(),
             "UseDevelopmentStorage=true",  # settings need one; nothing connects to it
             memory=account,
-            wait=wait,
+            wait=wait or time.sleep,
         )
 
     @classmethod

@@ -148,3 +148,38 @@ def test_poison_copy_is_base64_of_the_body_as_received(rt: Runtime) -> None:
     process_message(message(raw), rt)
     msgs = list(rt.storage.raw_queue(rt.settings.poison_queue).receive_messages())
     assert base64.b64decode(msgs[0].content) == raw
+
+
+@pytest.mark.parametrize(
+    ("stored", "reason"),
+    [
+        (b'{"effect": true}', ""),
+        (
+            None,
+            "input_missing: payload_ref: blob {payloads}/claims/p.json does not exist (dangling claim check)",
+        ),
+        (
+            b'{"pad": "' + b"y" * 2000 + b'"}',
+            "over_limit: payload_ref: blob {payloads}/claims/p.json is 2011 bytes, over MAX_PAYLOAD_BYTES=1024: not read",
+        ),
+        (b"", "bad_envelope: payload_ref: blob claims/p.json is not JSON"),
+        (b"[1, 2]", "bad_envelope: payload_ref: blob claims/p.json must hold a JSON object"),
+    ],
+    ids=["read", "missing", "too-large", "empty", "not-an-object"],
+)
+def test_a_claim_checked_payload_is_read_capped_or_poisoned_with_its_reason(
+    storage_backend: Backend, stored: bytes | None, reason: str
+) -> None:
+    rt = storage_backend.runtime(MAX_PAYLOAD_BYTES="1024")
+    if stored is not None:
+        rt.storage.container(rt.settings.payloads_container).upload_blob("claims/p.json", stored)
+    process_message(message({"id": "cc1", "kind": "fault", "payload_ref": "claims/p.json"}), rt)
+    record = rt.ledger.get("cc1")
+    assert record is not None
+    if not reason:
+        assert record.status == "completed" and effects(rt, "cc1") == 1, (
+            "the payload it read asked for the effect"
+        )
+        return
+    assert record.status == "poisoned" and effects(rt, "cc1") == 0
+    assert record.data["reason"] == reason.format(payloads=rt.settings.payloads_container)
