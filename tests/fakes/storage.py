@@ -39,6 +39,7 @@ import hashlib
 import itertools
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -298,6 +299,14 @@ class MemoryStorage:
     def table_service(self) -> TableServiceClient:
         """The Table service of this account (for `Runtime.over(tables=...)`)."""
         return cast(TableServiceClient, self.table)
+
+    def wait(self, seconds: float) -> None:
+        """Let `seconds` of this account's time pass: at once when its clock can skip ahead."""
+        advance = getattr(self.clock, "advance", None)
+        if callable(advance):
+            advance(seconds)
+        else:
+            time.sleep(seconds)
 
     def url(self, path: str = "") -> str:
         return f"memory://{self.account}/{path}"
