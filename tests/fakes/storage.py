@@ -287,7 +287,7 @@ class MemoryStorage:
         self._seq = itertools.count(1)
         self.blob = MemoryBlobService(self)
         self.queue_service = MemoryQueueService(self)
-        self.table = MemoryTableService(self)
+        self.table_service_client = MemoryTableService(self)
 
     def clients(self) -> StorageClients:
         """The app's blob and queue clients, on this account."""
@@ -298,7 +298,7 @@ class MemoryStorage:
 
     def table_service(self) -> TableServiceClient:
         """The Table service of this account (for `Runtime.over(tables=...)`)."""
-        return cast(TableServiceClient, self.table)
+        return cast(TableServiceClient, self.table_service_client)
 
     def wait(self, seconds: float) -> None:
         """Let `seconds` of this account's time pass: at once when its clock can skip ahead."""
