@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared import metrics
 from shared.audit_index import AuditLog
@@ -31,6 +31,9 @@ from shared.storage import StorageClients, connect, ensure_resources
 from shared.tables import NoTableEndpoint, table_service
 from shared.telemetry import configure_telemetry
 from shared.timers import Clock, ThreadTimers, Timers, system_clock
+
+if TYPE_CHECKING:
+    from azure.data.tables import TableServiceClient
 
 log = logging.getLogger("jobs.runtime")
 
@@ -63,11 +66,17 @@ class Runtime:
 
     @classmethod
     def over(
-        cls, settings: Settings, storage: StorageClients, handlers: Mapping[str, Handler], instance: str
+        cls,
+        settings: Settings,
+        storage: StorageClients,
+        handlers: Mapping[str, Handler],
+        instance: str,
+        tables: TableServiceClient | None = None,
     ) -> Runtime:
-        """A runtime on the configured storage account."""
+        """A runtime on the configured storage account; its Table service is `tables` when given
+        (tests: an in-memory account), else the configured account's."""
         try:
-            tables = table_service(settings.storage)
+            tables = tables if tables is not None else table_service(settings.storage)
             job_index: JobIndex | None = JobIndex(tables, table_prefix(settings.ledger_container))
             entry_index: EntryIndex | None = EntryIndex(
                 tables, table_prefix(settings.poison_archive_container) + "entries"

@@ -1,9 +1,11 @@
-"""Shared fixtures (a real Azurite process on free ports) and the test tiers.
+"""Shared fixtures (a real Azurite process on free ports, or an in-memory account) and the test tiers.
 
 Each test is marked by the resources it needs, from the fixtures it uses (`RESOURCE_FIXTURES`):
-`azurite`, `spark`, `browser`. `make test-fast` deselects them and sets `JOBS_TEST_TIER=fast`,
-which makes starting Azurite, a local host process or a Spark cluster fail the test at once: a test
-that needs one without saying so through its fixtures cannot hide in the fast tier.
+`azurite`, `spark`, `browser`. A test on `storage_backend` runs twice, on an in-memory account and
+on Azurite, and only its Azurite variant is marked. `make test-fast` deselects the marked tests and
+sets `JOBS_TEST_TIER=fast`, which makes starting Azurite, a local host process or a Spark cluster
+fail the test at once: a test that needs one without saying so through its fixtures cannot hide in
+the fast tier.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
+from tests.integration.backends import STORAGE_BACKENDS, Backend  # noqa: E402
 
 RESOURCE_FIXTURES = {
     "azurite": "azurite",
@@ -150,6 +153,15 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
         yield az
     finally:
         az.cleanup()
+
+
+@pytest.fixture(params=STORAGE_BACKENDS)
+def storage_backend(request: pytest.FixtureRequest) -> Backend:
+    """The test's storage account: `tests.fakes.storage.MemoryStorage`, or the session's Azurite
+    (asked for only by that variant, so the memory one needs no Azurite)."""
+    if request.param == "azurite":
+        return Backend.on_azurite(request.getfixturevalue("azurite"))
+    return Backend.in_memory()
 
 
 @pytest.fixture

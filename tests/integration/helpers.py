@@ -20,9 +20,10 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
-def settings_for(azurite: Azurite, **extra: str) -> Settings:
-    env = {
-        "AzureWebJobsStorage": azurite.connection_string,
+def settings_env(connection_string: str, **extra: str) -> dict[str, str]:
+    """App settings on a storage account, with queue and container names of their own."""
+    return {
+        "AzureWebJobsStorage": connection_string,
         "JOBS_QUEUE": unique("jobs"),
         "LEDGER_CONTAINER": unique("ledger"),
         "RESULTS_CONTAINER": unique("results"),
@@ -30,7 +31,10 @@ def settings_for(azurite: Azurite, **extra: str) -> Settings:
         "POISON_ARCHIVE_CONTAINER": unique("archive"),
         **extra,
     }
-    return Settings.from_env(env)
+
+
+def settings_for(azurite: Azurite, **extra: str) -> Settings:
+    return Settings.from_env(settings_env(azurite.connection_string, **extra))
 
 
 def runtime_for(azurite: Azurite, handlers: Mapping[str, Any] | None = None, **extra: str) -> Runtime:

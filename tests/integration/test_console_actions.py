@@ -1,4 +1,5 @@
-"""The console's actions and queries against a real Azurite, without a browser: the edge cases."""
+"""The console's actions and queries without a browser, the edge cases: on the in-memory account
+and on Azurite."""
 
 from __future__ import annotations
 
@@ -8,21 +9,19 @@ from datetime import timedelta
 
 import pytest
 
-from devstack.azurite import Azurite
 from shared.console import actions, queries
 from shared.envelope import isoformat, utcnow
 from shared.processing import process_message
 from shared.runtime import Runtime
-from tests.integration.helpers import message, queue_length, runtime_for
+from tests.integration.backends import Backend
+from tests.integration.helpers import message, queue_length
 from tests.integration.ops_helpers import read_op, take_steps
 from tests.integration.test_poison import drain_jobs, run_poison_trigger
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
-def rt(azurite: Azurite) -> Runtime:
-    return runtime_for(azurite)
+def rt(storage_backend: Backend) -> Runtime:
+    return storage_backend.runtime()
 
 
 def poisoned(rt: Runtime, job_id: str, payload: dict[str, object]) -> str:

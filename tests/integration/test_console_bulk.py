@@ -1,4 +1,5 @@
-"""Bulk operations, purge and unpark at scale against a real Azurite (counts, never timings)."""
+"""Bulk operations, purge and unpark at scale (counts, never timings), on the in-memory account and
+on Azurite."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from devstack.azurite import Azurite
 from shared import ledger, metrics, submit
 from shared.console import actions, queries
 from shared.entry_index import SHARDS
@@ -18,15 +18,14 @@ from shared.poison import archive, bulk, bulk_pacing, bulk_step
 from shared.poison.archive import new_entry, note_reason, write_entry
 from shared.processing import process_message
 from shared.runtime import Runtime
-from tests.integration.helpers import drain_raw, message, queue_length, runtime_for
+from tests.integration.backends import Backend
+from tests.integration.helpers import drain_raw, message, queue_length
 from tests.integration.ops_helpers import read_op, take_steps
-
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def rt(azurite: Azurite) -> Runtime:
-    return runtime_for(azurite)
+def rt(storage_backend: Backend) -> Runtime:
+    return storage_backend.runtime()
 
 
 def poisoned_noop(rt: Runtime, job_id: str) -> str:
@@ -169,30 +168,16 @@ def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> N
     assert f"{metrics.PREFIX}2026010100/cli.json" in left and listed not in left
 
 
-def _count_requests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every storage request this process sends from now on, as `METHOD path`."""
-    import requests
-
-    seen: list[str] = []
-    original = requests.Session.send
-
-    def counting(self: requests.Session, request: requests.PreparedRequest, **kwargs: Any) -> Any:
-        seen.append(f"{request.method} {request.path_url.split('?')[0]}")
-        return original(self, request, **kwargs)
-
-    monkeypatch.setattr(requests.Session, "send", counting)
-    return seen
-
-
 def test_a_bulk_replay_step_costs_five_requests_an_entry_and_leaves_both_indexes_right(
-    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert rt.entry_index is not None and rt.job_index is not None
     names = [poisoned_noop(rt, f"cost-{i:02d}") for i in range(40)]
     listed_before = sum(rt.entry_index.counts().values())
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)  # no rate: one step
-    seen = _count_requests(monkeypatch)
+    sent = storage_backend.record_requests(monkeypatch)
     assert take_steps(rt) == 1
+    seen = sent()
     monkeypatch.undo()
     done = read_op(rt, op["id"])
     assert done["status"] == "done" and done["counts"] == {"replayed": 40}

@@ -1,4 +1,5 @@
-"""The poison handler and operator tools against a real Azurite."""
+"""The poison handler and operator tools, on the in-memory account and on Azurite (a replay killed
+half-way runs the CLI as a process: Azurite only)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,20 @@ from devstack.azurite import Azurite
 from shared import poison
 from shared.processing import process_message
 from shared.runtime import Runtime
+from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
 from tests.integration.helpers import message, queue_length, runtime_for
 
-pytestmark = pytest.mark.integration
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
-def rt(azurite: Azurite) -> Runtime:
+def rt(storage_backend: Backend) -> Runtime:
+    return storage_backend.runtime(MAX_ATTEMPTS="3")
+
+
+@pytest.fixture
+def azurite_rt(azurite: Azurite) -> Runtime:
     return runtime_for(azurite, MAX_ATTEMPTS="3")
 
 
@@ -157,7 +163,9 @@ def test_replay_of_selected_ids_skips_completed_and_unknown(rt: Runtime) -> None
     )
 
 
-def test_replay_killed_half_way_and_run_again_loses_nothing(rt: Runtime, azurite: Azurite) -> None:
+@pytest.mark.integration
+def test_replay_killed_half_way_and_run_again_loses_nothing(azurite_rt: Runtime, azurite: Azurite) -> None:
+    rt = azurite_rt
     ids = poison_many(rt, 100, "fix-3")
     rt.storage.container(rt.settings.results_container).upload_blob("fix-3", b"fixed")
     s = rt.settings
@@ -198,3 +206,74 @@ def test_purge_removes_old_archive_entries(rt: Runtime) -> None:
     assert len(poison.purge(rt, 0.0, dry_run=True)) >= 1
     assert len(poison.purge(rt, 0.0)) >= 1
     assert poison.list_poisoned(rt, include_done=True) == []
+
+
+def put_poison(rt: Runtime, body: bytes) -> None:
+    """A body on the poison queue, as the host moves it there (base64 of what it received)."""
+    rt.storage.raw_queue(rt.settings.poison_queue).send_message(base64.b64encode(body).decode("ascii"))
+
+
+def test_the_sweeper_archives_only_what_the_host_will_not_hand_over(
+    rt: Runtime, storage_backend: Backend
+) -> None:
+    """A `-poison` message dequeued maxDequeueCount times (its handler kept failing) is never handed
+    to handle_poison again: the sweeper archives it. One dequeued fewer times is left to the trigger."""
+    queue = rt.storage.raw_queue(rt.settings.poison_queue)
+    body = json.dumps({"id": "sw1", "kind": "noop", "payload": {}}).encode()
+    put_poison(rt, body)
+    assert poison.sweep(rt) == 0, "a fresh message is the trigger's"
+    for _ in range(rt.settings.max_dequeue_count):
+        assert len(list(queue.receive_messages(max_messages=1, visibility_timeout=1))) == 1
+        storage_backend.wait(1.5)  # the failed handler's lease ends: the message is back
+    assert [m.dequeue_count for m in queue.peek_messages(max_messages=32)] == [rt.settings.max_dequeue_count]
+    assert poison.sweep(rt) == 1
+    assert queue_length(rt, rt.settings.poison_queue) == 0
+    [entry] = poison.list_poisoned(rt)
+    assert entry.job_id == "sw1" and entry.reason.startswith("the host moved it after maxDequeueCount")
+    assert rt.ledger.get("sw1").status == "poisoned"  # type: ignore[union-attr]
+
+
+def test_peek_lists_what_waits_on_the_poison_queue_without_taking_it(rt: Runtime) -> None:
+    put_poison(rt, json.dumps({"id": "pk1", "kind": "noop"}).encode())
+    put_poison(rt, b"\xff not a job")
+    peeked = poison.peek_poison_queue(rt)
+    assert [(p["job_id"], p["dequeue_count"]) for p in peeked] == [("pk1", 0), (None, 0)]
+    assert queue_length(rt, rt.settings.poison_queue) == 2 and poison.list_poisoned(rt) == []
+
+
+def test_a_copy_of_a_job_whose_claim_is_live_is_sent_back_for_a_recheck(rt: Runtime) -> None:
+    from datetime import timedelta
+
+    from shared.envelope import isoformat, utcnow
+
+    lease = isoformat(utcnow() + timedelta(minutes=5))
+    rt.ledger.create(
+        "lc1", {"id": "lc1", "status": "in_progress", "attempt": 0, "owner": "other", "lease_until": lease}
+    )
+    poison.handle_poison_message(message({"id": "lc1", "kind": "noop", "payload": {}}), rt)
+    [entry] = poison.list_poisoned(rt, include_done=True)
+    assert entry.state == "rechecked" and rt.ledger.get("lc1").data["owner"] == "other"  # type: ignore[union-attr]
+    assert queue_length(rt, rt.settings.jobs_queue) == 1, "sent back to the jobs queue"
+    assert rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages() == [], (
+        "invisible until the claim ends"
+    )
+
+
+def test_unpark_says_when_its_parked_message_was_taken_or_gone(rt: Runtime) -> None:
+    from shared.console import actions
+
+    for job_id in ("up1", "up2"):
+        process_message(message({"id": job_id, "kind": "fault", "payload": {"permanent": True}}), rt)
+    assert run_poison_trigger(rt) == 2
+    names = sorted(e.name for e in poison.list_poisoned(rt))
+    assert actions.park(rt, names, "t")["parked"] == names
+    parked = rt.storage.raw_queue(rt.settings.parked_queue)
+    taken = list(parked.receive_messages(max_messages=1, visibility_timeout=30))  # someone took one
+    assert len(taken) == 1
+    answer = actions.unpark(rt, names, "t")
+    assert answer["unparked"] == names
+    notes = list(answer["notes"].values())
+    assert len(notes) == 1 and notes[0].startswith("its parked message could not be deleted"), notes
+    parked.delete_message(taken[0])
+    assert queue_length(rt, rt.settings.parked_queue) == 0
+    assert sorted(e.name for e in poison.list_poisoned(rt)) == names, "listed again"

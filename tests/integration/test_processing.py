@@ -1,4 +1,4 @@
-"""One message's life against a real Azurite: claim, duplicates, retries, poison."""
+"""One message's life: claim, duplicates, retries, poison; on the in-memory account and on Azurite."""
 
 from __future__ import annotations
 
@@ -8,19 +8,17 @@ from datetime import timedelta
 
 import pytest
 
-from devstack.azurite import Azurite
 from shared.envelope import isoformat, utcnow
 from shared.processing import process_message
 from shared.runtime import Runtime
+from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
-from tests.integration.helpers import drain_raw, message, queue_length, runtime_for
-
-pytestmark = pytest.mark.integration
+from tests.integration.helpers import drain_raw, message, queue_length
 
 
 @pytest.fixture
-def rt(azurite: Azurite) -> Runtime:
-    return runtime_for(azurite, MAX_ATTEMPTS="3", RETRY_BASE_SECONDS="2")
+def rt(storage_backend: Backend) -> Runtime:
+    return storage_backend.runtime(MAX_ATTEMPTS="3", RETRY_BASE_SECONDS="2")
 
 
 def effects(rt: Runtime, job_id: str) -> int:
@@ -131,27 +129,18 @@ def test_bad_envelope_is_poisoned_with_reason_kept(rt: Runtime) -> None:
 
 
 def test_happy_path_costs_two_ledger_requests_and_one_index_write(
-    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Claim and complete (two conditional PUTs of the record), then the jobs index's upsert at
     completion (the console's index: +1, stated in docs/performance.md). Measured on a second job:
     the first one of a process also lists the day's tables (cached 10 s) and may create today's."""
-    from azure.core.pipeline.transport import RequestsTransport
-
     process_message(message({"id": "k0", "kind": "noop", "payload": {}}), rt)
-    sent: list[str] = []
-    original = RequestsTransport.send
-
-    def counting(self: RequestsTransport, request, **kwargs):  # type: ignore[no-untyped-def]
-        sent.append(f"{request.method} {request.url.split('?')[0]}")
-        return original(self, request, **kwargs)
-
-    monkeypatch.setattr(RequestsTransport, "send", counting)
+    sent = storage_backend.record_requests(monkeypatch)
     process_message(message({"id": "k1", "kind": "noop", "payload": {}}), rt)
-    assert len(sent) == 3, sent
-    assert all(s.startswith("PUT") for s in sent), sent
-    assert [s.endswith("/k1.json") for s in sent] == [True, True, False], sent
-    assert "_k1')" in sent[2], sent
+    assert len(sent()) == 3, sent()
+    assert all(s.startswith("PUT") for s in sent()), sent()
+    assert [s.endswith("/k1.json") for s in sent()] == [True, True, False], sent()
+    assert "_k1')" in sent()[2], sent()
 
 
 def test_poison_copy_is_base64_of_the_body_as_received(rt: Runtime) -> None:
@@ -159,3 +148,38 @@ def test_poison_copy_is_base64_of_the_body_as_received(rt: Runtime) -> None:
     process_message(message(raw), rt)
     msgs = list(rt.storage.raw_queue(rt.settings.poison_queue).receive_messages())
     assert base64.b64decode(msgs[0].content) == raw
+
+
+@pytest.mark.parametrize(
+    ("stored", "reason"),
+    [
+        (b'{"effect": true}', ""),
+        (
+            None,
+            "input_missing: payload_ref: blob {payloads}/claims/p.json does not exist (dangling claim check)",
+        ),
+        (
+            b'{"pad": "' + b"y" * 2000 + b'"}',
+            "over_limit: payload_ref: blob {payloads}/claims/p.json is 2011 bytes, over MAX_PAYLOAD_BYTES=1024: not read",
+        ),
+        (b"", "bad_envelope: payload_ref: blob claims/p.json is not JSON"),
+        (b"[1, 2]", "bad_envelope: payload_ref: blob claims/p.json must hold a JSON object"),
+    ],
+    ids=["read", "missing", "too-large", "empty", "not-an-object"],
+)
+def test_a_claim_checked_payload_is_read_capped_or_poisoned_with_its_reason(
+    storage_backend: Backend, stored: bytes | None, reason: str
+) -> None:
+    rt = storage_backend.runtime(MAX_PAYLOAD_BYTES="1024")
+    if stored is not None:
+        rt.storage.container(rt.settings.payloads_container).upload_blob("claims/p.json", stored)
+    process_message(message({"id": "cc1", "kind": "fault", "payload_ref": "claims/p.json"}), rt)
+    record = rt.ledger.get("cc1")
+    assert record is not None
+    if not reason:
+        assert record.status == "completed" and effects(rt, "cc1") == 1, (
+            "the payload it read asked for the effect"
+        )
+        return
+    assert record.status == "poisoned" and effects(rt, "cc1") == 0
+    assert record.data["reason"] == reason.format(payloads=rt.settings.payloads_container)

@@ -1,5 +1,5 @@
-"""POST /api/jobs against a real Azurite, through the API's own handler: the producer's fields
-refused, one 202 per id under concurrency, and a retried POST finishing a failed send."""
+"""POST /api/jobs through the API's own handler, on the in-memory account and on Azurite: the
+producer's fields refused, one 202 per id under concurrency, and a retried POST finishing a failed send."""
 
 from __future__ import annotations
 
@@ -15,18 +15,16 @@ import azure.functions as func
 import pytest
 from azure.core.exceptions import ServiceResponseError
 
-from devstack.azurite import Azurite
 from shared import api, cli
 from shared.processing import process_message
 from shared.runtime import Runtime
-from tests.integration.helpers import drain_raw, message, queue_length, runtime_for
-
-pytestmark = pytest.mark.integration
+from tests.integration.backends import Backend
+from tests.integration.helpers import drain_raw, message, queue_length
 
 
 @pytest.fixture
-def rt(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
-    runtime = runtime_for(azurite)
+def rt(storage_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    runtime = storage_backend.runtime()
     monkeypatch.setattr(api, "get_runtime", lambda: runtime)
     yield runtime
 

@@ -1,0 +1,1 @@
+"""In-memory stand-ins for the services the app talks to, for logic tests (see storage.py)."""

@@ -1,0 +1,119 @@
+"""Where a test's storage lives: an in-memory account (the fast tier) or the session's Azurite.
+
+A test that takes the `storage_backend` fixture (tests/conftest.py) runs twice: `[memory]` on
+`tests.fakes.storage.MemoryStorage`, unmarked, so `make test-fast` runs it; `[azurite]` on the real
+Azurite, marked `azurite` and `integration`, so `make test` runs it too. The app is built the same
+way on both (`ensure_resources`, `Runtime.over`, `ensure_console_resources`); only the clients differ.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from azure.data.tables import TableServiceClient
+
+from devstack.azurite import Azurite
+from shared.jobs import noop, testing
+from shared.runtime import Runtime, build_runtime, ensure_console_resources
+from shared.settings import Settings
+from shared.storage import StorageClients, clients_for, ensure_resources
+from shared.tables import table_service
+from tests.fakes.storage import MemoryStorage, SkippingClock
+from tests.integration.helpers import settings_env
+
+MEMORY = "memory"
+AZURITE = "azurite"
+STORAGE_BACKENDS = [
+    pytest.param(MEMORY, id=MEMORY),
+    pytest.param(AZURITE, id=AZURITE, marks=[pytest.mark.azurite, pytest.mark.integration]),
+]
+"""The two accounts a logic test runs on: in memory (no resource: the fast tier runs it) and the
+session's Azurite (marked, so `make test` runs it and the fast tier does not)."""
+
+
+def app_handlers() -> dict[str, Any]:
+    return {"noop": noop.HANDLER, **testing.HANDLERS}
+
+
+@dataclass
+class Backend:
+    """A storage account for one test, and the app built on it."""
+
+    name: str
+    clients: StorageClients
+    tables: TableServiceClient
+    connection_string: str
+    azurite: Azurite | None = None
+    memory: MemoryStorage | None = None
+    wait: Callable[[float], None] = field(default=time.sleep)
+    """Let `seconds` of the account's time pass (a real sleep on Azurite)."""
+
+    @classmethod
+    def in_memory(
+        cls, account: MemoryStorage | None = None, wait: Callable[[float], None] | None = None
+    ) -> Backend:
+        """An in-memory account; by default its time is the real time, and `wait` skips ahead in
+        it without sleeping (message visibility and expiry: the app's clock does not move)."""
+        if account is None:
+            clock = SkippingClock()
+            account, wait = MemoryStorage(clock), clock.advance
+        return cls(
+            MEMORY,
+            account.clients(),
+            account.table_service(),
+            "UseDevelopmentStorage=true",  # settings need one; nothing connects to it
+            memory=account,
+            wait=wait or time.sleep,
+        )
+
+    @classmethod
+    def on_azurite(cls, azurite: Azurite) -> Backend:
+        settings = Settings.from_env({"AzureWebJobsStorage": azurite.connection_string})
+        return cls(
+            AZURITE,
+            clients_for(settings.storage),
+            table_service(settings.storage),
+            azurite.connection_string,
+            azurite=azurite,
+        )
+
+    def settings(self, **extra: str) -> Settings:
+        """Settings with queue and container names of their own."""
+        return Settings.from_env(settings_env(self.connection_string, **extra))
+
+    def record_requests(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[str]]:
+        """From now on, the storage requests this process sends, as `METHOD /account/path`: over
+        HTTP on Azurite, the in-memory account's own log otherwise."""
+        if self.memory is not None:
+            log, start = self.memory.requests, len(self.memory.requests)
+            return lambda: log[start:]
+        import requests
+
+        seen: list[str] = []
+        original = requests.Session.send
+
+        def counting(session: requests.Session, request: requests.PreparedRequest, **kwargs: Any) -> Any:
+            seen.append(f"{request.method} {(request.path_url or '').split('?')[0]}")
+            return original(session, request, **kwargs)
+
+        monkeypatch.setattr(requests.Session, "send", counting)
+        return lambda: list(seen)
+
+    def runtime(self, handlers: Mapping[str, Any] | None = None, **extra: str) -> Runtime:
+        """The app's runtime on this account, built as `build_runtime` builds it."""
+        settings = self.settings(**extra)
+        handlers = handlers or app_handlers()
+        if self.azurite is not None:
+            return build_runtime(settings, handlers=handlers)
+        ensure_resources(self.clients, settings)
+        rt = Runtime.over(
+            settings, self.clients, handlers, f"{socket.gethostname()}:{os.getpid()}", tables=self.tables
+        )
+        ensure_console_resources(rt)
+        return rt
