@@ -6,6 +6,8 @@ loading the storage SDK.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
 
 from shared.errors import StorageThrottled
@@ -17,8 +19,13 @@ GONE_MESSAGE_CODES = frozenset(
 
 
 def error_code(exc: BaseException) -> str | None:
-    """The storage error code of an SDK exception (e.g. 'BlobAlreadyExists'), if any."""
+    """The storage error code of an SDK exception (e.g. 'BlobAlreadyExists'), if any.
+
+    The storage SDKs set `error_code` to their `StorageErrorCode` enum for the codes they know,
+    whose `str()` is 'StorageErrorCode.CONDITION_NOT_MET': its value is the service's code."""
     code = getattr(exc, "error_code", None)
+    if isinstance(code, Enum):
+        code = code.value
     if code:
         return str(code)
     response = getattr(exc, "response", None)
