@@ -27,7 +27,7 @@ from shared.storage import connect
 from tests.integration.helpers import unique
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -98,9 +98,14 @@ class Stack:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """Poll `check` until it is true. Pages that refresh themselves (an operation's, a running
+    job's) may replace an element between finding and reading it: that read counts as "not yet"."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = check()
+        try:
+            value = check()
+        except (StaleElementReferenceException, NoSuchElementException):
+            value = None
         if value:
             return value
         time.sleep(0.3)
