@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -33,6 +34,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import formatdate
@@ -63,6 +65,9 @@ CHUNK = 5_000
 API_VERSION = "2021-08-06"
 TABLE_API_VERSION = "2019-02-02"
 PROGRESS_S = 30.0
+INDEX_INSERT = Path(__file__).resolve().with_name("azurite_index_insert.js")
+"""Preloaded into the blob process: LokiJS's index insert at the end of an equal range (O(1), not
+O(n) a blob: see the file)."""
 
 
 # -- Azurite, one process per service ----------------------------------------------------------
@@ -112,7 +117,9 @@ class SplitAzurite:
             args = [str(binary), *common, f"--{service}Host", "127.0.0.1", f"--{service}Port", str(port)]
             env = dict(os.environ)
             if service == "blob":
-                env["NODE_OPTIONS"] = f"{env.get('NODE_OPTIONS', '')} --max-old-space-size={blob_heap_mb()}"
+                env["NODE_OPTIONS"] = (
+                    f"{env.get('NODE_OPTIONS', '')} --max-old-space-size={blob_heap_mb()} --require {INDEX_INSERT}"
+                )
             self.processes.append(
                 subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
             )
@@ -351,8 +358,20 @@ class Progress:
         self.last_at, self.last = now, done
 
 
-def _pool(processes: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+@contextmanager
+def _pool(processes: int) -> Iterator[ProcessPoolExecutor]:
+    """Spawned worker processes; on an error or a stop (SIGTERM) they are ended, not waited for."""
+    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    except BaseException:
+        workers = list(getattr(pool, "_processes", None) or {})
+        pool.shutdown(wait=False, cancel_futures=True)
+        for pid in workers:  # the pool's own processes, by PID
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        raise
+    pool.shutdown()
 
 
 # -- the records ------------------------------------------------------------------------------
