@@ -65,9 +65,9 @@ CHUNK = 5_000
 API_VERSION = "2021-08-06"
 TABLE_API_VERSION = "2019-02-02"
 PROGRESS_S = 30.0
-INDEX_INSERT = Path(__file__).resolve().with_name("azurite_index_insert.js")
-"""Preloaded into the blob process: LokiJS's index insert at the end of an equal range (O(1), not
-O(n) a blob: see the file)."""
+AZURITE_PATCH = Path(__file__).resolve().with_name("azurite_bench_patch.js")
+"""Preloaded into the blob process: LokiJS's index insert at the end of an equal range (not O(n)
+a blob), and no blob GC passes (each a sort of every blob per 5,000): see the file."""
 
 
 # -- Azurite, one process per service ----------------------------------------------------------
@@ -118,7 +118,7 @@ class SplitAzurite:
             env = dict(os.environ)
             if service == "blob":
                 env["NODE_OPTIONS"] = (
-                    f"{env.get('NODE_OPTIONS', '')} --max-old-space-size={blob_heap_mb()} --require {INDEX_INSERT}"
+                    f"{env.get('NODE_OPTIONS', '')} --max-old-space-size={blob_heap_mb()} --require {AZURITE_PATCH}"
                 )
             self.processes.append(
                 subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
