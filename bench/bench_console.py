@@ -4,8 +4,8 @@ page and operator action, with the indexes seeded directly (not through the queu
 Seeding, in the shapes the app writes:
 - the jobs index: `--records` entities (default 1,000,000) over `--days` per-day tables, in entity
   group transactions of 100 (one request per 100 jobs), 2% poisoned with a reason code;
-- the ledger: one record blob per job the pages open (the first page, the job page) and per
-  archive entry replayed (the pages read the ledger by id only, never by listing);
+- the ledger: one record blob per job, as the app writes it (`--ledger-blobs N`: the newest N
+  only; the pages read the ledger by id, never by listing), and one per archive entry replayed;
 - the poison archive index: `--entries` entities (default 100,000), listed; archive entry blobs
   and poisoned ledger records for the `--bulk` newest (replayed by the bulk operation) + 20.
 

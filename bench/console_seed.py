@@ -1,17 +1,23 @@
 """Seeding the console benchmark's Azurite fast: real ledger records and index entities, written
 directly (not through the queue).
 
-What made seeding ~4x faster than one Azurite process and the SDK (measured on the shared 2-core
-machine; figures in docs/operations.md):
+What it takes at a million jobs on the shared 2-core machine (figures in docs/operations.md):
 - Azurite's three services as three processes (`azurite-blob`, `azurite-queue`, `azurite-table`,
   each `--inMemoryPersistence`): Azurite serves every request on one Node thread, so blob PUTs and
-  table transactions in one process queue behind each other; apart they run on both cores.
-- Ledger records PUT over raw keep-alive `http.client` connections (32 in flight) with Shared Key
-  signing: the SDK's pipeline costs more client CPU per request than Azurite's answer.
-- Index entities in entity group transactions of 100 (one request per 100 jobs), 2 in flight
-  (Azurite refuses overlapping transactions on a table with a reset connection).
-- One pass over the records: the records are built once (by the ledger's own transitions, so
-  they are what the app writes and reads) and each becomes a blob body and an index entity.
+  table transactions in one process queue behind each other; apart they run on both cores. On
+  disk is no option at this size: LokiJS saves a database as one JSON string (a million blob
+  documents pass V8's 512 MiB string limit) and Azurite saves it every 5 s.
+- Ledger records PUT over raw keep-alive `http.client` connections with Shared Key signing, from
+  `BLOB_PROCESSES` spawned processes of `BLOB_THREADS` connections, each process building its own
+  records (one Python process tops out below what Azurite's blob process answers).
+- Index entities in entity group transactions of 100, the SDK's request body written here
+  (the SDK spent ~0.4 ms of client CPU an entity serializing it; Azurite ~0.1 ms).
+- The blob process with a V8 heap of half the memory (~5 KB of heap a blob) and
+  `azurite_bench_patch.js` preloaded: LokiJS inserts at the end of an equal range of its
+  shared-value indices (not O(n) a blob) and Azurite's blob GC passes are skipped (each sorts every
+  blob once per 5,000: minutes at half a million).
+- The records are built by the ledger's own transitions (what the app writes and reads), the same
+  for the index and the blobs.
 """
 
 from __future__ import annotations
