@@ -4,8 +4,8 @@ page and operator action, with the indexes seeded directly (not through the queu
 Seeding, in the shapes the app writes:
 - the jobs index: `--records` entities (default 1,000,000) over `--days` per-day tables, in entity
   group transactions of 100 (one request per 100 jobs), 2% poisoned with a reason code;
-- the ledger: one record blob per job the pages open (the first page, the job page) and per
-  archive entry replayed (the pages read the ledger by id only, never by listing);
+- the ledger: one record blob per job, as the app writes it (`--ledger-blobs N`: the newest N
+  only; the pages read the ledger by id, never by listing), and one per archive entry replayed;
 - the poison archive index: `--entries` entities (default 100,000), listed; archive entry blobs
   and poisoned ledger records for the `--bulk` newest (replayed by the bulk operation) + 20.
 
@@ -178,19 +178,19 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         rt = build_runtime(
             Settings.from_env({"AzureWebJobsStorage": conn, **NAMES}), handlers={"noop": noop.HANDLER}
         )
-        putter = console_seed.BlobPutter(conn)
         seeded = OUT / "console-seed-jobs.json"
         if args.phase in ("all", "seed-jobs"):
             log(f"seeding {args.records:,} ledger records and their index entities over {args.days} days ...")
             jobs_seed = console_seed.seed_jobs(
                 rt,
-                putter,
+                conn,
                 args.records,
                 args.days,
                 log,
                 blobs_from=args.blobs_from,
                 ledger_blobs=args.ledger_blobs,
                 now=datetime.fromisoformat(args.now.replace("Z", "+00:00")) if args.now else None,
+                processes=args.processes,
             )
             log(f"  done in {jobs_seed['seconds']} s")
             seeded.write_text(json.dumps(jobs_seed))
@@ -199,7 +199,9 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         else:
             jobs_seed = json.loads(seeded.read_text())
         log(f"seeding {args.entries:,} archive entries ...")
-        archive_seed = console_seed.seed_archive(rt, putter, args.entries, args.bulk + 20, log)
+        archive_seed = console_seed.seed_archive(
+            rt, conn, args.entries, args.bulk + 20, log, processes=args.processes
+        )
         log(f"  done in {archive_seed['seconds']} s")
         job_id = "job-0000000"
         names = archive_seed.pop("names")
@@ -353,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--blobs-from", type=int, default=0, help="skip the ledger blobs of the newest N jobs"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=console_seed.BLOB_PROCESSES,
+        help="processes PUTting the seeded blobs",
     )
     parser.add_argument(
         "--serve",
