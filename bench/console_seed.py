@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from devstack.azurite import AZURITE_BIN, DEV_ACCOUNT, DEV_KEY
+from devstack.azurite import AZURITE_BIN, dev_connection_string
 from devstack.ports import free_port, wait_for_port
 from shared import ledger
 from shared.documents import dump
@@ -98,13 +98,7 @@ class SplitAzurite:
 
     @property
     def connection_string(self) -> str:
-        return (
-            "DefaultEndpointsProtocol=http;"
-            f"AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{self.blob_port}/{DEV_ACCOUNT};"
-            f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{DEV_ACCOUNT};"
-            f"TableEndpoint=http://127.0.0.1:{self.table_port}/{DEV_ACCOUNT};"
-        )
+        return dev_connection_string(self.blob_port, self.queue_port, self.table_port)
 
     def start(self, log_path: Path | None = None) -> None:
         common = [

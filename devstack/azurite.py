@@ -20,6 +20,17 @@ DEV_ACCOUNT = "devstoreaccount1"
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
+def dev_connection_string(blob_port: int, queue_port: int, table_port: int) -> str:
+    """The development account's connection string for Azurite services on these loopback ports."""
+    return (
+        "DefaultEndpointsProtocol=http;"
+        f"AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{blob_port}/{DEV_ACCOUNT};"
+        f"QueueEndpoint=http://127.0.0.1:{queue_port}/{DEV_ACCOUNT};"
+        f"TableEndpoint=http://127.0.0.1:{table_port}/{DEV_ACCOUNT};"
+    )
+
+
 @dataclass
 class Azurite:
     """A running Azurite; `connection_string` points clients at it."""
@@ -35,13 +46,7 @@ class Azurite:
 
     @property
     def connection_string(self) -> str:
-        return (
-            "DefaultEndpointsProtocol=http;"
-            f"AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{self.blob_port}/{DEV_ACCOUNT};"
-            f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{DEV_ACCOUNT};"
-            f"TableEndpoint=http://127.0.0.1:{self.table_port}/{DEV_ACCOUNT};"
-        )
+        return dev_connection_string(self.blob_port, self.queue_port, self.table_port)
 
     def start(self, log_path: Path | None = None) -> None:
         """Start the process and wait until blob and queue ports answer."""

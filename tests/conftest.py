@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hypothesis
 import pytest
@@ -24,7 +25,10 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
-from tests.integration.backends import STORAGE_BACKENDS, Backend  # noqa: E402
+from tests.storage_params import STORAGE_BACKENDS  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.integration.backends import Backend
 
 RESOURCE_FIXTURES = {
     "azurite": "azurite",
@@ -157,8 +161,11 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 
 @pytest.fixture(params=STORAGE_BACKENDS)
 def storage_backend(request: pytest.FixtureRequest) -> Backend:
-    """The test's storage account: `tests.fakes.storage.MemoryStorage`, or the session's Azurite
-    (asked for only by that variant, so the memory one needs no Azurite)."""
+    """The test's storage account: `tests.fakes.storage.MemoryStorage`, or the module's Azurite
+    (asked for only by that variant, so the memory one needs no Azurite). The app's modules are
+    imported here, not with this file: a test that needs no storage does not load them."""
+    from tests.integration.backends import Backend
+
     if request.param == "azurite":
         return Backend.on_azurite(request.getfixturevalue("azurite"))
     return Backend.in_memory()

@@ -1,4 +1,4 @@
-"""Where a test's storage lives: an in-memory account (the fast tier) or the session's Azurite.
+"""Where a test's storage lives: an in-memory account (the fast tier) or the test module's Azurite.
 
 A test that takes the `storage_backend` fixture (tests/conftest.py) runs twice: `[memory]` on
 `tests.fakes.storage.MemoryStorage`, unmarked, so `make test-fast` runs it; `[azurite]` on the real
@@ -26,15 +26,7 @@ from shared.storage import StorageClients, clients_for, ensure_resources
 from shared.tables import table_service
 from tests.fakes.storage import MemoryStorage, SkippingClock
 from tests.integration.helpers import settings_env
-
-MEMORY = "memory"
-AZURITE = "azurite"
-STORAGE_BACKENDS = [
-    pytest.param(MEMORY, id=MEMORY),
-    pytest.param(AZURITE, id=AZURITE, marks=[pytest.mark.azurite, pytest.mark.integration]),
-]
-"""The two accounts a logic test runs on: in memory (no resource: the fast tier runs it) and the
-session's Azurite (marked, so `make test` runs it and the fast tier does not)."""
+from tests.storage_params import AZURITE, MEMORY
 
 
 def app_handlers() -> dict[str, Any]:

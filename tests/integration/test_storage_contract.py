@@ -27,10 +27,11 @@ from shared.documents import DocumentChanged, DocumentExists, TagQuery
 from shared.envelope import decode_message
 from shared.limits import read_capped, total_size
 from shared.messages import NEVER_EXPIRE
-from shared.storage_errors import GONE_MESSAGE_CODES, is_throttled, status_code
+from shared.storage_errors import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
 from tests.fakes.storage import ManualClock, MemoryStorage, real_time
-from tests.integration.backends import STORAGE_BACKENDS, Backend
+from tests.integration.backends import Backend
 from tests.integration.helpers import unique
+from tests.storage_params import STORAGE_BACKENDS
 
 
 @pytest.fixture(params=STORAGE_BACKENDS)
@@ -56,10 +57,9 @@ def queue_name(account: Backend) -> str:
 
 
 def raised(exc: BaseException) -> tuple[str, int | None, str]:
-    """An SDK error as the app sees it: its class, status and error code (the SDKs give some codes
-    as strings, others as their enums: the code is the value either way)."""
-    code = getattr(exc, "error_code", None)
-    return type(exc).__name__, status_code(exc), str(getattr(code, "value", code) or "")
+    """An SDK error as the app sees it: its class, status and error code (`error_code`: the
+    service's code, whether the SDK gave it as a string or as its enum)."""
+    return type(exc).__name__, status_code(exc), error_code(exc) or ""
 
 
 # -- blobs ------------------------------------------------------------------------------------
