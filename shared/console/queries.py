@@ -56,16 +56,9 @@ def overview(rt: Runtime) -> dict[str, Any]:
     """Queue depths and the last hour's counters from every instance."""
     now = rt.clock()
     own = metrics.installed_instance()
-    docs: list[Mapping[str, Any]] = []
-    for hour in metrics.hours_to_read(now):
-        if own is not None:
-            docs.append(metrics.RECORDER.document(hour, own))
-        for name, _ in rt.archive.names(f"{metrics.PREFIX}{hour}/"):
-            if own is not None and name == metrics.blob_name(hour, own):
-                continue
-            found = rt.archive.read(name)
-            if found is not None:
-                docs.append(found.data)
+    hours = metrics.hours_to_read(now)
+    docs: list[Mapping[str, Any]] = [metrics.RECORDER.document(hour, own) for hour in hours] if own else []
+    docs.extend(rt.counter_store().read(hours, own))
     figures = metrics.merge(docs, now)
     figures["depth"] = {
         "jobs": queue_depth(rt, rt.settings.jobs_queue),
