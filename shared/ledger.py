@@ -312,13 +312,36 @@ def released(prev: Data | None, job_id: str, facts: Facts, attempt: int, error: 
     )
 
 
+POISON_DIGESTS = "poison_digests"
+"""The digests of the bodies that poisoned the job, newest first: each names the job's archive entry
+(`jobs/<id>/<digest>.json`), so the console's job page reads them without listing the archive."""
+POISON_DIGESTS_PARTIAL = "poison_digests_partial"
+"""True when `poison_digests` may miss a body that poisoned the job (one older than the field, or
+past `POISON_DIGESTS_KEEP`): the console lists the job's archive entries then."""
+POISON_DIGESTS_KEEP = 8
+
+
+def poison_digests_after(prev: Mapping[str, Any] | None, digest: str) -> tuple[list[str], bool]:
+    """(`poison_digests`, partial) once `digest` poisons the job (pure). A record poisoned before the
+    field existed (`poisoned_at` without it) starts a partial list."""
+    old = (prev or {}).get(POISON_DIGESTS)
+    known = [d for d in old if isinstance(d, str)] if isinstance(old, list) else []
+    partial = bool((prev or {}).get(POISON_DIGESTS_PARTIAL)) or (
+        not isinstance(old, list) and bool((prev or {}).get("poisoned_at"))
+    )
+    digests = [digest, *(d for d in known if d != digest)]
+    return digests[:POISON_DIGESTS_KEEP], partial or len(digests) > POISON_DIGESTS_KEEP
+
+
 def poisoned(
     prev: Data | None, job_id: str, facts: Facts, reason: str, code: str | None, body: bytes
 ) -> Data:
-    """The one writer of `poisoned`: the reason and the body are kept for operators."""
+    """The one writer of `poisoned`: the reason and the body are kept for operators, the body's
+    digest also in `poison_digests` (in the same write: no request more)."""
     text = body.decode("utf-8", errors="replace")
     if len(text) > BODY_KEEP_CHARS:
         text = text[:BODY_KEEP_CHARS] + f"... ({len(text)} chars)"
+    digests, partial = poison_digests_after(prev, body_digest(body))
     return _next(
         prev,
         job_id,
@@ -331,6 +354,8 @@ def poisoned(
         poisoned_at=isoformat(facts.now),
         body=text,
         body_digest=body_digest(body),
+        poison_digests=digests,
+        poison_digests_partial=partial or None,
         details={"attempt": (prev or {}).get("attempt"), "reason": reason},
     )
 

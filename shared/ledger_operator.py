@@ -76,7 +76,8 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts, by: str | None = No
 
 def edited(prev: Data | None, job_id: str, facts: Facts, by: str, changes: list[str], digest: str) -> Data:
     """An operator changed a poisoned job's envelope before replaying it (the original stays in
-    the poison archive; `digest` names the edited body). Applied just before `replayed`."""
+    the poison archive; `digest` names the edited body, kept as `last_edit_digest`: the console
+    reads that edit by name). Applied just before `replayed`."""
     if prev is None or prev.get("status") != POISONED:
         raise Conflict(f"job {job_id} is not poisoned: only a poisoned job's envelope may be edited")
     return _next(
@@ -85,5 +86,6 @@ def edited(prev: Data | None, job_id: str, facts: Facts, by: str, changes: list[
         facts,
         "edited",
         edit_count=int(prev.get("edit_count", 0)) + 1,
+        last_edit_digest=digest,
         details={"by": by, "changes": list(changes)[:20], "digest": digest},
     )

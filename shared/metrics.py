@@ -1,12 +1,13 @@
 """The console overview's counters (kept by the core, read by the console): counted in memory per process, flushed on a timer to one blob per instance
 per hour, so they add no storage request per message.
 
-Blob: `console/metrics/<YYYY-MM-DDTHH>/<instance>.json` in the poison-archive container, holding
-per-minute counts (completed, retried, poisoned), a latency histogram per minute (enqueue to
-completion, `LATENCY_BOUNDS_S`) and the instance's jobs in flight. A refresh of the overview lists
-two hour prefixes and reads their blobs: 2 + (blobs of the last two hours) requests. Each process
-also deletes hours older than `RETENTION_H`, once an hour (one listing of the prefix, then the
-deletes), so the blobs do not pile up as instances come and go.
+One document per instance per hour, holding per-minute counts (completed, retried, poisoned), a
+latency histogram per minute (enqueue to completion, `LATENCY_BOUNDS_S`) and the instance's jobs in
+flight, kept by a `CounterStore`: with a table endpoint a Table entity per (hour, instance)
+(shared/metrics_table.py: a refresh is one query, no listing), else the blob
+`console/metrics/<YYYY-MM-DDTHH>/<instance>.json` in the poison-archive container (`BlobCounters`:
+a refresh lists two hour prefixes and reads their blobs). Each process also deletes hours older
+than `RETENTION_H`, once an hour, so the documents do not pile up as instances come and go.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from shared.documents import DocumentStore
 from shared.envelope import isoformat, utcnow
@@ -48,8 +49,51 @@ def hour_key(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H")
 
 
+def instance_key(instance: str) -> str:
+    """An instance's name as it appears in a blob name or a table key."""
+    return _SAFE.sub("_", instance)
+
+
 def blob_name(hour: str, instance: str) -> str:
-    return f"{PREFIX}{hour}/{_SAFE.sub('_', instance)}.json"
+    return f"{PREFIX}{hour}/{instance_key(instance)}.json"
+
+
+class CounterStore(Protocol):
+    """Where instances' hour documents are kept."""
+
+    def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
+        """Upsert one instance's document of one hour (one request)."""
+
+    def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
+        """Every instance's documents of `hours` except `skip_instance`'s."""
+
+    def prune(self, now: datetime) -> int:
+        """Delete documents older than `RETENTION_H`; how many."""
+
+
+class BlobCounters:
+    """Counter documents as blobs of the poison-archive container (without a table endpoint, and
+    what the app wrote before the table): reading an hour lists its prefix."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self.store = store
+
+    def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
+        self.store.upsert(blob_name(hour, instance), dict(doc))
+
+    def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
+        docs: list[Mapping[str, Any]] = []
+        for hour in hours:
+            for name, _ in self.store.names(f"{PREFIX}{hour}/"):
+                if skip_instance is not None and name == blob_name(hour, skip_instance):
+                    continue
+                found = self.store.read(name)
+                if found is not None:
+                    docs.append(found.data)
+        return docs
+
+    def prune(self, now: datetime) -> int:
+        return prune(self.store, now)
 
 
 def bin_index(latency_s: float) -> int:
@@ -132,13 +176,13 @@ class Recorder:
                 "minutes": minutes,
             }
 
-    def flush(self, store: DocumentStore, instance: str) -> int:
+    def flush(self, store: CounterStore, instance: str) -> int:
         """Write the hours that changed since the last flush: one upsert each. Returns how many."""
         with self._lock:
             hours, self._dirty = sorted(self._dirty), set()
         for hour in hours:
             try:
-                store.upsert(blob_name(hour, instance), self.document(hour, instance))
+                store.write(hour, instance, self.document(hour, instance))
             except Exception:
                 with self._lock:
                     self._dirty.add(hour)
@@ -167,7 +211,7 @@ _install_lock = threading.Lock()
 _installed: dict[str, Any] = {}
 
 
-def install(store: DocumentStore, instance: str, period_s: float = FLUSH_S) -> None:
+def install(store: CounterStore, instance: str, period_s: float = FLUSH_S) -> None:
     """Count this process's decisions and flush them every `period_s` (once per process)."""
     with _install_lock:
         if _installed:
@@ -183,7 +227,7 @@ def install(store: DocumentStore, instance: str, period_s: float = FLUSH_S) -> N
                     RECORDER.flush(store, instance)
                     hour = hour_key(RECORDER.clock())
                     if hour != pruned_hour:
-                        prune(store, RECORDER.clock())
+                        store.prune(RECORDER.clock())
                         pruned_hour = hour
                 except Exception as exc:  # the next period tries again
                     log.warning("console metrics: flush failed (%s); retrying next period", exc)

@@ -25,6 +25,7 @@ from shared.jobs.base import Handler
 from shared.ledger import Ledger
 from shared.ledger_view import index_tags, listing_metadata
 from shared.messages import QueueSender
+from shared.metrics_table import TableCounters
 from shared.platform import in_azure
 from shared.settings import Settings
 from shared.storage import StorageClients, connect, ensure_resources
@@ -63,6 +64,8 @@ class Runtime:
     """The poison archive's index (Table storage), None likewise."""
     audit: AuditLog | None = None
     """The audit of operator actions (Table storage), None likewise."""
+    counters: metrics.CounterStore | None = None
+    """The overview's counters (Table storage); None: blobs in the archive container (`counter_store`)."""
 
     @classmethod
     def over(
@@ -86,10 +89,16 @@ class Runtime:
             )
         except NoTableEndpoint as exc:
             log.warning("no console indexes: %s", exc)
-            job_index = entry_index = None
+            tables = job_index = entry_index = None
             audit = None
         ledger_store: DocumentStore = BlobDocuments(
             storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
+        )
+        archive = BlobDocuments(storage.container(settings.poison_archive_container))
+        counters = (
+            TableCounters(tables, table_prefix(settings.poison_archive_container) + "metrics", archive)
+            if tables is not None
+            else None
         )
         return cls(
             settings=settings,
@@ -97,13 +106,18 @@ class Runtime:
             handlers=handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index) if job_index else ledger_store),
-            archive=BlobDocuments(storage.container(settings.poison_archive_container)),
+            archive=archive,
             jobs_queue=storage.queue(settings.jobs_queue),
             poison_queue=storage.raw_queue(settings.poison_queue),
             job_index=job_index,
             entry_index=entry_index,
             audit=audit,
+            counters=counters,
         )
+
+    def counter_store(self) -> metrics.CounterStore:
+        """Where the overview's counters are kept: the table, else blobs in the archive container."""
+        return self.counters if self.counters is not None else metrics.BlobCounters(self.archive)
 
     def new_owner(self) -> str:
         """An owner id for one invocation's claim."""
@@ -128,7 +142,8 @@ def build_runtime(
     if create_resources:
         ensure_console_resources(runtime)
     if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
-        metrics.install(runtime.archive, instance)  # console counters: flushed on a timer, never per message
+        # console counters: flushed on a timer, never per message
+        metrics.install(runtime.counter_store(), instance)
     return runtime
 
 
@@ -141,6 +156,8 @@ def ensure_console_resources(rt: Runtime) -> None:
             rt.entry_index.ensure()
         if rt.audit is not None:
             rt.audit.ensure()
+        if isinstance(rt.counters, TableCounters):
+            rt.counters.ensure()
         with contextlib.suppress(ResourceExistsError):
             rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
     except HttpResponseError as exc:  # identity scoped to its resources: the deployment creates them

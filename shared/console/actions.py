@@ -14,7 +14,7 @@ from typing import Any
 from shared import jsontext, ledger, ledger_operator, poison
 from shared.audit_index import change_values
 from shared.cancel import request_cancel
-from shared.console.queries import EDITS_PREFIX, archived_bodies
+from shared.console.job_archive import archived_bodies, edit_name
 from shared.documents import Conflict
 from shared.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.errors import EnvelopeError, PayloadError
@@ -328,7 +328,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     if record is None or record.status != ledger.POISONED:
         status = record.status if record else "unknown"
         raise ActionRefused(f"job {job_id} is {status}, not poisoned: nothing was enqueued", status=409)
-    entries = archived_bodies(rt, job_id)
+    entries = archived_bodies(rt, job_id, record.data)
     original: dict[str, Any] = {}
     if entries:
         try:
@@ -341,7 +341,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     digest = body_digest(body)
     facts = Facts(rt.clock())
     rt.archive.upsert(
-        f"{EDITS_PREFIX}{job_id}/{digest}.json",
+        edit_name(job_id, digest),
         {
             "job_id": job_id,
             "by": by,

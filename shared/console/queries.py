@@ -1,7 +1,10 @@
 """What the console's pages show, read from storage with a bounded number of requests.
 
-- Overview: 3 queue-properties requests (jobs, poison, parked), 1 listing per hour prefix (2) and
-  one read per instance blob of those hours (the serving process's own counters are in memory).
+- Overview: 3 queue-properties requests (jobs, poison, parked) and the other instances' counters
+  of the last two hours: one table query (without a table endpoint: a listing per hour and a read
+  per instance blob); the serving process's own counters are in memory.
+- A job: its record, then its archive entries and latest edit by the names the record keeps
+  (shared/console/job_archive.py): no listing.
 - Jobs: the ledger is listed with blob metadata (status, kind, stamps set by the write that changes
   a record), 5,000 jobs per listing request and no read per job: ceil(jobs / 5,000) requests for a
   snapshot (20 at 100,000 jobs), kept `SNAPSHOT_TTL_S` so paging and filtering cost nothing more.
@@ -24,6 +27,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 
 from shared import jsontext, metrics, poison
+from shared.console import job_archive
 from shared.entry_index import EntryRow
 from shared.index_keys import stamp_ms
 from shared.limits import BlobTooLarge, read_capped
@@ -52,16 +56,9 @@ def overview(rt: Runtime) -> dict[str, Any]:
     """Queue depths and the last hour's counters from every instance."""
     now = rt.clock()
     own = metrics.installed_instance()
-    docs: list[Mapping[str, Any]] = []
-    for hour in metrics.hours_to_read(now):
-        if own is not None:
-            docs.append(metrics.RECORDER.document(hour, own))
-        for name, _ in rt.archive.names(f"{metrics.PREFIX}{hour}/"):
-            if own is not None and name == metrics.blob_name(hour, own):
-                continue
-            found = rt.archive.read(name)
-            if found is not None:
-                docs.append(found.data)
+    hours = metrics.hours_to_read(now)
+    docs: list[Mapping[str, Any]] = [metrics.RECORDER.document(hour, own) for hour in hours] if own else []
+    docs.extend(rt.counter_store().read(hours, own))
     figures = metrics.merge(docs, now)
     figures["depth"] = {
         "jobs": queue_depth(rt, rt.settings.jobs_queue),
@@ -281,31 +278,11 @@ class JobView:
     archive_names: list[str]
 
 
-def archived_bodies(rt: Runtime, job_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """(name, entry) of the job's poison archive entries, newest first."""
-    found = []
-    for name, _ in rt.archive.names(f"{JOBS_PREFIX}{job_id}/"):
-        doc = rt.archive.read(name)
-        if doc is not None:
-            found.append((name, doc.data))
-    return sorted(found, key=lambda item: str(item[1].get("archived_at", "")), reverse=True)
-
-
-EDITS_PREFIX = "edits/"
-
-
-def latest_edit(rt: Runtime, job_id: str) -> dict[str, Any] | None:
-    """The newest operator edit of a job's envelope (shared/console/actions.replay_edited writes them)."""
-    docs = [rt.archive.read(name) for name, _ in rt.archive.names(f"{EDITS_PREFIX}{job_id}/")]
-    found = [d.data for d in docs if d is not None]
-    return max(found, key=lambda d: str(d.get("at", ""))) if found else None
-
-
 def job_view(rt: Runtime, job_id: str) -> JobView | None:
     record = rt.ledger.get(job_id)
     if record is None:
         return None
-    entries = archived_bodies(rt, job_id)
+    entries = job_archive.archived_bodies(rt, job_id, record.data)
     envelope: dict[str, Any] | None = None
     text: str | None = None
     if entries:
@@ -317,7 +294,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         except json.JSONDecodeError:
             envelope = None
     payload, note = _payload(rt, record.data, envelope)
-    edit = latest_edit(rt, job_id)
+    edit = job_archive.latest_edit(rt, job_id, record.data)
     if edit is not None and (
         not entries or str(edit.get("at", "")) > str(entries[0][1].get("archived_at", ""))
     ):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import base64
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from shared.console import actions, queries
+from shared.console import actions, job_archive, queries
 from shared.envelope import isoformat, utcnow
 from shared.processing import process_message
 from shared.runtime import Runtime
@@ -24,12 +25,18 @@ def rt(storage_backend: Backend) -> Runtime:
     return storage_backend.runtime()
 
 
+def archived(rt: Runtime, job_id: str) -> list[tuple[str, dict[str, Any]]]:
+    record = rt.ledger.get(job_id)
+    assert record is not None
+    return job_archive.archived_bodies(rt, job_id, record.data)
+
+
 def poisoned(rt: Runtime, job_id: str, payload: dict[str, object]) -> str:
     """Poison a `fault` job the way the app does; returns its archive entry's name."""
     body = {"id": job_id, "kind": "fault", "payload": payload, "created_at": isoformat(utcnow())}
     process_message(message(json.dumps(body).encode()), rt)
     run_poison_trigger(rt)
-    [(name, _)] = queries.archived_bodies(rt, job_id)
+    [(name, _)] = archived(rt, job_id)
     return name
 
 
@@ -50,7 +57,7 @@ def test_unpark_takes_only_its_own_message_and_leaves_others_visible(rt: Runtime
 
 def test_replay_edited_refuses_what_it_cannot_do_and_enqueues_nothing(rt: Runtime) -> None:
     poisoned(rt, "e1", {"permanent": True})
-    [(_, entry)] = queries.archived_bodies(rt, "e1")
+    [(_, entry)] = archived(rt, "e1")
     env = {**json.loads(base64.b64decode(entry["body_b64"])), "payload": {"note": "x"}}
     with pytest.raises(actions.ActionRefused) as refused:
         actions.replay_edited(rt, "e1", json.dumps({**env, "id": "e2"}), "t")
@@ -69,9 +76,9 @@ def test_replay_edited_refuses_what_it_cannot_do_and_enqueues_nothing(rt: Runtim
     assert drain_jobs(rt) == 1
     record = rt.ledger.get("e1")
     assert record is not None and record.status == "completed" and record.data["replay_count"] == 1
-    edit = queries.latest_edit(rt, "e1")
+    edit = job_archive.latest_edit(rt, "e1", record.data)
     assert edit is not None and edit["by"] == "ann"
-    [(_, entry)] = queries.archived_bodies(rt, "e1")
+    [(_, entry)] = archived(rt, "e1")
     assert entry["state"] == "replayed" and json.loads(base64.b64decode(entry["body_b64"]))["payload"] == {
         "permanent": True
     }, "the original stays in the archive"

@@ -347,8 +347,8 @@ def test_counters_cost_no_storage_request_per_message_and_flush_once_per_changed
     recorder.on_decision("poisoned", {})
     recorder.on_decision("claimed", {})
     assert ops == []
-    assert recorder.flush(store, "host:1") == 1 and ops == ["docs.upsert"]
-    assert recorder.flush(store, "host:1") == 0 and len(ops) == 1
+    assert recorder.flush(metrics.BlobCounters(store), "host:1") == 1 and ops == ["docs.upsert"]
+    assert recorder.flush(metrics.BlobCounters(store), "host:1") == 0 and len(ops) == 1
     doc = store.read(metrics.blob_name("2026-11-24T12", "host:1"))
     assert doc is not None
     minute = doc.data["minutes"]["2026-11-24T12:30"]

@@ -1,0 +1,46 @@
+"""A job's archive entries and edit, found by the names its record keeps (pure): shared/console/job_archive.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from shared import ledger, ledger_operator
+from shared.console.job_archive import ArchivePlan, plan
+from shared.envelope import body_digest
+from shared.ledger import Facts
+
+FACTS = Facts(datetime(2026, 11, 24, 12, 30, tzinfo=UTC))
+
+
+def test_each_poisoning_names_its_body_newest_first_in_the_same_write() -> None:
+    first = ledger.poisoned(None, "j1", FACTS, "bad", "x", b"a")
+    again = ledger.poisoned({**first, "status": "queued"}, "j1", FACTS, "bad", "x", b"b")
+    assert again[ledger.POISON_DIGESTS] == [body_digest(b"b"), body_digest(b"a")]
+    assert ledger.POISON_DIGESTS_PARTIAL not in again
+    same = ledger.poisoned(again, "j1", FACTS, "bad", "x", b"a")
+    assert same[ledger.POISON_DIGESTS] == [body_digest(b"a"), body_digest(b"b")], "moved to the front"
+    assert plan("j1", same) == ArchivePlan(
+        entries=(f"jobs/j1/{body_digest(b'a')}.json", f"jobs/j1/{body_digest(b'b')}.json")
+    )
+
+
+def test_a_record_of_before_or_past_the_kept_digests_is_listed() -> None:
+    legacy = {"id": "j1", "status": "poisoned", "poisoned_at": "t", "body_digest": "d"}
+    assert plan("j1", legacy) == ArchivePlan(list_entries=True)
+    after = ledger.poisoned({**legacy, "status": "queued"}, "j1", FACTS, "bad", "x", b"a")
+    assert after[ledger.POISON_DIGESTS_PARTIAL] is True and plan("j1", after).list_entries
+    data: dict[str, object] | None = None
+    for i in range(ledger.POISON_DIGESTS_KEEP + 1):
+        data = ledger.poisoned(data, "j2", FACTS, "bad", "x", str(i).encode())
+    assert data is not None and len(data[ledger.POISON_DIGESTS]) == ledger.POISON_DIGESTS_KEEP  # type: ignore[arg-type]
+    assert plan("j2", data).list_entries
+    assert plan("j3", {"id": "j3", "status": "completed", "history": []}) == ArchivePlan(), "nothing to read"
+    assert plan("j4", {"id": "j4", "replay_count": 1}).list_entries, "recreated by a replay: listed"
+
+
+def test_an_edit_is_named_by_the_replay_write_and_a_record_of_before_lists_edits() -> None:
+    poisoned = ledger.poisoned(None, "j1", FACTS, "bad", "x", b"a")
+    edited = ledger_operator.edited(poisoned, "j1", FACTS, "ann", ["payload.x"], "e" * 64)
+    assert plan("j1", edited).edit == f"edits/j1/{'e' * 64}.json" and not plan("j1", edited).list_edits
+    legacy = {k: v for k, v in edited.items() if k != "last_edit_digest"}
+    assert plan("j1", legacy).list_edits and plan("j1", legacy).edit is None
