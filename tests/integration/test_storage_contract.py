@@ -411,6 +411,7 @@ def test_rows_are_filtered_by_their_write_timestamp(account: Backend, table_name
     table.upsert_entity({"PartitionKey": "p", "RowKey": "a"})
     table.upsert_entity({"PartitionKey": "p", "RowKey": "b"})
     written = table.get_entity("p", "a").metadata["timestamp"]
+    assert isinstance(written, datetime)
 
     def stamp(moment: datetime) -> str:
         return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
