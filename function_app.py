@@ -15,8 +15,10 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 # handler kept failing; every body reaches handle_poison with messageEncoding none) is rare, and
 # `poison peek` shows it meanwhile. Local stacks set POISON_SWEEP_SCHEDULE (local.settings.sample.json:
 # every 30 s) so that a demo or a test sees such a message archived quickly. The same timer applies
-# retention when RETENTION_BY_APP is on (the local stack: Azurite has no lifecycle policy), at most
-# every 5 minutes; in Azure the lifecycle policy deletes and this adds no run and no request.
+# the blob retention rules when RETENTION_BY_APP is on (the local stack: Azurite has no lifecycle
+# policy), at most every 5 minutes; in Azure the lifecycle policy deletes blobs. The index tables'
+# retention (no policy deletes table data) runs here everywhere, at most hourly: it adds no run, and
+# 9 requests an hour when nothing is due (shared/retention_apply.py).
 SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 * * * *"
 
 
@@ -43,7 +45,7 @@ def run_op_step(msg: func.QueueMessage) -> None:
 def sweep_poison(timer: func.TimerRequest) -> None:
     try:
         poison.sweep()
-    finally:  # issue 21: retention where no lifecycle policy runs (RETENTION_BY_APP; no-op in Azure)
+    finally:  # issues 21, 20: blob retention where no lifecycle policy runs; index tables everywhere
         retention_apply.on_timer()
 
 

@@ -222,9 +222,30 @@ def cmd_retention(rt: Runtime, args: argparse.Namespace) -> int:
         f"{done}; {report.requests} requests"
         + ("; stopped at --limit, run again for the rest" if report.stopped_at_limit else "")
     )
+    tables = report.tables
+    if tables is not None:
+        verb = "would be dropped" if args.dry_run else f"{tables.tables_dropped} dropped"
+        if tables.last_due_day is not None:
+            print(
+                f"jobs index: {len(tables.tables_due)} day tables due (days up to "
+                f"{tables.last_due_day.isoformat()}), {verb}"
+            )
+        if tables.rows_cutoff is not None:
+            rows = tables.rows
+            done = (
+                "would be deleted"
+                if args.dry_run
+                else f"{rows.deleted} deleted, {rows.changed} written since"
+            )
+            print(f"entry index: {rows.due} rows written before {isoformat(tables.rows_cutoff)} due, {done}")
+        print(
+            f"index tables: {tables.requests} requests"
+            + ("; stopped at --limit, run again for the rest" if tables.stopped_at_limit else "")
+            + (f"; stopped by {tables.error}, run again" if tables.error else "")
+        )
     print(
-        "never deleted: unfinished or poisoned ledger records, the archive's edits/ and console/metrics/; "
-        "kept '-': the tag query returns due records only"
+        "never deleted: unfinished or poisoned ledger records, the archive's edits/ and console/metrics/, "
+        "the audit table; kept '-': the tag query returns due records only"
     )
     return 0
 

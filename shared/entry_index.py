@@ -18,6 +18,16 @@ Error-text search has no index (Table storage has no substring filter): `scan` r
 partition newest first, 500 rows a query, at most `SCAN_QUERIES` queries and no new query after
 `SCAN_SECONDS` a call, and returns the matches with the RowKey reached, from which the next call
 goes on.
+
+Retention (`prune`): an entry blob goes once not written for ARCHIVE_RETENTION_DAYS (the lifecycle
+policy, or shared/retention_apply.py); its row follows, by the same age a day later. A row's RowKey
+starts with its entry's first archival and the service stamps its `Timestamp` at every write, which
+follows every write of the entry: the rows due in a state's partition are one range query,
+`RowKey ge <cutoff's key> and Timestamp lt <cutoff>` (`expired_filter`), which returns only them
+(an entry archived long ago but written since, such as the same body poisoned again, keeps its row).
+They are deleted 100 a transaction (one partition each), If-Match their ETag (a row written since
+the query is kept); a listed row's reason-code count goes down with it (one request per counter row
+changed). Cost: per state, one query per 100 due rows (one when none is due) and one transaction.
 """
 
 from __future__ import annotations
@@ -28,8 +38,9 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from azure.core import MatchConditions
@@ -39,9 +50,9 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
 )
-from azure.data.tables import TableServiceClient, UpdateMode
+from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
 
-from shared.index_keys import clip, newest_first, quoted
+from shared.index_keys import MAX_MS, clip, newest_first, quoted
 from shared.tables import query_rows
 
 log = logging.getLogger("jobs.index")
@@ -114,6 +125,27 @@ def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
 
 TRANSACTION_SIZE = 100
 """Entities one entity group transaction may hold (Table storage's limit)."""
+
+
+def expired_filter(state: str, cutoff: datetime) -> str:
+    """The query of `state`'s rows first archived and last written before `cutoff` (pure): a
+    RowKey range (keys start with the newest-first archival stamp) and the rows' `Timestamp`."""
+    moment = cutoff.astimezone(UTC)
+    low = f"{MAX_MS - int(moment.timestamp() * 1000) + 1:013d}"
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"PartitionKey eq {quoted(state)} and RowKey ge {quoted(low)} and Timestamp lt datetime'{stamp}'"
+
+
+@dataclass
+class Pruned:
+    """What one retention pass over the entry index found and did."""
+
+    due: int = 0
+    deleted: int = 0
+    changed: int = 0
+    """Due when queried, written since (or moved): kept."""
+    requests: int = 0
+    stopped_at_limit: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,6 +251,79 @@ class EntryIndex:
         if str(before.get("state") or "") != str(after.get("state") or ""):
             self._delete_row(name, before)
         self.count(name, count_changes(before, after))
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def prune(self, states: Sequence[str], cutoff: datetime, *, limit: int, dry_run: bool = False) -> Pruned:
+        """Delete the rows of `states` due at `cutoff` (`expired_filter`), at most `limit` (the next
+        run goes on): a query and a transaction per 100 rows; listed rows' counts follow."""
+        done = Pruned()
+        deltas: dict[str, int] = {}
+        for state in states:
+            where = expired_filter(state, cutoff)
+            cont: Any = None
+            while True:
+                room = limit - done.due
+                if room <= 0:
+                    done.stopped_at_limit = True
+                    break
+                pager = self.table.query_entities(
+                    where,
+                    select=["PartitionKey", "RowKey", "name", "reason_code", "reason"],
+                    results_per_page=min(TRANSACTION_SIZE, room),
+                ).by_page(continuation_token=cont)
+                done.requests += 1
+                try:
+                    got = list(next(pager, []))[:room]
+                except ResourceNotFoundError:  # no table: nothing indexed
+                    return done
+                cont = getattr(pager, "continuation_token", None)
+                done.due += len(got)
+                if got and not dry_run:
+                    self._delete_due(state, got, done, deltas)
+                if not cont:
+                    break
+            if done.stopped_at_limit:
+                break
+        for key, delta in deltas.items():
+            done.requests += 1
+            self._count_key(key, delta)
+        return done
+
+    def _delete_due(self, state: str, rows: list[TableEntity], done: Pruned, deltas: dict[str, int]) -> None:
+        """One transaction (one partition, <= 100 rows), If-Match each row's ETag; when it fails (a
+        row written or moved since the query) row by row, keeping those written since."""
+
+        def option(row: TableEntity) -> dict[str, Any]:
+            return {"etag": row.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
+
+        gone: list[TableEntity] = []
+        done.requests += 1
+        try:
+            self.table.submit_transaction(
+                [("delete", {"PartitionKey": state, "RowKey": str(r["RowKey"])}, option(r)) for r in rows]
+            )
+            gone = rows
+        except AzureError:
+            for row in rows:
+                done.requests += 1
+                try:
+                    self.table.delete_entity(state, str(row["RowKey"]), **option(row))
+                except (ResourceModifiedError, ResourceNotFoundError):
+                    continue
+                except AzureError as exc:
+                    log.warning(
+                        "entry index row %s not deleted (%s)", row.get("name"), exc.__class__.__name__
+                    )
+                    continue
+                gone.append(row)
+        done.deleted += len(gone)
+        done.changed += len(rows) - len(gone)
+        if state == LISTED:
+            for row in gone:
+                code = str(row.get("reason_code") or reason_code_of(row.get("reason")))
+                key = f"{code}|{shard_of(str(row.get('name') or '')):02d}"
+                deltas[key] = deltas.get(key, 0) - 1
 
     # -- counts per reason code ----------------------------------------------------------------
 

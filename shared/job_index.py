@@ -4,7 +4,11 @@ Table `<ledger container, letters and digits><YYYYMMDD>`, PartitionKey `j`, RowK
 properties status, kind, reason code, reason, created_at, updated_at. A page is one query with
 `$top` and a server-side filter (status, kind, reason code) on the newest day, continuing into older
 days: O(page), whatever the history. A day per table keeps each query to one day's jobs on Azurite
-(it scans a table per query) and makes retention a table delete.
+(it scans a table per query) and makes retention a table delete: once every finished record a
+day's table lists is past the ledger's retention (the day + JOB_TTL_SECONDS + LEDGER_RETENTION_DAYS
++ a day: `shared/retention.due_day_tables`), the retention run drops the table (`due_tables`, `drop`:
+one list-tables query for the due days, one Delete Table each; shared/retention_apply.py, in Azure
+too). A page skips a day table that is gone (dropped since its day list was read).
 
 The ledger's store is wrapped (`IndexedStore`): every record write except a claim (`in_progress`)
 upserts the job's entity after the ledger write, so the happy path adds one request (at completion).
@@ -20,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
@@ -28,6 +32,7 @@ from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.documents import Document, DocumentStore, TagQuery
 from shared.index_keys import MAX_MS, clip, day_of, decode_token, encode_token, newest_first, quoted, stamp_ms
+from shared.retention import day_tables_filter
 
 log = logging.getLogger("jobs.index")
 PARTITION = "j"
@@ -151,8 +156,8 @@ class JobIndex:
         client = self.service.get_table_client(name)
         try:
             client.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        except ResourceNotFoundError:
-            self.ensure_table(name)
+        except ResourceNotFoundError:  # a new day, or a day table retention dropped
+            self.ensure_table(name, fresh=True)
             client.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
     def put_many(self, records: Iterable[Mapping[str, Any]]) -> int:
@@ -189,13 +194,25 @@ class JobIndex:
     def table_name(self, day: str) -> str:
         return f"{self.prefix}{day}"
 
-    def ensure_table(self, name: str) -> None:
-        if name in self._known:
+    def ensure_table(self, name: str, fresh: bool = False) -> None:
+        """Create the table unless this process knows it exists (`fresh`: it was found missing)."""
+        if name in self._known and not fresh:
             return
         with contextlib.suppress(ResourceExistsError):
             self.service.create_table(name)
         with self._lock:
             self._known.add(name)
+            self._days = None
+
+    def due_tables(self, last: date) -> list[str]:
+        """The day tables of days up to `last`: one list-tables query (a page per 1,000 names)."""
+        return [t.name for t in self.service.query_tables(day_tables_filter(self.prefix, last))]
+
+    def drop(self, name: str) -> None:
+        """Delete a day table (retention): one request; gone already is no error."""
+        self.service.delete_table(name)
+        with self._lock:
+            self._known.discard(name)
             self._days = None
 
     # -- reads ----------------------------------------------------------------------------------
@@ -248,8 +265,13 @@ class JobIndex:
                     .query_entities(where, results_per_page=size - len(rows))
                     .by_page(continuation_token=cont)
                 )
-                got = list(next(pager, []))
                 queries += 1
+                try:
+                    got = list(next(pager, []))
+                except ResourceNotFoundError:  # dropped by retention since the day list was read
+                    with self._lock:
+                        self._days = None
+                    break
                 rows.extend(row_of(e) for e in got[: size - len(rows)])
                 cont = getattr(pager, "continuation_token", None)
                 if len(rows) >= size:

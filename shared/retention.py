@@ -10,12 +10,20 @@ Reasons of entries still listed are not deleted either: the poison handler delet
 it has written the entry from it, and a reason is noted before its body's copy reaches the poison
 queue (which keeps it at most 7 days), so it is due 7 days after any entry written from it.
 Where the app applies them: shared/retention_apply.py.
+
+The Table indexes next to the blobs follow them (`due_day_tables`, `entry_rows_cutoff`): no
+lifecycle policy deletes table data, so the app does it in Azure too. A day table of the jobs
+index (shared/job_index.py) goes once every record it lists is past the ledger's retention; an
+entry-index row once its entry blob is past the archive's. The audit of operator actions
+(shared/audit_index.py) has no retention: it is one row per operator action (a bulk operation is
+one row, not one per entry), a few thousand rows a year, and purge and retention never touch it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from shared import ledger_view
 from shared.documents import TagQuery
@@ -32,6 +40,10 @@ REASON_EXTRA_DAYS = 7
 """Reasons outlive the archive entries written from them by the poison copy's TTL (7 days)."""
 IDEMPOTENCY_MARGIN_S = DAY_S
 """How much longer than JOB_TTL_SECONDS a finished job's record must live (clock skew, late polls)."""
+TABLE_MARGIN_DAYS = 1
+"""How much longer than the blobs they list index tables and rows live: Azure's lifecycle policy
+runs about once a day, so a blob may outlive its rule by a day; its index row outlives it."""
+DAY_DIGITS = 8
 
 
 @dataclass(frozen=True)
@@ -114,3 +126,59 @@ def problems(days: RetentionDays, job_ttl_s: float) -> list[str]:
             f"({days.ledger}): a result nobody can find by its job is only cost"
         )
     return found
+
+
+def day_tables_last_due(now: datetime, ledger_days: int, job_ttl_s: float) -> date | None:
+    """The newest UTC day whose jobs-index table may be dropped as of `now`; None when the ledger
+    keeps its records forever (pure).
+
+    A table lists the jobs created on its day. A job runs (and completes) at the latest
+    JOB_TTL_SECONDS after its creation (later messages are poisoned as expired), and its finished
+    record goes `ledger_days` after completion: by the end of the day + the TTL + the ledger's
+    days, every finished record the table lists is gone; TABLE_MARGIN_DAYS more covers the
+    lifecycle policy running once a day. Unfinished and poisoned records are kept by the ledger
+    but leave the jobs list with their day (the archive lists poisoned jobs, a job's own page
+    reads its record)."""
+    if ledger_days <= 0:
+        return None
+    span = timedelta(days=1 + ledger_days + TABLE_MARGIN_DAYS, seconds=job_ttl_s)
+    return (now.astimezone(UTC) - span).date()
+
+
+def table_day(name: str, prefix: str) -> date | None:
+    """The day of a jobs-index table name (`<prefix><YYYYMMDD>`), None for any other name (pure)."""
+    digits = name[len(prefix) :]
+    if not name.startswith(prefix) or len(digits) != DAY_DIGITS or not digits.isdigit():
+        return None
+    try:
+        return datetime.strptime(digits, "%Y%m%d").date()
+    except ValueError:
+        return None
+
+
+def due_day_tables(
+    names: Iterable[str], prefix: str, now: datetime, ledger_days: int, job_ttl_s: float
+) -> list[str]:
+    """The jobs-index tables among `names` that may be dropped as of `now`, oldest first (pure)."""
+    last = day_tables_last_due(now, ledger_days, job_ttl_s)
+    if last is None:
+        return []
+    found = []
+    for name in names:
+        day = table_day(name, prefix)
+        if day is not None and day <= last:
+            found.append(name)
+    return sorted(found)
+
+
+def day_tables_filter(prefix: str, last: date) -> str:
+    """The list-tables query returning the day tables up to `last` (and no later one) (pure)."""
+    return f"TableName ge '{prefix}0' and TableName le '{prefix}{last.strftime('%Y%m%d')}'"
+
+
+def entry_rows_cutoff(now: datetime, archive_days: int) -> datetime | None:
+    """Entry-index rows written (and first archived) before this are due: their entry blob, not
+    written since either, is past the archive's retention; None when entries are kept forever (pure)."""
+    if archive_days <= 0:
+        return None
+    return now - timedelta(days=archive_days + TABLE_MARGIN_DAYS)

@@ -1048,7 +1048,7 @@ class _Filter:
     """An OData filter of comparisons joined by `and` (what the app sends), evaluated on a row."""
 
     TOKEN = re.compile(
-        r"\s*(?:(?P<string>'(?:[^']|'')*')|(?P<number>-?\d+)(?![\w.])|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<other>\S))"
+        r"\s*(?:datetime(?P<datetime>'[^']*')|(?P<string>'(?:[^']|'')*')|(?P<number>-?\d+)(?![\w.])|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<other>\S))"
     )
     OPS: dict[str, Callable[[Any, Any], bool]] = {
         "eq": lambda a, b: bool(a == b),
@@ -1063,7 +1063,13 @@ class _Filter:
         self.text = text
         tokens: list[tuple[str, Any]] = []
         for found in self.TOKEN.finditer(text):
-            if found.group("string") is not None:
+            if found.group("datetime") is not None:
+                try:
+                    moment = datetime.fromisoformat(found.group("datetime")[1:-1].replace("Z", "+00:00"))
+                except ValueError:
+                    self._refuse()
+                tokens.append(("value", moment))
+            elif found.group("string") is not None:
                 tokens.append(("value", found.group("string")[1:-1].replace("''", "'")))
             elif found.group("number") is not None:
                 tokens.append(("value", int(found.group("number"))))
@@ -1268,7 +1274,9 @@ class MemoryTableClient:
                     raise refused.error() from None
                 start = (token["PartitionKey"], token["RowKey"]) if token else None
                 keys = sorted(
-                    k for k, e in entities.items() if (start is None or k >= start) and where.holds(e.props)
+                    k
+                    for k, e in entities.items()
+                    if (start is None or k >= start) and where.holds({**e.props, "Timestamp": e.timestamp})
                 )
                 items = [self._out(entities[k], fields) for k in keys[:size]]
                 following = keys[size] if len(keys) > size else None
@@ -1361,6 +1369,14 @@ class MemoryTableService:
                 raise table_error(409, "TableAlreadyExists", "The table specified already exists.")
             self.account.tables[table_name.lower()] = _Table(table_name)
         return self.get_table_client(table_name)
+
+    def delete_table(self, table_name: str, **kwargs: Any) -> None:
+        """Delete a table and its entities; a missing table is no error (as the SDK answers a 404)."""
+        kwargs.pop("timeout", None)
+        _unknown(kwargs, "delete_table")
+        with self.account.lock:
+            self.account.log("DELETE", f"Tables('{table_name}')")
+            self.account.tables.pop(table_name.lower(), None)
 
     def query_tables(self, query_filter: str, **kwargs: Any) -> ItemPaged[TableItem]:
         size = min(int(kwargs.pop("results_per_page", None) or TABLE_PAGE), TABLE_PAGE)

@@ -178,11 +178,12 @@ def test_a_blob_written_again_after_the_cutoff_is_kept(azurite: Azurite) -> None
     assert target.delete_unmodified("r.json", rt.clock() + timedelta(minutes=1))
 
 
-def test_the_sweep_timer_applies_retention_only_when_the_app_is_asked_to(azurite: Azurite) -> None:
-    assert retention_apply.on_timer(runtime_for(azurite)) is None  # Azure: the lifecycle policy
+def test_the_sweep_timer_applies_the_blob_rules_only_when_the_app_is_asked_to(azurite: Azurite) -> None:
+    azure = retention_apply.on_timer(runtime_for(azurite))  # Azure: the lifecycle policy deletes blobs
+    assert azure is not None and azure.rules == [] and azure.tables is not None  # tables: always
     rt = runtime_for(azurite, RETENTION_BY_APP="true")
     _seed(rt)
     report = retention_apply.on_timer(rt)
-    assert report is not None and report.due == 0  # nothing old yet
+    assert report is not None and report.rules and report.due == 0  # nothing old yet
     assert retention_apply.on_timer(rt) is None  # at most every TIMER_EVERY_S
     assert isinstance(report.now, datetime)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.core import MatchConditions
@@ -383,3 +383,41 @@ def test_a_transaction_is_all_or_nothing(account: Backend, table_name: str) -> N
     assert sorted(e["RowKey"] for e in table.query_entities("PartitionKey eq 't'")) == ["b"], (
         "nothing of it applied"
     )
+
+
+def test_a_deleted_table_is_gone_with_its_entities(account: Backend, table_name: str) -> None:
+    """Retention drops the jobs index's day tables: one Delete Table, then no listing names it."""
+    table = account.tables.get_table_client(table_name)
+    table.upsert_entity({"PartitionKey": "p", "RowKey": "r"})
+    kept = unique("contract").replace("-", "")
+    account.tables.create_table(kept)
+    account.tables.delete_table(table_name)
+    prefix = "contract"
+    names = {
+        t.name for t in account.tables.query_tables(f"TableName ge '{prefix}' and TableName lt '{prefix}~'")
+    }
+    assert table_name not in names and kept in names
+    with pytest.raises(ResourceNotFoundError):
+        list(table.query_entities("PartitionKey eq 'p'"))
+    with pytest.raises(ResourceNotFoundError):
+        table.get_entity("p", "r")
+    account.tables.delete_table(table_name)  # gone already: no error (the SDK answers a 404 with nothing)
+
+
+def test_rows_are_filtered_by_their_write_timestamp(account: Backend, table_name: str) -> None:
+    """The entry index's retention query: a RowKey range and the service's `Timestamp` of the
+    row's last write, compared with a `datetime'...'` literal (as `expired_filter` writes it)."""
+    table = account.tables.get_table_client(table_name)
+    table.upsert_entity({"PartitionKey": "p", "RowKey": "a"})
+    table.upsert_entity({"PartitionKey": "p", "RowKey": "b"})
+    written = table.get_entity("p", "a").metadata["timestamp"]
+    assert isinstance(written, datetime)
+
+    def stamp(moment: datetime) -> str:
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    after, before = stamp(written + timedelta(hours=1)), stamp(written - timedelta(hours=1))
+    found = table.query_entities(f"PartitionKey eq 'p' and RowKey ge 'b' and Timestamp lt datetime'{after}'")
+    assert [e["RowKey"] for e in found] == ["b"]
+    assert list(table.query_entities(f"PartitionKey eq 'p' and Timestamp lt datetime'{before}'")) == []
+    assert len(list(table.query_entities(f"PartitionKey eq 'p' and Timestamp ge datetime'{before}'"))) == 2

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import re
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from shared import ledger, ledger_view, retention
+from shared import entry_index, ledger, ledger_view, retention
 from shared.envelope import Envelope, isoformat
 from shared.errors import SettingsError
 from shared.ledger import Facts
 from shared.memory_documents import MemoryDocuments
 from shared.poison import archive
 from shared.retention import RetentionDays
-from shared.retention_apply import DocumentTarget, apply
+from shared.retention_apply import ENTRY_STATES, DocumentTarget, apply
 from shared.settings import Settings
 
 CONN = "UseDevelopmentStorage=true"
@@ -118,3 +120,89 @@ class FakeNow:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+# -- the index tables (the jobs index's day tables, the entry index's rows) ---------------------
+
+SHIPPED = Settings.from_env({"AzureWebJobsStorage": CONN})
+
+
+def test_a_day_table_goes_once_every_finished_record_it_lists_is_gone_with_the_shipped_settings() -> None:
+    """Shipped: JOB_TTL_SECONDS 7 days, LEDGER_RETENTION_DAYS 30: the day's end + 7 + 30 + a day."""
+    s = SHIPPED
+    assert (s.retention.ledger, s.job_ttl_s) == (30, 7 * 86_400)
+    last = retention.day_tables_last_due(NOW, s.retention.ledger, s.job_ttl_s)
+    assert last == date(2026, 1, 21)  # 2026-03-01 - 39 days
+    # the last job of 2026-01-21 (created 23:59:59) completes by its TTL, 2026-01-28, its record
+    # goes 30 days after: 2026-02-27; the table goes on 2026-03-01, a day after the policy's day
+    newest_record_gone = datetime(2026, 1, 22, tzinfo=UTC) + timedelta(seconds=s.job_ttl_s, days=30)
+    assert newest_record_gone + timedelta(days=retention.TABLE_MARGIN_DAYS) <= NOW
+    names = [f"ledger{d}" for d in ("20260120", "20260121", "20260122", "20260301")]
+    assert retention.due_day_tables(names, "ledger", NOW, s.retention.ledger, s.job_ttl_s) == names[:2]
+
+
+def test_a_day_table_follows_changed_settings() -> None:
+    """Twin of the shipped test: a 10-day ledger and a 1-day TTL make a table due 13 days after its day."""
+    names = ["jobs20260216", "jobs20260217", "jobs20260218"]
+    assert retention.due_day_tables(names, "jobs", NOW, 10, 86_400) == ["jobs20260216"]
+    assert retention.due_day_tables(names, "jobs", NOW + timedelta(hours=23), 10, 86_400) == ["jobs20260216"]
+    assert retention.due_day_tables(names, "jobs", NOW + timedelta(days=1), 10, 86_400) == names[:2]
+
+
+def test_only_day_tables_of_the_prefix_are_due_and_a_ledger_kept_forever_keeps_them() -> None:
+    names = [
+        "ledger20200101",
+        "ledger2020010",  # not a day
+        "ledger20201345",  # not a date
+        "ledgerentries",
+        "ledger2x20200101",  # another app's prefix
+        "ledger202001011",
+    ]
+    assert retention.due_day_tables(names, "ledger", NOW, 30, 0) == ["ledger20200101"]
+    assert retention.due_day_tables(names, "ledger", NOW, 0, 0) == []
+    assert retention.day_tables_last_due(NOW, 0, 0) is None
+    assert retention.table_day("ledger20260101", "ledger") == date(2026, 1, 1)
+
+
+def test_the_list_tables_query_returns_the_due_days_only() -> None:
+    where = retention.day_tables_filter("ledger", date(2026, 1, 21))
+    assert where == "TableName ge 'ledger0' and TableName le 'ledger20260121'"
+    from tests.fakes.storage import MemoryStorage
+
+    tables = MemoryStorage().table_service()
+    for name in ("ledger20260120", "ledger20260121", "ledger20260122", "ledgerentries", "ledgeraudit"):
+        tables.create_table(name)
+    assert [t.name for t in tables.query_tables(where)] == ["ledger20260120", "ledger20260121"]
+
+
+def test_entry_rows_are_due_a_day_after_their_entries_with_the_shipped_settings() -> None:
+    assert SHIPPED.retention.archive == 90
+    assert retention.entry_rows_cutoff(NOW, SHIPPED.retention.archive) == NOW - timedelta(days=91)
+    assert retention.entry_rows_cutoff(NOW, 0) is None
+    assert retention.entry_rows_cutoff(NOW, 5) == NOW - timedelta(days=6)  # twin: a changed setting
+
+
+def test_the_entry_rows_query_is_a_key_range_and_a_write_time() -> None:
+    cutoff = NOW - timedelta(days=91)
+    where = entry_index.expired_filter("poisoned", cutoff)
+    prefix, timestamp = where.split(" and Timestamp lt ")
+    assert timestamp == "datetime'2025-11-30T00:00:00.000000Z'"
+    low = prefix.split("RowKey ge ")[1].strip("'")
+    before = entry_index.index_key(
+        "jobs/a/1.json", {"archived_at": isoformat(cutoff - timedelta(milliseconds=1))}
+    )
+    at = entry_index.index_key("jobs/a/1.json", {"archived_at": isoformat(cutoff)})
+    assert before >= low > at  # archived before the cutoff: in the range; at it: not
+    assert prefix.startswith("PartitionKey eq 'poisoned' and ")
+
+
+def test_retention_queries_every_state_an_entry_can_be_in() -> None:
+    """The entry index's partitions are its entries' states: every state the code writes is queried."""
+    root = Path(__file__).resolve().parents[2] / "shared"
+    written: set[str] = set()
+    for path in [*root.glob("poison/*.py"), root / "console" / "actions.py"]:
+        text = path.read_text()
+        written |= set(re.findall(r'Verdict\(\s*"(\w+)"', text))
+        written |= set(re.findall(r'(?:set_state|_mark)\([^)]*?"(\w+)"', text))
+    assert {"poisoned", "replayed", "skipped_completed", "stale", "duplicate_of_completed"} <= written
+    assert written | {"parked", "deleted"} <= set(ENTRY_STATES)
