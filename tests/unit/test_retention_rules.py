@@ -118,3 +118,13 @@ class FakeNow:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+def test_a_parked_message_expires_with_the_archive_retention() -> None:
+    from shared.messages import NEVER_EXPIRE
+    from shared.poison.parking import parked_ttl_s
+
+    shipped = RetentionDays().archive
+    assert parked_ttl_s(shipped) == shipped * 86_400 == 7_776_000
+    assert parked_ttl_s(1) == 86_400
+    assert parked_ttl_s(0) == NEVER_EXPIRE, "entries kept forever: so is their parked message"
