@@ -3,7 +3,13 @@ share these (an entry's state, its index row and its parked message change toget
 
 Parking sends the body to `<queue>-parked` and keeps the message's id and pop receipt in the entry;
 nothing else receives from that queue, so the receipt stays good and unpark deletes the message
-directly, whatever the queue's depth (no scan)."""
+directly, whatever the queue's depth (no scan).
+
+A parked message lives as long as its entry: its time-to-live is the archive's retention
+(`ARCHIVE_RETENTION_DAYS`), counted from the park, which is also the entry's last write, so
+retention (the lifecycle policy, or the app) deletes the entry no sooner than the queue drops the
+message: no parked message outlives its entry. With retention 0 (entries kept forever) it never
+expires."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from shared.runtime import Runtime
 from shared.storage_errors import error_code
 
 PARKED = "parked"
+DAY_S = 86_400
 DELETED = "deleted"
 RECEIPT_FIELDS = ("parked_message_id", "parked_pop_receipt")
 
@@ -28,12 +35,18 @@ def _events(rt: Runtime, data: dict[str, Any], event: str, by: str) -> list[dict
     return [*(data.get("events") or []), {"at": isoformat(rt.clock()), "event": event, "by": by}]
 
 
+def parked_ttl_s(archive_retention_days: int) -> int:
+    """A parked message's time-to-live in seconds: the archive's retention, or never (0 days) (pure)."""
+    return archive_retention_days * DAY_S if archive_retention_days > 0 else NEVER_EXPIRE
+
+
 def park_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
     """(outcome, reason): `parked`, or `skipped` with why."""
     if doc.data.get("state") != LISTED_STATE:
         return "skipped", f"entry is {doc.data.get('state')}, not {LISTED_STATE}"
     queue = rt.storage.raw_queue(rt.settings.parked_queue)
-    sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=NEVER_EXPIRE)
+    ttl = parked_ttl_s(rt.settings.retention.archive)
+    sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=ttl)
     data = {
         **doc.data,
         "state": PARKED,
@@ -60,7 +73,7 @@ def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
     try:
         rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
     except ResourceNotFoundError:
-        return "its parked message was already gone"
+        return "its parked message was already gone (expired with the archive's retention, or deleted)"
     except HttpResponseError as exc:
         return f"its parked message could not be deleted ({error_code(exc) or exc.status_code})"
     return ""

@@ -55,6 +55,17 @@ def test_unpark_takes_only_its_own_message_and_leaves_others_visible(rt: Runtime
     assert [e.name for e in queries.poison_view(rt).archived] == [b]
 
 
+def test_a_parked_message_lives_as_long_as_its_entry(rt: Runtime) -> None:
+    """Shipped settings: the archive keeps entries 90 days after their last write (the park), and
+    the parked message expires 90 days after it is sent, so it never outlives its entry."""
+    assert rt.settings.retention.archive == 90
+    a = poisoned(rt, "pt", {"permanent": True})
+    assert actions.park(rt, [a], "t") == {"parked": [a], "skipped": []}
+    [msg] = rt.storage.raw_queue(rt.settings.parked_queue).peek_messages(max_messages=32)
+    assert msg.inserted_on is not None and msg.expires_on is not None
+    assert msg.expires_on - msg.inserted_on == timedelta(days=90)
+
+
 def test_replay_edited_refuses_what_it_cannot_do_and_enqueues_nothing(rt: Runtime) -> None:
     poisoned(rt, "e1", {"permanent": True})
     [(_, entry)] = archived(rt, "e1")

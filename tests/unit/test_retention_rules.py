@@ -206,3 +206,13 @@ def test_retention_queries_every_state_an_entry_can_be_in() -> None:
         written |= set(re.findall(r'(?:set_state|_mark)\([^)]*?"(\w+)"', text))
     assert {"poisoned", "replayed", "skipped_completed", "stale", "duplicate_of_completed"} <= written
     assert written | {"parked", "deleted"} <= set(ENTRY_STATES)
+
+
+def test_a_parked_message_expires_with_the_archive_retention() -> None:
+    from shared.messages import NEVER_EXPIRE
+    from shared.poison.parking import parked_ttl_s
+
+    shipped = RetentionDays().archive
+    assert parked_ttl_s(shipped) == shipped * 86_400 == 7_776_000
+    assert parked_ttl_s(1) == 86_400
+    assert parked_ttl_s(0) == NEVER_EXPIRE, "entries kept forever: so is their parked message"
