@@ -274,8 +274,7 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
                 for (int i = 0; i < ncol; i++) {
                     const char *name = plan->names[i];
                     if (plan->name_lens[i] == klen &&
-                        (klen == 0 || (name[0] == (char)ks[0] && name[klen - 1] == (char)ks[klen - 1] &&
-                                       memcmp(name, ks, klen) == 0))) {
+                        agg_eq(name, (const char *)ks, klen)) {
                         col = i;
                         break;
                     }

@@ -32,7 +32,7 @@ typedef struct {
 
 static inline int scan_is_null(const ScanPlan *plan, const char *p, size_t n) {
     for (int i = 0; i < plan->nnulls; i++) {
-        if (plan->null_lens[i] == n && (n == 0 || memcmp(plan->nulls[i], p, n) == 0)) return 1;
+        if (plan->null_lens[i] == n && agg_eq(plan->nulls[i], p, n)) return 1;
     }
     return 0;
 }
