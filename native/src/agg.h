@@ -214,7 +214,7 @@ static inline char *agg_encode(const AggField *keys, int nkeys, char *w) {
 }
 
 /* agg_group for one group column: the key is hashed and compared where it is, not copied. */
-static inline int64_t agg_group1(AggTable *t, const AggField *key) {
+static inline __attribute__((always_inline)) int64_t agg_group1(AggTable *t, const AggField *key) {
     uint64_t h = key->is_null ? 0x5bd1e995ULL : agg_hash(key->ptr, key->len);
     size_t need = 5 + (key->is_null ? 0 : key->len);
     size_t j = (size_t)h & t->mask;

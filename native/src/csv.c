@@ -315,8 +315,12 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
         }
         int64_t g = 0;
         if (plan->nkeys) {
-            for (int k = 0; k < plan->nkeys; k++) keys[k] = cols[plan->key_cols[k]];
-            g = agg_group(t, keys);
+            if (plan->nkeys == 1) {
+                g = agg_group1(t, &cols[plan->key_cols[0]]);
+            } else {
+                for (int k = 0; k < plan->nkeys; k++) keys[k] = cols[plan->key_cols[k]];
+                g = agg_group(t, keys);
+            }
             if (g == -2) goto fallback;
             if (g < 0) goto nomem;
         } else if (t->ngroups == 0) {
