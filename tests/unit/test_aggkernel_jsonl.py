@@ -245,6 +245,9 @@ FALLBACK = [
     b'{"u":"\\u12G4"}\n',
     b'{"a":1}{"b":2}\n',
     b'{"a":1} x\n',
+    b'{"g":\n"a"}\n',  # a line break inside the object: two lines, neither whole
+    b'{"g":"a"\n}\n',
+    b'{"g":"a\nb"}\n',
     b'{"a":1}}\n',
     b'{"u":"\xff"}\n',
     b'{"u":"\xc0\xaf"}\n',
@@ -291,6 +294,11 @@ FALLBACK = [
 def test_bad_or_unusual_inputs_fall_back_or_match(lines: bytes) -> None:
     assert not check(lines)
     assert not check(b'{"g":"a","x":1}\n' + lines + b'{"g":"b","x":2}')
+
+
+def test_blank_space_blank_lines_and_no_last_line_break_are_answered() -> None:
+    assert check(b'{"g":"a","x":1} \t\r\n{"g":"b","x":2}\n\n \t\n{"g":"a","x":3}')
+    assert check(b'\n\n{"g":"a","x":1}\r\n  \n')
 
 
 def test_a_bad_line_anywhere_in_the_block_falls_back() -> None:
