@@ -138,9 +138,11 @@ static size_t unescape(const char *p, size_t n, char *out) {
 }
 
 /* One record at p (not an empty line) by the fast path: no quote in it. Sets *stop to where it
- * ends (its line break, or the block's end) and sep[0:nfields-1] to its commas. Returns 1, 0 when
- * the record has a quote (the walk then reads it), or -1 when it has more fields than nfields. */
-static inline int fast_record(Words *w, const char *p, int nfields, const char **sep, const char **stop) {
+ * ends (its line break, or the block's end) and sep[0:nfields-1] to its commas. Returns 1; 0 when
+ * the record has a quote (at *stop; *found commas before it are in sep: the walk reads the rest);
+ * -1 when it has more fields than nfields. */
+static inline int fast_record(Words *w, const char *p, int nfields, const char **sep, const char **stop,
+                              int *found_before) {
     size_t off = (size_t)(p - w->base), idx = off >> 6;
     if (idx != w->idx) words_load(w, idx);
     uint64_t keep = ~0ULL << (off & 63);
@@ -156,7 +158,10 @@ static inline int fast_record(Words *w, const char *p, int nfields, const char *
                 commas &= commas - 1;
             }
             *stop = base + __builtin_ctzll(breaks);
-            if (**stop == '"') return 0;
+            if (**stop == '"') {
+                *found_before = found;
+                return 0;
+            }
             break;
         }
         while (commas) {
@@ -175,12 +180,12 @@ static inline int fast_record(Words *w, const char *p, int nfields, const char *
     return found == most ? 1 : -1;
 }
 
-/* One record at p by the structural-byte walk (any quoting): the needed columns into raw.
- * Returns the next record's start, or NULL when the Python path must read the block. */
+/* The rest of a record by the structural-byte walk (any quoting), from p, the start of its
+ * field i: the needed columns into raw. Returns the next record's start, or NULL when the Python
+ * path must read the block. */
 static const char *walk_record(Stops *stops, const char *p, const char *end, int nfields, const int *field_col,
-                               Raw *raw) {
+                               Raw *raw, int i) {
     stops_seek(stops, p);
-    int i = 0;
     for (;;) {
         const char *start;
         size_t len;
@@ -276,7 +281,8 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             continue;
         }
         const char *stop;
-        int fast = fast_record(&words, p, nfields, sep, &stop);
+        int found = 0;
+        int fast = fast_record(&words, p, nfields, sep, &stop, &found);
         if (fast < 0) goto fallback; /* too many fields */
         if (fast) {
             for (int c = 0; c < ncol; c++) {
@@ -291,8 +297,18 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
                 if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
                 p++;
             }
-        } else if (!(p = walk_record(&stops, p, end, nfields, field_col, raw))) {
-            goto fallback;
+        } else {
+            /* a quote: the fields before its field are known; the walk reads the rest */
+            for (int c = 0; c < ncol; c++) {
+                int f = needed_field[c];
+                if (f >= found) continue;
+                const char *s = f ? sep[f - 1] + 1 : p;
+                raw[c].ptr = s;
+                raw[c].len = (size_t)(sep[f] - s);
+                raw[c].escaped = 0;
+            }
+            if (!(p = walk_record(&stops, found ? sep[found - 1] + 1 : p, end, nfields, field_col, raw, found)))
+                goto fallback;
         }
         count++;
         /* the record's needed columns */

@@ -214,6 +214,16 @@ def test_quoting_line_endings_and_empty_lines_are_read_by_the_scanner() -> None:
     assert [r["sum_x"] for r in python[1]] == [1.0, 4.0, 3.0, 2.0]
 
 
+def test_a_quoted_field_after_plain_ones_is_read_by_the_scanner() -> None:
+    """Fields before a quote come from the record's commas, the rest from the walk."""
+    data = b'a,1,"x,y",2\nb,2,"say ""z""",3\nc,3,plain,4\n"d",4,"",5\r\n'
+    out = scan(data, ["k", "x", "u", "y"], ["k"], ["x", "y"])
+    assert out is not None and out[0] == 4
+    python = assert_same_outcome(b"k,x,u,y\n" + data, ["k"])
+    assert [r["sum_x"] for r in python[1]] == [1.0, 2.0, 3.0, 4.0]
+    assert scan(b'a,1,"x",2,9\n', ["k", "x", "u", "y"], ["k"], ["x", "y"]) is None  # a field too many
+
+
 def test_the_wide_benchmark_file_is_read_by_the_scanner_alone() -> None:
     text = "".join(wide_csv_lines(3000)).encode()
     header, _, body = text.partition(b"\n")
