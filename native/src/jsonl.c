@@ -8,6 +8,7 @@
 #endif
 
 #define JSON_MAX_DEPTH 64
+#define KEY_MEMO 64
 
 typedef const unsigned char *cup;
 
@@ -285,6 +286,12 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
     int64_t nrows = 0;
     uint64_t seen_all = 0;
     cup p = (cup)data, end = p + n;
+    /* Per place in a line (the j-th key), the bytes of the key last seen there, from after its
+     * opening quote through its ':' (valid, no escape), and its needed column or -1: lines of one
+     * producer repeat their keys in the same order, so a key is then one comparison. */
+    const char *memo_at[KEY_MEMO];
+    size_t memo_len[KEY_MEMO] = {0};
+    int memo_col[KEY_MEMO];
     uint64_t name_lengths = 0; /* bit k: a needed name is k bytes long (k < 64); bit 63: one is longer */
     for (int i = 0; i < ncol; i++) name_lengths |= 1ULL << (plan->name_lens[i] < 63 ? plan->name_lens[i] : 63);
 
@@ -311,24 +318,36 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
         if (p < e && *p == '}') {
             p++;
         } else {
-            for (;;) {
+            for (int j = 0;; j++) {
                 if (p >= e || *p != '"') FAIL(AGG_FALLBACK);
                 cup ks = p + 1;
-                int esc = 0;
-                if (!(p = scan_string(ks, e, &esc)) || esc) FAIL(AGG_FALLBACK);
-                size_t klen = (size_t)(p - 1 - ks);
-                int col = -1;
-                for (int i = name_lengths >> (klen < 63 ? klen : 63) & 1 ? 0 : ncol; i < ncol; i++) {
-                    const char *name = plan->names[i];
-                    if (plan->name_lens[i] == klen &&
-                        agg_eq(name, (const char *)ks, klen)) {
-                        col = i;
-                        break;
+                int esc = 0, col;
+                if (j < KEY_MEMO && memo_len[j] && (size_t)(e - ks) >= memo_len[j] &&
+                    agg_eq((const char *)ks, memo_at[j], memo_len[j])) {
+                    /* the same bytes as the key at this place in an earlier line of the block,
+                     * through its ':': the same valid key */
+                    col = memo_col[j];
+                    p = ks + memo_len[j];
+                } else {
+                    if (!(p = scan_string(ks, e, &esc)) || esc) FAIL(AGG_FALLBACK);
+                    size_t klen = (size_t)(p - 1 - ks);
+                    col = -1;
+                    for (int i = name_lengths >> (klen < 63 ? klen : 63) & 1 ? 0 : ncol; i < ncol; i++) {
+                        if (plan->name_lens[i] == klen && agg_eq(plan->names[i], (const char *)ks, klen)) {
+                            col = i;
+                            break;
+                        }
+                    }
+                    p = skip_ws(p, e);
+                    if (p >= e || *p != ':') FAIL(AGG_FALLBACK);
+                    p++;
+                    if (j < KEY_MEMO) {
+                        memo_at[j] = (const char *)ks;
+                        memo_len[j] = (size_t)(p - ks);
+                        memo_col[j] = col;
                     }
                 }
                 p = skip_ws(p, e);
-                if (p >= e || *p != ':') FAIL(AGG_FALLBACK);
-                p = skip_ws(p + 1, e);
                 if (p >= e) FAIL(AGG_FALLBACK);
                 if (col < 0) { /* validated only; scalars inline */
                     if (*p == '"') {

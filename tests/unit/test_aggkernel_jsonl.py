@@ -301,6 +301,23 @@ def test_blank_space_blank_lines_and_no_last_line_break_are_answered() -> None:
     assert check(b'\n\n{"g":"a","x":1}\r\n  \n')
 
 
+def test_keys_like_the_last_lines_keys_are_told_apart() -> None:
+    """A key is compared with the key at the same place in earlier lines (through its ':'):
+    keys sharing a prefix, differing in the last byte, spaced differently or moved are read as
+    themselves."""
+    lines = [
+        b'{"g":"a","x":1}',
+        b'{"gx":"b","x":2}',  # longer key with the same start: g is missing here
+        b'{"x":3,"g":"c"}',  # moved
+        b'{"g" :"d","x" : 4}',  # spaced
+        b'{"h":"e","x":5}',  # same length, another key
+        b'{"g":"f","y":6}',
+        b'{"g":"a","x":7}',
+    ]
+    assert check(b"\n".join(lines) + b"\n")
+    assert not check(b'{"g":"a","x":1}\n{"g":"a","g":"b"}\n')  # a repeated key, the first one remembered
+
+
 def test_a_bad_line_anywhere_in_the_block_falls_back() -> None:
     good = b'{"g":"a","x":1,"u":{"v":[1,"w"]}}\n' * 50
     for bad in (b'{"g":"a" "x":1}\n', b'{"u":"\xff"}\n', b'{"u":[1,]}\n', b"[]\n"):
