@@ -45,6 +45,34 @@ typedef struct {
     size_t scratch_cap;
 } AggTable;
 
+/* The bytes of a key's tail, 1 to 7 of them, as one word: overlapping loads within the key (no
+ * call to memcpy for a variable length, no read past its end). Distinct for distinct tails of the
+ * same length. */
+static inline uint64_t agg_tail(const char *p, size_t n) {
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        return (uint64_t)a | ((uint64_t)b << 32);
+    }
+    return (uint64_t)(unsigned char)p[0] | ((uint64_t)(unsigned char)p[n >> 1] << 8) |
+           ((uint64_t)(unsigned char)p[n - 1] << 16);
+}
+
+/* Whether p[0:n] and q[0:n] hold the same bytes (memcmp's answer, inlined for short keys). */
+static inline int agg_eq(const char *p, const char *q, size_t n) {
+    while (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, p, 8);
+        memcpy(&b, q, 8);
+        if (a != b) return 0;
+        p += 8;
+        q += 8;
+        n -= 8;
+    }
+    return n == 0 || agg_tail(p, n) == agg_tail(q, n);
+}
+
 static inline uint64_t agg_hash(const char *p, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
     while (n >= 8) {
@@ -55,11 +83,7 @@ static inline uint64_t agg_hash(const char *p, size_t n) {
         p += 8;
         n -= 8;
     }
-    if (n) {
-        uint64_t k = 0;
-        memcpy(&k, p, n);
-        h = (h ^ k) * 0xC4CEB9FE1A85EC53ULL;
-    }
+    if (n) h = (h ^ agg_tail(p, n)) * 0xC4CEB9FE1A85EC53ULL;
     h ^= h >> 33;
     h *= 0xFF51AFD7ED558CCDULL;
     h ^= h >> 33;
@@ -190,7 +214,7 @@ static inline char *agg_encode(const AggField *keys, int nkeys, char *w) {
 }
 
 /* agg_group for one group column: the key is hashed and compared where it is, not copied. */
-static inline int64_t agg_group1(AggTable *t, const AggField *key) {
+static inline __attribute__((always_inline)) int64_t agg_group1(AggTable *t, const AggField *key) {
     uint64_t h = key->is_null ? 0x5bd1e995ULL : agg_hash(key->ptr, key->len);
     size_t need = 5 + (key->is_null ? 0 : key->len);
     size_t j = (size_t)h & t->mask;
@@ -201,7 +225,7 @@ static inline int64_t agg_group1(AggTable *t, const AggField *key) {
             size_t g = s - 1;
             const char *stored = t->arena + t->key_off[g];
             if (t->key_off[g + 1] - t->key_off[g] == need && stored[0] == (char)!key->is_null &&
-                (key->is_null || memcmp(stored + 5, key->ptr, key->len) == 0))
+                (key->is_null || agg_eq(stored + 5, key->ptr, key->len)))
                 return (int64_t)g;
         }
         j = (j + 1) & t->mask;
@@ -232,7 +256,7 @@ static inline int64_t agg_group(AggTable *t, const AggField *keys) {
         if (t->slot_hash[j] == h) {
             size_t g = s - 1;
             size_t off = t->key_off[g], len = t->key_off[g + 1] - off;
-            if (len == need && memcmp(t->arena + off, t->scratch, need) == 0) return (int64_t)g;
+            if (len == need && agg_eq(t->arena + off, t->scratch, need)) return (int64_t)g;
         }
         j = (j + 1) & t->mask;
     }

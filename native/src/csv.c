@@ -40,6 +40,53 @@ static inline uint64_t word_bits(const char *p) {
 #endif
 }
 
+/* Commas (`*commas`) and record ends or quotes (`*breaks`: `\n` `\r` `"`) in the 64 bytes at p. */
+static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks) {
+#if defined(__SSE2__)
+    const __m128i comma = _mm_set1_epi8(','), lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
+                  quote = _mm_set1_epi8('"');
+    uint64_t c = 0, b = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+        __m128i brk = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, cr)), _mm_cmpeq_epi8(v, quote));
+        c |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, comma)) << (16 * i);
+        b |= (uint64_t)(uint16_t)_mm_movemask_epi8(brk) << (16 * i);
+    }
+    *commas = c;
+    *breaks = b;
+#else
+    uint64_t c = 0, b = 0;
+    for (int i = 0; i < 64; i++) {
+        char x = p[i];
+        c |= (uint64_t)(x == ',') << i;
+        b |= (uint64_t)(x == '\n' || x == '\r' || x == '"') << i;
+    }
+    *commas = c;
+    *breaks = b;
+#endif
+}
+
+/* The fast path's view of the block: one word's commas and breaks, kept while the records in it
+ * are read (they are the word's bytes, not a walk's state). */
+typedef struct {
+    const char *base, *end;
+    size_t nwords, idx; /* idx: the word cached, or nwords when none */
+    uint64_t commas, breaks;
+} Words;
+
+static inline void words_load(Words *w, size_t idx) {
+    const char *p = w->base + (idx << 6);
+    w->idx = idx;
+    if (w->end - p >= 64) {
+        word_split(p, &w->commas, &w->breaks);
+        return;
+    }
+    char tail[64];
+    memset(tail, 0, sizeof(tail));
+    memcpy(tail, p, (size_t)(w->end - p));
+    word_split(tail, &w->commas, &w->breaks);
+}
+
 static inline uint64_t stops_word(const Stops *s, size_t idx) {
     const char *p = s->base + (idx << 6);
     if (s->end - p >= 64) return word_bits(p);
@@ -90,81 +137,179 @@ static size_t unescape(const char *p, size_t n, char *out) {
     return w;
 }
 
+/* One record at p (not an empty line) by the fast path: no quote in it. Sets *stop to where it
+ * ends (its line break, or the block's end) and sep[0:nfields-1] to its commas. Returns 1; 0 when
+ * the record has a quote (at *stop; *found commas before it are in sep: the walk reads the rest);
+ * -1 when it has more fields than nfields. */
+static inline int fast_record(Words *w, const char *p, int nfields, const char **sep, const char **stop,
+                              int *found_before) {
+    size_t off = (size_t)(p - w->base), idx = off >> 6;
+    if (idx != w->idx) words_load(w, idx);
+    uint64_t keep = ~0ULL << (off & 63);
+    uint64_t commas = w->commas & keep, breaks = w->breaks & keep;
+    int found = 0, most = nfields - 1;
+    for (;;) {
+        const char *base = w->base + (idx << 6);
+        if (breaks) {
+            commas &= (breaks & -breaks) - 1; /* the commas before the first break */
+            while (commas) {
+                if (found == most) return -1;
+                sep[found++] = base + __builtin_ctzll(commas);
+                commas &= commas - 1;
+            }
+            *stop = base + __builtin_ctzll(breaks);
+            if (**stop == '"') {
+                *found_before = found;
+                return 0;
+            }
+            break;
+        }
+        while (commas) {
+            if (found == most) return -1;
+            sep[found++] = base + __builtin_ctzll(commas);
+            commas &= commas - 1;
+        }
+        if (++idx >= w->nwords) {
+            *stop = w->end;
+            break;
+        }
+        words_load(w, idx);
+        commas = w->commas;
+        breaks = w->breaks;
+    }
+    return found == most ? 1 : -1;
+}
+
+/* The rest of a record by the structural-byte walk (any quoting), from p, the start of its
+ * field i: the needed columns into raw. Returns the next record's start, or NULL when the Python
+ * path must read the block. */
+static const char *walk_record(Stops *stops, const char *p, const char *end, int nfields, const int *field_col,
+                               Raw *raw, int i) {
+    stops_seek(stops, p);
+    for (;;) {
+        const char *start;
+        size_t len;
+        int escaped = 0;
+        if (p < end && *p == '"') {
+            /* quoted: walk the structural bytes to the closing quote (commas and line
+             * breaks inside are text); "" is a quote in the text */
+            stops_pop(stops); /* the opening quote */
+            start = ++p;
+            for (;;) {
+                const char *q = stops_next(stops);
+                if (q >= end) return NULL; /* unterminated */
+                stops->mask &= stops->mask - 1;
+                if (*q != '"') continue;
+                if (q + 1 < end && q[1] == '"') {
+                    escaped = 1;
+                    stops_pop(stops); /* the second quote of the pair */
+                    continue;
+                }
+                len = (size_t)(q - start);
+                p = q + 1;
+                break;
+            }
+            if (p < end && *p != ',' && *p != '\n' && *p != '\r') return NULL;
+            stops_next(stops); /* the lowest bit is p again */
+        } else {
+            start = p;
+            p = stops_next(stops);
+            if (p < end && *p == '"') return NULL;
+            len = (size_t)(p - start);
+        }
+        if (i >= nfields) return NULL; /* too many fields */
+        int c = field_col[i];
+        if (c >= 0) {
+            raw[c].ptr = start;
+            raw[c].len = len;
+            raw[c].escaped = escaped;
+        }
+        i++;
+        if (p < end && *p == ',') {
+            stops->mask &= stops->mask - 1; /* the lowest bit is p: just found, or just sought */
+            p++;
+            continue;
+        }
+        /* end of the record */
+        if (p < end) {
+            if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
+            p++;
+        }
+        break;
+    }
+    return i == nfields ? p : NULL;
+}
+
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan, AggTable *t,
              int64_t *rows) {
     const char *p = data, *end = data + n;
-    Stops stops = {data, end, 0, (n + 63) / 64, 0};
-    stops_seek(&stops, data);
+    size_t nwords = (n + 63) / 64;
+    Stops stops = {data, end, 0, nwords, 0};
+    Words words = {data, end, nwords, nwords, 0, 0};
     int ncol = plan->ncolumns;
     Raw raw[SCAN_MAX_COLUMNS];
     AggField keys[SCAN_MAX_COLUMNS];
     AggField cols[SCAN_MAX_COLUMNS];
+    const char *sep_here[256], **sep = sep_here; /* the record's commas */
+    int needed_field[SCAN_MAX_COLUMNS]; /* per needed column, its field in the record */
+    int first_use[SCAN_MAX_COLUMNS]; /* per value: the first value reading the same column */
+    double number[SCAN_MAX_COLUMNS];
     char *scratch = NULL;
     int64_t count = 0;
 
+    for (int c = 0; c < ncol; c++) needed_field[c] = -1;
+    for (int f = 0; f < nfields; f++) {
+        if (field_col[f] >= 0) needed_field[field_col[f]] = f;
+    }
+    for (int c = 0; c < ncol; c++) {
+        if (needed_field[c] < 0) return AGG_FALLBACK; /* a needed column not in the header */
+    }
+    for (int v = 0; v < plan->nvalues; v++) {
+        first_use[v] = v;
+        for (int u = 0; u < v; u++) {
+            if (plan->value_cols[u] == plan->value_cols[v] && plan->value_numeric[u] == plan->value_numeric[v]) {
+                first_use[v] = u;
+                break;
+            }
+        }
+    }
+
+    if (nfields > 257 && !(sep = (const char **)malloc((size_t)(nfields - 1) * sizeof(*sep)))) return AGG_NOMEM;
     while (p < end) {
         if (*p == '\n' || *p == '\r') { /* an empty line */
-            stops_pop(&stops);
             p++;
             continue;
         }
-        int i = 0;
-        for (;;) {
-            const char *start;
-            size_t len;
-            int escaped = 0;
-            if (p < end && *p == '"') {
-                /* quoted: walk the structural bytes to the closing quote (commas and line
-                 * breaks inside are text); "" is a quote in the text */
-                stops_pop(&stops); /* the opening quote */
-                start = ++p;
-                for (;;) {
-                    const char *q = stops_next(&stops);
-                    if (q >= end) goto fallback; /* unterminated */
-                    stops.mask &= stops.mask - 1;
-                    if (*q != '"') continue;
-                    if (q + 1 < end && q[1] == '"') {
-                        escaped = 1;
-                        stops_pop(&stops); /* the second quote of the pair */
-                        continue;
-                    }
-                    len = (size_t)(q - start);
-                    p = q + 1;
-                    break;
-                }
-                if (p < end && *p != ',' && *p != '\n' && *p != '\r') goto fallback;
-                stops_next(&stops); /* the lowest bit is p again */
-            } else {
-                start = p;
-                p = stops_next(&stops);
-                if (p < end && *p == '"') goto fallback;
-                len = (size_t)(p - start);
+        const char *stop;
+        int found = 0;
+        int fast = fast_record(&words, p, nfields, sep, &stop, &found);
+        if (fast < 0) goto fallback; /* too many fields */
+        if (fast) {
+            for (int c = 0; c < ncol; c++) {
+                int f = needed_field[c];
+                const char *s = f ? sep[f - 1] + 1 : p;
+                raw[c].ptr = s;
+                raw[c].len = (size_t)((f < nfields - 1 ? sep[f] : stop) - s);
+                raw[c].escaped = 0;
             }
-            if (i >= nfields) goto fallback; /* too many fields */
-            int c = field_col[i];
-            if (c >= 0) {
-                raw[c].ptr = start;
-                raw[c].len = len;
-                raw[c].escaped = escaped;
-            }
-            i++;
-            if (p < end && *p == ',') {
-                stops.mask &= stops.mask - 1; /* the lowest bit is p: just found, or just sought */
-                p++;
-                continue;
-            }
-            /* end of the record */
+            p = stop;
             if (p < end) {
-                if (*p == '\r' && p + 1 < end && p[1] == '\n') {
-                    stops_pop(&stops);
-                    p++;
-                }
-                stops_pop(&stops);
+                if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
                 p++;
             }
-            break;
+        } else {
+            /* a quote: the fields before its field are known; the walk reads the rest */
+            for (int c = 0; c < ncol; c++) {
+                int f = needed_field[c];
+                if (f >= found) continue;
+                const char *s = f ? sep[f - 1] + 1 : p;
+                raw[c].ptr = s;
+                raw[c].len = (size_t)(sep[f] - s);
+                raw[c].escaped = 0;
+            }
+            if (!(p = walk_record(&stops, found ? sep[found - 1] + 1 : p, end, nfields, field_col, raw, found)))
+                goto fallback;
         }
-        if (i != nfields) goto fallback;
         count++;
         /* the record's needed columns */
         size_t used = 0;
@@ -172,7 +317,10 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             const char *s = raw[c].ptr;
             size_t len = raw[c].len;
             if (raw[c].escaped) {
-                if (!scratch && !(scratch = (char *)malloc(n + 1))) return AGG_NOMEM;
+                if (!scratch && !(scratch = (char *)malloc(n + 1))) {
+                    if (sep != sep_here) free(sep);
+                    return AGG_NOMEM;
+                }
                 len = unescape(s, len, scratch + used);
                 s = scratch + used;
                 used += len;
@@ -183,19 +331,17 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
         }
         int64_t g = 0;
         if (plan->nkeys) {
-            for (int k = 0; k < plan->nkeys; k++) keys[k] = cols[plan->key_cols[k]];
-            g = agg_group(t, keys);
-            if (g == -2) goto fallback;
-            if (g < 0) {
-                free(scratch);
-                return AGG_NOMEM;
+            if (plan->nkeys == 1) {
+                g = agg_group1(t, &cols[plan->key_cols[0]]);
+            } else {
+                for (int k = 0; k < plan->nkeys; k++) keys[k] = cols[plan->key_cols[k]];
+                g = agg_group(t, keys);
             }
+            if (g == -2) goto fallback;
+            if (g < 0) goto nomem;
         } else if (t->ngroups == 0) {
             g = agg_group(t, keys);
-            if (g < 0) {
-                free(scratch);
-                return AGG_NOMEM;
-            }
+            if (g < 0) goto nomem;
         }
         t->rows[g]++;
         for (int v = 0; v < plan->nvalues; v++) {
@@ -203,7 +349,12 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             if (f->is_null) continue;
             if (plan->value_numeric[v]) {
                 double x;
-                if (!scan_number(f->ptr, f->len, 1, &x)) goto fallback;
+                if (first_use[v] != v) {
+                    x = number[first_use[v]];
+                } else if (!scan_number(f->ptr, f->len, 1, &x)) {
+                    goto fallback;
+                }
+                number[v] = x;
                 agg_add_number(t, (size_t)g, v, x);
             } else {
                 agg_add_present(t, (size_t)g, v);
@@ -211,10 +362,16 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
         }
     }
     free(scratch);
+    if (sep != sep_here) free(sep);
     if (count == 0) return AGG_FALLBACK; /* no record: the Python path gives the empty partial */
     *rows = count;
     return AGG_OK;
+nomem:
+    free(scratch);
+    if (sep != sep_here) free(sep);
+    return AGG_NOMEM;
 fallback:
     free(scratch);
+    if (sep != sep_here) free(sep);
     return AGG_FALLBACK;
 }

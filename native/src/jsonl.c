@@ -3,7 +3,12 @@
  * Anything not answered exactly as the Python exact path would is AGG_FALLBACK. */
 #include "scan.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define JSON_MAX_DEPTH 64
+#define KEY_MEMO 64
 
 typedef const unsigned char *cup;
 
@@ -19,7 +24,7 @@ static const unsigned char str_stop[256] = {
 };
 
 static inline cup skip_ws(cup p, cup e) {
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+    while (p < e && *p <= ' ' && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
     return p;
 }
 
@@ -57,6 +62,22 @@ static inline cup utf8_step(cup p, cup e) {
  * quote, or NULL when invalid. *esc is set when it holds a backslash escape. */
 static inline __attribute__((always_inline)) cup scan_string(cup p, cup e, int *esc) {
     for (;;) {
+#if defined(__SSE2__)
+        /* plain ASCII run, 16 bytes at a time: '"', '\\' and every byte below 0x20 or from 0x80
+         * (negative as a signed byte) stop it */
+        while (e - p >= 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+            const __m128i hit = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+            const unsigned bits = (unsigned)_mm_movemask_epi8(hit);
+            if (bits) {
+                p += __builtin_ctz(bits);
+                goto stop;
+            }
+            p += 16;
+        }
+#endif
         /* plain ASCII run, 8 bytes at a time; the lowest flagged byte is always a stop byte */
         while (e - p >= 8) {
             uint64_t w;
@@ -74,6 +95,9 @@ static inline __attribute__((always_inline)) cup scan_string(cup p, cup e, int *
         }
         while (p < e && !str_stop[*p]) p++;
         if (p >= e) return NULL;
+#if defined(__SSE2__)
+    stop:;
+#endif
         unsigned c = *p;
         if (c == '"') return p + 1;
         if (c == '\\') {
@@ -97,21 +121,42 @@ static inline __attribute__((always_inline)) cup scan_string(cup p, cup e, int *
 }
 
 /* A JSON number from p: its end, or NULL when not one (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?). */
+/* The end of a run of ASCII digits from p (8 bytes at a time where there are 8). */
+static inline cup skip_digits(cup p, cup e) {
+    while (e - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t x = w - 0x3030303030303030ULL; /* a digit's byte becomes 0-9 */
+        /* a byte of x from 10 (or wrapped) sets its high bit here; a carry only reaches bytes
+         * above a flagged one, so the lowest flag is the first non-digit */
+        uint64_t non = ((x + 0x7676767676767676ULL) | x) & 0x8080808080808080ULL;
+        if (non) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return p + (__builtin_ctzll(non) >> 3);
+#else
+            break;
+#endif
+        }
+        p += 8;
+    }
+    while (p < e && (unsigned)(*p - '0') < 10) p++;
+    return p;
+}
+
 static inline cup scan_json_number(cup p, cup e) {
     if (p < e && *p == '-') p++;
     if (p >= e) return NULL;
     if (*p == '0') {
         p++;
     } else if ((unsigned)(*p - '1') < 9) {
-        p++;
-        while (p < e && (unsigned)(*p - '0') < 10) p++;
+        p = skip_digits(p + 1, e);
     } else {
         return NULL;
     }
     if (p < e && *p == '.') {
         p++;
         if (p >= e || (unsigned)(*p - '0') >= 10) return NULL;
-        while (p < e && (unsigned)(*p - '0') < 10) p++;
+        p = skip_digits(p + 1, e);
     }
     if (p < e && (*p | 0x20) == 'e') {
         p++;
@@ -241,6 +286,14 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
     int64_t nrows = 0;
     uint64_t seen_all = 0;
     cup p = (cup)data, end = p + n;
+    /* Per place in a line (the j-th key), the bytes of the key last seen there, from after its
+     * opening quote through its ':' (valid, no escape), and its needed column or -1: lines of one
+     * producer repeat their keys in the same order, so a key is then one comparison. */
+    const char *memo_at[KEY_MEMO];
+    size_t memo_len[KEY_MEMO] = {0};
+    int memo_col[KEY_MEMO];
+    uint64_t name_lengths = 0; /* bit k: a needed name is k bytes long (k < 64); bit 63: one is longer */
+    for (int i = 0; i < ncol; i++) name_lengths |= 1ULL << (plan->name_lens[i] < 63 ? plan->name_lens[i] : 63);
 
 #define FAIL(s)                                                                                                       \
     do {                                                                                                              \
@@ -248,13 +301,14 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
         goto done;                                                                                                    \
     } while (0)
 
+    /* A line is parsed up to the block's end, not its own: a line break inside the object
+     * stops the parse as the end of the line would (a raw one in a string is a control byte). */
+    const cup e = end;
     while (p < end) {
-        cup e = (cup)memchr(p, '\n', (size_t)(end - p));
-        cup next = e ? e + 1 : end;
-        if (!e) e = end;
         p = skip_ws(p, e);
-        if (p == e) { /* blank line */
-            p = next;
+        if (p == e) break; /* a blank last line */
+        if (*p == '\n') { /* blank line */
+            p++;
             continue;
         }
         if (*p != '{') FAIL(AGG_FALLBACK);
@@ -264,25 +318,36 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
         if (p < e && *p == '}') {
             p++;
         } else {
-            for (;;) {
+            for (int j = 0;; j++) {
                 if (p >= e || *p != '"') FAIL(AGG_FALLBACK);
                 cup ks = p + 1;
-                int esc = 0;
-                if (!(p = scan_string(ks, e, &esc)) || esc) FAIL(AGG_FALLBACK);
-                size_t klen = (size_t)(p - 1 - ks);
-                int col = -1;
-                for (int i = 0; i < ncol; i++) {
-                    const char *name = plan->names[i];
-                    if (plan->name_lens[i] == klen &&
-                        (klen == 0 || (name[0] == (char)ks[0] && name[klen - 1] == (char)ks[klen - 1] &&
-                                       memcmp(name, ks, klen) == 0))) {
-                        col = i;
-                        break;
+                int esc = 0, col;
+                if (j < KEY_MEMO && memo_len[j] && (size_t)(e - ks) >= memo_len[j] &&
+                    agg_eq((const char *)ks, memo_at[j], memo_len[j])) {
+                    /* the same bytes as the key at this place in an earlier line of the block,
+                     * through its ':': the same valid key */
+                    col = memo_col[j];
+                    p = ks + memo_len[j];
+                } else {
+                    if (!(p = scan_string(ks, e, &esc)) || esc) FAIL(AGG_FALLBACK);
+                    size_t klen = (size_t)(p - 1 - ks);
+                    col = -1;
+                    for (int i = name_lengths >> (klen < 63 ? klen : 63) & 1 ? 0 : ncol; i < ncol; i++) {
+                        if (plan->name_lens[i] == klen && agg_eq(plan->names[i], (const char *)ks, klen)) {
+                            col = i;
+                            break;
+                        }
+                    }
+                    p = skip_ws(p, e);
+                    if (p >= e || *p != ':') FAIL(AGG_FALLBACK);
+                    p++;
+                    if (j < KEY_MEMO) {
+                        memo_at[j] = (const char *)ks;
+                        memo_len[j] = (size_t)(p - ks);
+                        memo_col[j] = col;
                     }
                 }
                 p = skip_ws(p, e);
-                if (p >= e || *p != ':') FAIL(AGG_FALLBACK);
-                p = skip_ws(p + 1, e);
                 if (p >= e) FAIL(AGG_FALLBACK);
                 if (col < 0) { /* validated only; scalars inline */
                     if (*p == '"') {
@@ -347,8 +412,11 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
                 FAIL(AGG_FALLBACK);
             }
         }
-        if (skip_ws(p, e) != e) FAIL(AGG_FALLBACK); /* extra data after the object */
-        p = next;
+        p = skip_ws(p, e);
+        if (p < e) {
+            if (*p != '\n') FAIL(AGG_FALLBACK); /* extra data after the object */
+            p++;
+        }
         nrows++;
         seen_all |= here;
 

@@ -32,7 +32,7 @@ typedef struct {
 
 static inline int scan_is_null(const ScanPlan *plan, const char *p, size_t n) {
     for (int i = 0; i < plan->nnulls; i++) {
-        if (plan->null_lens[i] == n && (n == 0 || memcmp(plan->nulls[i], p, n) == 0)) return 1;
+        if (plan->null_lens[i] == n && agg_eq(plan->nulls[i], p, n)) return 1;
     }
     return 0;
 }
@@ -69,6 +69,25 @@ static inline int scan_number(const char *p, size_t n, int trim, double *out) {
     const char *s = p, *e = p + n;
     int neg = 0;
     if (s < e && *s == '-') neg = 1, s++;
+    {
+        /* the common case first: up to 15 digits with an optional fraction, no exponent (every
+         * digit accumulated, leading zeros included: exact below 2^53) */
+        const char *q = s;
+        uint64_t v = 0;
+        while (q < e && (unsigned)(*q - '0') < 10) v = v * 10 + (uint64_t)(*q++ - '0');
+        size_t whole = (size_t)(q - s), frac = 0;
+        if (whole && q < e && *q == '.') {
+            const char *f = ++q;
+            while (q < e && (unsigned)(*q - '0') < 10) v = v * 10 + (uint64_t)(*q++ - '0');
+            frac = (size_t)(q - f);
+            if (!frac) return 0;
+        }
+        if (q == e && whole && whole + frac <= 15) {
+            double d = frac ? (double)v / scan_pow10[frac] : (double)v;
+            *out = neg ? -d : d;
+            return 1;
+        }
+    }
     uint64_t w = 0;
     int digits = 0, exp10 = 0, any = 0;
     const char *start_int = s;

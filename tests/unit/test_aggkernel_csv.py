@@ -160,6 +160,30 @@ def test_plain_numbers_are_read_by_the_scanner() -> None:
     assert sums == [1.5, -2000.0]
 
 
+DECIMALS = st.builds(
+    lambda sign, whole, frac: f"{sign}{whole}{'.' + frac if frac is not None else ''}",
+    st.sampled_from(["", "-"]),
+    st.text("0123456789", min_size=1, max_size=18),
+    st.none() | st.text("0123456789", min_size=1, max_size=18),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(DECIMALS, min_size=1, max_size=40))
+def test_decimals_are_read_exactly_as_float_reads_them(texts: list[str]) -> None:
+    """Every plain decimal (up to 36 digits, with or without a fraction) is the double Python's
+    float() gives, bit for bit: the scanner's short-number fast path and its general path alike."""
+    data = "".join(f"g{i},{text}\n" for i, text in enumerate(texts)).encode()
+    out = scan(data, ["k", "x"], ["k"], ["x"])
+    assert out is not None
+    _rows, groups, _count_all, _keys, values = out
+    high = values[0][3]  # one value a group: its max is the value itself (a sum would add it to 0.0)
+    got = pa.Array.from_buffers(pa.float64(), groups, [None, pa.py_buffer(high)]).to_pylist()
+    want = [float(text) for text in texts]
+    assert [math.copysign(1, g) for g in got] == [math.copysign(1, w) for w in want]
+    assert got == want
+
+
 # --- what the scanner leaves to the Python path ---------------------------------------------
 
 
@@ -188,6 +212,16 @@ def test_quoting_line_endings_and_empty_lines_are_read_by_the_scanner() -> None:
     python = assert_same_outcome(b"k,x\n" + data, ["k"], metrics=METRICS_X)
     assert [r["k"] for r in python[1]] == ["a,b", "c", "multi\nline", 'say "hi"']
     assert [r["sum_x"] for r in python[1]] == [1.0, 4.0, 3.0, 2.0]
+
+
+def test_a_quoted_field_after_plain_ones_is_read_by_the_scanner() -> None:
+    """Fields before a quote come from the record's commas, the rest from the walk."""
+    data = b'a,1,"x,y",2\nb,2,"say ""z""",3\nc,3,plain,4\n"d",4,"",5\r\n'
+    out = scan(data, ["k", "x", "u", "y"], ["k"], ["x", "y"])
+    assert out is not None and out[0] == 4
+    python = assert_same_outcome(b"k,x,u,y\n" + data, ["k"])
+    assert [r["sum_x"] for r in python[1]] == [1.0, 2.0, 3.0, 4.0]
+    assert scan(b'a,1,"x",2,9\n', ["k", "x", "u", "y"], ["k"], ["x", "y"]) is None  # a field too many
 
 
 def test_the_wide_benchmark_file_is_read_by_the_scanner_alone() -> None:

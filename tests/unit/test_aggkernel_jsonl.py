@@ -245,6 +245,9 @@ FALLBACK = [
     b'{"u":"\\u12G4"}\n',
     b'{"a":1}{"b":2}\n',
     b'{"a":1} x\n',
+    b'{"g":\n"a"}\n',  # a line break inside the object: two lines, neither whole
+    b'{"g":"a"\n}\n',
+    b'{"g":"a\nb"}\n',
     b'{"a":1}}\n',
     b'{"u":"\xff"}\n',
     b'{"u":"\xc0\xaf"}\n',
@@ -291,6 +294,28 @@ FALLBACK = [
 def test_bad_or_unusual_inputs_fall_back_or_match(lines: bytes) -> None:
     assert not check(lines)
     assert not check(b'{"g":"a","x":1}\n' + lines + b'{"g":"b","x":2}')
+
+
+def test_blank_space_blank_lines_and_no_last_line_break_are_answered() -> None:
+    assert check(b'{"g":"a","x":1} \t\r\n{"g":"b","x":2}\n\n \t\n{"g":"a","x":3}')
+    assert check(b'\n\n{"g":"a","x":1}\r\n  \n')
+
+
+def test_keys_like_the_last_lines_keys_are_told_apart() -> None:
+    """A key is compared with the key at the same place in earlier lines (through its ':'):
+    keys sharing a prefix, differing in the last byte, spaced differently or moved are read as
+    themselves."""
+    lines = [
+        b'{"g":"a","x":1}',
+        b'{"gx":"b","x":2}',  # longer key with the same start: g is missing here
+        b'{"x":3,"g":"c"}',  # moved
+        b'{"g" :"d","x" : 4}',  # spaced
+        b'{"h":"e","x":5}',  # same length, another key
+        b'{"g":"f","y":6}',
+        b'{"g":"a","x":7}',
+    ]
+    assert check(b"\n".join(lines) + b"\n")
+    assert not check(b'{"g":"a","x":1}\n{"g":"a","g":"b"}\n')  # a repeated key, the first one remembered
 
 
 def test_a_bad_line_anywhere_in_the_block_falls_back() -> None:
