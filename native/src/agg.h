@@ -74,6 +74,21 @@ static inline int agg_eq(const char *p, const char *q, size_t n) {
 }
 
 static inline uint64_t agg_hash(const char *p, size_t n) {
+    if (n - 1 < 16) { /* 1 to 16 bytes: two words (overlapping), multiplied side by side */
+        uint64_t a, b;
+        if (n >= 8) {
+            memcpy(&a, p, 8);
+            memcpy(&b, p + n - 8, 8);
+        } else {
+            a = agg_tail(p, n);
+            b = 0;
+        }
+        uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xFF51AFD7ED558CCDULL;
+        h ^= ((b ^ n) + 0xC2B2AE3D27D4EB4FULL) * 0xC4CEB9FE1A85EC53ULL;
+        h ^= h >> 32;
+        h *= 0x9E3779B97F4A7C15ULL;
+        return h ^ (h >> 29);
+    }
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
     while (n >= 8) {
         uint64_t k;

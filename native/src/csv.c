@@ -152,11 +152,11 @@ static inline int fast_record(Words *w, const char *p, int nfields, const char *
         const char *base = w->base + (idx << 6);
         if (breaks) {
             commas &= (breaks & -breaks) - 1; /* the commas before the first break */
-            while (commas) {
-                if (found == most) return -1;
+            while (commas) { /* sep has room for a word's commas past `most`: checked after */
                 sep[found++] = base + __builtin_ctzll(commas);
                 commas &= commas - 1;
             }
+            if (found > most) return -1;
             *stop = base + __builtin_ctzll(breaks);
             if (**stop == '"') {
                 *found_before = found;
@@ -165,10 +165,10 @@ static inline int fast_record(Words *w, const char *p, int nfields, const char *
             break;
         }
         while (commas) {
-            if (found == most) return -1;
             sep[found++] = base + __builtin_ctzll(commas);
             commas &= commas - 1;
         }
+        if (found > most) return -1;
         if (++idx >= w->nwords) {
             *stop = w->end;
             break;
@@ -250,7 +250,7 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
     Raw raw[SCAN_MAX_COLUMNS];
     AggField keys[SCAN_MAX_COLUMNS];
     AggField cols[SCAN_MAX_COLUMNS];
-    const char *sep_here[256], **sep = sep_here; /* the record's commas */
+    const char *sep_here[256], **sep = sep_here; /* the record's commas, and room for 64 more */
     int needed_field[SCAN_MAX_COLUMNS]; /* per needed column, its field in the record */
     int first_use[SCAN_MAX_COLUMNS]; /* per value: the first value reading the same column */
     double number[SCAN_MAX_COLUMNS];
@@ -274,7 +274,8 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
         }
     }
 
-    if (nfields > 257 && !(sep = (const char **)malloc((size_t)(nfields - 1) * sizeof(*sep)))) return AGG_NOMEM;
+    if (nfields - 1 + 64 > 256 && !(sep = (const char **)malloc((size_t)(nfields - 1 + 64) * sizeof(*sep))))
+        return AGG_NOMEM;
     while (p < end) {
         if (*p == '\n' || *p == '\r') { /* an empty line */
             p++;

@@ -197,6 +197,9 @@ static int args_parse(Args *a, PyObject *ncolumns_or_names, PyObject *keys, PyOb
     if ((a->plan.nnulls = bytes_tuple(nulls, a->nulls, a->null_lens, 1 << 20, "nulls")) < 0) return -1;
     a->plan.nulls = a->nulls;
     a->plan.null_lens = a->null_lens;
+    a->plan.null_lengths = 0;
+    for (int i = 0; i < a->plan.nnulls; i++)
+        a->plan.null_lengths |= 1ULL << (a->null_lens[i] < 63 ? a->null_lens[i] : 63);
     return 0;
 }
 

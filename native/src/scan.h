@@ -28,9 +28,11 @@ typedef struct {
     int nnulls;
     const char *const *nulls; /* texts that are null */
     const size_t *null_lens;
+    uint64_t null_lengths; /* bit k: a null text is k bytes long (k < 63); bit 63: one is longer */
 } ScanPlan;
 
 static inline int scan_is_null(const ScanPlan *plan, const char *p, size_t n) {
+    if (!(plan->null_lengths >> (n < 63 ? n : 63) & 1)) return 0; /* no null text is that long */
     for (int i = 0; i < plan->nnulls; i++) {
         if (plan->null_lens[i] == n && agg_eq(plan->nulls[i], p, n)) return 1;
     }

@@ -214,6 +214,17 @@ def test_quoting_line_endings_and_empty_lines_are_read_by_the_scanner() -> None:
     assert [r["sum_x"] for r in python[1]] == [1.0, 4.0, 3.0, 2.0]
 
 
+def test_records_with_far_too_many_fields_and_wide_headers() -> None:
+    """A record with many more commas than the header has fields is left to the Python path
+    (the scanner counts a word's commas before checking); a header of 300 fields is read."""
+    assert scan(b"a,1\n" + b"b," + b",".join([b"1"] * 200) + b"\n", ["k", "x"], ["k"], ["x"]) is None
+    names = ["k", *[f"c{i}" for i in range(298)], "x"]
+    row = b"a," + b",".join(b"7" for _ in range(298)) + b",2.5\n"
+    out = scan(row * 3, names, ["k"], ["x"])
+    assert out is not None and out[0] == 3
+    assert scan(row + row[:-5] + b"\n", names, ["k"], ["x"]) is None  # a field short
+
+
 def test_a_quoted_field_after_plain_ones_is_read_by_the_scanner() -> None:
     """Fields before a quote come from the record's commas, the rest from the walk."""
     data = b'a,1,"x,y",2\nb,2,"say ""z""",3\nc,3,plain,4\n"d",4,"",5\r\n'
