@@ -106,6 +106,10 @@ _count_newlines, _is_ascii = _byte_scanners()
 
 _TWO_OBJECTS: Final = r"}[ \t\r]*{|\\u[dD][89a-fA-F]"
 """Two objects on a line, or what may be a surrogate's escape: the exact path decides."""
+_NOT_AN_OBJECT: Final = r"(?m)^[ \t\r]*[^{ \t\r\n]"
+"""A line that does not start with `{` (after blank space): pyarrow's JSON reader takes a line
+`null` for a row of nulls, and crashes the process (SIGSEGV, pyarrow 26) when it is a block's
+first line; the exact path names the line instead."""
 
 
 def _offsets(size: int) -> pa.Buffer:
@@ -173,7 +177,8 @@ class JsonParser:
     def _fast(self, block: Block, lines: int) -> tuple[pa.Table, frozenset[str]] | None:
         """(aggregation table, columns seen) by pyarrow, or None where the exact path must decide.
 
-        One object per line: as many rows as lines, and no `}` followed on its line by `{`.
+        One object per line: as many rows as lines, every line starting with `{`, and no `}`
+        followed on its line by `{`.
         (Two objects on a line are the only way to make up for a blank line or an object
         spread over lines; the check is RE2's, off the GIL, ~0.3 ms a 4 MiB block.) Valid
         UTF-8 throughout, as Python's decoder wants (pyarrow checks only the fields it keeps).
@@ -185,6 +190,8 @@ class JsonParser:
             except pa.ArrowInvalid:
                 return None
         if pc.match_substring_regex(whole, _TWO_OBJECTS)[0].as_py():
+            return None
+        if pc.match_substring_regex(whole, _NOT_AN_OBJECT)[0].as_py():
             return None
         table = self._read(block.data)
         if table is None or table.num_rows != lines:

@@ -586,6 +586,35 @@ def test_jsonl_errors_name_the_line() -> None:
         assert str(info.value) == expected
 
 
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ('null\n{"k": "a"}\n', 1),  # a block's first line `null` crashed pyarrow's reader (SIGSEGV)
+        (' null\n{"k": "a"}\n', 1),
+        ('{"k": "a"}\nnull\n', 2),  # pyarrow took it for a row of nulls: one row too many
+        ('{"k": "a"}\n\nnull', 3),
+        ('{"k": "a"}\ntrue\n', 2),
+        ('{"k": "a"}\n"x"\n', 2),
+        ('{"k": "a"}\n1\n', 2),
+    ],
+)
+@pytest.mark.parametrize("native, pyarrow_reader", [(True, True), (False, True), (False, False)])
+def test_a_jsonl_line_that_is_not_an_object_is_named_on_every_path(
+    text: str, line: int, native: bool, pyarrow_reader: bool
+) -> None:
+    """The scanner, pyarrow's reader and the exact path give the same error, at every block size."""
+    for block_size in (8, 64, options.DEFAULT_BLOCK_SIZE):
+        with pytest.raises(InputDataError) as info:
+            run(
+                text,
+                ["k"],
+                fmt="jsonl",
+                block_size=block_size,
+                tuning={"native": native, "jsonl_pyarrow": pyarrow_reader},
+            )
+        assert str(info.value) == f"line {line} is not a JSON object"
+
+
 def test_jsonl_numbers_keep_their_text_and_missing_keys_are_null() -> None:
     text = '{"k": 3, "v": 1.50}\n{"k": 3.10, "v": "2"}\n{"k": "3", "v": null}\n{"k": null}\n{"v": 1e1}\n'
     result = run(text, ["k"], [{"op": "count"}, {"op": "sum", "column": "v"}], fmt="jsonl")
