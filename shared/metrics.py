@@ -264,33 +264,39 @@ def prune(store: DocumentStore, now: datetime, retention_h: int = RETENTION_H) -
 # -- reading (pure) ---------------------------------------------------------------------------
 
 
+def _count(value: Any) -> int:
+    """A count from a document: a non-negative whole number, else 0 (a damaged document adds nothing)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def merge(docs: list[Mapping[str, Any]], now: datetime, stale_after_s: float = 3 * FLUSH_S) -> dict[str, Any]:
     """The overview's figures from instance documents: per-minute series over the last hour,
-    latency p50/p95 over the hour, and jobs in flight (instances heard from recently)."""
+    latency p50/p95 over the hour, and jobs in flight (instances heard from recently). A field of
+    the wrong type (another version's, or a damaged document) counts nothing; it never fails."""
     keys = [minute_key(now - timedelta(minutes=WINDOW_MIN - 1 - i)) for i in range(WINDOW_MIN)]
     series = {name: [0] * WINDOW_MIN for name in SERIES}
     hist = [0] * (len(LATENCY_BOUNDS_S) + 1)
     index = {key: i for i, key in enumerate(keys)}
     latest: dict[str, tuple[datetime, int]] = {}
     for doc in docs:
-        for key, minute in (doc.get("minutes") or {}).items():
+        minutes = doc.get("minutes")
+        for key, minute in minutes.items() if isinstance(minutes, Mapping) else ():
             slot = index.get(key)
             if slot is None or not isinstance(minute, Mapping):
                 continue
             for name in SERIES:
-                series[name][slot] += int(minute.get(name, 0))
-            for i, count in enumerate(minute.get("latency") or []):
-                if i < len(hist):
-                    hist[i] += int(count)
+                series[name][slot] += _count(minute.get(name))
+            latency = minute.get("latency")
+            for i, count in enumerate(latency[: len(hist)] if isinstance(latency, list) else ()):
+                hist[i] += _count(count)
         try:
             written = datetime.fromisoformat(str(doc.get("written_at", "")).replace("Z", "+00:00"))
-        except ValueError:
+            age_s = (now - written).total_seconds()
+        except (ValueError, TypeError):  # unreadable, or without a zone
             continue
         instance = str(doc.get("instance", ""))
-        if (now - written).total_seconds() <= stale_after_s and (
-            instance not in latest or latest[instance][0] < written
-        ):
-            latest[instance] = (written, int(doc.get("in_flight", 0)))
+        if age_s <= stale_after_s and (instance not in latest or latest[instance][0] < written):
+            latest[instance] = (written, _count(doc.get("in_flight")))
     in_flight = sum(count for _, count in latest.values())
     return {
         "minutes": keys,

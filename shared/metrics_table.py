@@ -81,7 +81,7 @@ class TableCounters:
                 continue
             try:
                 doc = json.loads(str(entity.get("doc") or ""))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 log.warning(
                     "console metrics: %s/%s is not JSON", entity.get("PartitionKey"), entity.get("RowKey")
                 )
