@@ -1,5 +1,6 @@
-"""The console overview's counters (kept by the core, read by the console): counted in memory per process, flushed on a timer to one blob per instance
-per hour, so they add no storage request per message.
+"""The console overview's counters (kept by the core, read by the console): counted in memory per
+process, flushed on a timer to one document per instance per hour, so they add no storage request
+per message.
 
 One document per instance per hour, holding per-minute counts (completed, retried, poisoned), a
 latency histogram per minute (enqueue to completion, `LATENCY_BOUNDS_S`) and the instance's jobs in
@@ -33,7 +34,7 @@ FLUSH_S = 60.0
 WINDOW_MIN = 60
 """The overview shows the last hour, minute by minute."""
 RETENTION_H = 48
-"""Hours of counters kept in storage; older hour blobs are deleted by `prune`."""
+"""Hours of counters kept in storage; older hours' documents are deleted (`CounterStore.prune`)."""
 LATENCY_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 """Upper bounds of the latency bins; one more bin holds everything slower."""
 COUNTED = {"completed": "completed", "retry_scheduled": "retried", "poisoned": "poisoned"}
