@@ -190,3 +190,21 @@ def test_a_row_written_between_the_query_and_the_delete_is_kept(
     assert (done.rows.due, done.rows.deleted, done.rows.changed, done.error) == (3, 2, 1, None)
     assert _rows(rt) == {LISTED: {names[1]}}
     assert index.counts() == {"bad_input": 1}
+
+
+def test_a_table_in_the_due_range_that_is_not_a_day_table_is_never_dropped(rt: Runtime) -> None:
+    """The list-tables query is a name range (`<prefix>0` to `<prefix><last due day>`): another
+    table whose name falls in it (another container's prefix, digits that are no date) is
+    returned and must stay; the jobs page does not read it either."""
+    assert rt.job_index is not None
+    prefix = rt.job_index.prefix
+    others = [f"{prefix}1entries", f"{prefix}19991301", f"{prefix}199912311"]
+    for name in others:
+        rt.job_index.service.create_table(name)
+    rt.job_index.put(_job("old", NOW - timedelta(days=60)))
+    done = retention_apply.apply_tables(
+        rt.job_index, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    )
+    assert done.tables_dropped == 1 and done.error is None
+    assert _tables(rt) == sorted(others)
+    assert rt.job_index.days(fresh=True) == [] and rt.job_index.page().rows == []
