@@ -53,7 +53,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
 
 from shared.index_keys import MAX_MS, clip, newest_first, quoted
-from shared.tables import query_rows
+from shared.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.index")
 SUFFIX = "entries"
@@ -233,12 +233,7 @@ class EntryIndex:
 
     def put(self, name: str, entry: Mapping[str, Any]) -> None:
         """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
-        entity = entity_of(name, entry)
-        try:
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        except ResourceNotFoundError:
-            self.ensure()
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        upsert_creating(self.table, entity_of(name, entry), self.ensure)
 
     def add(self, name: str, entry: Mapping[str, Any]) -> None:
         """A new entry: its row, and its reason code's count when it is listed."""
