@@ -27,12 +27,12 @@ from datetime import datetime
 from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
-from azure.data.tables import TableServiceClient, UpdateMode
+from azure.data.tables import TableServiceClient
 
 from shared.documents import DocumentStore
 from shared.envelope import isoformat
 from shared.index_keys import clip, newest_first, quoted
-from shared.tables import query_rows
+from shared.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.audit")
 SUFFIX = "audit"
@@ -171,11 +171,7 @@ class AuditLog:
             self.service.create_table(self.name)
 
     def write(self, entity: Mapping[str, Any]) -> None:
-        try:
-            self.table.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
-        except ResourceNotFoundError:
-            self.ensure()
-            self.table.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
+        upsert_creating(self.table, entity, self.ensure)
 
     def record(self, at: datetime, by: str, action: str, target: str = "", **details: Any) -> None:
         """One action's row; a failure is logged, never raised (one request)."""

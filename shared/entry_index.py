@@ -38,7 +38,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,7 +53,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
 
 from shared.index_keys import MAX_MS, clip, newest_first, quoted
-from shared.tables import query_rows
+from shared.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.index")
 SUFFIX = "entries"
@@ -121,6 +121,18 @@ def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     if old == new:
         return []
     return [(c, d) for c, d in ((old, -1), (new, 1)) if c is not None]
+
+
+def counter_key(code: str, name: str) -> str:
+    """The RowKey of the counter row (in `COUNT_PARTITION`) that an entry's reason code counts in."""
+    return f"{code}|{shard_of(name):02d}"
+
+
+def add_deltas(deltas: dict[str, int], name: str, changes: list[tuple[str, int]]) -> None:
+    """Sum an entry's count changes (`count_changes`) into `deltas`, per counter row."""
+    for code, delta in changes:
+        key = counter_key(code, name)
+        deltas[key] = deltas.get(key, 0) + delta
 
 
 TRANSACTION_SIZE = 100
@@ -221,12 +233,7 @@ class EntryIndex:
 
     def put(self, name: str, entry: Mapping[str, Any]) -> None:
         """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
-        entity = entity_of(name, entry)
-        try:
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        except ResourceNotFoundError:
-            self.ensure()
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        upsert_creating(self.table, entity_of(name, entry), self.ensure)
 
     def add(self, name: str, entry: Mapping[str, Any]) -> None:
         """A new entry: its row, and its reason code's count when it is listed."""
@@ -259,36 +266,43 @@ class EntryIndex:
         run goes on): a query and a transaction per 100 rows; listed rows' counts follow."""
         done = Pruned()
         deltas: dict[str, int] = {}
-        for state in states:
-            where = expired_filter(state, cutoff)
-            cont: Any = None
-            while True:
-                room = limit - done.due
-                if room <= 0:
-                    done.stopped_at_limit = True
+        try:
+            for state in states:
+                for rows in self._due_pages(state, cutoff, limit, done):
+                    if not dry_run:
+                        self._delete_due(state, rows, done, deltas)
+                if done.stopped_at_limit:
                     break
-                pager = self.table.query_entities(
-                    where,
-                    select=["PartitionKey", "RowKey", "name", "reason_code", "reason"],
-                    results_per_page=min(TRANSACTION_SIZE, room),
-                ).by_page(continuation_token=cont)
-                done.requests += 1
-                try:
-                    got = list(next(pager, []))[:room]
-                except ResourceNotFoundError:  # no table: nothing indexed
-                    return done
-                cont = getattr(pager, "continuation_token", None)
-                done.due += len(got)
-                if got and not dry_run:
-                    self._delete_due(state, got, done, deltas)
-                if not cont:
-                    break
-            if done.stopped_at_limit:
-                break
+        except ResourceNotFoundError:  # no table: nothing indexed
+            pass
         for key, delta in deltas.items():
             done.requests += 1
             self._count_key(key, delta)
         return done
+
+    def _due_pages(
+        self, state: str, cutoff: datetime, limit: int, done: Pruned
+    ) -> Iterator[list[TableEntity]]:
+        """The due rows of one state, a page (<= 100) a query, until `limit` rows are due in all."""
+        cont: Any = None
+        while True:
+            room = limit - done.due
+            if room <= 0:
+                done.stopped_at_limit = True
+                return
+            pager = self.table.query_entities(
+                expired_filter(state, cutoff),
+                select=["PartitionKey", "RowKey", "name", "reason_code", "reason"],
+                results_per_page=min(TRANSACTION_SIZE, room),
+            ).by_page(continuation_token=cont)
+            done.requests += 1
+            got = list(next(pager, []))[:room]
+            cont = getattr(pager, "continuation_token", None)
+            done.due += len(got)
+            if got:
+                yield got
+            if not cont:
+                return
 
     def _delete_due(self, state: str, rows: list[TableEntity], done: Pruned, deltas: dict[str, int]) -> None:
         """One transaction (one partition, <= 100 rows), If-Match each row's ETag; when it fails (a
@@ -319,17 +333,15 @@ class EntryIndex:
                 gone.append(row)
         done.deleted += len(gone)
         done.changed += len(rows) - len(gone)
-        if state == LISTED:
-            for row in gone:
-                code = str(row.get("reason_code") or reason_code_of(row.get("reason")))
-                key = f"{code}|{shard_of(str(row.get('name') or '')):02d}"
-                deltas[key] = deltas.get(key, 0) - 1
+        for row in gone:  # the row is its entry as far as its count goes: state, code, reason
+            entry = {"state": state, "reason_code": row.get("reason_code"), "reason": row.get("reason")}
+            add_deltas(deltas, str(row.get("name") or ""), count_changes(entry, None))
 
     # -- counts per reason code ----------------------------------------------------------------
 
     def count(self, name: str, changes: list[tuple[str, int]]) -> None:
         for code, delta in changes:
-            self._count_key(f"{code}|{shard_of(name):02d}", delta)
+            self._count_key(counter_key(code, name), delta)
 
     def _count_key(self, key: str, delta: int) -> None:
         try:
@@ -424,9 +436,7 @@ class EntryIndex:
         removes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
         deltas: dict[str, int] = {}
         for name, before, after in moves:
-            for code, delta in count_changes(before, after):
-                key = f"{code}|{shard_of(name):02d}"
-                deltas[key] = deltas.get(key, 0) + delta
+            add_deltas(deltas, name, count_changes(before, after))
             new = entity_of(name, after)
             puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
             old_state = str(before.get("state") or "poisoned")

@@ -32,7 +32,7 @@ from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.documents import Document, DocumentStore, TagQuery
 from shared.index_keys import MAX_MS, clip, day_of, decode_token, encode_token, newest_first, quoted, stamp_ms
-from shared.retention import day_tables_filter
+from shared.retention import day_tables_filter, table_day
 
 log = logging.getLogger("jobs.index")
 PARTITION = "j"
@@ -228,7 +228,7 @@ class JobIndex:
             for t in self.service.query_tables(f"TableName ge {quoted(low)} and TableName lt {quoted(high)}")
         ]
         cut = len(self.prefix)
-        days = sorted((n[cut:] for n in names if n[cut:].isdigit() and len(n) == cut + 8), reverse=True)
+        days = sorted((n[cut:] for n in names if table_day(n, self.prefix) is not None), reverse=True)
         with self._lock:
             self._days = (self.clock(), days)
         return days

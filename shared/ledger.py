@@ -321,15 +321,37 @@ past `POISON_DIGESTS_KEEP`): the console lists the job's archive entries then.""
 POISON_DIGESTS_KEEP = 8
 
 
-def poison_digests_after(prev: Mapping[str, Any] | None, digest: str) -> tuple[list[str], bool]:
-    """(`poison_digests`, partial) once `digest` poisons the job (pure). A record poisoned before the
-    field existed (`poisoned_at` without it) starts a partial list."""
-    old = (prev or {}).get(POISON_DIGESTS)
-    known = [d for d in old if isinstance(d, str)] if isinstance(old, list) else []
-    partial = bool((prev or {}).get(POISON_DIGESTS_PARTIAL)) or (
-        not isinstance(old, list) and bool((prev or {}).get("poisoned_at"))
+def poison_digests_of(data: Mapping[str, Any] | None) -> list[str] | None:
+    """The record's `poison_digests`; None when it has none or they are not a non-empty list of
+    digests (a record written before the field, or a damaged one) (pure)."""
+    value = (data or {}).get(POISON_DIGESTS)
+    if not isinstance(value, list) or not value or not all(isinstance(d, str) and d for d in value):
+        return None
+    return value
+
+
+def history_events(data: Mapping[str, Any]) -> set[str]:
+    """The events the record's history holds (pure)."""
+    history = data.get("history")
+    if not isinstance(history, list):
+        return set()
+    return {str(h.get("event")) for h in history if isinstance(h, Mapping)}
+
+
+def ever_archived(data: Mapping[str, Any]) -> bool:
+    """True when the job may have poison archive entries: poisoned or replayed, now or before (pure)."""
+    return bool(
+        data.get("poisoned_at") or data.get("replay_count") or history_events(data) & {POISONED, "replayed"}
     )
-    digests = [digest, *(d for d in known if d != digest)]
+
+
+def poison_digests_after(prev: Mapping[str, Any] | None, digest: str) -> tuple[list[str], bool]:
+    """(`poison_digests`, partial) once `digest` poisons the job (pure). A record archived before
+    without the field (or with a damaged one) starts a partial list."""
+    prev = prev or {}
+    known = poison_digests_of(prev)
+    partial = bool(prev.get(POISON_DIGESTS_PARTIAL)) or (known is None and ever_archived(prev))
+    digests = [digest, *(d for d in known or () if d != digest)]
     return digests[:POISON_DIGESTS_KEEP], partial or len(digests) > POISON_DIGESTS_KEEP
 
 
@@ -341,7 +363,8 @@ def poisoned(
     text = body.decode("utf-8", errors="replace")
     if len(text) > BODY_KEEP_CHARS:
         text = text[:BODY_KEEP_CHARS] + f"... ({len(text)} chars)"
-    digests, partial = poison_digests_after(prev, body_digest(body))
+    digest = body_digest(body)
+    digests, partial = poison_digests_after(prev, digest)
     return _next(
         prev,
         job_id,
@@ -353,7 +376,7 @@ def poisoned(
         reason_code=code,
         poisoned_at=isoformat(facts.now),
         body=text,
-        body_digest=body_digest(body),
+        body_digest=digest,
         poison_digests=digests,
         poison_digests_partial=partial or None,
         details={"attempt": (prev or {}).get("attempt"), "reason": reason},

@@ -1,5 +1,6 @@
-"""The console overview's counters (kept by the core, read by the console): counted in memory per process, flushed on a timer to one blob per instance
-per hour, so they add no storage request per message.
+"""The console overview's counters (kept by the core, read by the console): counted in memory per
+process, flushed on a timer to one document per instance per hour, so they add no storage request
+per message.
 
 One document per instance per hour, holding per-minute counts (completed, retried, poisoned), a
 latency histogram per minute (enqueue to completion, `LATENCY_BOUNDS_S`) and the instance's jobs in
@@ -33,7 +34,7 @@ FLUSH_S = 60.0
 WINDOW_MIN = 60
 """The overview shows the last hour, minute by minute."""
 RETENTION_H = 48
-"""Hours of counters kept in storage; older hour blobs are deleted by `prune`."""
+"""Hours of counters kept in storage; older hours' documents are deleted (`CounterStore.prune`)."""
 LATENCY_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 """Upper bounds of the latency bins; one more bin holds everything slower."""
 COUNTED = {"completed": "completed", "retry_scheduled": "retried", "poisoned": "poisoned"}
@@ -264,33 +265,39 @@ def prune(store: DocumentStore, now: datetime, retention_h: int = RETENTION_H) -
 # -- reading (pure) ---------------------------------------------------------------------------
 
 
+def _count(value: Any) -> int:
+    """A count from a document: a non-negative whole number, else 0 (a damaged document adds nothing)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def merge(docs: list[Mapping[str, Any]], now: datetime, stale_after_s: float = 3 * FLUSH_S) -> dict[str, Any]:
     """The overview's figures from instance documents: per-minute series over the last hour,
-    latency p50/p95 over the hour, and jobs in flight (instances heard from recently)."""
+    latency p50/p95 over the hour, and jobs in flight (instances heard from recently). A field of
+    the wrong type (another version's, or a damaged document) counts nothing; it never fails."""
     keys = [minute_key(now - timedelta(minutes=WINDOW_MIN - 1 - i)) for i in range(WINDOW_MIN)]
     series = {name: [0] * WINDOW_MIN for name in SERIES}
     hist = [0] * (len(LATENCY_BOUNDS_S) + 1)
     index = {key: i for i, key in enumerate(keys)}
     latest: dict[str, tuple[datetime, int]] = {}
     for doc in docs:
-        for key, minute in (doc.get("minutes") or {}).items():
+        minutes = doc.get("minutes")
+        for key, minute in minutes.items() if isinstance(minutes, Mapping) else ():
             slot = index.get(key)
             if slot is None or not isinstance(minute, Mapping):
                 continue
             for name in SERIES:
-                series[name][slot] += int(minute.get(name, 0))
-            for i, count in enumerate(minute.get("latency") or []):
-                if i < len(hist):
-                    hist[i] += int(count)
+                series[name][slot] += _count(minute.get(name))
+            latency = minute.get("latency")
+            for i, count in enumerate(latency[: len(hist)] if isinstance(latency, list) else ()):
+                hist[i] += _count(count)
         try:
             written = datetime.fromisoformat(str(doc.get("written_at", "")).replace("Z", "+00:00"))
-        except ValueError:
+            age_s = (now - written).total_seconds()
+        except (ValueError, TypeError):  # unreadable, or without a zone
             continue
         instance = str(doc.get("instance", ""))
-        if (now - written).total_seconds() <= stale_after_s and (
-            instance not in latest or latest[instance][0] < written
-        ):
-            latest[instance] = (written, int(doc.get("in_flight", 0)))
+        if age_s <= stale_after_s and (instance not in latest or latest[instance][0] < written):
+            latest[instance] = (written, _count(doc.get("in_flight")))
     in_flight = sum(count for _, count in latest.values())
     return {
         "minutes": keys,

@@ -21,11 +21,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
-from azure.data.tables import TableServiceClient, UpdateMode
+from azure.data.tables import TableServiceClient
 
 from shared import metrics
 from shared.documents import DocumentStore
 from shared.index_keys import quoted
+from shared.tables import upsert_creating
 
 log = logging.getLogger("jobs.console.metrics")
 SUFFIX = "metrics"
@@ -61,12 +62,7 @@ class TableCounters:
             self.service.create_table(self.name)
 
     def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
-        entity = entity_of(hour, instance, doc)
-        try:
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        except ResourceNotFoundError:
-            self.ensure()
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        upsert_creating(self.table, entity_of(hour, instance, doc), self.ensure)
 
     def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
         """The documents of `hours`: one query."""
@@ -81,7 +77,7 @@ class TableCounters:
                 continue
             try:
                 doc = json.loads(str(entity.get("doc") or ""))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 log.warning(
                     "console metrics: %s/%s is not JSON", entity.get("PartitionKey"), entity.get("RowKey")
                 )

@@ -156,19 +156,10 @@ def table_day(name: str, prefix: str) -> date | None:
         return None
 
 
-def due_day_tables(
-    names: Iterable[str], prefix: str, now: datetime, ledger_days: int, job_ttl_s: float
-) -> list[str]:
-    """The jobs-index tables among `names` that may be dropped as of `now`, oldest first (pure)."""
-    last = day_tables_last_due(now, ledger_days, job_ttl_s)
-    if last is None:
-        return []
-    found = []
-    for name in names:
-        day = table_day(name, prefix)
-        if day is not None and day <= last:
-            found.append(name)
-    return sorted(found)
+def due_day_tables(names: Iterable[str], prefix: str, last: date) -> list[str]:
+    """The jobs-index tables among `names` of days up to `last` (`day_tables_last_due`), oldest
+    first; a name that is not `<prefix><YYYYMMDD>` is never due (pure)."""
+    return sorted(name for name in names if (day := table_day(name, prefix)) is not None and day <= last)
 
 
 def day_tables_filter(prefix: str, last: date) -> str:

@@ -264,7 +264,7 @@ def apply_tables(
             done.last_due_day = last
             listed = job_index.due_tables(last)
             done.requests += 1 + len(listed) // 1000
-            due = due_day_tables(listed, job_index.prefix, now, ledger_days, job_ttl_s)
+            due = due_day_tables(listed, job_index.prefix, last)
             if table_limit is not None and len(due) > table_limit:
                 due, done.stopped_at_limit = due[:table_limit], True
             done.tables_due = due

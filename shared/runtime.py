@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shared import metrics
+from shared.audit_index import SUFFIX as AUDIT_SUFFIX
 from shared.audit_index import AuditLog
 from shared.blob_documents import BlobDocuments
 from shared.documents import DocumentStore
+from shared.entry_index import SUFFIX as ENTRIES_SUFFIX
 from shared.entry_index import EntryIndex
 from shared.index_keys import table_prefix
 from shared.job_index import IndexedStore, JobIndex
@@ -25,6 +27,7 @@ from shared.jobs.base import Handler
 from shared.ledger import Ledger
 from shared.ledger_view import index_tags, listing_metadata
 from shared.messages import QueueSender
+from shared.metrics_table import SUFFIX as METRICS_SUFFIX
 from shared.metrics_table import TableCounters
 from shared.platform import in_azure
 from shared.settings import Settings
@@ -78,15 +81,12 @@ class Runtime:
     ) -> Runtime:
         """A runtime on the configured storage account; its Table service is `tables` when given
         (tests: an in-memory account), else the configured account's."""
+        archive_tables = table_prefix(settings.poison_archive_container)
         try:
             tables = tables if tables is not None else table_service(settings.storage)
             job_index: JobIndex | None = JobIndex(tables, table_prefix(settings.ledger_container))
-            entry_index: EntryIndex | None = EntryIndex(
-                tables, table_prefix(settings.poison_archive_container) + "entries"
-            )
-            audit: AuditLog | None = AuditLog(
-                tables, table_prefix(settings.poison_archive_container) + "audit"
-            )
+            entry_index: EntryIndex | None = EntryIndex(tables, archive_tables + ENTRIES_SUFFIX)
+            audit: AuditLog | None = AuditLog(tables, archive_tables + AUDIT_SUFFIX)
         except NoTableEndpoint as exc:
             log.warning("no console indexes: %s", exc)
             tables = job_index = entry_index = None
@@ -96,9 +96,7 @@ class Runtime:
         )
         archive = BlobDocuments(storage.container(settings.poison_archive_container))
         counters = (
-            TableCounters(tables, table_prefix(settings.poison_archive_container) + "metrics", archive)
-            if tables is not None
-            else None
+            TableCounters(tables, archive_tables + METRICS_SUFFIX, archive) if tables is not None else None
         )
         return cls(
             settings=settings,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import TableClient, TableServiceClient
+from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 
 from shared.settings import StorageConnection
 
@@ -70,6 +70,16 @@ def query_rows(table: TableClient, where: str, size: int, max_queries: int) -> l
     except ResourceNotFoundError:
         return []
     return rows
+
+
+def upsert_creating(table: TableClient, entity: Mapping[str, Any], create: Callable[[], None]) -> None:
+    """Upsert (replace) `entity`; when its table is missing, `create` it and upsert again: one
+    request while the table exists."""
+    try:
+        table.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
+    except ResourceNotFoundError:
+        create()
+        table.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
 
 
 class NoTableEndpoint(Exception):

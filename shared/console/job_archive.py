@@ -18,13 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.ledger import POISON_DIGESTS, POISON_DIGESTS_PARTIAL
+from shared.ledger import POISON_DIGESTS_PARTIAL, ever_archived, history_events, poison_digests_of
 from shared.poison.archive import JOBS_PREFIX, entry_name
 from shared.runtime import Runtime
 
 EDITS_PREFIX = "edits/"
 LAST_EDIT = "last_edit_digest"
-POISON_EVENTS = frozenset({"poisoned", "replayed"})
 
 
 def edit_name(job_id: str, digest: str) -> str:
@@ -42,27 +41,18 @@ class ArchivePlan:
     list_edits: bool = False
 
 
-def _events(record: Mapping[str, Any]) -> set[str]:
-    history = record.get("history")
-    return (
-        {str(h.get("event")) for h in history if isinstance(h, Mapping)}
-        if isinstance(history, list)
-        else set()
-    )
-
-
 def plan(job_id: str, record: Mapping[str, Any]) -> ArchivePlan:
-    """What the job's record says about its archive entries and edits (pure)."""
-    events = _events(record)
-    digests = record.get(POISON_DIGESTS)
-    named = isinstance(digests, list) and not record.get(POISON_DIGESTS_PARTIAL)
-    ever_archived = bool(record.get("poisoned_at") or record.get("replay_count") or events & POISON_EVENTS)
+    """What the job's record says about its archive entries and edits (pure). Names it does not
+    keep, or keeps damaged (not a list of digests, not a string), fall back to the listing."""
+    digests = poison_digests_of(record)
+    named = digests is not None and not record.get(POISON_DIGESTS_PARTIAL)
     last_edit = record.get(LAST_EDIT)
+    edit = edit_name(job_id, last_edit) if isinstance(last_edit, str) and last_edit else None
     return ArchivePlan(
-        entries=tuple(entry_name(job_id, d) for d in digests or () if isinstance(d, str)) if named else (),
-        list_entries=not named and ever_archived,
-        edit=edit_name(job_id, last_edit) if isinstance(last_edit, str) and last_edit else None,
-        list_edits=not last_edit and bool(record.get("edit_count") or "edited" in events),
+        entries=tuple(entry_name(job_id, d) for d in digests or ()) if named else (),
+        list_entries=not named and ever_archived(record),
+        edit=edit,
+        list_edits=edit is None and bool(record.get("edit_count") or "edited" in history_events(record)),
     )
 
 

@@ -9,7 +9,6 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -21,6 +20,7 @@ from shared.processing import process_message
 from shared.runtime import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import message
+from tests.integration.test_console_actions import archived, poisoned
 from tests.integration.test_poison import drain_jobs, run_poison_trigger
 
 NEW_FIELDS = (ledger.POISON_DIGESTS, ledger.POISON_DIGESTS_PARTIAL, job_archive.LAST_EDIT)
@@ -38,12 +38,6 @@ def listings(rt: Runtime, seen: list[str]) -> list[str]:
         for r in seen
         if r.startswith("GET ") and r.rstrip("/").endswith(f"/{rt.settings.poison_archive_container}")
     ]
-
-
-def poison(rt: Runtime, job_id: str, payload: dict[str, Any]) -> None:
-    body = {"id": job_id, "kind": "fault", "payload": payload, "created_at": isoformat(utcnow())}
-    process_message(message(json.dumps(body).encode()), rt)
-    run_poison_trigger(rt)
 
 
 def as_legacy(rt: Runtime, job_id: str) -> None:
@@ -69,7 +63,7 @@ def counted_view(
 def test_a_poisoned_jobs_page_reads_its_entry_by_name_and_lists_nothing(
     rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    poison(rt, "np1", {"permanent": True})
+    poisoned(rt, "np1", {"permanent": True})
     view, seen = counted_view(rt, storage_backend, monkeypatch, "np1")
     assert listings(rt, seen) == [] and len(seen) == 2, seen  # the record, the entry
     [name] = view.archive_names
@@ -84,10 +78,8 @@ def test_a_poisoned_jobs_page_reads_its_entry_by_name_and_lists_nothing(
 def test_an_edit_and_a_second_poisoning_show_as_the_listing_showed_them(
     rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    poison(rt, "ne1", {"permanent": True})
-    record = rt.ledger.get("ne1")
-    assert record is not None
-    [(_, entry)] = job_archive.archived_bodies(rt, "ne1", record.data)
+    poisoned(rt, "ne1", {"permanent": True})
+    [(_, entry)] = archived(rt, "ne1")
     env = json.loads(base64.b64decode(entry["body_b64"]))
     actions.replay_edited(rt, "ne1", json.dumps({**env, "payload": {"permanent": True, "note": "x"}}), "ann")
     edited, seen = counted_view(rt, storage_backend, monkeypatch, "ne1")

@@ -9,6 +9,7 @@ which the test cannot move), so the stamps below are relative to both."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,47 @@ def test_the_sweep_timer_runs_the_table_part_without_retention_by_app(rt: Runtim
     assert report is not None and report.rules == [] and report.tables is not None
     assert report.tables.tables_dropped == 1 and [r.id for r in rt.job_index.page().rows] == ["new"]
     assert retention_apply.on_timer(rt) is None  # at most every TABLES_EVERY_S
+
+
+def test_a_row_written_between_the_query_and_the_delete_is_kept(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction deletes If-Match each row's ETag: one row written since the query fails it,
+    the rows are then deleted one by one, and the written one stays (counted `written since`),
+    its reason-code count with it."""
+    index = rt.entry_index
+    assert index is not None
+    names = [_entry(rt, f"raced{i}", LISTED, START - timedelta(days=200)) for i in range(3)]
+    submit = index.table.submit_transaction
+
+    def write_one_first(operations: Any, **kwargs: Any) -> Any:
+        doc = rt.archive.read(names[1])
+        assert doc is not None
+        index.put(names[1], doc.data)  # the row written again: a new ETag
+        return submit(operations, **kwargs)
+
+    monkeypatch.setattr(index.table, "submit_transaction", write_one_first)
+    done = retention_apply.apply_tables(
+        None, index, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    )
+    assert (done.rows.due, done.rows.deleted, done.rows.changed, done.error) == (3, 2, 1, None)
+    assert _rows(rt) == {LISTED: {names[1]}}
+    assert index.counts() == {"bad_input": 1}
+
+
+def test_a_table_in_the_due_range_that_is_not_a_day_table_is_never_dropped(rt: Runtime) -> None:
+    """The list-tables query is a name range (`<prefix>0` to `<prefix><last due day>`): another
+    table whose name falls in it (another container's prefix, digits that are no date) is
+    returned and must stay; the jobs page does not read it either."""
+    assert rt.job_index is not None
+    prefix = rt.job_index.prefix
+    others = [f"{prefix}1entries", f"{prefix}19991301", f"{prefix}199912311"]
+    for name in others:
+        rt.job_index.service.create_table(name)
+    rt.job_index.put(_job("old", NOW - timedelta(days=60)))
+    done = retention_apply.apply_tables(
+        rt.job_index, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    )
+    assert done.tables_dropped == 1 and done.error is None
+    assert _tables(rt) == sorted(others)
+    assert rt.job_index.days(fresh=True) == [] and rt.job_index.page().rows == []

@@ -41,7 +41,9 @@ from shared.errors import SettingsError
 from shared.jobs import noop, testing
 from shared.ledger import Facts
 from shared.memory_documents import MemoryDocuments
+from shared.metrics_table import TableCounters
 from tests.conftest import FAST_TIER, tier_cases
+from tests.fakes.storage import MemoryStorage
 
 NOW = datetime(2026, 11, 24, 12, 30, 15, tzinfo=UTC)
 AZURE = {
@@ -379,6 +381,34 @@ def test_merge_sums_instances_and_counts_in_flight_from_the_latest_recent_docume
     assert sum(figures["series"]["completed"]) == 8 and figures["in_flight"] == 4
     assert figures["latency_hist"][0] == 8
     assert metrics.hours_to_read(NOW) == ["2026-11-24T11", "2026-11-24T12"]
+
+
+def test_damaged_counter_documents_count_nothing_and_never_fail_the_overview() -> None:
+    """Documents of the wrong shape (another version's, or damaged) next to a good one: the
+    figures are the good one's, and reading them from the counters table skips what is not JSON."""
+    good: dict[str, Any] = {
+        "instance": "a",
+        "written_at": (NOW - timedelta(seconds=30)).isoformat(),
+        "in_flight": 2,
+        "minutes": {"2026-11-24T12:29": {"completed": 3, "retried": 1, "poisoned": 0, "latency": [3]}},
+    }
+    damaged: list[Mapping[str, Any]] = [
+        {"minutes": ["2026-11-24T12:29"]},
+        {"minutes": "x", "in_flight": "many", "written_at": NOW.isoformat(), "instance": "b"},
+        {"minutes": {"2026-11-24T12:29": {"completed": "3", "retried": None, "latency": "x"}}},
+        {"minutes": {"2026-11-24T12:29": {"completed": 2.5, "poisoned": -4, "latency": [True, "1", None]}}},
+        {"written_at": "2026-11-24T12:29:00", "instance": "c", "in_flight": 5},  # no zone
+        {"written_at": 12, "in_flight": [1]},
+    ]
+    assert metrics.merge([good, *damaged], NOW) == metrics.merge([good], NOW)
+    assert metrics.merge([good], NOW)["in_flight"] == 2
+
+    counters = TableCounters(MemoryStorage().table_service(), "metrics", MemoryDocuments(lambda: NOW))
+    counters.write("2026-11-24T12", "a", good)
+    for i, text in enumerate(["", "{", "[" * 30_000, "[1]", json.dumps("x")]):
+        counters.table.upsert_entity({"PartitionKey": "2026-11-24T12", "RowKey": f"bad{i}", "doc": text})
+    docs = counters.read(metrics.hours_to_read(NOW), None)
+    assert docs == [good]
 
 
 def test_latency_bins_and_percentiles() -> None:

@@ -44,3 +44,26 @@ def test_an_edit_is_named_by_the_replay_write_and_a_record_of_before_lists_edits
     assert plan("j1", edited).edit == f"edits/j1/{'e' * 64}.json" and not plan("j1", edited).list_edits
     legacy = {k: v for k, v in edited.items() if k != "last_edit_digest"}
     assert plan("j1", legacy).list_edits and plan("j1", legacy).edit is None
+
+
+def test_damaged_names_fall_back_to_the_listing_and_never_crash() -> None:
+    """A record whose names are not what the app writes (not a list, not strings, empty) is
+    treated as a record of before: its entries and edits are listed, and the next poisoning starts
+    a partial list, so an entry archived before is still found."""
+    base = {"id": "j1", "status": "poisoned", "poisoned_at": "t", "edit_count": 1}
+    for damaged in ("abc", {"d": 1}, [1, 2], [""], ["ok", None], []):
+        record = {**base, ledger.POISON_DIGESTS: damaged, "last_edit_digest": 7}
+        assert plan("j1", record) == ArchivePlan(list_entries=True, list_edits=True), damaged
+        after = ledger.poisoned({**record, "status": "queued"}, "j1", FACTS, "bad", "x", b"a")
+        assert after[ledger.POISON_DIGESTS] == [body_digest(b"a")], damaged
+        assert after[ledger.POISON_DIGESTS_PARTIAL] is True and plan("j1", after).list_entries, damaged
+
+
+def test_a_record_recreated_by_a_replay_and_poisoned_again_still_lists_the_earlier_entry() -> None:
+    """A replay of an archive entry whose record was gone writes a record without names; its entry
+    is under the job, so the next poisoning keeps the list partial (listed), not named alone."""
+    recreated = {"id": "j5", "status": "queued", "replay_count": 1, "history": [{"event": "replayed"}]}
+    after = ledger.poisoned(recreated, "j5", FACTS, "bad", "x", b"a")
+    assert after[ledger.POISON_DIGESTS_PARTIAL] is True and plan("j5", after).list_entries
+    fresh = ledger.poisoned({"id": "j6", "status": "queued", "history": []}, "j6", FACTS, "bad", "x", b"a")
+    assert ledger.POISON_DIGESTS_PARTIAL not in fresh and not plan("j6", fresh).list_entries

@@ -138,15 +138,21 @@ def test_a_day_table_goes_once_every_finished_record_it_lists_is_gone_with_the_s
     newest_record_gone = datetime(2026, 1, 22, tzinfo=UTC) + timedelta(seconds=s.job_ttl_s, days=30)
     assert newest_record_gone + timedelta(days=retention.TABLE_MARGIN_DAYS) <= NOW
     names = [f"ledger{d}" for d in ("20260120", "20260121", "20260122", "20260301")]
-    assert retention.due_day_tables(names, "ledger", NOW, s.retention.ledger, s.job_ttl_s) == names[:2]
+    assert retention.due_day_tables(names, "ledger", last) == names[:2]
 
 
 def test_a_day_table_follows_changed_settings() -> None:
     """Twin of the shipped test: a 10-day ledger and a 1-day TTL make a table due 13 days after its day."""
     names = ["jobs20260216", "jobs20260217", "jobs20260218"]
-    assert retention.due_day_tables(names, "jobs", NOW, 10, 86_400) == ["jobs20260216"]
-    assert retention.due_day_tables(names, "jobs", NOW + timedelta(hours=23), 10, 86_400) == ["jobs20260216"]
-    assert retention.due_day_tables(names, "jobs", NOW + timedelta(days=1), 10, 86_400) == names[:2]
+
+    def due(now: datetime) -> list[str]:
+        last = retention.day_tables_last_due(now, 10, 86_400)
+        assert last is not None
+        return retention.due_day_tables(names, "jobs", last)
+
+    assert due(NOW) == ["jobs20260216"]
+    assert due(NOW + timedelta(hours=23)) == ["jobs20260216"]
+    assert due(NOW + timedelta(days=1)) == names[:2]
 
 
 def test_only_day_tables_of_the_prefix_are_due_and_a_ledger_kept_forever_keeps_them() -> None:
@@ -158,9 +164,9 @@ def test_only_day_tables_of_the_prefix_are_due_and_a_ledger_kept_forever_keeps_t
         "ledger2x20200101",  # another app's prefix
         "ledger202001011",
     ]
-    assert retention.due_day_tables(names, "ledger", NOW, 30, 0) == ["ledger20200101"]
-    assert retention.due_day_tables(names, "ledger", NOW, 0, 0) == []
-    assert retention.day_tables_last_due(NOW, 0, 0) is None
+    last = retention.day_tables_last_due(NOW, 30, 0)
+    assert last is not None and retention.due_day_tables(names, "ledger", last) == ["ledger20200101"]
+    assert retention.day_tables_last_due(NOW, 0, 0) is None  # a ledger kept forever: no day is due
     assert retention.table_day("ledger20260101", "ledger") == date(2026, 1, 1)
 
 
