@@ -13,7 +13,9 @@ from shared.envelope import Envelope, isoformat
 from shared.errors import SettingsError
 from shared.ledger import Facts
 from shared.memory_documents import MemoryDocuments
+from shared.messages import NEVER_EXPIRE
 from shared.poison import archive
+from shared.poison.parking import parked_ttl_s
 from shared.retention import RetentionDays
 from shared.retention_apply import ENTRY_STATES, DocumentTarget, apply
 from shared.settings import Settings
@@ -215,9 +217,6 @@ def test_retention_queries_every_state_an_entry_can_be_in() -> None:
 
 
 def test_a_parked_message_expires_with_the_archive_retention() -> None:
-    from shared.messages import NEVER_EXPIRE
-    from shared.poison.parking import parked_ttl_s
-
     shipped = RetentionDays().archive
     assert parked_ttl_s(shipped) == shipped * 86_400 == 7_776_000
     assert parked_ttl_s(1) == 86_400
