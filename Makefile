@@ -86,4 +86,4 @@ package: $(STAMP)
 	$(PY) -m deploy.package --out dist/app.zip
 
 clean:
-	rm -rf $(VENV) node_modules dist .pytest_cache .mypy_cache .ruff_cache native/build
+	rm -rf $(VENV) node_modules dist build .pytest_cache .mypy_cache .ruff_cache native/build
