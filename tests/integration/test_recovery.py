@@ -199,7 +199,9 @@ def test_poison_handler_storage_failing_six_times_in_a_row(stack: Stack) -> None
         json.loads(archive.download_blob(b.name).readall()) for b in archive.list_blobs(f"jobs/{job_id}/")
     ]
     assert entry["state"] == "poisoned" and "maxDequeueCount" in entry["reason"]
-    assert stack.record(job_id)["status"] == "poisoned"
+    # the handler writes the entry, then the job's record: under load the record can trail the
+    # entry the wait above saw, so it gets a few seconds of its own (it must come, and say poisoned)
+    stack.wait_for(lambda: stack.record(job_id).get("status") == "poisoned", 15, "the record poisoned")
     listed = subprocess.run(
         [sys.executable, "-m", "shared.cli", "poison", "list"],
         env=stack.direct_env,
