@@ -14,6 +14,12 @@ from devstack.ports import free_port, wait_for_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = REPO_ROOT / "node_modules" / ".bin" / "azurite"
+NODE_FLAGS = ("--initial-old-space-size=256", "--min-semi-space-size=16", "--no-memory-reducer")
+"""V8 flags for Azurite's Node process. With Node's defaults, after ~8 s idle V8 shrinks the heap
+(a memory-reducing mark-compact to ~50 MB), and from then on every blob read runs mark-compacts
+back to back (external memory pressure from its 64 KiB read buffers): measured, a 300 MB read
+took 0.6-0.8 s and 0.9-1.3 s of Azurite CPU instead of 0.3 s and 0.3 s, until a restart. These
+flags keep the heap it grows (bench/bench_read.py; docs/performance.md)."""
 
 # Azurite's well-known development account (public, documented; not a secret).
 DEV_ACCOUNT = "devstoreaccount1"
@@ -42,6 +48,8 @@ class Azurite:
     process: subprocess.Popen[bytes] | None = None
     in_memory: bool = False
     """Keep everything in memory (`--inMemoryPersistence`): nothing on disk, no restart."""
+    node_flags: tuple[str, ...] = NODE_FLAGS
+    """V8 flags of the Node process (() for Node's defaults: bench/bench_azurite_idle.py)."""
     _owns_location: bool = field(default=False, repr=False)
 
     @property
@@ -52,8 +60,13 @@ class Azurite:
         """Start the process and wait until blob and queue ports answer."""
         if not AZURITE_BIN.exists():
             raise RuntimeError(f"Azurite is not installed: run `npm ci` in {REPO_ROOT}")
+        node = shutil.which("node")
+        if node is None:
+            raise RuntimeError("Node.js is not on PATH: Azurite needs it")
         args = [
-            str(AZURITE_BIN),
+            node,
+            *self.node_flags,
+            str(AZURITE_BIN.resolve()),
             "--silent",
             "--disableTelemetry",
             "--skipApiVersionCheck",
@@ -112,13 +125,14 @@ def start_azurite(
     location: Path | None = None,
     log_path: Path | None = None,
     in_memory: bool = False,
+    node_flags: tuple[str, ...] = NODE_FLAGS,
 ) -> Azurite:
     """Start Azurite on free ports (or 10000-10002 when `standard_ports`)."""
     owns = location is None
     loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
     loc.mkdir(parents=True, exist_ok=True)
     ports = (10000, 10001, 10002) if standard_ports else (free_port(), free_port(), free_port())
-    az = Azurite(*ports, location=loc, _owns_location=owns, in_memory=in_memory)
+    az = Azurite(*ports, location=loc, _owns_location=owns, in_memory=in_memory, node_flags=node_flags)
     az.start(log_path=log_path)
     return az
 
