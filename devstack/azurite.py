@@ -7,10 +7,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devstack.ports import free_port, wait_for_port
+from devstack.ports import free_ports, wait_for_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = REPO_ROOT / "node_modules" / ".bin" / "azurite"
@@ -20,6 +21,14 @@ NODE_FLAGS = ("--initial-old-space-size=256", "--min-semi-space-size=16", "--no-
 back to back (external memory pressure from its 64 KiB read buffers): measured, a 300 MB read
 took 0.6-0.8 s and 0.9-1.3 s of Azurite CPU instead of 0.3 s and 0.3 s, until a restart. These
 flags keep the heap it grows (bench/bench_read.py; docs/performance.md)."""
+
+START_TIMEOUT_S = 30.0
+"""How long a start may take before it fails (its ports answering)."""
+
+
+class StartFailed(RuntimeError):
+    """Azurite exited while starting (start_azurite tries again on other free ports)."""
+
 
 # Azurite's well-known development account (public, documented; not a secret).
 DEV_ACCOUNT = "devstoreaccount1"
@@ -87,10 +96,20 @@ class Azurite:
         args += ["--inMemoryPersistence"] if self.in_memory else ["--location", str(self.location)]
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            wait_for_port(self.blob_port)
-            wait_for_port(self.queue_port)
-        except TimeoutError:
+            for port in (self.blob_port, self.queue_port, self.table_port):
+                while True:
+                    if self.process.poll() is not None:
+                        code = self.process.returncode
+                        raise StartFailed(f"Azurite exited with {code} while starting (a port taken?)")
+                    try:
+                        wait_for_port(port, timeout_s=0.5)
+                        break
+                    except TimeoutError:
+                        if time.monotonic() > deadline:
+                            raise
+        except (TimeoutError, StartFailed):
             self.stop()
             raise
 
@@ -131,10 +150,18 @@ def start_azurite(
     owns = location is None
     loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
     loc.mkdir(parents=True, exist_ok=True)
-    ports = (10000, 10001, 10002) if standard_ports else (free_port(), free_port(), free_port())
-    az = Azurite(*ports, location=loc, _owns_location=owns, in_memory=in_memory, node_flags=node_flags)
-    az.start(log_path=log_path)
-    return az
+    for attempt in range(1 if standard_ports else 3):
+        blob, queue, table = (10000, 10001, 10002) if standard_ports else free_ports(3)
+        az = Azurite(
+            blob, queue, table, location=loc, _owns_location=owns, in_memory=in_memory, node_flags=node_flags
+        )
+        try:
+            az.start(log_path=log_path)
+            return az
+        except StartFailed:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # standard ports raise on their only attempt
 
 
 if __name__ == "__main__":  # manual use: python -m devstack.azurite

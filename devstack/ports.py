@@ -13,6 +13,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> tuple[int, ...]:
+    """`count` distinct TCP ports on 127.0.0.1, free right now (all held open while choosing:
+    `free_port()` twice can return the same port)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return tuple(int(sock.getsockname()[1]) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def wait_for_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:
     """Block until something accepts connections on host:port, or raise TimeoutError."""
     deadline = time.monotonic() + timeout_s
