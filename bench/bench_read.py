@@ -290,6 +290,10 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
         out[f"{key}_azurite_cpu_s"] = round(best_run[2], 2)
     out["cpu_ratio"] = round(out["inproc_cpu_s"] / out["read_cpu_s"], 2) if out["read_cpu_s"] else None
+    # the shortest wall time the engine over the reader can take here: its CPU (this process and
+    # Azurite's) spread over every core; run/read cannot go below floor/read on this machine
+    out["cpu_floor_s"] = round(out["inproc_cpu_s"] / (os.cpu_count() or 1), 3)
+    out["floor_vs_read"] = round(out["cpu_floor_s"] / fastest, 2)
     out |= memory(case, az)
     return out
 
@@ -371,6 +375,7 @@ COLUMNS = (
     ("run/read", "run_vs_read"),
     ("inproc/read", "inproc_vs_read"),
     ("cpu ratio", "cpu_ratio"),
+    ("floor/read", "floor_vs_read"),
     ("peak MB", "peak_rss_mb"),
 )
 
@@ -387,7 +392,9 @@ def print_table(report: dict[str, Any]) -> None:
         "e2e/polars = Polars over az:// / the job POST -> completed (>= 1.0 wanted); run/read = the "
         "job's duration_s / the fastest raw read, reader or obstore (<= 1.3 wanted); inproc = the "
         "engine over the reader in the bench process; cpu ratio = CPU seconds (this process + "
-        "Azurite) of inproc / of the reader's read"
+        "Azurite) of inproc / of the reader's read; floor/read = inproc's CPU seconds spread over "
+        f"the {os.cpu_count()} cores / the fastest read: where Azurite shares the cores, run/read "
+        "cannot go below it"
     )
 
 
