@@ -235,6 +235,43 @@ def test_a_quoted_field_after_plain_ones_is_read_by_the_scanner() -> None:
     assert scan(b'a,1,"x",2,9\n', ["k", "x", "u", "y"], ["k"], ["x", "y"]) is None  # a field too many
 
 
+def test_a_quoted_last_field_is_read_by_the_scanner_at_every_word_offset() -> None:
+    """A quoted last field whose quotes, pairs, commas and line breaks land at every offset of a
+    64-byte word (a pair across two words): the scanner answers, as the Python path does."""
+    lines = []
+    for pad in range(70):
+        v = "v" * pad
+        lines.append(f'{v},{pad},"{v}, x ""q"" y"\n')
+        lines.append(f'{v},{pad},"{v}""\r\n"""\r\n')
+        lines.append(f'{v},{pad},""\n')
+    data = "".join(lines).encode() + b'z,1,"end, no break"'
+    names = ["k", "x", "u"]
+    for keys in (["k"], ["u"], ["u", "k"]):
+        out = scan(data, names, keys, ["x"])
+        assert out is not None and out[0] == 3 * 70 + 1, keys
+        python = assert_same_outcome(b"k,x,u\n" + data, keys, metrics=METRICS_X)
+        assert sum(r["count"] for r in python[1]) == 3 * 70 + 1
+    assert scan(b'a,1,"x"\nb,2,"y,""z"""', names, ["u"], ["x"]) is not None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'a,1,"x"y\n',  # text after the closing quote of the last field
+        b'a,1,"x",\n',  # a comma after it: a field too many
+        b'a,1,"x","y"\n',  # a quoted field too many
+        b'a,1,"x\n',  # unterminated at the block's end
+        b'a,1,"',  # the opening quote is the block's last byte
+        b'a,1,"x""',  # a pair at the end, unterminated
+        b'a,"1","x"\nb,1\n',  # a record a field short after a quoted one
+        b'a,1,x"y"\n',  # a quote inside the unquoted last field
+    ],
+)
+def test_a_quoted_last_field_the_walk_would_refuse_is_left_to_the_python_path(data: bytes) -> None:
+    assert scan(data, ["k", "x", "u"], ["k"], ["x"]) is None
+    assert_same_outcome(b"k,x,u\n" + data, ["k"], metrics=METRICS_X)
+
+
 def test_the_wide_benchmark_file_is_read_by_the_scanner_alone() -> None:
     text = "".join(wide_csv_lines(3000)).encode()
     header, _, body = text.partition(b"\n")
