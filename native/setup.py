@@ -44,7 +44,7 @@ class PgoBuildExt(build_ext):  # type: ignore[misc]
                 self._build_pgo(ext, Path(tmp))
         except Exception as exc:  # any failure: the plain build decides (optional=True still applies)
             said = str(getattr(exc, "stderr", None) or exc).strip().splitlines() or [type(exc).__name__]
-            print(f"aggkernel: profile-guided build failed ({said[-1]}): plain build", file=sys.stderr)
+            print(f"aggkernel: profile-guided build failed ({said[-1][:200]}): plain build", file=sys.stderr)
             with self._set(force=True):  # whatever the failed build left is replaced
                 super().build_extension(ext)
 
