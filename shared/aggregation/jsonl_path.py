@@ -117,6 +117,9 @@ def _offsets(size: int) -> pa.Buffer:
     return pa.array([0, size], pa.int32()).buffers()[1]
 
 
+_ESCAPED_KEY = re.compile(rb'\\.(?:[^"\\\n]|\\.)*"\s*:')
+"""A key written with an escape (`"k\\u00e9":` is the key `ké`): the key patterns, which look for
+a key as written, cannot see it; where one may be in a block, the exact path decides."""
 _NUMBER_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false")
 _NEGATIVE_ZERO = re.compile(rb"-0(?![0-9.eE])")
 
@@ -286,7 +289,8 @@ class JsonParser:
     def _seen(self, table: pa.Table, block: Block) -> frozenset[str] | None:
         """Needed columns that occur in the block (as a key of a line's object, not of a nested
         one): a non-null value, or the key as written where no line holds a nested object (one
-        `{` per line); None where only the exact path can tell."""
+        `{` per line); None where only the exact path can tell (nested objects, or a key written
+        with an escape)."""
         seen = set()
         flat: bool | None = None
         for name in self.plan.columns:
@@ -299,6 +303,8 @@ class JsonParser:
                 if not flat:
                     return None
                 seen.add(name)
+            elif _ESCAPED_KEY.search(block.buf, block.start, block.end):
+                return None  # the key may be there, written with an escape
         return frozenset(seen)
 
 

@@ -804,6 +804,18 @@ def test_jsonl_a_column_present_only_as_null_is_seen(monkeypatch: pytest.MonkeyP
         run(missing, ["k"], [{"op": "sum", "column": "v"}], fmt="jsonl", block_size=4096)
 
 
+@pytest.mark.parametrize("block_size", [16, 4096])
+def test_jsonl_a_key_written_with_an_escape_is_seen_when_its_values_are_null(block_size: int) -> None:
+    """`"k\\u00e9": null` is the key `ké` (differential fuzz, seed 4242): every path and block
+    size counts it as present, none says the column occurs in no line."""
+    text = b'{"k\\u00e9": null, "w": 1}\n{"k": "b", "w": 2}\n'
+    for tuning in ({"native": True}, {"native": False}, {"native": False, "jsonl_pyarrow": False}):
+        result = run(text, ["k\u00e9"], fmt="jsonl", block_size=block_size, tuning=tuning)
+        assert result.rows == [{"k\u00e9": None, "count": 2}], tuning
+    quoted = b'{"a\\"b": null}\n{"k": "b"}\n'  # an escaped quote in the key
+    assert run(quoted, ['a"b'], fmt="jsonl", block_size=block_size).rows == [{'a"b': None, "count": 2}]
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_jsonl_invalid_utf8_in_an_unused_field_is_an_error_on_both_paths(fast: bool) -> None:
     text = b'{"k": "a", "x": "ok"}\n{"k": "a", "x": "\xff"}\n'
