@@ -13,7 +13,6 @@ read and the CPU seconds Azurite spent on it (Linux /proc).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -25,17 +24,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.bench_read import process_cpu_s  # noqa: E402
 from devstack import datagen  # noqa: E402
 from devstack.azurite import NODE_FLAGS, Azurite, start_azurite  # noqa: E402
 
 CONTAINER = "bench"
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def read_once(az: Azurite, blob: str) -> tuple[float, float]:
