@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devstack.ports import free_ports, wait_for_port
+from devstack.ports import free_ports, listens_on, wait_for_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = REPO_ROOT / "node_modules" / ".bin" / "azurite"
@@ -19,11 +19,14 @@ NODE_FLAGS = ("--initial-old-space-size=256", "--min-semi-space-size=16", "--no-
 """V8 flags for Azurite's Node process. With Node's defaults, after ~8 s idle V8 shrinks the heap
 (a memory-reducing mark-compact to ~50 MB), and from then on every blob read runs mark-compacts
 back to back (external memory pressure from its 64 KiB read buffers): measured, a 300 MB read
-took 0.6-0.8 s and 0.9-1.3 s of Azurite CPU instead of 0.3 s and 0.3 s, until a restart. These
-flags keep the heap it grows (bench/bench_read.py; docs/performance.md)."""
+took 0.57 s and 0.83 s of Azurite CPU instead of 0.34 s and 0.37 s, until a restart. These flags
+keep the heap it grows (python -m bench.bench_azurite_idle; docs/development.md)."""
 
 START_TIMEOUT_S = 30.0
 """How long a start may take before it fails (its ports answering)."""
+START_ATTEMPTS = 3
+"""Starts on free ports before giving up (another process may take a port between the choice and
+Azurite's listen)."""
 
 
 class StartFailed(RuntimeError):
@@ -105,10 +108,15 @@ class Azurite:
                         raise StartFailed(f"Azurite exited with {code} while starting (a port taken?)")
                     try:
                         wait_for_port(port, timeout_s=0.5)
-                        break
+                        if listens_on(self.process.pid, port) is not False:
+                            break  # ours (or no /proc to tell): that service is up
+                        time.sleep(0.1)  # another process's: ours exits when its listen fails
                     except TimeoutError:
-                        if time.monotonic() > deadline:
-                            raise
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"Azurite did not listen on 127.0.0.1:{port} in {START_TIMEOUT_S:.0f}s"
+                        )
         except (TimeoutError, StartFailed):
             self.stop()
             raise
@@ -150,7 +158,8 @@ def start_azurite(
     owns = location is None
     loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
     loc.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1 if standard_ports else 3):
+    attempts = 1 if standard_ports else START_ATTEMPTS
+    for attempt in range(1, attempts + 1):
         blob, queue, table = (10000, 10001, 10002) if standard_ports else free_ports(3)
         az = Azurite(
             blob, queue, table, location=loc, _owns_location=owns, in_memory=in_memory, node_flags=node_flags
@@ -159,9 +168,9 @@ def start_azurite(
             az.start(log_path=log_path)
             return az
         except StartFailed:
-            if attempt == 2:
+            if attempt == attempts:
                 raise
-    raise AssertionError("unreachable")  # standard ports raise on their only attempt
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 if __name__ == "__main__":  # manual use: python -m devstack.azurite

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -36,3 +38,25 @@ def wait_for_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s:.0f}s")
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port` (Linux /proc); None
+    where /proc cannot tell. A port that answers may be another process's."""
+    table = Path("/proc/net/tcp")
+    try:
+        lines = table.read_text(encoding="ascii").splitlines()[1:]
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    wanted = f"0100007F:{port:04X}"
+    rows = (line.split() for line in lines)  # sl, local, remote, state (0A: LISTEN), ..., inode
+    inodes = {row[9] for row in rows if row[1] == wanted and row[3] == "0A"}
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False
