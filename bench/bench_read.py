@@ -11,6 +11,8 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
 - inproc: the engine over the reader in this process (no host, ledger or result write), with the
   CPU seconds it took here and in Azurite, and the same for the reader's raw read: on a machine
   whose cores are all busy the run cannot beat the read by less than their CPU ratio;
+- no mark: inproc and the raw read again with the reader's low-water mark off (SO_RCVLOWAT,
+  `blob_reader.LOWAT_BYTES`): the reading threads woken at each packet;
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
 The job's run is compared with the fastest raw read (reader or obstore). The 1-minute load
@@ -131,12 +133,13 @@ def sdk_read(case: Case, az: Azurite) -> float:
     return time.perf_counter() - start
 
 
-def reader_read(case: Case, az: Azurite) -> float:
+def reader_read(case: Case, az: Azurite, lowat: int | None = None) -> float:
     from azure.storage.blob import BlobServiceClient
 
     from shared.blob_reader import reader_for
 
-    reader = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
+    options = {} if lowat is None else {"lowat": lowat}
+    reader = reader_for(BlobServiceClient.from_connection_string(az.connection_string), **options)
     start = time.perf_counter()
     with reader.open(CONTAINER, case.path.name) as stream:
         while (got := stream.next_chunk()) is not None:
@@ -144,19 +147,19 @@ def reader_read(case: Case, az: Azurite) -> float:
     return time.perf_counter() - start
 
 
-def engine_over_reader(case: Case, az: Azurite) -> float:
+def engine_over_reader(case: Case, az: Azurite, lowat: int | None = None) -> float:
     """The job's work without the host: open_blob_stream + aggregate_table in this process."""
     from azure.storage.blob import BlobServiceClient
 
     from shared.aggregation import aggregate_table, parse_aggregate_payload
-    from shared.blob_reader import open_blob_stream
+    from shared.blob_reader import open_blob_stream, reader_for
 
     spec = parse_aggregate_payload(case.payload())
-    blob = BlobServiceClient.from_connection_string(az.connection_string).get_blob_client(
-        CONTAINER, case.path.name
-    )
+    service = BlobServiceClient.from_connection_string(az.connection_string)
+    blob = service.get_blob_client(CONTAINER, case.path.name)
+    source = blob if lowat is None else reader_for(service, lowat=lowat).ranges(CONTAINER, case.path.name)
     start = time.perf_counter()
-    with open_blob_stream(blob) as stream:
+    with open_blob_stream(source) as stream:
         aggregate_table(stream, spec)
     return time.perf_counter() - start
 
@@ -267,8 +270,13 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         durations.append(duration)
         runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
         runs.setdefault("sdk_read_s", []).append(sdk_read(case, az))
-        for name, fn in (("reader_read_s", reader_read), ("inproc_s", engine_over_reader)):
-            measured = with_cpu(lambda fn=fn: fn(case, az), az)  # type: ignore[misc]
+        for name, fn, lowat in (
+            ("reader_read_s", reader_read, None),
+            ("inproc_s", engine_over_reader, None),
+            ("reader_nomark_s", reader_read, 0),  # SO_RCVLOWAT off (`blob_reader.LOWAT_BYTES`)
+            ("inproc_nomark_s", engine_over_reader, 0),
+        ):
+            measured = with_cpu(lambda fn=fn, lowat=lowat: fn(case, az, lowat), az)  # type: ignore[misc]
             runs.setdefault(name, []).append(measured[0])
             cpu.setdefault(name, []).append(measured)
         if with_obstore:
@@ -285,7 +293,13 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     out["sdk_vs_reader"] = round(out["sdk_read_s"] / out["reader_read_s"], 2)
     if with_obstore:
         out["obstore_vs_reader"] = round(out["obstore_read_s"] / out["reader_read_s"], 2)
-    for name, key in (("reader_read_s", "read"), ("inproc_s", "inproc")):
+    out["nomark_vs_mark"] = round(out["inproc_nomark_s"] / out["inproc_s"], 2)
+    for name, key in (
+        ("reader_read_s", "read"),
+        ("inproc_s", "inproc"),
+        ("reader_nomark_s", "read_nomark"),
+        ("inproc_nomark_s", "inproc_nomark"),
+    ):
         best_run = min(cpu[name])  # the fastest round's CPU seconds: (own, Azurite)
         out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
         out[f"{key}_azurite_cpu_s"] = round(best_run[2], 2)
@@ -371,6 +385,7 @@ COLUMNS = (
     ("reader", "reader_read_s"),
     ("obstore", "obstore_read_s"),
     ("inproc", "inproc_s"),
+    ("no mark", "inproc_nomark_s"),
     ("e2e/polars", "job_vs_polars"),
     ("run/read", "run_vs_read"),
     ("inproc/read", "inproc_vs_read"),
@@ -391,7 +406,8 @@ def print_table(report: dict[str, Any]) -> None:
     print(
         "e2e/polars = Polars over az:// / the job POST -> completed (>= 1.0 wanted); run/read = the "
         "job's duration_s / the fastest raw read, reader or obstore (<= 1.3 wanted); inproc = the "
-        "engine over the reader in the bench process; cpu ratio = CPU seconds (this process + "
+        "engine over the reader in the bench process; no mark = the same with the reader's "
+        "SO_RCVLOWAT off; cpu ratio = CPU seconds (this process + "
         "Azurite) of inproc / of the reader's read; floor/read = inproc's CPU seconds spread over "
         f"the {os.cpu_count()} cores / the fastest read: where Azurite shares the cores, run/read "
         "cannot go below it"

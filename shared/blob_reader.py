@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import http.client
 import queue
+import socket
 import ssl
 import threading
 import time
@@ -32,9 +33,16 @@ from shared.errors import InputMissing, InputRefused, StorageThrottled, Transien
 TIMEOUT_S: Final = 30.0
 """Socket timeout of one GET (connect and each read), as the SDK clients' read_timeout."""
 RETRIES: Final = 3
+"""Retries of one GET after a 429/5xx or a connection failure (waits 0.5, 1, 2 s)."""
 IDLE_S: Final = 4.0
 """A kept-alive connection idle longer than this is not reused (Node, so Azurite, drops them at 5 s)."""
-"""Retries of one GET after a 429/5xx or a connection failure (waits 0.5, 1, 2 s)."""
+LOWAT_BYTES: Final = 256 * 1024
+"""A GET's reading thread is woken when this much of its body has arrived, not at each packet
+(SO_RCVLOWAT): 300 MB from Azurite, 8 MiB ranges, took 0.12-0.17 s of this process's CPU, 0.07-0.12 s
+with it; jobs ran 4-13% faster (`bench.bench_read`, reader with and without). 0: off."""
+LOWAT_SLACK: Final = 64 * 1024
+"""Body bytes that may already sit above the socket (http.client's 8 KiB buffer, one TLS record):
+the low mark is lifted this much before the body's end, so no read waits for bytes never sent."""
 API_VERSION: Final = "2025-01-05"
 STORAGE_SCOPE: Final = "https://storage.azure.com/.default"
 
@@ -157,6 +165,7 @@ class BlobReader:
         api_version: str = API_VERSION,
         timeout_s: float = TIMEOUT_S,
         retries: int = RETRIES,
+        lowat: int = LOWAT_BYTES,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         parts = urlsplit(account_url)
@@ -168,6 +177,7 @@ class BlobReader:
         self.depth = max(1, depth)
         self.api_version = api_version
         self.retries = retries
+        self.lowat = lowat
         self.sleep = sleep
         self.connections = _Connections(parts.scheme, parts.hostname, parts.port, timeout_s)
 
@@ -244,7 +254,7 @@ class BlobReader:
             length = int(resp.getheader("Content-Length") or 0)
             if length > len(view):
                 raise UnexpectedResponse(f"GET {label}: {length} bytes for a range of {len(view)}")
-            _read_exactly(resp, view[:length])
+            _read_body(resp, view[:length], conn.sock, self.lowat)
             result = Range(length, _total_size(resp, length), resp.getheader("ETag") or "")
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
             conn.close()
@@ -275,6 +285,33 @@ class HttpRanges:
 
     def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
         return self.reader.get_into(self.container, self.blob, view, offset, etag)
+
+
+def _read_body(resp: http.client.HTTPResponse, view: memoryview, sock: Any, lowat: int) -> None:
+    """The body into view, its reading thread woken every `lowat` bytes while more than that and
+    LOWAT_SLACK are still to come (on the wire, so each wait ends), then at each packet again."""
+    upto = len(view) - LOWAT_SLACK - lowat
+    if lowat <= 1 or upto <= 0 or not _set_lowat(sock, lowat):
+        _read_exactly(resp, view)
+        return
+    try:
+        _read_exactly(resp, view[:upto])
+    finally:
+        if not _set_lowat(sock, 1):  # a kept-alive connection must not wait for its next answer
+            resp.close()
+            sock.close()
+    _read_exactly(resp, view[upto:])
+
+
+def _set_lowat(sock: Any, size: int) -> bool:
+    """SO_RCVLOWAT on the GET's socket; False where the platform refuses it (or no socket)."""
+    if sock is None or not hasattr(socket, "SO_RCVLOWAT"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+    except OSError:
+        return False
+    return True
 
 
 def _read_exactly(resp: http.client.HTTPResponse, view: memoryview) -> None:
