@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
-from shared.blob_stream import BlobStream, Range
+from shared.blob_stream import BlobStream, BufferPool, Range
 from shared.errors import StorageThrottled
 
 DATA = bytes(range(256)) * 8
@@ -183,3 +183,79 @@ def test_seek_after_handing_over_reads_again_from_there() -> None:
         s.next_chunk()
         s.seek(5)
         assert s.read() == data[5:]
+
+
+class FakeTimer:
+    """threading.Timer's shape, started by hand: the pool's idle timer without waiting."""
+
+    made: list[FakeTimer] = []
+
+    def __init__(self, interval: float, action: Any) -> None:
+        self.interval, self.action, self.cancelled, self.daemon = interval, action, False, False
+        FakeTimer.made.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_closed_streams_buffers_serve_the_next_stream() -> None:
+    pool = BufferPool(1000, keep=6, timer=FakeTimer)
+    data = bytes(range(256)) * 40
+    for _ in range(3):
+        with BlobStream(MemoryRanges(data), chunk_size=1000, depth=3, lend=2, pool=pool) as s:
+            out = bytearray()
+            while (got := s.next_chunk()) is not None:
+                out += got[0][got[1] : got[2]]
+                s.give_back(got[0])
+            assert bytes(out) == data
+    assert 0 < pool.created <= 6  # the first stream's; the next two took them from the pool
+    assert pool.kept == pool.created
+
+
+class BlockedRanges(MemoryRanges):
+    """GETs after the first wait until `go` is set (GETs still writing when the stream closes)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.go = threading.Event()
+        self.views: list[memoryview] = []
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        if offset:
+            self.views.append(view)
+            assert self.go.wait(10)
+        return super().get_into(view, offset, etag)
+
+
+def test_buffers_a_get_may_still_write_or_a_caller_holds_are_not_kept() -> None:
+    pool = BufferPool(1000, keep=10, timer=FakeTimer)
+    ranges = BlockedRanges(b"y" * 1000 + b"z" * 9000)
+    s = BlobStream(ranges, chunk_size=1000, depth=3, lend=2, first_size=1000, pool=pool)
+    held = s.next_chunk()  # the first GET's buffer, lent out and not given back
+    assert held is not None
+    for _ in range(100):  # the three GETs ahead are running (blocked), their buffers busy
+        if len(ranges.views) == 3:
+            break
+        threading.Event().wait(0.05)
+    assert len(ranges.views) == 3
+    s.close()
+    busy = {id(v.obj) for v in ranges.views} | {id(held[0])}
+    ranges.go.set()
+    assert pool.kept == 0  # every buffer was busy or lent
+    assert all(id(pool.take()) not in busy for _ in range(4))
+
+
+def test_kept_buffers_are_freed_after_the_idle_time() -> None:
+    FakeTimer.made = []
+    pool = BufferPool(1000, keep=4, idle_s=60.0, timer=FakeTimer)
+    with BlobStream(MemoryRanges(b"x" * 5000), chunk_size=1000, depth=2, pool=pool) as s:
+        assert s.read() == b"x" * 5000
+    assert pool.kept == 3 and FakeTimer.made[-1].interval == 60.0 and FakeTimer.made[-1].daemon
+    with BlobStream(MemoryRanges(b"x" * 5000), chunk_size=1000, depth=2, pool=pool) as s:
+        s.read()
+    assert FakeTimer.made[-2].cancelled  # a stream closed again: the idle time starts over
+    FakeTimer.made[-1].action()
+    assert pool.kept == 0
