@@ -39,6 +39,25 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float 
         time.sleep(interval)
 
 
+def settled_counts(
+    host: DevhostProcess, queue: str, key: str, value: int, timeout: float = 5.0
+) -> dict[str, Any]:
+    """The host's counts for `queue` once counts[key] == value. The host counts a completion
+    (delete, poison move) when Azurite's answer reaches it: the queue can show it a moment before."""
+    seen: dict[str, Any] = {}
+
+    def check() -> bool:
+        nonlocal seen
+        seen = host.stats()["queues"][queue]
+        return bool(seen.get(key) == value)
+
+    try:
+        wait_for(check, timeout, f"{key} == {value} on {queue}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last counts: {seen}") from None
+    return seen
+
+
 @dataclass
 class DevhostProcess:
     proc: subprocess.Popen[str]

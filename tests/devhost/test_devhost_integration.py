@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from devhost_support import SAMPLE_APP, Scenario, queue_exists, queue_is_empty, wait_for
+from devhost_support import SAMPLE_APP, Scenario, queue_exists, queue_is_empty, settled_counts, wait_for
 
 from devhost.queue_ops import delete_message
 
@@ -72,7 +72,7 @@ def test_failing_message_retries_then_poison(scenario: Scenario) -> None:
     assert handled[0]["body"] == json.dumps({"action": "fail", "job": "j-1"})
     assert handled[0]["dequeue_count"] == 1
     wait_for(lambda: queue_is_empty(q), 5, "the original to be deleted")
-    counts = host.stats()["queues"][scenario.jobs_queue]
+    counts = settled_counts(host, scenario.jobs_queue, "poison_moves", 1)
     assert (counts["failures"], counts["releases"], counts["poison_moves"]) == (3, 2, 1)
     time.sleep(1.5)
     assert len(scenario.records("process_job")) == 3  # never called again
@@ -92,7 +92,7 @@ def test_undecodable_message_goes_to_poison_without_call(scenario: Scenario) -> 
     assert copies[0].id != original.id
     wait_for(lambda: queue_is_empty(q), 5, "the original to be deleted")
     assert scenario.records("process_job") == []
-    counts = host.stats()["queues"][scenario.jobs_queue]
+    counts = settled_counts(host, scenario.jobs_queue, "poison_moves", 1)
     assert (counts["undecodable"], counts["poison_moves"], counts["invocations"]) == (1, 1, 0)
     assert host.stop() == 0
 
@@ -112,7 +112,7 @@ def test_dequeue_count_above_max_goes_to_poison_without_call(scenario: Scenario)
     assert copies[0].content == raw and copies[0].id != last_id
     wait_for(lambda: queue_is_empty(q), 5, "the original to be deleted")
     assert scenario.records("process_job") == []
-    assert host.stats()["queues"][scenario.jobs_queue]["poison_moves"] == 1
+    assert settled_counts(host, scenario.jobs_queue, "poison_moves", 1)["poison_moves"] == 1
     assert host.stop() == 0
 
 
@@ -126,7 +126,7 @@ def test_long_run_is_renewed_not_redelivered_then_deleted(scenario: Scenario) ->
     time.sleep(1.5)
     starts = scenario.records("process_job", "start")
     assert len(starts) == 1, starts  # a 4 s lease without renewal would have redelivered it
-    counts = host.stats()["queues"][scenario.jobs_queue]
+    counts = settled_counts(host, scenario.jobs_queue, "deletes", 1)
     assert counts["renewals"] >= 3 and counts["renewal_errors"] == 0
     assert counts["deletes"] == 1 and counts["deletes_ignored"] == 0
     assert host.stop() == 0
@@ -222,7 +222,7 @@ def test_function_timeout_counts_as_failure(scenario: Scenario) -> None:
     assert copies[0].content == raw
     start = scenario.records("process_job", "start")
     assert len(start) == 1
-    counts = host.stats()["queues"][scenario.jobs_queue]
+    counts = settled_counts(host, scenario.jobs_queue, "poison_moves", 1)
     assert (counts["timeouts"], counts["failures"], counts["poison_moves"]) == (1, 1, 1)
     assert counts["in_flight"] == 0
     assert "Timeout value of 00:00:02 exceeded by function 'Functions.process_job'" in host.log()
@@ -259,8 +259,8 @@ def test_timeout_restarts_the_worker_and_fails_its_other_invocations(scenario: S
     # The slow call would have written its end record 3 s after it started: it never does.
     time.sleep(max(0.0, slow_start["time"] + 3 + 1.0 - time.time()))
     assert [e["dequeue_count"] for e in scenario.records("process_job", "end")] == [2, 2]
+    counts = settled_counts(host, scenario.jobs_queue, "deletes", 2)
     stats = host.stats()
-    counts = stats["queues"][scenario.jobs_queue]
     assert (counts["timeouts"], counts["failures"], counts["releases"], counts["deletes"]) == (1, 2, 2, 2)
     worker = stats["worker"]
     assert (worker["restarts"], worker["timeouts"], worker["crashes"]) == (1, 1, 0)
@@ -313,7 +313,7 @@ def test_worker_that_dies_is_restarted(scenario: Scenario) -> None:
     worker = host.stats()["worker"]
     assert (worker["restarts"], worker["crashes"], worker["timeouts"]) == (2, 2, 0)
     assert worker["pid"] not in (first_pid, second_pid)
-    counts = host.stats()["queues"][scenario.jobs_queue]
+    counts = settled_counts(host, scenario.jobs_queue, "deletes", 2)
     assert (counts["failures"], counts["releases"], counts["deletes"]) == (1, 1, 2)
     log = host.log()
     assert f"The worker process (pid {first_pid}) exited unexpectedly (exit code 3)" in log
