@@ -119,7 +119,7 @@ class Facts:
         return {"queue_message_id": self.queue_message_id, "dequeue_count": self.dequeue_count}
 
 
-def _next(
+def stamped(
     prev: Data | None,
     job_id: str,
     facts: Facts,
@@ -181,7 +181,7 @@ def claimed(prev: Data | None, env: Envelope, facts: Facts, lease_s: float) -> D
     """A delivery takes the job: in progress under a lease owned by `facts.owner`, with the
     count of runs that died in a row before it (`takeovers_after`)."""
     takeovers = takeovers_after(prev, facts.owner)
-    data = _next(
+    data = stamped(
         prev,
         env.id,
         facts,
@@ -238,7 +238,7 @@ def completed(
     summary: Mapping[str, Any],
     duration_s: float,
 ) -> Data:
-    return _next(
+    return stamped(
         prev,
         job_id,
         facts,
@@ -263,7 +263,7 @@ def continued(
     delay_s: int,
 ) -> Data:
     """The work goes on elsewhere; continuation message `seq` checks it after `delay_s`."""
-    return _next(
+    return stamped(
         prev,
         job_id,
         facts,
@@ -281,7 +281,7 @@ def retry_scheduled(
 ) -> Data:
     """A transient failure: attempt + 1 runs after `delay_s` (a continuation keeps its state)."""
     continuation = (prev or {}).get("continuation")
-    data = _next(
+    data = stamped(
         prev,
         job_id,
         facts,
@@ -300,7 +300,7 @@ def retry_scheduled(
 
 def released(prev: Data | None, job_id: str, facts: Facts, attempt: int, error: str) -> Data:
     """An unexpected failure: the claim is given up so the next delivery can run at once."""
-    return _next(
+    return stamped(
         prev,
         job_id,
         facts,
@@ -365,7 +365,7 @@ def poisoned(
         text = text[:BODY_KEEP_CHARS] + f"... ({len(text)} chars)"
     digest = body_digest(body)
     digests, partial = poison_digests_after(prev, digest)
-    return _next(
+    return stamped(
         prev,
         job_id,
         facts,
@@ -393,7 +393,7 @@ def run_cancelled(prev: Data | None, job_id: str, facts: Facts, run: Mapping[str
     details = {
         k: run.get(k) for k in ("backend", "submission_id", "cancelled", "error") if run.get(k) is not None
     }
-    return _next(prev, job_id, facts, "run_cancelled", cancelled_run=dict(run), details=details)
+    return stamped(prev, job_id, facts, "run_cancelled", cancelled_run=dict(run), details=details)
 
 
 # -- the store -------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from shared.ledger import (
     SEND_MARKERS,
     Data,
     Facts,
-    _next,
     claim_is_live,
+    stamped,
 )
 
 
@@ -28,7 +28,7 @@ def cancel_requested(prev: Data | None, job_id: str, facts: Facts, by: str, reas
             f"job {job_id} is running now (claimed until {prev.get('lease_until')}): ask again then"
         )
     request = {"at": isoformat(facts.now), "by": by, "reason": reason}
-    return _next(prev, job_id, facts, "cancel_requested", cancel_requested=request, details={"by": by})
+    return stamped(prev, job_id, facts, "cancel_requested", cancel_requested=request, details={"by": by})
 
 
 def replayed(prev: Data | None, env: Envelope, facts: Facts, by: str | None = None) -> Data:
@@ -36,7 +36,7 @@ def replayed(prev: Data | None, env: Envelope, facts: Facts, by: str | None = No
     replayed it (`replayed_by`; a bulk operation's `op:<id>` tells a repeated step that this job
     was already sent by it)."""
     last_reason = (prev or {}).get("reason")
-    data = _next(
+    data = stamped(
         prev,
         env.id,
         facts,
@@ -80,7 +80,7 @@ def edited(prev: Data | None, job_id: str, facts: Facts, by: str, changes: list[
     reads that edit by name). Applied just before `replayed`."""
     if prev is None or prev.get("status") != POISONED:
         raise Conflict(f"job {job_id} is not poisoned: only a poisoned job's envelope may be edited")
-    return _next(
+    return stamped(
         prev,
         job_id,
         facts,

@@ -12,7 +12,7 @@ from typing import Any
 
 from shared.documents import Conflict
 from shared.envelope import Envelope, isoformat
-from shared.ledger import QUEUED, SEND_MARKERS, Data, Facts, _next
+from shared.ledger import QUEUED, SEND_MARKERS, Data, Facts, stamped
 
 
 def queued(env: Envelope, facts: Facts, *, request: str, submitter: str, send_lease_s: float) -> Data:
@@ -20,7 +20,7 @@ def queued(env: Envelope, facts: Facts, *, request: str, submitter: str, send_le
     decides which request owns the job. Until `sent`, `send_pending` says the message may not be
     on the queue; `submitter` (the request) has until `send_lease_until` to send it, after which
     the same request (`request`: its digest) retried may take the send over (`send_resumed`)."""
-    return _next(
+    return stamped(
         None,
         env.id,
         facts,
@@ -64,7 +64,7 @@ def _pending_of(prev: Data | None, submitter: str | None) -> Data:
 def send_resumed(prev: Data | None, job_id: str, facts: Facts, submitter: str, send_lease_s: float) -> Data:
     """The same request, retried, takes over a pending send whose lease has ended."""
     _pending_of(prev, None)
-    return _next(
+    return stamped(
         prev,
         job_id,
         facts,
@@ -77,12 +77,12 @@ def send_resumed(prev: Data | None, job_id: str, facts: Facts, submitter: str, s
 
 def sent(prev: Data | None, job_id: str, facts: Facts, submitter: str) -> Data:
     """The submitter's message is on the queue: the marker goes."""
-    return _next(_pending_of(prev, submitter), job_id, facts, "sent", drop=SEND_MARKERS)
+    return stamped(_pending_of(prev, submitter), job_id, facts, "sent", drop=SEND_MARKERS)
 
 
 def send_failed(prev: Data | None, job_id: str, facts: Facts, submitter: str, error: str) -> Data:
     """The submitter could not send: its lease ends now, so a retry takes the send over at once."""
-    return _next(
+    return stamped(
         _pending_of(prev, submitter),
         job_id,
         facts,
