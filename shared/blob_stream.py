@@ -5,23 +5,24 @@ double). Its guarantees:
 
 - bounded memory: `depth + 1` buffers of `chunk_size` bytes, reused for every GET of the stream
   (plus at most `lend` handed out by `next_chunk`); when it closes they go to a pool the next
-  stream takes from (`BufferPool`: at most one stream's worth, dropped after `POOL_IDLE_S`);
+  stream takes from (`shared.buffer_pool`: at most one stream's worth, freed after 60 s idle);
 - one version: every read after the first carries the first read's ETag, so a blob replaced
   mid-read fails (`shared.blob_reader.BlobChanged`, transient) instead of mixing two versions.
 
-Only the standard library: the Spark job ships this module as it is, with `shared/blob_reader.py`.
+Only the standard library and `shared.buffer_pool`: the Spark job ships these modules as they are,
+with `shared/blob_reader.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import threading
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
+
+from shared.buffer_pool import BufferPool, pool_for
 
 CHUNK_BYTES: Final = 8 * 1024 * 1024
 """Bytes per ranged GET (bench/bench_read.py: 8 MiB x 6 reads as fast as 16 MiB x 8 on Azurite)."""
@@ -32,75 +33,6 @@ LEND: Final = 4
 memory <= (DEPTH + 1 + LEND) * CHUNK_BYTES."""
 FIRST_BYTES: Final = 1024 * 1024
 """Bytes of the first GET (size and ETag): small, so the parallel GETs start early."""
-POOL_IDLE_S: Final = 60.0
-"""A closed stream's buffers wait this long for the next stream, then are freed."""
-
-
-class BufferPool:
-    """Buffers of one size kept from closed streams for the next ones, at most `keep`, all freed
-    after `idle_s` without a stream closing.
-
-    Fresh memory is faulted in 4 KiB at a time: 11 new 8 MiB buffers took 42-50 ms of CPU, ~13% of
-    the engine's over a 300 MB blob, and every stream paid it (`bench.bench_read`).
-    """
-
-    def __init__(
-        self,
-        size: int,
-        keep: int,
-        idle_s: float = POOL_IDLE_S,
-        timer: Callable[[float, Callable[[], None]], Any] = threading.Timer,
-    ) -> None:
-        self.size, self.keep, self.idle_s = size, keep, idle_s
-        self._timer_factory = timer
-        self._free: list[bytearray] = []
-        self._lock = threading.Lock()
-        self._timer: Any = None
-        self.created = 0
-        """Buffers this pool had to allocate (none were free)."""
-
-    def take(self) -> bytearray:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-            self.created += 1
-        return bytearray(self.size)
-
-    def put(self, buffers: list[bytearray]) -> None:
-        """Keep these (no longer read or written by anyone) for the next stream."""
-        with self._lock:
-            for buf in buffers:
-                if len(self._free) < self.keep and len(buf) == self.size:
-                    self._free.append(buf)
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._timer_factory(self.idle_s, self.drop)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def drop(self) -> None:
-        """Free the kept buffers (the idle timer's action)."""
-        with self._lock:
-            self._free.clear()
-            self._timer = None
-
-    @property
-    def kept(self) -> int:
-        with self._lock:
-            return len(self._free)
-
-
-_POOLS: dict[tuple[int, int], BufferPool] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def pool_for(size: int, keep: int) -> BufferPool:
-    """The process's pool of `size`-byte buffers (one per size and bound)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get((size, keep))
-        if pool is None:
-            pool = _POOLS[(size, keep)] = BufferPool(size, keep)
-        return pool
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ ENGINE_LEAVES = (
     "shared/containers.py",
     "shared/blob_reader.py",
     "shared/blob_stream.py",
+    "shared/buffer_pool.py",
 )
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 JOB_MODULES = (

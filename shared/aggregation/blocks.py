@@ -3,7 +3,6 @@ in the buffers of a stream that hands them over (the blob reader)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -11,6 +10,7 @@ import pyarrow as pa
 
 from shared.aggregation.options import DEFAULT_BLOCK_SIZE, KEPT_BUFFERS
 from shared.aggregation.spec import ByteStream
+from shared.buffer_pool import pool_for
 from shared.errors import InputDataError
 
 
@@ -29,26 +29,14 @@ class Block(NamedTuple):
     end: int
 
 
-_BUFFERS_LOCK = threading.Lock()
-_BUFFERS: list[bytearray] = []
-"""Block buffers of the default size kept between inputs (at most `KEPT_BUFFERS`)."""
+_BLOCK_BUFFERS: Final = pool_for(DEFAULT_BLOCK_SIZE, KEPT_BUFFERS)
+"""Block buffers of the default size kept between inputs (fresh memory costs a page fault every
+4 KiB, about as much time as parsing those bytes)."""
 
 
 def _take_buffer(size: int) -> bytearray:
-    """A buffer of `size` bytes: a kept one if there is one (fresh memory costs a page fault
-    every 4 KiB, about as much time as parsing those bytes)."""
-    with _BUFFERS_LOCK:
-        for i, buf in enumerate(_BUFFERS):
-            if len(buf) == size:
-                return _BUFFERS.pop(i)
-    return bytearray(size)
-
-
-def _keep_buffers(buffers: list[bytearray]) -> None:
-    with _BUFFERS_LOCK:
-        for buf in buffers:
-            if len(_BUFFERS) < KEPT_BUFFERS and len(buf) == DEFAULT_BLOCK_SIZE:
-                _BUFFERS.append(buf)
+    """A buffer of `size` bytes: a kept one for the default size if there is one."""
+    return _BLOCK_BUFFERS.take() if size == DEFAULT_BLOCK_SIZE else bytearray(size)
 
 
 Cut = Callable[[bytearray, int, int], int]
@@ -170,7 +158,7 @@ class CopyingSplitter(Splitter):
 
     def close(self) -> None:
         """Keep the buffers for the next input (once no thread reads them any more)."""
-        _keep_buffers(self.taken)
+        _BLOCK_BUFFERS.put(self.taken)
         self.taken = []
 
     def _new_buffer(self) -> bytearray:

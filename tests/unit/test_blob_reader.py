@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
-from shared.blob_stream import BlobStream, BufferPool, Range
+from shared.blob_stream import BlobStream, Range
+from shared.buffer_pool import BufferPool
 from shared.errors import StorageThrottled
 
 DATA = bytes(range(256)) * 8
