@@ -13,6 +13,8 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
   whose cores are all busy the run cannot beat the read by less than their CPU ratio;
 - no mark: inproc and the raw read again with the reader's low-water mark off (SO_RCVLOWAT,
   `blob_reader.LOWAT_BYTES`): the reading threads woken at each packet;
+- fresh: inproc and the raw read again with new buffers for every stream (`shared.buffer_pool`
+  off: each stream faults its 8 MiB buffers in anew);
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
 The job's run is compared with the fastest raw read (reader or obstore). The 1-minute load
@@ -133,33 +135,46 @@ def sdk_read(case: Case, az: Azurite) -> float:
     return time.perf_counter() - start
 
 
-def reader_read(case: Case, az: Azurite, lowat: int | None = None) -> float:
+VARIANTS = ("", "nomark", "fresh")
+"""The reader as shipped; with its low-water mark off (SO_RCVLOWAT, `blob_reader.LOWAT_BYTES`);
+with fresh buffers for every stream (no `shared.buffer_pool`)."""
+
+
+def open_variant(case: Case, az: Azurite, variant: str = "") -> Any:
+    """A stream over the case's blob, as the job opens it or as one of VARIANTS."""
     from azure.storage.blob import BlobServiceClient
 
-    from shared.blob_reader import reader_for
+    from shared.blob_reader import open_blob_stream, reader_for
+    from shared.blob_stream import CHUNK_BYTES, BlobStream
+    from shared.buffer_pool import BufferPool
 
-    options = {} if lowat is None else {"lowat": lowat}
-    reader = reader_for(BlobServiceClient.from_connection_string(az.connection_string), **options)
+    service = BlobServiceClient.from_connection_string(az.connection_string)
+    if variant == "":
+        return open_blob_stream(service.get_blob_client(CONTAINER, case.path.name))
+    if variant == "nomark":
+        return BlobStream(reader_for(service, lowat=0).ranges(CONTAINER, case.path.name))
+    if variant == "fresh":
+        ranges = reader_for(service).ranges(CONTAINER, case.path.name)
+        return BlobStream(ranges, pool=BufferPool(CHUNK_BYTES, keep=0))
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def reader_read(case: Case, az: Azurite, variant: str = "") -> float:
+    """The reader's raw read: its buffers handed over and back, as the engine takes them."""
     start = time.perf_counter()
-    with reader.open(CONTAINER, case.path.name) as stream:
+    with open_variant(case, az, variant) as stream:
         while (got := stream.next_chunk()) is not None:
             stream.give_back(got[0])
     return time.perf_counter() - start
 
 
-def engine_over_reader(case: Case, az: Azurite, lowat: int | None = None) -> float:
-    """The job's work without the host: open_blob_stream + aggregate_table in this process."""
-    from azure.storage.blob import BlobServiceClient
-
+def engine_over_reader(case: Case, az: Azurite, variant: str = "") -> float:
+    """The job's work without the host: the stream + aggregate_table in this process."""
     from shared.aggregation import aggregate_table, parse_aggregate_payload
-    from shared.blob_reader import open_blob_stream, reader_for
 
     spec = parse_aggregate_payload(case.payload())
-    service = BlobServiceClient.from_connection_string(az.connection_string)
-    blob = service.get_blob_client(CONTAINER, case.path.name)
-    source = blob if lowat is None else reader_for(service, lowat=lowat).ranges(CONTAINER, case.path.name)
     start = time.perf_counter()
-    with open_blob_stream(source) as stream:
+    with open_variant(case, az, variant) as stream:
         aggregate_table(stream, spec)
     return time.perf_counter() - start
 
@@ -270,15 +285,15 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         durations.append(duration)
         runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
         runs.setdefault("sdk_read_s", []).append(sdk_read(case, az))
-        for name, fn, lowat in (
-            ("reader_read_s", reader_read, None),
-            ("inproc_s", engine_over_reader, None),
-            ("reader_nomark_s", reader_read, 0),  # SO_RCVLOWAT off (`blob_reader.LOWAT_BYTES`)
-            ("inproc_nomark_s", engine_over_reader, 0),
-        ):
-            measured = with_cpu(lambda fn=fn, lowat=lowat: fn(case, az, lowat), az)  # type: ignore[misc]
-            runs.setdefault(name, []).append(measured[0])
-            cpu.setdefault(name, []).append(measured)
+        for variant in VARIANTS:
+            suffix = f"_{variant}" if variant else ""
+            for name, fn in (
+                (f"reader{suffix}_read_s", reader_read),
+                (f"inproc{suffix}_s", engine_over_reader),
+            ):
+                measured = with_cpu(lambda fn=fn, v=variant: fn(case, az, v), az)  # type: ignore[misc]
+                runs.setdefault(name, []).append(measured[0])
+                cpu.setdefault(name, []).append(measured)
         if with_obstore:
             runs.setdefault("obstore_read_s", []).append(obstore_read(case, acct))
     out: dict[str, Any] = {"load_avg_1m": load}
@@ -294,11 +309,14 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     if with_obstore:
         out["obstore_vs_reader"] = round(out["obstore_read_s"] / out["reader_read_s"], 2)
     out["nomark_vs_mark"] = round(out["inproc_nomark_s"] / out["inproc_s"], 2)
+    out["fresh_vs_pool"] = round(out["reader_fresh_read_s"] / out["reader_read_s"], 2)
     for name, key in (
         ("reader_read_s", "read"),
         ("inproc_s", "inproc"),
-        ("reader_nomark_s", "read_nomark"),
+        ("reader_nomark_read_s", "read_nomark"),
         ("inproc_nomark_s", "inproc_nomark"),
+        ("reader_fresh_read_s", "read_fresh"),
+        ("inproc_fresh_s", "inproc_fresh"),
     ):
         best_run = min(cpu[name])  # the fastest round's CPU seconds: (own, Azurite)
         out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
@@ -386,6 +404,8 @@ COLUMNS = (
     ("obstore", "obstore_read_s"),
     ("inproc", "inproc_s"),
     ("no mark", "inproc_nomark_s"),
+    ("fresh read", "reader_fresh_read_s"),
+    ("fresh", "inproc_fresh_s"),
     ("e2e/polars", "job_vs_polars"),
     ("run/read", "run_vs_read"),
     ("inproc/read", "inproc_vs_read"),
@@ -407,7 +427,8 @@ def print_table(report: dict[str, Any]) -> None:
         "e2e/polars = Polars over az:// / the job POST -> completed (>= 1.0 wanted); run/read = the "
         "job's duration_s / the fastest raw read, reader or obstore (<= 1.3 wanted); inproc = the "
         "engine over the reader in the bench process; no mark = the same with the reader's "
-        "SO_RCVLOWAT off; cpu ratio = CPU seconds (this process + "
+        "SO_RCVLOWAT off; fresh read / fresh = the raw read / inproc with new buffers for every "
+        "stream (no buffer pool); cpu ratio = CPU seconds (this process + "
         "Azurite) of inproc / of the reader's read; floor/read = inproc's CPU seconds spread over "
         f"the {os.cpu_count()} cores / the fastest read: where Azurite shares the cores, run/read "
         "cannot go below it"

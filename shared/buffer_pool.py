@@ -53,15 +53,23 @@ class BufferPool:
                     self._free.append(buf)
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer = self._timer_factory(self.idle_s, self.drop)
-            self._timer.daemon = True
-            self._timer.start()
+            timer = self._timer_factory(self.idle_s, lambda: self._drop_unless_rearmed(timer))
+            timer.daemon = True
+            timer.start()
+            self._timer = timer
 
     def drop(self) -> None:
-        """Free the kept buffers (the idle timer's action)."""
+        """Free the kept buffers now."""
         with self._lock:
             self._free.clear()
             self._timer = None
+
+    def _drop_unless_rearmed(self, timer: Any) -> None:
+        """The idle timer's action: a timer that fires as a later `put` cancels it frees nothing."""
+        with self._lock:
+            if self._timer is timer:
+                self._free.clear()
+                self._timer = None
 
     @property
     def kept(self) -> int:
