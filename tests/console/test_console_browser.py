@@ -27,7 +27,7 @@ from shared.storage import connect
 from tests.integration.helpers import unique
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -98,18 +98,21 @@ class Stack:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    """Poll `check` until it is true. Pages that refresh themselves (an operation's, a running
-    job's) may replace an element between finding and reading it: that read counts as "not yet"."""
+    """Poll `check` until it is true. Pages that reload themselves (after an action, an
+    operation's, a running job's) may replace an element or the whole document between finding
+    and reading it: such a WebDriver error counts as "not yet", and the last one is named if
+    the check never comes true."""
     deadline = time.monotonic() + timeout_s
+    last_error: WebDriverException | None = None
     while time.monotonic() < deadline:
         try:
             value = check()
-        except (StaleElementReferenceException, NoSuchElementException):
-            value = None
+        except WebDriverException as error:
+            value, last_error = None, error
         if value:
             return value
         time.sleep(0.3)
-    raise AssertionError(f"not true after {timeout_s:.0f}s: {what}")
+    raise AssertionError(f"not true after {timeout_s:.0f}s: {what} (last WebDriver error: {last_error!r})")
 
 
 @pytest.fixture(scope="module")
@@ -170,14 +173,15 @@ def poisoned_and_archived(stack: Stack, job_ids: list[str]) -> None:
 
 
 def row_of(driver: WebDriver, table: str, job_id: str) -> Any:
-    """The table row of a job (None while the page reloads or when it is not listed)."""
-    try:
-        for row in driver.find_elements(By.CSS_SELECTOR, f"#{table} tr"):
-            if row.find_elements(By.CSS_SELECTOR, f"input.pick[data-job='{job_id}']"):
-                return row
-    except StaleElementReferenceException:
-        return None
-    return None
+    """The table row of a job, or None when it is not listed. Found in one script run inside the
+    page, so a table the page re-renders meanwhile cannot hand back a row from the old one (a
+    row-by-row search in WebDriver calls could, and could read "gone" from a stale row)."""
+    return driver.execute_script(
+        "const pick = document.querySelector(`#${arguments[0]} input.pick[data-job='${arguments[1]}']`);"
+        " return pick ? pick.closest('tr') : null;",
+        table,
+        job_id,
+    )
 
 
 def test_poisoned_job_is_listed_edited_validated_and_replayed(stack: Stack, browser: WebDriver) -> None:
