@@ -186,13 +186,28 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def with_cpu(fn: Callable[[], float], az: Azurite) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds of this process, of Azurite) of one call."""
+def machine_idle() -> tuple[float, float]:
+    """(idle, all) core-seconds of the whole machine since boot (Linux /proc/stat)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (ticks[3] + ticks[4]) / hz, sum(ticks) / hz  # idle + iowait, every state
+
+
+def with_cpu(fn: Callable[[], float], az: Azurite) -> tuple[float, float, float, float]:
+    """(wall seconds, CPU seconds of this process, of Azurite, the share of every core's time
+    busy, in any process) of one call."""
     assert az.process is not None
-    own, azurite = os.times(), process_cpu_s(az.process.pid)
+    own, azurite, (idle, every) = os.times(), process_cpu_s(az.process.pid), machine_idle()
     wall = fn()
-    after = os.times()
-    return wall, after.user + after.system - own.user - own.system, process_cpu_s(az.process.pid) - azurite
+    after, (idle_after, every_after) = os.times(), machine_idle()
+    busy = 1 - (idle_after - idle) / (every_after - every) if every_after > every else math.nan
+    return (
+        wall,
+        after.user + after.system - own.user - own.system,
+        process_cpu_s(az.process.pid) - azurite,
+        busy,
+    )
 
 
 def obstore_read(case: Case, acct: dict[str, str]) -> float:
@@ -277,7 +292,7 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     acct = account(az)
     load = round(os.getloadavg()[0], 2)
     runs: dict[str, list[float]] = {}
-    cpu: dict[str, list[tuple[float, float, float]]] = {}
+    cpu: dict[str, list[tuple[float, float, float, float]]] = {}
     durations: list[float] = []
     for _ in range(repeat):  # interleaved: each round runs every contender once
         e2e, duration = job(case, host, az)
@@ -318,9 +333,10 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         ("reader_fresh_read_s", "read_fresh"),
         ("inproc_fresh_s", "inproc_fresh"),
     ):
-        best_run = min(cpu[name])  # the fastest round's CPU seconds: (own, Azurite)
+        best_run = min(cpu[name])  # the fastest round's CPU seconds (own, Azurite) and busy share
         out[f"{key}_cpu_s"] = round(best_run[1] + best_run[2], 2)
         out[f"{key}_azurite_cpu_s"] = round(best_run[2], 2)
+        out[f"{key}_busy"] = round(best_run[3], 2)
     out["cpu_ratio"] = round(out["inproc_cpu_s"] / out["read_cpu_s"], 2) if out["read_cpu_s"] else None
     # the shortest wall time the engine over the reader can take here: its CPU (this process and
     # Azurite's) spread over every core; run/read cannot go below floor/read on this machine
@@ -411,6 +427,8 @@ COLUMNS = (
     ("inproc/read", "inproc_vs_read"),
     ("cpu ratio", "cpu_ratio"),
     ("floor/read", "floor_vs_read"),
+    ("read busy", "read_busy"),
+    ("inproc busy", "inproc_busy"),
     ("peak MB", "peak_rss_mb"),
 )
 
@@ -431,7 +449,9 @@ def print_table(report: dict[str, Any]) -> None:
         "stream (no buffer pool); cpu ratio = CPU seconds (this process + "
         "Azurite) of inproc / of the reader's read; floor/read = inproc's CPU seconds spread over "
         f"the {os.cpu_count()} cores / the fastest read: where Azurite shares the cores, run/read "
-        "cannot go below it"
+        "cannot go below it; read busy / inproc busy = the share of every core's time busy (in "
+        "any process) during the fastest round of the raw read / of inproc: near 1, the cores are "
+        "the limit, not the storage or the pipeline"
     )
 
 
