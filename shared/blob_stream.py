@@ -25,7 +25,9 @@ from typing import Any, Final, Protocol, runtime_checkable
 from shared.buffer_pool import BufferPool, pool_for
 
 CHUNK_BYTES: Final = 8 * 1024 * 1024
-"""Bytes per ranged GET (bench/bench_read.py: 8 MiB x 6 reads as fast as 16 MiB x 8 on Azurite)."""
+"""Bytes per ranged GET (bench/bench_read.py: 8 MiB x 6 reads as fast as 16 MiB x 8 on Azurite).
+Keep it above 4 MiB: Azurite computes a Content-MD5 of every response of 4 MiB or less, reading
+the range twice (~3x its CPU per byte; see docs/performance.md)."""
 DEPTH: Final = 6
 """GETs in flight ahead of the reader."""
 LEND: Final = 4
