@@ -9,37 +9,6 @@
 #include <emmintrin.h>
 #endif
 
-/* Where the structural bytes are (`,` `\n` `\r` `"`): one bit per byte, 64 bytes at a time,
- * computed as the walk reaches them (SSE2 where there is one). Invariant of the walk: the lowest
- * set bit of `mask` is the first structural byte at or after the current position. */
-typedef struct {
-    const char *base, *end;
-    size_t idx, nwords;
-    uint64_t mask;
-} Stops;
-
-static inline uint64_t word_bits(const char *p) {
-#if defined(__SSE2__)
-    const __m128i comma = _mm_set1_epi8(','), lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
-                  quote = _mm_set1_epi8('"');
-    uint64_t bits = 0;
-    for (int i = 0; i < 4; i++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
-        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, lf)),
-                                   _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, quote)));
-        bits |= (uint64_t)(uint16_t)_mm_movemask_epi8(hit) << (16 * i);
-    }
-    return bits;
-#else
-    uint64_t bits = 0;
-    for (int i = 0; i < 64; i++) {
-        char c = p[i];
-        bits |= (uint64_t)(c == ',' || c == '\n' || c == '\r' || c == '"') << i;
-    }
-    return bits;
-#endif
-}
-
 /* Commas (`*commas`) and record ends or quotes (`*breaks`: `\n` `\r` `"`) in the 64 bytes at p. */
 static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks) {
 #if defined(__SSE2__)
@@ -66,8 +35,8 @@ static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks)
 #endif
 }
 
-/* The fast path's view of the block: one word's commas and breaks, kept while the records in it
- * are read (they are the word's bytes, not a walk's state). */
+/* The scan's view of the block: one word's commas and breaks, kept while the records in it are
+ * read. */
 typedef struct {
     const char *base, *end;
     size_t nwords, idx; /* idx: the word cached, or nwords when none */
@@ -87,40 +56,6 @@ static inline void words_load(Words *w, size_t idx) {
     word_split(tail, &w->commas, &w->breaks);
 }
 
-static inline uint64_t stops_word(const Stops *s, size_t idx) {
-    const char *p = s->base + (idx << 6);
-    if (s->end - p >= 64) return word_bits(p);
-    char tail[64];
-    memset(tail, 0, sizeof(tail));
-    memcpy(tail, p, (size_t)(s->end - p));
-    return word_bits(tail);
-}
-
-/* Start the walk at `p`. */
-static inline void stops_seek(Stops *s, const char *p) {
-    size_t off = (size_t)(p - s->base);
-    s->idx = off >> 6;
-    s->mask = s->idx < s->nwords ? stops_word(s, s->idx) & (~0ULL << (off & 63)) : 0;
-}
-
-/* The first structural byte at or after the current position, or `end`. */
-static inline const char *stops_next(Stops *s) {
-    while (!s->mask) {
-        if (++s->idx >= s->nwords) {
-            s->idx = s->nwords;
-            return s->end;
-        }
-        s->mask = stops_word(s, s->idx);
-    }
-    return s->base + (s->idx << 6) + __builtin_ctzll(s->mask);
-}
-
-/* Step over the structural byte at the current position. */
-static inline void stops_pop(Stops *s) {
-    stops_next(s);
-    s->mask &= s->mask - 1;
-}
-
 typedef struct {
     const char *ptr;
     size_t len;
@@ -137,114 +72,81 @@ static size_t unescape(const char *p, size_t n, char *out) {
     return w;
 }
 
-/* One record at p (not an empty line) by the fast path: no quote in it. Sets *stop to where it
- * ends (its line break, or the block's end) and sep[0:nfields-1] to its commas. Returns 1; 0 when
- * the record has a quote (at *stop; *found commas before it are in sep: the walk reads the rest);
- * -1 when it has more fields than nfields. */
-static inline int fast_record(Words *w, const char *p, int nfields, const char **sep, const char **stop,
-                              int *found_before) {
+/* One record at p (not an empty line): its fields unquoted, or quoted whole (commas, line breaks
+ * and "" inside). Sets *stop to where it ends (its line break, or the block's end) and
+ * sep[0:nfields-1] to the commas between its fields. Returns 1; 0 when the Python path must read
+ * the block (a quote inside an unquoted field, text after a closing quote, a quoted field the
+ * block ends in); -1 when it has more fields than nfields. */
+static inline int fast_record(Words *w, const char *p, int nfields, const char **sep, const char **stop) {
     size_t off = (size_t)(p - w->base), idx = off >> 6;
     if (idx != w->idx) words_load(w, idx);
+    const char *base = w->base + (idx << 6);
     uint64_t keep = ~0ULL << (off & 63);
     uint64_t commas = w->commas & keep, breaks = w->breaks & keep;
     int found = 0, most = nfields - 1;
     for (;;) {
-        const char *base = w->base + (idx << 6);
-        if (breaks) {
-            commas &= (breaks & -breaks) - 1; /* the commas before the first break */
+        if (!breaks) { /* the word's commas, then the next word */
             while (commas) { /* sep has room for a word's commas past `most`: checked after */
                 sep[found++] = base + __builtin_ctzll(commas);
                 commas &= commas - 1;
             }
             if (found > most) return -1;
-            *stop = base + __builtin_ctzll(breaks);
-            if (**stop == '"') {
-                *found_before = found;
-                return 0;
-            }
-            break;
-        }
-        while (commas) {
-            sep[found++] = base + __builtin_ctzll(commas);
-            commas &= commas - 1;
-        }
-        if (found > most) return -1;
-        if (++idx >= w->nwords) {
-            *stop = w->end;
-            break;
-        }
-        words_load(w, idx);
-        commas = w->commas;
-        breaks = w->breaks;
-    }
-    return found == most ? 1 : -1;
-}
-
-/* The rest of a record by the structural-byte walk (any quoting), from p, the start of its
- * field i: the needed columns into raw. Returns the next record's start, or NULL when the Python
- * path must read the block. */
-static const char *walk_record(Stops *stops, const char *p, const char *end, int nfields, const int *field_col,
-                               Raw *raw, int i) {
-    stops_seek(stops, p);
-    for (;;) {
-        const char *start;
-        size_t len;
-        int escaped = 0;
-        if (p < end && *p == '"') {
-            /* quoted: walk the structural bytes to the closing quote (commas and line
-             * breaks inside are text); "" is a quote in the text */
-            stops_pop(stops); /* the opening quote */
-            start = ++p;
-            for (;;) {
-                const char *q = stops_next(stops);
-                if (q >= end) return NULL; /* unterminated */
-                stops->mask &= stops->mask - 1;
-                if (*q != '"') continue;
-                if (q + 1 < end && q[1] == '"') {
-                    escaped = 1;
-                    stops_pop(stops); /* the second quote of the pair */
-                    continue;
-                }
-                len = (size_t)(q - start);
-                p = q + 1;
+            if (++idx >= w->nwords) {
+                *stop = w->end;
                 break;
             }
-            if (p < end && *p != ',' && *p != '\n' && *p != '\r') return NULL;
-            stops_next(stops); /* the lowest bit is p again */
-        } else {
-            start = p;
-            p = stops_next(stops);
-            if (p < end && *p == '"') return NULL;
-            len = (size_t)(p - start);
-        }
-        if (i >= nfields) return NULL; /* too many fields */
-        int c = field_col[i];
-        if (c >= 0) {
-            raw[c].ptr = start;
-            raw[c].len = len;
-            raw[c].escaped = escaped;
-        }
-        i++;
-        if (p < end && *p == ',') {
-            stops->mask &= stops->mask - 1; /* the lowest bit is p: just found, or just sought */
-            p++;
+            words_load(w, idx);
+            base += 64;
+            commas = w->commas;
+            breaks = w->breaks;
             continue;
         }
-        /* end of the record */
-        if (p < end) {
-            if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
-            p++;
+        uint64_t before = commas & ((breaks & -breaks) - 1); /* the commas before the first break */
+        while (before) {
+            sep[found++] = base + __builtin_ctzll(before);
+            before &= before - 1;
         }
-        break;
+        if (found > most) return -1;
+        const char *at = base + __builtin_ctzll(breaks);
+        if (*at != '"') { /* the record's line break */
+            *stop = at;
+            break;
+        }
+        if (at != (found ? sep[found - 1] + 1 : p)) return 0; /* a quote inside an unquoted field */
+        breaks &= breaks - 1; /* the opening quote; on to the closing one (line breaks are text) */
+        for (;;) {
+            while (!breaks) {
+                if (++idx >= w->nwords) return 0; /* the block ends inside the quotes */
+                words_load(w, idx);
+                base += 64;
+                breaks = w->breaks;
+            }
+            const char *q = base + __builtin_ctzll(breaks);
+            breaks &= breaks - 1;
+            if (*q != '"') continue;
+            if (q + 1 < w->end && q[1] == '"') { /* "" is a quote in the text: step over the second */
+                if (q - base == 63) {
+                    words_load(w, ++idx);
+                    base += 64;
+                    breaks = w->breaks & ~1ULL;
+                } else {
+                    breaks &= breaks - 1;
+                }
+                continue;
+            }
+            /* the closing quote: a comma, a line break or the block's end must follow */
+            if (q + 1 < w->end && q[1] != ',' && q[1] != '\n' && q[1] != '\r') return 0;
+            commas = w->commas & ~((2ULL << (q - base)) - 1); /* the commas after it */
+            break;
+        }
     }
-    return i == nfields ? p : NULL;
+    return found == most ? 1 : -1;
 }
 
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan, AggTable *t,
              int64_t *rows) {
     const char *p = data, *end = data + n;
     size_t nwords = (n + 63) / 64;
-    Stops stops = {data, end, 0, nwords, 0};
     Words words = {data, end, nwords, nwords, 0, 0};
     int ncol = plan->ncolumns;
     Raw raw[SCAN_MAX_COLUMNS];
@@ -282,34 +184,25 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             continue;
         }
         const char *stop;
-        int found = 0;
-        int fast = fast_record(&words, p, nfields, sep, &stop, &found);
-        if (fast < 0) goto fallback; /* too many fields */
-        if (fast) {
-            for (int c = 0; c < ncol; c++) {
-                int f = needed_field[c];
-                const char *s = f ? sep[f - 1] + 1 : p;
+        int fast = fast_record(&words, p, nfields, sep, &stop);
+        if (fast <= 0) goto fallback; /* a quote out of place, or a wrong number of fields */
+        for (int c = 0; c < ncol; c++) {
+            int f = needed_field[c];
+            const char *s = f ? sep[f - 1] + 1 : p, *e = f < nfields - 1 ? sep[f] : stop;
+            if (s < e && *s == '"') { /* quoted whole: its text, "" a quote in it */
+                raw[c].ptr = s + 1;
+                raw[c].len = (size_t)(e - s - 2);
+                raw[c].escaped = memchr(s + 1, '"', raw[c].len) != NULL;
+            } else {
                 raw[c].ptr = s;
-                raw[c].len = (size_t)((f < nfields - 1 ? sep[f] : stop) - s);
+                raw[c].len = (size_t)(e - s);
                 raw[c].escaped = 0;
             }
-            p = stop;
-            if (p < end) {
-                if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
-                p++;
-            }
-        } else {
-            /* a quote: the fields before its field are known; the walk reads the rest */
-            for (int c = 0; c < ncol; c++) {
-                int f = needed_field[c];
-                if (f >= found) continue;
-                const char *s = f ? sep[f - 1] + 1 : p;
-                raw[c].ptr = s;
-                raw[c].len = (size_t)(sep[f] - s);
-                raw[c].escaped = 0;
-            }
-            if (!(p = walk_record(&stops, found ? sep[found - 1] + 1 : p, end, nfields, field_col, raw, found)))
-                goto fallback;
+        }
+        p = stop;
+        if (p < end) {
+            if (*p == '\r' && p + 1 < end && p[1] == '\n') p++;
+            p++;
         }
         count++;
         /* the record's needed columns */

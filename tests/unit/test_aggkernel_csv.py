@@ -226,7 +226,7 @@ def test_records_with_far_too_many_fields_and_wide_headers() -> None:
 
 
 def test_a_quoted_field_after_plain_ones_is_read_by_the_scanner() -> None:
-    """Fields before a quote come from the record's commas, the rest from the walk."""
+    """Quoted fields are stepped over by the record's word masks: the fields after them too."""
     data = b'a,1,"x,y",2\nb,2,"say ""z""",3\nc,3,plain,4\n"d",4,"",5\r\n'
     out = scan(data, ["k", "x", "u", "y"], ["k"], ["x", "y"])
     assert out is not None and out[0] == 4
@@ -267,9 +267,45 @@ def test_a_quoted_last_field_is_read_by_the_scanner_at_every_word_offset() -> No
         b'a,1,x"y"\n',  # a quote inside the unquoted last field
     ],
 )
-def test_a_quoted_last_field_the_walk_would_refuse_is_left_to_the_python_path(data: bytes) -> None:
+def test_a_quoted_last_field_out_of_place_is_left_to_the_python_path(data: bytes) -> None:
     assert scan(data, ["k", "x", "u"], ["k"], ["x"]) is None
     assert_same_outcome(b"k,x,u\n" + data, ["k"], metrics=METRICS_X)
+
+
+def test_a_quoted_field_before_the_fields_read_is_skipped_at_every_word_offset() -> None:
+    """A quoted field before the fields read (commas, pairs and line breaks inside, landing at
+    every offset of a 64-byte word) is stepped over: the fields after it, the record's end and
+    the count of fields are as the Python path reads them."""
+    lines = []
+    for pad in range(70):
+        v = "v" * pad
+        lines.append(f'{v},"{v}, x ""q""\n y",{pad}\n')
+        lines.append(f'{v},"{v}""\r\n""",{pad}\r\n')
+        lines.append(f'{v},"",{pad}\n')
+        lines.append(f'{v},"a",{pad}\n')
+    data = "".join(lines).encode() + b'z,"end, no break",1'
+    names = ["k", "u", "x"]
+    out = scan(data, names, ["k"], ["x"])
+    assert out is not None and out[0] == 4 * 70 + 1
+    python = assert_same_outcome(b"k,u,x\n" + data, ["k"], metrics=METRICS_X)
+    assert sum(r["count"] for r in python[1]) == 4 * 70 + 1
+    assert python[1][-1]["k"] == "z" and python[1][-1]["sum_x"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'a,"x"y,1\n',  # text after the closing quote
+        b'a,x"y",1\n',  # a quote inside an unquoted field
+        b'a,"x,1\n',  # unterminated at the block's end
+        b'a,"x",1,2\n',  # a field too many after it
+        b'a,"x"\n',  # a field short after it
+        b'a,"x""",1\nb,"y"",2\n',  # a pair, then one left open
+    ],
+)
+def test_a_quoted_field_out_of_place_before_the_fields_read_is_left_to_the_python_path(data: bytes) -> None:
+    assert scan(data, ["k", "u", "x"], ["k"], ["x"]) is None
+    assert_same_outcome(b"k,u,x\n" + data, ["k"], metrics=METRICS_X)
 
 
 def test_the_wide_benchmark_file_is_read_by_the_scanner_alone() -> None:
