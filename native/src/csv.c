@@ -8,6 +8,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
 
 /* Commas (`*commas`) and record ends or quotes (`*breaks`: `\n` `\r` `"`) in the 64 bytes at p. */
 static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks) {
@@ -33,6 +36,61 @@ static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks)
     *commas = c;
     *breaks = b;
 #endif
+}
+
+#if defined(__SSE4_1__)
+/* A field of 1-16 bytes that is -?[0-9]+(\.[0-9]+)? with at most 15 digits, read 16 bytes at a
+ * time without a branch per digit (the 16 bytes that end with it must be readable).
+ * Returns 1 with *out as scan_number gives it (the digits as an integer, over 10^fraction digits:
+ * correctly rounded), or 0: scan_number decides. */
+static inline int short_number(const char *p, size_t n, double *out) {
+    int neg = n && p[0] == '-';
+    size_t m = n - (size_t)neg;
+    if (m == 0 || m > 16) return 0;
+    const __m128i iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + n - 16)); /* right-aligned */
+    __m128i field = _mm_cmpgt_epi8(iota, _mm_set1_epi8((char)(15 - m))); /* its lanes */
+    __m128i d = _mm_sub_epi8(v, _mm_set1_epi8('0'));
+    __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+    __m128i dot = _mm_and_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('.')), field);
+    unsigned fmask = (unsigned)_mm_movemask_epi8(field), dmask = (unsigned)_mm_movemask_epi8(dot);
+    unsigned ok = (unsigned)_mm_movemask_epi8(_mm_or_si128(digit, dot)) & fmask;
+    if (ok != fmask || (dmask & (dmask - 1))) return 0; /* not digits and one dot at most */
+    int frac = 0;
+    __m128i idx = iota;
+    if (dmask) {
+        int at = __builtin_ctz(dmask); /* the dot's lane: a digit must be on each side */
+        if (at == 15 || at == 16 - (int)m) return 0;
+        frac = 15 - at;
+        /* lanes up to the dot take the lane before them: the dot is left out */
+        idx = _mm_add_epi8(iota, _mm_cmpgt_epi8(_mm_set1_epi8((char)(at + 1)), iota));
+    } else if (m > 15) {
+        return 0;
+    }
+    d = _mm_and_si128(d, _mm_andnot_si128(dot, field)); /* other lanes 0 */
+    d = _mm_shuffle_epi8(d, idx);
+    __m128i t = _mm_maddubs_epi16(d, _mm_setr_epi8(10, 1, 10, 1, 10, 1, 10, 1, 10, 1, 10, 1, 10, 1, 10, 1));
+    t = _mm_madd_epi16(t, _mm_setr_epi16(100, 1, 100, 1, 100, 1, 100, 1));
+    t = _mm_packus_epi32(t, t);
+    t = _mm_madd_epi16(t, _mm_setr_epi16(10000, 1, 10000, 1, 10000, 1, 10000, 1));
+    uint64_t value = (uint64_t)(uint32_t)_mm_cvtsi128_si32(t) * 100000000ULL +
+                     (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(t, 4));
+    double x = frac ? (double)value / scan_pow10[frac] : (double)value;
+    *out = neg ? -x : x;
+    return 1;
+}
+#endif
+
+/* A CSV field as a number (scan_number's grammar and answers); lo, hi: the block (a field
+ * unescaped into scratch memory is outside it). */
+static inline int csv_number(const char *p, size_t n, const char *lo, const char *hi, double *out) {
+#if defined(__SSE4_1__)
+    if (p >= lo && p + n <= hi && p + n >= lo + 16 && short_number(p, n, out)) return 1;
+#else
+    (void)lo;
+    (void)hi;
+#endif
+    return scan_number(p, n, 1, out);
 }
 
 /* The scan's view of the block: one word's commas and breaks, kept while the records in it are
@@ -72,24 +130,48 @@ static size_t unescape(const char *p, size_t n, char *out) {
     return w;
 }
 
+/* The separators a record's needed fields start or end at: `need[0:nneed]`, sorted indexes
+ * into the record's commas (field f lies between commas f-1 and f). */
+typedef struct {
+    const int *need;
+    int nneed;
+} Needed;
+
+/* Commas `m` (in the word at `base`) are the record's next ones, after `*found` of them: note
+ * where the needed ones are (sep[i] for each needed comma i) and where the last one is. */
+static inline void take_commas(uint64_t m, const char *base, const Needed *nd, int *found, int *ni,
+                               const char **sep, const char **last) {
+    if (!m) return;
+    int f = *found, past = f + __builtin_popcountll(m); /* commas before this mask, and with it */
+    uint64_t rest = m;
+    while (*ni < nd->nneed && nd->need[*ni] < past) {
+        int i = nd->need[*ni];
+        for (int k = i - f; k > 0; k--) rest &= rest - 1; /* the commas before comma i */
+        f = i;
+        sep[i] = base + __builtin_ctzll(rest);
+        (*ni)++;
+    }
+    *last = base + 63 - __builtin_clzll(m);
+    *found = past;
+}
+
 /* One record at p (not an empty line): its fields unquoted, or quoted whole (commas, line breaks
- * and "" inside). Sets *stop to where it ends (its line break, or the block's end) and
- * sep[0:nfields-1] to the commas between its fields. Returns 1; 0 when the Python path must read
- * the block (a quote inside an unquoted field, text after a closing quote, a quoted field the
- * block ends in); -1 when it has more fields than nfields. */
-static inline int fast_record(Words *w, const char *p, int nfields, const char **sep, const char **stop) {
+ * and "" inside). Sets *stop to where it ends (its line break, or the block's end) and sep[i] to
+ * the needed commas i between its fields. Returns 1; 0 when the Python path must read the block
+ * (a quote inside an unquoted field, text after a closing quote, a quoted field the block ends
+ * in); -1 when it has more or fewer fields than nfields. */
+static inline int fast_record(Words *w, const char *p, int nfields, const Needed *nd, const char **sep,
+                              const char **stop) {
     size_t off = (size_t)(p - w->base), idx = off >> 6;
     if (idx != w->idx) words_load(w, idx);
     const char *base = w->base + (idx << 6);
     uint64_t keep = ~0ULL << (off & 63);
     uint64_t commas = w->commas & keep, breaks = w->breaks & keep;
-    int found = 0, most = nfields - 1;
+    int found = 0, ni = 0, most = nfields - 1;
+    const char *last = NULL;
     for (;;) {
         if (!breaks) { /* the word's commas, then the next word */
-            while (commas) { /* sep has room for a word's commas past `most`: checked after */
-                sep[found++] = base + __builtin_ctzll(commas);
-                commas &= commas - 1;
-            }
+            take_commas(commas, base, nd, &found, &ni, sep, &last);
             if (found > most) return -1;
             if (++idx >= w->nwords) {
                 *stop = w->end;
@@ -101,18 +183,15 @@ static inline int fast_record(Words *w, const char *p, int nfields, const char *
             breaks = w->breaks;
             continue;
         }
-        uint64_t before = commas & ((breaks & -breaks) - 1); /* the commas before the first break */
-        while (before) {
-            sep[found++] = base + __builtin_ctzll(before);
-            before &= before - 1;
-        }
+        /* the commas before the first break */
+        take_commas(commas & ((breaks & -breaks) - 1), base, nd, &found, &ni, sep, &last);
         if (found > most) return -1;
         const char *at = base + __builtin_ctzll(breaks);
         if (*at != '"') { /* the record's line break */
             *stop = at;
             break;
         }
-        if (at != (found ? sep[found - 1] + 1 : p)) return 0; /* a quote inside an unquoted field */
+        if (at != (found ? last + 1 : p)) return 0; /* a quote inside an unquoted field */
         breaks &= breaks - 1; /* the opening quote; on to the closing one (line breaks are text) */
         for (;;) {
             while (!breaks) {
@@ -152,7 +231,8 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
     Raw raw[SCAN_MAX_COLUMNS];
     AggField keys[SCAN_MAX_COLUMNS];
     AggField cols[SCAN_MAX_COLUMNS];
-    const char *sep_here[256], **sep = sep_here; /* the record's commas, and room for 64 more */
+    const char *sep_here[256], **sep = sep_here; /* the needed commas' places, by comma index */
+    int need[2 * SCAN_MAX_COLUMNS], nneed = 0;
     int needed_field[SCAN_MAX_COLUMNS]; /* per needed column, its field in the record */
     int first_use[SCAN_MAX_COLUMNS]; /* per value: the first value reading the same column */
     double number[SCAN_MAX_COLUMNS];
@@ -176,15 +256,20 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
         }
     }
 
-    if (nfields - 1 + 64 > 256 && !(sep = (const char **)malloc((size_t)(nfields - 1 + 64) * sizeof(*sep))))
-        return AGG_NOMEM;
+    for (int i = 0; i < nfields - 1; i++) { /* the commas before and after each needed field */
+        if (field_col[i] < 0 && field_col[i + 1] < 0) continue;
+        if (nneed == 2 * SCAN_MAX_COLUMNS) return AGG_FALLBACK; /* a column named twice: Python decides */
+        need[nneed++] = i;
+    }
+    const Needed needed = {need, nneed};
+    if (nfields - 1 > 256 && !(sep = (const char **)malloc((size_t)(nfields - 1) * sizeof(*sep)))) return AGG_NOMEM;
     while (p < end) {
         if (*p == '\n' || *p == '\r') { /* an empty line */
             p++;
             continue;
         }
         const char *stop;
-        int fast = fast_record(&words, p, nfields, sep, &stop);
+        int fast = fast_record(&words, p, nfields, &needed, sep, &stop);
         if (fast <= 0) goto fallback; /* a quote out of place, or a wrong number of fields */
         for (int c = 0; c < ncol; c++) {
             int f = needed_field[c];
@@ -245,7 +330,7 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
                 double x;
                 if (first_use[v] != v) {
                     x = number[first_use[v]];
-                } else if (!scan_number(f->ptr, f->len, 1, &x)) {
+                } else if (!csv_number(f->ptr, f->len, data, end, &x)) {
                     goto fallback;
                 }
                 number[v] = x;

@@ -220,6 +220,25 @@ static PyObject *finish(int status, AggTable *t, int64_t rows) {
     return out;
 }
 
+typedef int (*CsvScan)(const char *, size_t, int, const int *, const ScanPlan *, AggTable *, int64_t *);
+
+/* The CSV scan this CPU runs: the x86-64-v2 build where the CPU has its instructions (csv_v2.c),
+ * else the portable one; AGGKERNEL_PORTABLE=1 in the environment at import forces the portable one. */
+static CsvScan csv_scan_chosen = csv_scan;
+static const char *csv_scan_name = "portable";
+
+static void choose_csv_scan(void) {
+#if SCAN_V2_BUILD
+    const char *portable = getenv("AGGKERNEL_PORTABLE");
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("popcnt") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
+        !(portable && strcmp(portable, "1") == 0)) {
+        csv_scan_chosen = csv_scan_v2;
+        csv_scan_name = "x86-64-v2";
+    }
+#endif
+}
+
 PyDoc_STRVAR(csv_reduce_doc,
              "csv_reduce(data, field_cols, keys, values, numeric, nulls) -> tuple | None\n\n"
              "Partial aggregates of a block of whole CSV records (no header). field_cols: per\n"
@@ -257,7 +276,7 @@ static PyObject *csv_reduce(PyObject *self, PyObject *args) {
         int status = agg_init(&t, a.plan.nkeys, a.plan.nvalues);
         if (status == AGG_OK) {
             Py_BEGIN_ALLOW_THREADS status =
-                csv_scan((const char *)a.data.buf, (size_t)a.data.len, (int)nfields, cols, &a.plan, &t, &rows);
+                csv_scan_chosen((const char *)a.data.buf, (size_t)a.data.len, (int)nfields, cols, &a.plan, &t, &rows);
             Py_END_ALLOW_THREADS
         }
         out = finish(status, &t, rows);
@@ -357,8 +376,10 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit_aggkernel(void) {
+    choose_csv_scan();
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "MAX_COLUMNS", SCAN_MAX_COLUMNS) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "MAX_COLUMNS", SCAN_MAX_COLUMNS) < 0 ||
+              PyModule_AddStringConstant(m, "CSV_SCAN", csv_scan_name) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

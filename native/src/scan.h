@@ -149,6 +149,13 @@ static inline int scan_number(const char *p, size_t n, int trim, double *out) {
 
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
              AggTable *t, int64_t *rows);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SCAN_V2_BUILD 1 /* csv_v2.c: csv_scan built for x86-64-v2 CPUs */
+int csv_scan_v2(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
+                AggTable *t, int64_t *rows);
+#else
+#define SCAN_V2_BUILD 0
+#endif
 int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows,
                uint64_t *seen);
 
