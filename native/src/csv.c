@@ -8,9 +8,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__SSE4_1__)
-#include <smmintrin.h>
-#endif
 
 /* Commas (`*commas`) and record ends or quotes (`*breaks`: `\n` `\r` `"`) in the 64 bytes at p. */
 static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks) {
@@ -36,61 +33,6 @@ static inline void word_split(const char *p, uint64_t *commas, uint64_t *breaks)
     *commas = c;
     *breaks = b;
 #endif
-}
-
-#if defined(__SSE4_1__)
-/* A field of 1-16 bytes that is -?[0-9]+(\.[0-9]+)? with at most 15 digits, read 16 bytes at a
- * time without a branch per digit (the 16 bytes that end with it must be readable).
- * Returns 1 with *out as scan_number gives it (the digits as an integer, over 10^fraction digits:
- * correctly rounded), or 0: scan_number decides. */
-static inline int short_number(const char *p, size_t n, double *out) {
-    int neg = n && p[0] == '-';
-    size_t m = n - (size_t)neg;
-    if (m == 0 || m > 16) return 0;
-    const __m128i iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + n - 16)); /* right-aligned */
-    __m128i field = _mm_cmpgt_epi8(iota, _mm_set1_epi8((char)(15 - m))); /* its lanes */
-    __m128i d = _mm_sub_epi8(v, _mm_set1_epi8('0'));
-    __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
-    __m128i dot = _mm_and_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('.')), field);
-    unsigned fmask = (unsigned)_mm_movemask_epi8(field), dmask = (unsigned)_mm_movemask_epi8(dot);
-    unsigned ok = (unsigned)_mm_movemask_epi8(_mm_or_si128(digit, dot)) & fmask;
-    if (ok != fmask || (dmask & (dmask - 1))) return 0; /* not digits and one dot at most */
-    int frac = 0;
-    __m128i idx = iota;
-    if (dmask) {
-        int at = __builtin_ctz(dmask); /* the dot's lane: a digit must be on each side */
-        if (at == 15 || at == 16 - (int)m) return 0;
-        frac = 15 - at;
-        /* lanes up to the dot take the lane before them: the dot is left out */
-        idx = _mm_add_epi8(iota, _mm_cmpgt_epi8(_mm_set1_epi8((char)(at + 1)), iota));
-    } else if (m > 15) {
-        return 0;
-    }
-    d = _mm_and_si128(d, _mm_andnot_si128(dot, field)); /* other lanes 0 */
-    d = _mm_shuffle_epi8(d, idx);
-    __m128i t = _mm_maddubs_epi16(d, _mm_setr_epi8(10, 1, 10, 1, 10, 1, 10, 1, 10, 1, 10, 1, 10, 1, 10, 1));
-    t = _mm_madd_epi16(t, _mm_setr_epi16(100, 1, 100, 1, 100, 1, 100, 1));
-    t = _mm_packus_epi32(t, t);
-    t = _mm_madd_epi16(t, _mm_setr_epi16(10000, 1, 10000, 1, 10000, 1, 10000, 1));
-    uint64_t value = (uint64_t)(uint32_t)_mm_cvtsi128_si32(t) * 100000000ULL +
-                     (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(t, 4));
-    double x = frac ? (double)value / scan_pow10[frac] : (double)value;
-    *out = neg ? -x : x;
-    return 1;
-}
-#endif
-
-/* A CSV field as a number (scan_number's grammar and answers); lo, hi: the block (a field
- * unescaped into scratch memory is outside it). */
-static inline int csv_number(const char *p, size_t n, const char *lo, const char *hi, double *out) {
-#if defined(__SSE4_1__)
-    if (p >= lo && p + n <= hi && p + n >= lo + 16 && short_number(p, n, out)) return 1;
-#else
-    (void)lo;
-    (void)hi;
-#endif
-    return scan_number(p, n, 1, out);
 }
 
 /* The scan's view of the block: one word's commas and breaks, kept while the records in it are
@@ -330,7 +272,7 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
                 double x;
                 if (first_use[v] != v) {
                     x = number[first_use[v]];
-                } else if (!csv_number(f->ptr, f->len, data, end, &x)) {
+                } else if (!scan_field_number(f->ptr, f->len, data, end, &x)) {
                     goto fallback;
                 }
                 number[v] = x;

@@ -438,7 +438,7 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
             if (v->kind == 0) continue;
             if (plan->value_numeric[j]) {
                 double x;
-                if (!scan_number(v->ptr, v->len, 1, &x)) FAIL(AGG_FALLBACK);
+                if (!scan_field_number(v->ptr, v->len, data, data + n, &x)) FAIL(AGG_FALLBACK);
                 agg_add_number(t, (size_t)g, j, x);
             } else {
                 agg_add_present(t, (size_t)g, j);

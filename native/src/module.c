@@ -221,20 +221,24 @@ static PyObject *finish(int status, AggTable *t, int64_t rows) {
 }
 
 typedef int (*CsvScan)(const char *, size_t, int, const int *, const ScanPlan *, AggTable *, int64_t *);
+typedef int (*JsonlScan)(const char *, size_t, const ScanPlan *, AggTable *, int64_t *, uint64_t *);
 
-/* The CSV scan this CPU runs: the x86-64-v2 build where the CPU has its instructions (csv_v2.c),
- * else the portable one; AGGKERNEL_PORTABLE=1 in the environment at import forces the portable one. */
+/* The scans this CPU runs: the x86-64-v2 builds where the CPU has their instructions (csv_v2.c,
+ * jsonl_v2.c), else the portable ones; AGGKERNEL_PORTABLE=1 in the environment at import forces
+ * the portable ones. */
 static CsvScan csv_scan_chosen = csv_scan;
-static const char *csv_scan_name = "portable";
+static JsonlScan jsonl_scan_chosen = jsonl_scan;
+static const char *scan_build = "portable";
 
-static void choose_csv_scan(void) {
+static void choose_scans(void) {
 #if SCAN_V2_BUILD
     const char *portable = getenv("AGGKERNEL_PORTABLE");
     __builtin_cpu_init();
     if (__builtin_cpu_supports("popcnt") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
         !(portable && strcmp(portable, "1") == 0)) {
         csv_scan_chosen = csv_scan_v2;
-        csv_scan_name = "x86-64-v2";
+        jsonl_scan_chosen = jsonl_scan_v2;
+        scan_build = "x86-64-v2";
     }
 #endif
 }
@@ -308,7 +312,7 @@ static PyObject *jsonl_reduce(PyObject *self, PyObject *args) {
         int status = agg_init(&t, a.plan.nkeys, a.plan.nvalues);
         if (status == AGG_OK) {
             Py_BEGIN_ALLOW_THREADS status =
-                jsonl_scan((const char *)a.data.buf, (size_t)a.data.len, &a.plan, &t, &rows, &seen);
+                jsonl_scan_chosen((const char *)a.data.buf, (size_t)a.data.len, &a.plan, &t, &rows, &seen);
             Py_END_ALLOW_THREADS
         }
         out = finish(status, &t, rows);
@@ -376,10 +380,10 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit_aggkernel(void) {
-    choose_csv_scan();
+    choose_scans();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "MAX_COLUMNS", SCAN_MAX_COLUMNS) < 0 ||
-              PyModule_AddStringConstant(m, "CSV_SCAN", csv_scan_name) < 0)) {
+              PyModule_AddStringConstant(m, "BUILD", scan_build) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,5 +1,5 @@
-"""The C scanner's two CSV builds: the x86-64-v2 one (popcnt, SSSE3, SSE4.1; `native/src/csv_v2.c`),
-chosen at import where the CPU has those instructions, and the portable one
+"""The C scanner's two builds: the x86-64-v2 one (popcnt, SSSE3, SSE4.1; `native/src/csv_v2.c`,
+`jsonl_v2.c`), chosen at import where the CPU has those instructions, and the portable one
 (`AGGKERNEL_PORTABLE=1`). They must give the same answers on every input; short numbers, which
 the v2 build reads 16 bytes at a time, are where they differ in code.
 """
@@ -44,11 +44,16 @@ def corpus(count: int = 4000, seed: int = 7) -> list[str]:
 
 
 def answers(values: list[str]) -> list[Any]:
-    """The scanner's answer for each value, alone in a block of three records after PAD."""
+    """The scanner's answers for each value, alone in a block of three records after PAD: as a
+    CSV field, as a JSON value and as a JSON string."""
     out = []
     for value in values:
-        record = PAD + b"," + value.encode() + b"\n"
+        text = value.encode()
+        record = PAD + b"," + text + b"\n"
         out.append(aggkernel.csv_reduce(record * 3, (-1, 0), (), (0,), (1,), (b"",)))
+        for json_value in (text, b'"' + text + b'"'):
+            line = b'{"pad": "' + PAD + b'", "x": ' + json_value + b"}\n"
+            out.append(aggkernel.jsonl_reduce(line * 3, (b"x",), (), (0,), (1,), (b"",)))
     return out
 
 
@@ -58,7 +63,7 @@ def portable_answers(values: list[str]) -> tuple[str, list[Any]]:
         "import pickle, sys; sys.path.insert(0, sys.argv[1]); import aggkernel;"
         "from tests.unit.test_aggkernel_cpu import answers;"
         "values = pickle.load(sys.stdin.buffer);"
-        "sys.stdout.buffer.write(pickle.dumps((aggkernel.CSV_SCAN, answers(values))))"
+        "sys.stdout.buffer.write(pickle.dumps((aggkernel.BUILD, answers(values))))"
     )
     root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run(
@@ -90,9 +95,9 @@ def test_the_v2_scan_runs_where_the_cpu_has_its_instructions() -> None:
     if platform.machine() != "x86_64" or sys.platform != "linux" or "clang" in compiler:
         pytest.skip("the v2 build is made by GCC for x86-64 Linux")
     if not {"popcnt", "ssse3", "sse4_1"} <= cpu_flags():
-        assert aggkernel.CSV_SCAN == "portable"
+        assert aggkernel.BUILD == "portable"
         return
-    assert aggkernel.CSV_SCAN == "x86-64-v2"
+    assert aggkernel.BUILD == "x86-64-v2"
 
 
 def test_both_builds_read_every_value_alike() -> None:
@@ -100,10 +105,11 @@ def test_both_builds_read_every_value_alike() -> None:
     scan, portable = portable_answers(values)
     assert scan == "portable"
     mine = answers(values)
-    differ = [(v, a, b) for v, a, b in zip(values, mine, portable, strict=True) if a != b]
+    tried = [(value, kind) for value in values for kind in ("csv", "json", "json string")]
+    differ = [(v, a, b) for v, a, b in zip(tried, mine, portable, strict=True) if a != b]
     assert not differ, differ[:5]
     read = 0
-    for value, answer in zip(values, mine, strict=True):
+    for (value, _), answer in zip(tried, mine, strict=True):
         if answer is None or answer[4][0][5]:  # left to the Python path, or null
             continue
         count, total, low, high, _, _ = answer[4][0]
@@ -112,7 +118,7 @@ def test_both_builds_read_every_value_alike() -> None:
         assert struct.unpack("<d", total)[0] == expected + expected + expected, value
         assert expected == float(value) and math_sign(expected) == math_sign(float(value)), value
         read += 1
-    assert read > 500  # the corpus reaches the fast path, not only the fallbacks
+    assert read > 1500  # the corpus reaches the fast path, not only the fallbacks
 
 
 def math_sign(x: float) -> bool:
