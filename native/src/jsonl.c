@@ -277,13 +277,14 @@ typedef struct {
     int kind; /* 0 missing / null, 1 string or number (nulls apply), 2 true / false */
 } Value;
 
-int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows, uint64_t *seen) {
+int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows, uint64_t *seen,
+               int64_t *breaks) {
     const int ncol = plan->ncolumns;
     Value vals[SCAN_MAX_COLUMNS];
     AggField keys[SCAN_MAX_COLUMNS];
     char *scratch = NULL; /* unescaped strings of the current line (malloc'd on first need) */
     int status = AGG_OK;
-    int64_t nrows = 0;
+    int64_t nrows = 0, nbreaks = 0; /* records, and line breaks (blank lines' too) */
     uint64_t seen_all = 0;
     cup p = (cup)data, end = p + n;
     /* Per place in a line (the j-th key), the bytes of the key last seen there, from after its
@@ -309,6 +310,7 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
         if (p == e) break; /* a blank last line */
         if (*p == '\n') { /* blank line */
             p++;
+            nbreaks++;
             continue;
         }
         if (*p != '{') FAIL(AGG_FALLBACK);
@@ -416,6 +418,7 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
         if (p < e) {
             if (*p != '\n') FAIL(AGG_FALLBACK); /* extra data after the object */
             p++;
+            nbreaks++;
         }
         nrows++;
         seen_all |= here;
@@ -450,6 +453,7 @@ int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, in
 done:
     free(scratch);
     *rows = nrows;
+    *breaks = nbreaks;
     *seen = seen_all;
     return status;
 }

@@ -4,12 +4,13 @@
  * exactly as the Python path would (the caller then parses the block there, which also names
  * what is wrong), or the block's partial aggregates:
  *
- *   (rows, groups, count_all, keys, values[, seen])
+ *   (rows, groups, count_all, keys, values[, seen, line_breaks])
  *
  * count_all: int64 per group (bytes); keys: per group column (offsets int32 [groups + 1],
  * UTF-8 data, validity bitmap or None, null count); values: per value column (count int64,
  * sum, min, max float64, validity bitmap or None, null count), the validity being count > 0;
- * seen (JSON lines): bit i set when needed column i occurs as a key in the block. */
+ * seen (JSON lines): bit i set when needed column i occurs as a key in the block; line_breaks
+ * (JSON lines): the block's \n, blank lines' included. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -221,7 +222,7 @@ static PyObject *finish(int status, AggTable *t, int64_t rows) {
 }
 
 typedef int (*CsvScan)(const char *, size_t, int, const int *, const ScanPlan *, AggTable *, int64_t *);
-typedef int (*JsonlScan)(const char *, size_t, const ScanPlan *, AggTable *, int64_t *, uint64_t *);
+typedef int (*JsonlScan)(const char *, size_t, const ScanPlan *, AggTable *, int64_t *, uint64_t *, int64_t *);
 
 /* The scans this CPU runs: the x86-64-v2 builds where the CPU has their instructions (csv_v2.c,
  * jsonl_v2.c), else the portable ones; AGGKERNEL_PORTABLE=1 in the environment at import forces
@@ -296,7 +297,8 @@ PyDoc_STRVAR(jsonl_reduce_doc,
              "jsonl_reduce(data, names, keys, values, numeric, nulls) -> tuple | None\n\n"
              "Partial aggregates of a block of whole JSON lines. names: the needed columns (UTF-8);\n"
              "keys / values: indexes into names; numeric: per value column, 1 for numbers; nulls:\n"
-             "texts that are null. The tuple has a sixth item: the bit mask of names seen.");
+             "texts that are null. The tuple has two more items: the bit mask of names seen, and the\n"
+             "block's line breaks (\\n, blank lines' included).");
 
 static PyObject *jsonl_reduce(PyObject *self, PyObject *args) {
     (void)self;
@@ -307,19 +309,20 @@ static PyObject *jsonl_reduce(PyObject *self, PyObject *args) {
         return NULL;
     if (args_parse(&a, names, keys, values, numeric, nulls, 0) == 0) {
         AggTable t;
-        int64_t rows = 0;
+        int64_t rows = 0, breaks = 0;
         uint64_t seen = 0;
         int status = agg_init(&t, a.plan.nkeys, a.plan.nvalues);
         if (status == AGG_OK) {
             Py_BEGIN_ALLOW_THREADS status =
-                jsonl_scan_chosen((const char *)a.data.buf, (size_t)a.data.len, &a.plan, &t, &rows, &seen);
+                jsonl_scan_chosen((const char *)a.data.buf, (size_t)a.data.len, &a.plan, &t, &rows, &seen, &breaks);
             Py_END_ALLOW_THREADS
         }
         out = finish(status, &t, rows);
         if (out && out != Py_None) {
-            PyObject *with_seen = Py_BuildValue("(OOOOOK)", PyTuple_GET_ITEM(out, 0), PyTuple_GET_ITEM(out, 1),
+            PyObject *with_seen = Py_BuildValue("(OOOOOKL)", PyTuple_GET_ITEM(out, 0), PyTuple_GET_ITEM(out, 1),
                                                 PyTuple_GET_ITEM(out, 2), PyTuple_GET_ITEM(out, 3),
-                                                PyTuple_GET_ITEM(out, 4), (unsigned long long)seen);
+                                                PyTuple_GET_ITEM(out, 4), (unsigned long long)seen,
+                                                (long long)breaks);
             Py_DECREF(out);
             out = with_seen;
         }

@@ -216,13 +216,13 @@ static inline int scan_field_number(const char *p, size_t n, const char *lo, con
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
              AggTable *t, int64_t *rows);
 int jsonl_scan(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows,
-               uint64_t *seen);
+               uint64_t *seen, int64_t *breaks);
 #if SCAN_V2_BUILD
 /* The same scans built for x86-64-v2 CPUs (csv_v2.c, jsonl_v2.c); module.c chooses at import. */
 int csv_scan_v2(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
                 AggTable *t, int64_t *rows);
 int jsonl_scan_v2(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows,
-                  uint64_t *seen);
+                  uint64_t *seen, int64_t *breaks);
 #endif
 
 #endif

@@ -38,33 +38,56 @@ def jsonl_partials(
 
     Blocks are cut at line breaks (a JSON line has none inside) and parsed `options.parse_workers` at
     a time, each on a thread of its own, by `JsonParser`; errors are raised in input order.
+
+    Line numbers are needed only off the C scanner (the Python path names bad lines): while the
+    scanner answers, a block's line breaks come from it, not from a pass of their own. The first
+    block it declines is parsed on this thread once the lines before it are known, the blocks in
+    flight behind it are handed to the threads again with their first lines, and from then on
+    every block is counted as it is cut.
     """
     splitter = Splitter.over(stream, block_size, _line_cut, "a JSON line", options.max_record_bytes)
     parser = JsonParser(plan, null_values, options.native, options.jsonl_pyarrow)
     workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jsonl-parse")
-    pending: deque[tuple[Future[JsonPartial], bytearray]] = deque()
+    pending: deque[_Pending] = deque()
     unseen = set(plan.columns)
     records = 0
+    line = 1
+    """The first line of the oldest pending block."""
+    counted: int | None = None if parser.native is not None else 1
+    """Once blocks are counted as they are cut: the first line of the next block."""
 
     def oldest() -> tuple[pa.Table, int]:
-        nonlocal records
-        future, buf = pending.popleft()
-        done = future.result()
-        splitter.release(buf)
+        nonlocal records, line, counted
+        entry = pending.popleft()
+        assert entry.future is not None
+        done = entry.future.result()
+        if entry.again is not None:
+            done = entry.again.result()
+        elif done is None:  # the scanner declined it: the Python path, now that its first line is known
+            if counted is None:  # the first time: the blocks in flight again, with their first lines
+                counted = line + entry.count()
+                for later in pending:
+                    later.again = pool.submit(parser.parse, later.block, counted, later.lines())
+                    counted += later.count()
+            done = parser.parse(entry.block, line, entry.lines(), scanner=False)
+        line += entry.breaks if entry.breaks is not None else (done.line_breaks or 0)
+        splitter.release(entry.block.buf)
         unseen.difference_update(done.seen)
         records += done.rows
         return done.partial, done.rows
 
     try:
-        line = 1
-        for block in splitter.blocks():
+        for cut in splitter.blocks():
             while len(pending) >= workers + IN_FLIGHT_EXTRA:
                 yield oldest()
-            newlines = _count_newlines(block.buf, block.start, block.end)
-            lines = newlines + (block.buf[block.end - 1] != 10)
-            pending.append((pool.submit(parser.parse, block, line, lines), block.buf))
-            line += newlines
+            entry = _Pending(cut)
+            if counted is None:
+                entry.future = pool.submit(parser.scan, cut)
+            else:
+                entry.future = pool.submit(parser.parse, cut, counted, entry.lines())
+                counted += entry.count()
+            pending.append(entry)
         while pending:
             yield oldest()
     finally:
@@ -73,6 +96,28 @@ def jsonl_partials(
     if unseen and records:
         listed = ", ".join(repr(c) for c in sorted(unseen))
         raise InputDataError(f"column(s) {listed} occur in no line of the JSON-lines input")
+
+
+class _Pending:
+    """A block handed to the threads: its future (a partial, or None where the scanner declined
+    it and its first line was not known), the same block handed again with its first line, and
+    its line breaks once counted."""
+
+    def __init__(self, block: Block) -> None:
+        self.block = block
+        self.future: Future[JsonPartial | None] | Future[JsonPartial] | None = None
+        self.again: Future[JsonPartial] | None = None
+        self.breaks: int | None = None
+
+    def count(self) -> int:
+        """The block's line breaks (\\n), counted once."""
+        if self.breaks is None:
+            self.breaks = _count_newlines(self.block.buf, self.block.start, self.block.end)
+        return self.breaks
+
+    def lines(self) -> int:
+        """The block's lines: its breaks, and one more if it ends without one (the input's end)."""
+        return self.count() + (self.block.buf[self.block.end - 1] != 10)
 
 
 def _line_cut(buf: bytearray, start: int, end: int) -> int:
@@ -155,10 +200,14 @@ class JsonParser:
             for c in plan.columns
         }
 
-    def parse(self, block: Block, first_line: int, lines: int) -> JsonPartial:
+    def scan(self, block: Block) -> JsonPartial | None:
+        """The block's partial aggregates by the C scanner, or None where it does not answer."""
+        return None if self.native is None else self.native.jsonl_reduce(block.data)
+
+    def parse(self, block: Block, first_line: int, lines: int, scanner: bool = True) -> JsonPartial:
         """The block's partial aggregates (its `lines` start at `first_line`); InputDataError
-        naming the line if it is bad."""
-        if self.native is not None:
+        naming the line if it is bad. `scanner`: False where the C scanner has declined it."""
+        if scanner and self.native is not None:
             done = self.native.jsonl_reduce(block.data)
             if done is not None:
                 return done

@@ -75,13 +75,13 @@ class NativeArgs:
         return None if out is None else (self._partial(out), out[0])
 
     def jsonl_reduce(self, block: pa.Buffer) -> JsonPartial | None:
-        """A block of JSON lines' partial aggregates, records and columns seen, or None."""
+        """A block of JSON lines' partial aggregates, records, columns seen and line breaks, or None."""
         assert kernel is not None
         out = kernel.jsonl_reduce(block, self.columns, self.keys, self.values, self.numeric, self.nulls)
         if out is None:
             return None
         seen = frozenset(name for i, name in enumerate(self.plan.columns) if out[5] >> i & 1)
-        return JsonPartial(self._partial(out), out[0], seen)
+        return JsonPartial(self._partial(out), out[0], seen, out[6])
 
     def _partial(self, out: tuple[Any, ...]) -> pa.Table:
         """The scanner's buffers as the table `Accumulator.reduce` makes (same names and types)."""

@@ -194,3 +194,5 @@ class JsonPartial:
     rows: int
     seen: frozenset[str]
     """Needed columns that occur (as keys) in the block."""
+    line_breaks: int | None = None
+    """The block's \\n (blank lines' included), where the C scanner counted them."""

@@ -8,6 +8,7 @@ must return None. Common clean inputs must not fall back.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import struct
@@ -17,7 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.aggregation import AggregateSpec, MetricSpec
+from shared.aggregation import (
+    AggregateSpec,
+    EngineOptions,
+    MetricSpec,
+    aggregate_stream,
+    parse_aggregate_payload,
+)
 from shared.aggregation.jsonl_exact import exact_frame
 from shared.aggregation.plan import Accumulator, Plan
 from shared.errors import InputDataError
@@ -57,9 +64,9 @@ def kernel(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> Any:
 
 def decode(
     plan: Plan, out: Any
-) -> tuple[int, frozenset[str], dict[tuple[str | None, ...], tuple[int, list[Any]]]]:
-    """(rows, columns seen, {key: (rows, [(count, sum, min, max) per value column])})."""
-    rows, ngroups, count_all, keys, values, seen = out
+) -> tuple[int, frozenset[str], dict[tuple[str | None, ...], tuple[int, list[Any]]], int]:
+    """(rows, columns seen, {key: (rows, [(count, sum, min, max) per value column])}, line breaks)."""
+    rows, ngroups, count_all, keys, values, seen, breaks = out
     counts = struct.unpack(f"={ngroups}q", count_all)
     key_columns = []
     for offsets_raw, data, validity, _ in keys:
@@ -91,7 +98,7 @@ def decode(
         assert key not in groups, f"group {key} twice"
         groups[key] = (counts[g], [column[g] for column in value_columns])
     names = frozenset(c for i, c in enumerate(plan.columns) if seen >> i & 1)
-    return rows, names, groups
+    return rows, names, groups, breaks
 
 
 def reference(plan: Plan, block: bytes, nulls: tuple[str, ...]) -> tuple[int, frozenset[str], dict[Any, Any]]:
@@ -120,9 +127,10 @@ def check(
         return False
     if out is None:
         return False
-    rows, seen, groups = decode(plan, out)
+    rows, seen, groups, breaks = decode(plan, out)
     assert rows == expected_rows, lines
     assert seen == expected_seen, lines
+    assert breaks == lines.count(b"\n"), lines  # what the engine numbers lines by
     assert set(groups) == set(expected), lines
     for key, row in expected.items():
         count_all, stats = groups[key]
@@ -436,3 +444,41 @@ def test_clean_random_records_do_not_fall_back(records: list[dict[str, Any]]) ->
     answered = check(block)
     if clean:
         assert answered, block
+
+
+def engine_outcome(data: bytes, native: bool, block_size: int) -> Any:
+    """The engine's rows and input rows over `data`, or the error it raises."""
+    spec = parse_aggregate_payload(
+        {"input": "data/in", "format": "jsonl", "group_by": ["g"], "metrics": [{"op": "sum", "column": "x"}]}
+    )
+    options = EngineOptions(block_size=block_size, native=native)
+    try:
+        result = aggregate_stream(io.BytesIO(data), spec, options=options)
+    except InputDataError as exc:
+        return ("error", str(exc))
+    return (result.input_rows, result.rows)
+
+
+@pytest.mark.parametrize("block_size", [512, 4096, 65536])
+@pytest.mark.parametrize("bad_at", [None, 1240, 1701])
+def test_lines_are_numbered_from_the_scanners_counts(block_size: int, bad_at: int | None) -> None:
+    """While the scanner answers, the engine numbers lines by the breaks it counted (blank lines
+    too); the first block it declines is numbered from them, the blocks in flight behind it (a bad
+    line 1240: one or two blocks on, at 512 bytes) and those cut after them as they are cut: a
+    bad line is named as the Python path alone names it."""
+    lines = []
+    for i in range(2000):
+        lines.append(f'{{"g": "k{i % 7}", "x": {i}}}')
+        if i % 97 == 0:
+            lines.append("")  # a blank line: a line, no record
+        if i == 1200:
+            lines.append('{"g": "k1", "x": 1, "\\u0061b": 2}')  # a key with an escape: the scanner declines
+    if bad_at is not None:
+        lines.insert(bad_at - 1, '{"g": "k2", "x": }')
+    data = ("\n".join(lines) + "\n").encode()
+    native = engine_outcome(data, True, block_size)
+    assert native == engine_outcome(data, False, block_size)
+    if bad_at is not None:
+        assert native[0] == "error" and f"line {bad_at}" in native[1], native
+    else:
+        assert native[0] == 2001
