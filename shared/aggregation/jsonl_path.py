@@ -61,7 +61,7 @@ def jsonl_partials(
         nonlocal records, line, counted
         entry = pending.popleft()
         assert entry.future is not None
-        done = entry.future.result()
+        done = entry.future.result()  # awaited even when handed again: a thread may still read the buffer
         if entry.again is not None:
             done = entry.again.result()
         elif done is None:  # the scanner declined it: the Python path, now that its first line is known
@@ -71,7 +71,9 @@ def jsonl_partials(
                     later.again = pool.submit(parser.parse, later.block, counted, later.lines())
                     counted += later.count()
             done = parser.parse(entry.block, line, entry.lines(), scanner=False)
-        line += entry.breaks if entry.breaks is not None else (done.line_breaks or 0)
+        breaks = entry.breaks if entry.breaks is not None else done.line_breaks
+        assert breaks is not None  # counted, or answered by the scanner (which counts)
+        line += breaks
         splitter.release(entry.block.buf)
         unseen.difference_update(done.seen)
         records += done.rows
@@ -207,10 +209,8 @@ class JsonParser:
     def parse(self, block: Block, first_line: int, lines: int, scanner: bool = True) -> JsonPartial:
         """The block's partial aggregates (its `lines` start at `first_line`); InputDataError
         naming the line if it is bad. `scanner`: False where the C scanner has declined it."""
-        if scanner and self.native is not None:
-            done = self.native.jsonl_reduce(block.data)
-            if done is not None:
-                return done
+        if scanner and (done := self.scan(block)) is not None:
+            return done
         deep = first_deep_line(block.buf, block.start, block.end)
         if deep is not None:
             line, offset = deep
