@@ -7,7 +7,7 @@ import csv
 import io
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Final
 
 import pyarrow as pa
@@ -35,6 +35,19 @@ class BadRecord(Exception):
         self.offset, self.lines_before, self.line_in_block = offset, lines_before, line_in_block
 
 
+Pending = deque[tuple[Future[tuple[pa.Table, int]], bytearray, int]]
+"""Blocks handed to the parse threads, in input order: (its answer, its buffer, its line breaks)."""
+
+
+class CutInQuotes(Exception):
+    """A block cut at its last line break was cut inside a quoted value (`line_cut` guessed
+    wrong): the input is read again from the block's start, cut by `record_cut`."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the block at byte {offset} ends inside a quoted value")
+        self.offset = offset
+
+
 def csv_partials(
     stream: ByteStream, plan: Plan, null_values: Sequence[str], options: EngineOptions
 ) -> Generator[tuple[pa.Table, int], None, None]:
@@ -42,13 +55,23 @@ def csv_partials(
 
     Up to `options.parse_workers` blocks are parsed and reduced at once, each on a thread of its own,
     while the next block is read; errors are raised in input order (the first bad block wins).
+
+    Blocks of a seekable input read by the C scanner are cut at their last line break, without
+    counting the quotes before it (`line_cut`): the scanner answers only a block whose quotes
+    close, and a block it declines has its quotes counted on its thread. A block cut inside a
+    quoted value (an odd count: a value with line breaks in it) is thrown away with every block
+    after it, and the input is read again from its start, cut by `record_cut`, to the end: the
+    same blocks as `record_cut` gives throughout, once per input at most.
     """
     origin = _position(stream)
     splitter = Splitter.over(stream, options.block_size, record_cut, "a CSV record", options.max_record_bytes)
     parser = CsvParser(_read_header(splitter), plan, null_values, options.native)
+    speculate = origin is not None and parser.native is not None and options.speculative_cuts
+    if speculate:
+        splitter.cut = line_cut
     workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
-    pending: deque[tuple[Future[tuple[pa.Table, int]], bytearray, int]] = deque()
+    pending: Pending = deque()
     lines_read = 0
 
     def oldest() -> tuple[pa.Table, int]:
@@ -63,19 +86,29 @@ def csv_partials(
         splitter.release(buf)
         return partial, rows
 
-    try:
+    def partials() -> Generator[tuple[pa.Table, int], None, None]:
         try:
             for block in splitter.blocks():
                 while len(pending) >= workers + IN_FLIGHT_EXTRA:
                     yield oldest()
                 lines = 0 if origin is not None else _block_lines(block.buf, block.start, block.end)
-                pending.append((pool.submit(parser.parse, block.data, block.offset), block.buf, lines))
+                job = pool.submit(parser.parse, block.data, block.offset, splitter.cut is line_cut)
+                pending.append((job, block.buf, lines))
         except InputDataError:
             while pending:  # a bad record before this point is reported first
                 oldest()
             raise
         while pending:
             yield oldest()
+
+    try:
+        while True:
+            try:
+                yield from partials()
+                return
+            except CutInQuotes as wrong:
+                assert origin is not None
+                splitter = _cut_again(splitter, stream, origin, wrong.offset, pending)
     except BadRecord as bad:
         pool.shutdown(wait=True, cancel_futures=True)
         first = _line_at(stream, origin, bad.offset)
@@ -85,6 +118,22 @@ def csv_partials(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         splitter.close()
+
+
+def _cut_again(
+    splitter: Splitter, stream: ByteStream, origin: int, offset: int, pending: Pending
+) -> Splitter:
+    """A splitter cutting by `record_cut` from the block at `offset` (a record boundary: the
+    blocks before it were read whole); the blocks in flight are dropped once no thread reads them."""
+    for job, _buf, _lines in pending:
+        job.cancel()
+    wait([job for job, _buf, _lines in pending])
+    pending.clear()
+    splitter.close()
+    getattr(stream, "seek")(origin + offset)  # noqa: B009
+    again = Splitter.over(stream, splitter.size, record_cut, splitter.what, splitter.max_record_bytes)
+    again.offset, again.header_lines = offset, splitter.header_lines
+    return again
 
 
 def _position(stream: ByteStream) -> int | None:
@@ -187,8 +236,9 @@ class CsvParser:
         table: pa.Table = pacsv.read_csv(block, read, parse, convert)
         return table
 
-    def parse(self, block: pa.Buffer, offset: int) -> tuple[pa.Table, int]:
-        """(partial aggregates, records) of `block` (at `offset` in the input); BadRecord if bad.
+    def parse(self, block: pa.Buffer, offset: int, check_cut: bool = False) -> tuple[pa.Table, int]:
+        """(partial aggregates, records) of `block` (at `offset` in the input); BadRecord if bad;
+        with `check_cut` (a block cut by `line_cut`), CutInQuotes if it ends inside a quoted value.
 
         The scanner answers only blocks it is sure of; pyarrow reads the others, first with the
         fast types, then all as strings. A block either refuses (or one with a quote out of
@@ -198,7 +248,9 @@ class CsvParser:
         if self.native is not None:
             done = self.native.csv_reduce(block)
             if done is not None:
-                return done
+                return done  # its quotes close: a block `record_cut` would cut the same
+        if check_cut and int(kernel.count_byte(block, 34, 0, block.size)) % 2:
+            raise CutInQuotes(offset)  # `record_cut` would have cut it shorter
         if quotes_in_place(block):
             try:
                 return self._reduce(self._read(block, self.fast))
@@ -237,16 +289,24 @@ def _last_newline(buf: bytearray, start: int, end: int) -> int:
     return pos if pos >= 0 else buf.rfind(b"\r", start, end)
 
 
-def record_cut(buf: bytearray, start: int, end: int) -> int:
-    """Offset just after the last line break outside quotes in buf[start:end]; 0 if none.
-
-    `start` must be a record boundary. A quote out of place (`5" screen`) can mislead the
-    count, but only after it: such a record is refused (`quotes_in_place`), and the first one is
-    in the block cut before the count went wrong. A \r at the end is no cut: a \n may follow.
-    """
+def line_cut(buf: bytearray, start: int, end: int) -> int:
+    """Offset just after the last line break in buf[start:end]; 0 if none. A \r at the end is no
+    cut: a \n may follow. Inside quotes or not: see `record_cut`."""
     pos = _last_newline(buf, start, end)
     if pos >= 0 and pos == end - 1 and buf[pos] == 13:  # a \r at the end: \r\n may be cut in two
         pos = _last_newline(buf, start, pos)
+    return pos + 1
+
+
+def record_cut(buf: bytearray, start: int, end: int) -> int:
+    """Offset just after the last line break outside quotes in buf[start:end]; 0 if none.
+
+    `start` must be a record boundary. It is `line_cut` when the quotes before that line break
+    are even, else the line break before it with an even count. A quote out of place
+    (`5" screen`) can mislead the count, but only after it: such a record is refused
+    (`quotes_in_place`), and the first one is in the block cut before the count went wrong.
+    """
+    pos = line_cut(buf, start, end) - 1
     if pos < 0:
         return 0
     if buf.find(b'"', start, pos) < 0:

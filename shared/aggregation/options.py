@@ -61,6 +61,10 @@ class EngineOptions:
     native: bool = True
     """Blocks go to the C scanner first where it is built; False: the Python path alone (as on a
     Spark executor without the scanner)."""
+    speculative_cuts: bool = True
+    """CSV blocks of a seekable input read by the scanner are cut at their last line break, the
+    quotes before it counted only when the scanner declines the block (`csv_path.line_cut`);
+    False: every cut counts them (`csv_path.record_cut`)."""
     jsonl_pyarrow: bool = True
     """JSON-lines blocks the scanner does not answer go to pyarrow's JSON reader before the exact
     path; False: the exact path (Python's `json`, line by line) alone."""
