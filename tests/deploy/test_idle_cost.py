@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from azure.functions.decorators.queue import QueueTrigger
 from azure.functions.decorators.timer import TimerTrigger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,14 +43,27 @@ def runs_per_day(schedule: str) -> int:
     return runs
 
 
-def polls_per_second() -> float:
-    queues = json.loads((ROOT / "host.json").read_text(encoding="utf-8"))["extensions"]["queues"]
-    return 2 / parse_timespan(queues["maxPollingInterval"])  # jobs and jobs-poison, when empty
+def polls_per_second(queues: int) -> float:
+    """An awake host's polls of `queues` empty queues, each every maxPollingInterval."""
+    options = json.loads((ROOT / "host.json").read_text(encoding="utf-8"))["extensions"]["queues"]
+    return queues / parse_timespan(options["maxPollingInterval"])
 
 
 def instance_gb() -> float:
     template = json.loads((ROOT / "infra" / "main.json").read_text(encoding="utf-8"))
     return float(template["parameters"]["instanceMemoryMB"]["defaultValue"]) / 1024
+
+
+def queue_triggers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queues the app's queue-triggered functions watch (each polled while an instance is awake)."""
+    monkeypatch.setenv("JOBS_QUEUE", "jobs")
+    import function_app
+
+    function_app = importlib.reload(function_app)
+    triggers = [f.get_trigger() for f in function_app.app.get_functions()]
+    return sorted(
+        t.queue_name.replace("%JOBS_QUEUE%", "jobs") for t in triggers if isinstance(t, QueueTrigger)
+    )
 
 
 def sweep_schedule(monkeypatch: pytest.MonkeyPatch, value: str | None) -> str:
@@ -88,8 +102,10 @@ def _money(value: float) -> str:
 
 def test_documented_idle_cost_matches_the_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     gb = instance_gb()
-    rate = polls_per_second()
-    assert (gb, rate) == (2.0, 20.0)  # maxPollingInterval 100 ms: pickup within ~100 ms (issue 22)
+    queues = queue_triggers(monkeypatch)
+    assert queues == ["jobs", "jobs-ops", "jobs-poison"]
+    rate = polls_per_second(len(queues))
+    assert (gb, rate) == (2.0, 30.0)  # maxPollingInterval 100 ms: pickup within ~100 ms (issue 22)
 
     # before: a run every 30 s keeps the instance awake all the time
     old_runs = runs_per_day(OLD_SCHEDULE) * 30
@@ -112,7 +128,7 @@ def test_documented_idle_cost_matches_the_schedule(monkeypatch: pytest.MonkeyPat
     figures |= {
         f"{new_runs:,}": "runs a month, now",
         f"{awake_h:.0f} hours a month ({awake_h / MONTH_H:.1%})": "awake, now",
-        f"at most {AWAKE_AFTER_RUN_S * rate:.0f} per run, {new_polls:,.0f}": "polls, now",
+        f"at most {AWAKE_AFTER_RUN_S * rate:,.0f} per run, {new_polls:,.0f}": "polls, now",
         _money(new_polls / 10_000 * QUEUE_PRICE_PER_10K): "polls cost, now",
         f"{new_gb_s:,.0f} GB-s, inside the free grant ({new_gb_s / FREE_GB_S:.1%} of it; "
         f"{_money(new_gb_s * GB_S_PRICE)} at list price)": "compute, now",
