@@ -251,6 +251,10 @@ def test_a_bad_record_after_a_cut_inside_quotes_names_its_line() -> None:
         got = outcome(stream, s, block_size)
         assert got == outcome(io.BytesIO(data), s, block_size, speculative=False)
         assert got[0] == "error" and f"on line {line}:" in got[1], got
+        # with the scanner: read again from a block before the bad record, then from the start to
+        # count its line; without: only the count
+        assert len(stream.seeks) == (2 if TUNING.native else 1) and stream.seeks[-1] == 0, stream.seeks
+        assert all(at < len(head) for at in stream.seeks)
 
 
 def test_the_blob_stream_is_read_again_from_the_right_byte() -> None:
