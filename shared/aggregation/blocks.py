@@ -3,7 +3,7 @@ in the buffers of a stream that hands them over (the blob reader)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
 import pyarrow as pa
@@ -305,6 +305,23 @@ class InPlaceSplitter(Splitter):
         self.refs.clear()
         self.chunk = None
 
+    def hand_back(self, blocks: Sequence[Block]) -> bytearray:
+        """A copy of `blocks` (the last ones handed out, in order, none released) and of the bytes
+        taken from the stream after them; every buffer held goes back to the stream. The splitter
+        is done: a new one over `Replay(copy, stream)` cuts them again, then the rest."""
+        again = bytearray()
+        for block in blocks:
+            again += memoryview(block.buf)[block.start : block.end]
+        if self.chunk is not None:
+            buf, lo, hi = self.chunk
+            again += memoryview(buf)[lo:hi]
+        again += self.carry
+        for buf, _count in list(self.refs.values()):
+            self.stream.give_back(buf)
+        self.refs.clear()
+        self.chunk, self.carry = None, bytearray()
+        return again
+
     def _block(self, buf: bytearray, start: int, end: int) -> Block:
         block = Block(pa.py_buffer(buf).slice(start, end - start), self.offset, buf, start, end)
         self.offset += end - start
@@ -345,6 +362,30 @@ class InPlaceSplitter(Splitter):
         if len(window) > self.max_record_bytes:
             raise self._too_long(what)
         return 0
+
+
+class Replay:
+    """A `ChunkStream` that hands out `head` (bytes taken from `stream` earlier) first, then
+    `stream`'s own buffers: an `InPlaceSplitter` cuts input again without reading it again."""
+
+    def __init__(self, head: bytearray, stream: ChunkStream) -> None:
+        self.head: bytearray | None = head
+        """Not handed out yet."""
+        self.lent: bytearray | None = None
+        """Handed out, not given back yet."""
+        self.stream = stream
+
+    def next_chunk(self) -> tuple[bytearray, int, int] | None:
+        if self.head is not None:
+            self.lent, self.head = self.head, None
+            return self.lent, 0, len(self.lent)
+        return self.stream.next_chunk()
+
+    def give_back(self, buf: bytearray) -> None:
+        if buf is self.lent:  # this object's own copy: freed
+            self.lent = None
+        else:
+            self.stream.give_back(buf)
 
 
 def readinto(stream: ByteStream, view: memoryview) -> int:

@@ -13,7 +13,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from shared.aggregation.blocks import Splitter, line_breaks
+from shared.aggregation.blocks import Block, InPlaceSplitter, Replay, Splitter, line_breaks
 from shared.aggregation.csv_check import CsvChecker, quotes_in_place
 from shared.aggregation.native import NativeArgs, kernel
 from shared.aggregation.number_parsing import BadNumber, to_float
@@ -35,8 +35,8 @@ class BadRecord(Exception):
         self.offset, self.lines_before, self.line_in_block = offset, lines_before, line_in_block
 
 
-Pending = deque[tuple[Future[tuple[pa.Table, int]], bytearray, int]]
-"""Blocks handed to the parse threads, in input order: (its answer, its buffer, its line breaks)."""
+Pending = deque[tuple[Future[tuple[pa.Table, int]], Block, int]]
+"""Blocks handed to the parse threads, in input order: (its answer, the block, its line breaks)."""
 
 
 class CutInQuotes(Exception):
@@ -60,8 +60,10 @@ def csv_partials(
     counting the quotes before it (`line_cut`): the scanner answers only a block whose quotes
     close, and a block it declines has its quotes counted on its thread. A block cut inside a
     quoted value (an odd count: a value with line breaks in it) is thrown away with every block
-    after it, and the input is read again from its start, cut by `record_cut`, to the end: the
-    same blocks as `record_cut` gives throughout, once per input at most.
+    after it, and the input is cut again from its start by `record_cut`, to the end: the same
+    blocks as `record_cut` gives throughout, once per input at most. Over a stream that hands
+    over its buffers (the blob reader) the bytes already read are cut again from a copy, not
+    read again (`_cut_again`).
     """
     origin = _position(stream)
     splitter = Splitter.over(stream, options.block_size, record_cut, "a CSV record", options.max_record_bytes)
@@ -72,29 +74,35 @@ def csv_partials(
     workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
     pending: Pending = deque()
+    unsent: list[Block] = []  # a block the splitter handed out, not yet in `pending`
+    failed: list[InputDataError] = []  # the splitter stopped on a record over the limit
     lines_read = 0
 
     def oldest() -> tuple[pa.Table, int]:
         nonlocal lines_read
-        future, buf, lines = pending.popleft()
+        future, block, lines = pending[0]  # a block cut inside quotes stays: it is cut again
         try:
             partial, rows = future.result()
         except BadRecord as bad:
             bad.lines_before = lines_read
             raise
+        pending.popleft()
         lines_read += lines
-        splitter.release(buf)
+        splitter.release(block.buf)
         return partial, rows
 
     def partials() -> Generator[tuple[pa.Table, int], None, None]:
         try:
             for block in splitter.blocks():
+                unsent[:] = [block]
                 while len(pending) >= workers + IN_FLIGHT_EXTRA:
                     yield oldest()
                 lines = 0 if origin is not None else _block_lines(block.buf, block.start, block.end)
                 job = pool.submit(parser.parse, block.data, block.offset, splitter.cut is line_cut)
-                pending.append((job, block.buf, lines))
-        except InputDataError:
+                pending.append((job, block, lines))
+                unsent.clear()
+        except InputDataError as exc:
+            failed.append(exc)  # its state is gone: a block cut inside quotes is read again
             while pending:  # a bad record before this point is reported first
                 oldest()
             raise
@@ -106,9 +114,10 @@ def csv_partials(
             try:
                 yield from partials()
                 return
-            except CutInQuotes as wrong:
+            except CutInQuotes:
                 assert origin is not None
-                splitter = _cut_again(splitter, stream, origin, wrong.offset, pending)
+                splitter = _cut_again(splitter, stream, origin, pending, unsent, copy=not failed)
+                failed.clear()
     except BadRecord as bad:
         pool.shutdown(wait=True, cancel_futures=True)
         first = _line_at(stream, origin, bad.offset)
@@ -121,17 +130,37 @@ def csv_partials(
 
 
 def _cut_again(
-    splitter: Splitter, stream: ByteStream, origin: int, offset: int, pending: Pending
+    splitter: Splitter,
+    stream: ByteStream,
+    origin: int,
+    pending: Pending,
+    unsent: list[Block],
+    copy: bool = True,
 ) -> Splitter:
-    """A splitter cutting by `record_cut` from the block at `offset` (a record boundary: the
-    blocks before it were read whole); the blocks in flight are dropped once no thread reads them."""
-    for job, _buf, _lines in pending:
+    """A splitter cutting by `record_cut` from the first pending block (a record boundary: the
+    blocks before it were read whole), once no thread reads the pending blocks.
+
+    An `InPlaceSplitter` hands back a copy of those blocks and of the bytes it took after them
+    (at most the blocks in flight and one stream buffer), cut again before the stream's next
+    buffers: nothing is read twice. Any other splitter's stream (or with `copy` False: the
+    splitter stopped on an error) seeks back to the block."""
+    blocks = [block for _job, block, _lines in pending] + unsent
+    for job, _block, _lines in pending:
         job.cancel()
-    wait([job for job, _buf, _lines in pending])
+    wait([job for job, _block, _lines in pending])
     pending.clear()
-    splitter.close()
-    getattr(stream, "seek")(origin + offset)  # noqa: B009
-    again = Splitter.over(stream, splitter.size, record_cut, splitter.what, splitter.max_record_bytes)
+    unsent.clear()
+    offset = blocks[0].offset
+    size, what, most = splitter.size, splitter.what, splitter.max_record_bytes
+    again: Splitter
+    if copy and isinstance(splitter, InPlaceSplitter):
+        again = InPlaceSplitter(
+            Replay(splitter.hand_back(blocks), splitter.stream), size, record_cut, what, most
+        )
+    else:
+        splitter.close()
+        getattr(stream, "seek")(origin + offset)  # noqa: B009
+        again = Splitter.over(stream, size, record_cut, what, most)
     again.offset, again.header_lines = offset, splitter.header_lines
     return again
 

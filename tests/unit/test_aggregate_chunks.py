@@ -5,7 +5,6 @@ block sizes; every buffer given back; only a bounded number out at once."""
 from __future__ import annotations
 
 import io
-import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,6 +17,7 @@ from shared.aggregation import (
     AggregateSpec,
     EngineOptions,
     aggregate_stream,
+    csv_path,
     options,
     parse_aggregate_payload,
 )
@@ -189,7 +189,7 @@ def test_buffers_out_at_once_stay_bounded() -> None:
 
 
 class SeekCounting(ChunkStream):
-    """A `ChunkStream` that counts its seeks (the CSV path's reads again after a wrong cut)."""
+    """A `ChunkStream` that counts its seeks."""
 
     def __init__(self, data: bytes, chunk: int) -> None:
         super().__init__(data, chunk)
@@ -198,6 +198,33 @@ class SeekCounting(ChunkStream):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self.seeks.append(offset)
         return super().seek(offset, whence)
+
+
+class SeekCountingFile(io.BytesIO):
+    """A plain stream (its blocks copied into the splitter's buffers) that counts its seeks."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.seeks: list[int] = []
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.seeks.append(offset)
+        return super().seek(offset, whence)
+
+
+@pytest.fixture
+def recuts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The input offsets the CSV path cuts again from (a block cut inside quotes)."""
+    seen: list[int] = []
+    cut_again = csv_path._cut_again
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        pending, unsent = args[3], args[4]
+        seen.append(([block for _job, block, _lines in pending] + unsent)[0].offset)
+        return cut_again(*args, **kwargs)
+
+    monkeypatch.setattr(csv_path, "_cut_again", counted)
+    return seen
 
 
 def multiline_csv(rows: int, every: int) -> bytes:
@@ -209,56 +236,59 @@ def multiline_csv(rows: int, every: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def test_a_cut_inside_quoted_line_breaks_reads_again_once() -> None:
-    """A block cut at its last line break, inside a quoted value, is read again from its start
-    (one seek, to a record boundary) and every block after it is cut outside quotes: the same
-    answer as cutting outside quotes throughout. Only with the scanner: the Python path's cut
-    always counts the quotes."""
+def a_record_start(data: bytes, at: int) -> bool:
+    return data[at - 1] == 10 and data[:at].count(b'"') % 2 == 0
+
+
+def test_a_cut_inside_quoted_line_breaks_is_cut_again_once(recuts: list[int]) -> None:
+    """A block cut at its last line break, inside a quoted value, is cut again from its start
+    (a record boundary) with every block after it, counting quotes: the same answer as counting
+    them throughout. Over handed-over buffers nothing is read twice (no seek); over a plain
+    stream it seeks back once. Only with the scanner: the Python path's cut always counts."""
     s = spec("csv", ["k"], [{"op": "count"}, {"op": "sum", "column": "v"}])
-    data = multiline_csv(2000, every=40)
-    starts = {i + 1 for i, byte in enumerate(data) if byte == 10}  # line starts; records' are fewer
+    data = multiline_csv(2000, every=4)  # dense enough that every block size cuts inside one
     for block_size in (64, 700, 4096):
         expected = outcome(io.BytesIO(data), s, block_size, speculative=False)
         assert expected[0] != "error" and expected[1] == 2000
-        stream = SeekCounting(data, 1000)
-        assert outcome(stream, s, block_size) == expected, block_size
-        if TUNING.native:
-            assert len(stream.seeks) == 1, stream.seeks
-            (at,) = stream.seeks
-            assert at in starts and data[:at].count(b'"') % 2 == 0  # a record boundary
-        else:
-            assert stream.seeks == []
-        assert not stream.out, "every buffer is given back"
+        for stream in (SeekCounting(data, 1000), SeekCountingFile(data)):
+            recuts.clear()
+            assert outcome(stream, s, block_size) == expected, (block_size, stream)
+            assert len(recuts) == (1 if TUNING.native else 0), recuts
+            assert all(a_record_start(data, at) for at in recuts)
+            if isinstance(stream, SeekCounting):
+                assert stream.seeks == [], "handed-over buffers are cut again from a copy"
+                assert not stream.out, "every buffer is given back"
+            else:
+                assert stream.seeks == recuts  # back to the block, once
 
 
-def test_no_read_again_without_line_breaks_in_quotes() -> None:
+def test_no_cut_again_without_line_breaks_in_quotes(recuts: list[int]) -> None:
     """Quoted values with commas and doubled quotes but no line breaks: every cut is right."""
     s = spec("csv", ["k"], [{"op": "count"}, {"op": "sum", "column": "v"}])
     data = "k,v,note\n" + "".join(f'{"ab"[i % 2]},{i},"x, ""y"""\n' for i in range(3000))
     stream = SeekCounting(data.encode(), 1000)
     got = outcome(stream, s, 100)
     assert got == outcome(io.BytesIO(data.encode()), s, 100, speculative=False)
-    assert got[1] == 3000 and stream.seeks == []
+    assert got[1] == 3000 and recuts == [] and stream.seeks == []
 
 
-def test_a_bad_record_after_a_cut_inside_quotes_names_its_line() -> None:
+def test_a_bad_record_after_a_cut_inside_quotes_names_its_line(recuts: list[int]) -> None:
     s = spec("csv", ["k"], [{"op": "sum", "column": "v"}])
     head = multiline_csv(300, every=7)
     data = head + b"b,oops,x\n" + b"a,1,y\n" * 50
     line = head.count(b"\n") + 1
     for block_size in (64, 4096):
+        recuts.clear()
         stream = SeekCounting(data, 333)
         got = outcome(stream, s, block_size)
         assert got == outcome(io.BytesIO(data), s, block_size, speculative=False)
         assert got[0] == "error" and f"on line {line}:" in got[1], got
-        # with the scanner: read again from a block before the bad record, then from the start to
-        # count its line; without: only the count
-        assert len(stream.seeks) == (2 if TUNING.native else 1) and stream.seeks[-1] == 0, stream.seeks
-        assert all(at < len(head) for at in stream.seeks)
+        assert stream.seeks == [0]  # only to count the lines before the bad record
+        assert len(recuts) == (1 if TUNING.native else 0) and all(at < len(head) for at in recuts)
 
 
-def test_the_blob_stream_is_read_again_from_the_right_byte() -> None:
-    """The same over the blob reader's own stream (`BlobStream.seek` restarts its GETs)."""
+def test_the_blob_stream_is_never_read_twice(recuts: list[int]) -> None:
+    """The same over the blob reader's own stream: its GETs go forward only."""
     from shared.blob_stream import BlobStream, Range
 
     class Ranges:
@@ -280,10 +310,24 @@ def test_the_blob_stream_is_read_again_from_the_right_byte() -> None:
     ranges = Ranges(data)
     with BlobStream(ranges, chunk_size=8192, depth=3, first_size=1000) as stream:
         assert outcome(stream, s, 2048) == expected
-    offsets = ranges.offsets
-    again = [o for before, o in itertools.pairwise(offsets) if o < before]
-    if not TUNING.native:
-        assert again == []
-        return
-    assert len(again) == 1, offsets  # read again once, from a record's start
-    assert data[again[0] - 1] == 10 and data[: again[0]].count(b'"') % 2 == 0
+        assert stream.buffers_allocated <= 3 + 1 + 4
+    assert ranges.offsets == sorted(set(ranges.offsets)), ranges.offsets  # each range read once
+    assert len(recuts) == (1 if TUNING.native else 0) and all(a_record_start(data, at) for at in recuts)
+
+
+def test_a_cut_inside_quotes_then_a_record_over_the_limit(recuts: list[int]) -> None:
+    """The splitter stops on a record over the limit while a block before it was cut inside
+    quotes: the stream seeks back to that block (the splitter's state is gone), and the error
+    is the one counting quotes throughout gives."""
+    s = spec("csv", ["k"], [{"op": "count"}])
+    data = b"k,v,note\n" + b"a,1,plain\n" * 50 + b'b,2,"one\ntwo\nthree"\n' + b"a," + b"x" * 5000 + b"\n"
+    results = []
+    for speculative in (True, False):
+        tuning = replace(TUNING, block_size=100, max_record_bytes=1000, speculative_cuts=speculative)
+        stream = SeekCounting(data, 130)  # a buffer ends at byte 520, inside the quoted value
+        with pytest.raises(InputDataError) as caught:
+            aggregate_stream(stream, s, options=tuning)
+        results.append(str(caught.value))
+        if speculative and TUNING.native:
+            assert len(recuts) == 1 and stream.seeks == recuts, (recuts, stream.seeks)
+    assert results[0] == results[1] and "is longer than" in results[0], results
