@@ -75,7 +75,7 @@ def csv_partials(
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="csv-parse")
     pending: Pending = deque()
     unsent: list[Block] = []  # a block the splitter handed out, not yet in `pending`
-    failed: list[InputDataError] = []  # the splitter stopped on a record over the limit
+    stopped = False  # the splitter stopped on a record over the limit: its state is gone
     lines_read = 0
 
     def oldest() -> tuple[pa.Table, int]:
@@ -92,6 +92,7 @@ def csv_partials(
         return partial, rows
 
     def partials() -> Generator[tuple[pa.Table, int], None, None]:
+        nonlocal stopped
         try:
             for block in splitter.blocks():
                 unsent[:] = [block]
@@ -101,8 +102,8 @@ def csv_partials(
                 job = pool.submit(parser.parse, block.data, block.offset, splitter.cut is line_cut)
                 pending.append((job, block, lines))
                 unsent.clear()
-        except InputDataError as exc:
-            failed.append(exc)  # its state is gone: a block cut inside quotes is read again
+        except InputDataError:
+            stopped = True
             while pending:  # a bad record before this point is reported first
                 oldest()
             raise
@@ -116,8 +117,8 @@ def csv_partials(
                 return
             except CutInQuotes:
                 assert origin is not None
-                splitter = _cut_again(splitter, stream, origin, pending, unsent, copy=not failed)
-                failed.clear()
+                splitter = _cut_again(splitter, stream, origin, pending, unsent, copy=not stopped)
+                stopped = False
     except BadRecord as bad:
         pool.shutdown(wait=True, cancel_futures=True)
         first = _line_at(stream, origin, bad.offset)
