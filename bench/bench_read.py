@@ -17,6 +17,9 @@ best of 2 x --repeat each, the second pair at the end of the round):
   `blob_reader.LOWAT_BYTES`): the reading threads woken at each packet;
 - fresh: inproc and the raw read again with new buffers for every stream (`shared.buffer_pool`
   off: each stream faults its 8 MiB buffers in anew);
+- in memory: the engine over the same bytes already in this process's memory (`io.BytesIO`),
+  no storage sharing the cores: what the run would take if the storage were elsewhere, as it is
+  in Azure (memory / read below 1: the read, not the engine, would be the limit);
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
 The job's run is compared with the fastest raw read (reader or obstore). The 1-minute load
@@ -181,6 +184,18 @@ def engine_over_reader(case: Case, az: Azurite, variant: str = "") -> float:
     return time.perf_counter() - start
 
 
+def engine_in_memory(case: Case, data: bytes) -> float:
+    """The engine over bytes already in memory: no storage and no reading threads on the cores."""
+    import io
+
+    from shared.aggregation import aggregate_table, parse_aggregate_payload
+
+    spec = parse_aggregate_payload(case.payload())
+    start = time.perf_counter()
+    aggregate_table(io.BytesIO(data), spec)
+    return time.perf_counter() - start
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
@@ -296,6 +311,7 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     runs: dict[str, list[float]] = {}
     cpu: dict[str, list[tuple[float, float, float, float]]] = {}
     durations: list[float] = []
+    data = case.path.read_bytes()  # for the engine in memory: read once, untimed
     for _ in range(repeat):  # interleaved: each round runs every contender once
         e2e, duration = job(case, host, az)
         runs.setdefault("job_e2e_s", []).append(e2e)
@@ -313,11 +329,13 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
                 cpu.setdefault(name, []).append(measured)
         if with_obstore:
             runs.setdefault("obstore_read_s", []).append(obstore_read(case, acct))
+        runs.setdefault("in_memory_s", []).append(engine_in_memory(case, data))
         # the run / read pair once more (the job's e2e is not kept: Polars has one sample a round)
         durations.append(job(case, host, az)[1])
         measured = with_cpu(lambda: reader_read(case, az), az)
         runs["reader_read_s"].append(measured[0])
         cpu["reader_read_s"].append(measured)
+    del data
     out: dict[str, Any] = {"load_avg_1m": load}
     out |= {k: round(min(v), 3) for k, v in runs.items()}
     out["job_run_s"] = round(min(durations), 3)
@@ -327,6 +345,7 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     out["job_vs_polars"] = round(out["polars_az_s"] / out["job_e2e_s"], 2)
     out["run_vs_read"] = round(out["job_run_s"] / fastest, 2)
     out["inproc_vs_read"] = round(out["inproc_s"] / fastest, 2)
+    out["memory_vs_read"] = round(out["in_memory_s"] / fastest, 2)
     out["sdk_vs_reader"] = round(out["sdk_read_s"] / out["reader_read_s"], 2)
     if with_obstore:
         out["obstore_vs_reader"] = round(out["obstore_read_s"] / out["reader_read_s"], 2)
@@ -434,9 +453,11 @@ COLUMNS = (
     ("no mark", "inproc_nomark_s"),
     ("fresh read", "reader_fresh_read_s"),
     ("fresh", "inproc_fresh_s"),
+    ("in memory", "in_memory_s"),
     ("e2e/polars", "job_vs_polars"),
     ("run/read", "run_vs_read"),
     ("inproc/read", "inproc_vs_read"),
+    ("memory/read", "memory_vs_read"),
     ("cpu ratio", "cpu_ratio"),
     ("floor/read", "floor_vs_read"),
     ("read busy", "read_busy"),
@@ -458,7 +479,9 @@ def print_table(report: dict[str, Any]) -> None:
         "job's duration_s / the fastest raw read, reader or obstore (<= 1.3 wanted); inproc = the "
         "engine over the reader in the bench process; no mark = the same with the reader's "
         "SO_RCVLOWAT off; fresh read / fresh = the raw read / inproc with new buffers for every "
-        "stream (no buffer pool); cpu ratio = CPU seconds (this process + "
+        "stream (no buffer pool); in memory = the engine over the same bytes from this process's "
+        "memory (no storage on the cores); memory/read = it / the fastest read: below 1, the engine "
+        "outruns the read when it has the cores; cpu ratio = CPU seconds (this process + "
         "Azurite) of inproc / of the reader's read; floor/read = inproc's CPU seconds spread over "
         f"the {os.cpu_count()} cores / the fastest read: where Azurite shares the cores, run/read "
         "cannot go below it; read busy / inproc busy = the share of every core's time busy (in "
