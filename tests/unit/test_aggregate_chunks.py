@@ -17,6 +17,7 @@ from shared.aggregation import (
     AggregateSpec,
     EngineOptions,
     aggregate_stream,
+    blocks,
     csv_path,
     options,
     parse_aggregate_payload,
@@ -186,6 +187,45 @@ def test_buffers_out_at_once_stay_bounded() -> None:
     aggregate_stream(stream, spec("csv", ["k"]), options=replace(TUNING, block_size=2048))
     assert not stream.out
     assert stream.most_out <= options.PARSE_WORKERS + options.IN_FLIGHT_EXTRA + 2
+
+
+class Recording(ChunkStream):
+    """A `ChunkStream` that keeps every buffer it hands out (alive, so no id is used twice)."""
+
+    def __init__(self, data: bytes, chunk: int) -> None:
+        super().__init__(data, chunk)
+        self.handed: dict[int, int] = {}  # id(buffer) -> bytes of input in it
+        self.kept: list[bytearray] = []
+
+    def next_chunk(self) -> tuple[bytearray, int, int] | None:
+        got = super().next_chunk()
+        if got is not None:
+            self.handed[id(got[0])] = got[2] - got[1]
+            self.kept.append(got[0])
+        return got
+
+
+@pytest.mark.parametrize(("chunk", "per_buffer"), [(2000, 1), (3000, 2)])
+def test_a_buffer_up_to_twice_the_block_size_is_one_block(chunk: int, per_buffer: int) -> None:
+    """In place, a buffer of up to WHOLE_BUFFER_BLOCKS block sizes is one block (one hand-off to a
+    parse thread); a larger one is cut at the block size, then its rest is one block."""
+    assert blocks.WHOLE_BUFFER_BLOCKS == 2
+    data = b"".join(b"%09d\n" % i for i in range(3000))  # 10-byte records
+    stream = Recording(data, chunk)
+    splitter = blocks.InPlaceSplitter(stream, 1000, csv_path.record_cut, "a CSV record", 1 << 20)
+    cut_from: dict[int, list[int]] = {}  # id(buffer) -> sizes of the blocks cut in place from it
+    seen = bytearray()
+    for block in splitter.blocks():
+        seen += memoryview(block.buf)[block.start : block.end]
+        if id(block.buf) in stream.handed:
+            cut_from.setdefault(id(block.buf), []).append(block.end - block.start)
+        splitter.release(block.buf)
+    splitter.close()
+    assert bytes(seen) == data
+    full = [sizes for key, sizes in cut_from.items() if stream.handed[key] == chunk]
+    assert len(full) >= len(data) // chunk - 1
+    assert all(len(sizes) == per_buffer for sizes in full), full
+    assert all(size <= 2 * 1000 for sizes in full for size in sizes)
 
 
 class SeekCounting(ChunkStream):
