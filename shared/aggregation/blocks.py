@@ -68,6 +68,10 @@ class Splitter:
         """Input offset of the next block."""
         self.header_lines = 1
         """Line breaks in the first record (`read_head`), at least 1."""
+        self.whole_buffers = False
+        """In place, a buffer of up to WHOLE_BUFFER_BLOCKS block sizes is one block: set where the
+        C scanner parses the blocks (the Python path's memory grows with its blocks); the copying
+        splitter keeps its block size either way."""
         self._open()
 
     @staticmethod
@@ -213,13 +217,14 @@ class ChunkStream(Protocol):
 
 
 WHOLE_BUFFER_BLOCKS: Final = 2
-"""In place, a buffer of up to this many block sizes is parsed as one block. Its bytes came from
-the socket on a reading thread, not from a copy just made, so a smaller block finds nothing more
-in the CPU caches and costs one more hand-off between threads. The blob reader's 8 MiB buffers
-as one block instead of two of 4 MiB, interleaved rounds on Azurite: the engine over the reader
-0-6% faster with ~4% less CPU at 300 MB and 1 GB, the same at 30 MB (docs/performance.md). The
-copying splitter keeps `block_size` blocks: there 4 MiB was faster than 6 and 8 (the copy just
-made is still in the caches)."""
+"""In place, for the C scanner (`Splitter.whole_buffers`), a buffer of up to this many block sizes
+is parsed as one block. Its bytes came from the socket on a reading thread, not from a copy just
+made, so a smaller block finds nothing more in the CPU caches and costs one more hand-off between
+threads. The blob reader's 8 MiB buffers as one block instead of two of 4 MiB, interleaved rounds
+on Azurite: the engine over the reader 0-6% faster with ~4% less CPU at 300 MB and 1 GB, the same
+at 30 MB (docs/performance.md). Not for the Python path: its peak memory grows with its blocks
+(1 GB of CSV: 299 MB against 253 MB). The copying splitter keeps `block_size` blocks: there 4 MiB
+was faster than 6 and 8 (the copy just made is still in the caches)."""
 SEAM_BYTES: Final = 64 * 1024
 """Bytes after a record that spans two buffers copied with it (`InPlaceSplitter`), doubled as
 needed: the seam block ends at the last record boundary in them."""
@@ -229,11 +234,11 @@ class InPlaceSplitter(Splitter):
     """A `Splitter` over a stream that hands over its own buffers (`ChunkStream`): blocks are
     slices of those buffers, parsed where the reader wrote them.
 
-    A buffer of up to `WHOLE_BUFFER_BLOCKS` block sizes (the blob reader's 8 MiB) is one block,
-    ending at its last record boundary; a larger one is cut into blocks of about `block_size` at
-    record boundaries, the rest whole once it is small enough (each cut starting where the last
-    ended, so the bytes are looked at once). A buffer goes back to the stream once every block
-    cut from it is released.
+    Each buffer is cut into blocks of about `block_size` at record boundaries, its rest whole
+    once under 1.5 block sizes; with `whole_buffers`, a buffer of up to `WHOLE_BUFFER_BLOCKS`
+    block sizes (the blob reader's 8 MiB) is one block, ending at its last record boundary. Each
+    cut starts where the last ended, so the bytes are looked at once. A buffer goes back to the
+    stream once every block cut from it is released.
     Only a record that spans two buffers is copied: the bytes after the last boundary, with
     the next buffer's first `SEAM_BYTES` (more if the record is longer), form a small block of
     their own, cut at its last boundary.
@@ -289,9 +294,10 @@ class InPlaceSplitter(Splitter):
                     self.carry = window  # the input ends within this record
                 continue
             buf, lo, hi = current
+            whole = WHOLE_BUFFER_BLOCKS * self.size if self.whole_buffers else self.size + self.size // 2 - 1
             while lo < hi:  # each cut starts where the last ended: every byte is looked at once
                 end = 0
-                if hi - lo > WHOLE_BUFFER_BLOCKS * self.size:
+                if hi - lo > whole:  # else the rest is one block
                     end = self.cut(buf, lo, lo + self.size)
                 end = end or self.cut(buf, lo, hi)
                 if end == 0:

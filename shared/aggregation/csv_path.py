@@ -68,6 +68,7 @@ def csv_partials(
     origin = _position(stream)
     splitter = Splitter.over(stream, options.block_size, record_cut, "a CSV record", options.max_record_bytes)
     parser = CsvParser(_read_header(splitter), plan, null_values, options.native)
+    splitter.whole_buffers = parser.native is not None
     speculate = origin is not None and parser.native is not None and options.speculative_cuts
     if speculate:
         splitter.cut = line_cut
@@ -163,6 +164,7 @@ def _cut_again(
         getattr(stream, "seek")(origin + offset)  # noqa: B009
         again = Splitter.over(stream, size, record_cut, what, most)
     again.offset, again.header_lines = offset, splitter.header_lines
+    again.whole_buffers = splitter.whole_buffers
     return again
 
 

@@ -47,6 +47,7 @@ def jsonl_partials(
     """
     splitter = Splitter.over(stream, block_size, _line_cut, "a JSON line", options.max_record_bytes)
     parser = JsonParser(plan, null_values, options.native, options.jsonl_pyarrow)
+    splitter.whole_buffers = parser.native is not None
     workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jsonl-parse")
     pending: deque[_Pending] = deque()

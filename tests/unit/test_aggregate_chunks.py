@@ -14,6 +14,7 @@ import pytest
 
 from devstack import datagen
 from shared.aggregation import (
+    NATIVE,
     AggregateSpec,
     EngineOptions,
     aggregate_stream,
@@ -205,14 +206,19 @@ class Recording(ChunkStream):
         return got
 
 
-@pytest.mark.parametrize(("chunk", "per_buffer"), [(2000, 1), (3000, 2)])
-def test_a_buffer_up_to_twice_the_block_size_is_one_block(chunk: int, per_buffer: int) -> None:
-    """In place, a buffer of up to WHOLE_BUFFER_BLOCKS block sizes is one block (one hand-off to a
-    parse thread); a larger one is cut at the block size, then its rest is one block."""
+@pytest.mark.parametrize(
+    ("whole", "chunk", "per_buffer"), [(True, 2000, 1), (True, 3000, 2), (False, 2000, 2), (False, 1400, 1)]
+)
+def test_a_buffer_up_to_twice_the_block_size_is_one_block(whole: bool, chunk: int, per_buffer: int) -> None:
+    """In place, with `whole_buffers` (the C scanner's blocks), a buffer of up to
+    WHOLE_BUFFER_BLOCKS block sizes is one block (one hand-off to a parse thread) and a larger one
+    is cut at the block size, then its rest is one block; without, the rest is one block under 1.5
+    block sizes."""
     assert blocks.WHOLE_BUFFER_BLOCKS == 2
     data = b"".join(b"%09d\n" % i for i in range(3000))  # 10-byte records
     stream = Recording(data, chunk)
     splitter = blocks.InPlaceSplitter(stream, 1000, csv_path.record_cut, "a CSV record", 1 << 20)
+    splitter.whole_buffers = whole
     cut_from: dict[int, list[int]] = {}  # id(buffer) -> sizes of the blocks cut in place from it
     seen = bytearray()
     for block in splitter.blocks():
@@ -225,7 +231,23 @@ def test_a_buffer_up_to_twice_the_block_size_is_one_block(chunk: int, per_buffer
     full = [sizes for key, sizes in cut_from.items() if stream.handed[key] == chunk]
     assert len(full) >= len(data) // chunk - 1
     assert all(len(sizes) == per_buffer for sizes in full), full
-    assert all(size <= 2 * 1000 for sizes in full for size in sizes)
+    assert all(size <= (2000 if whole else 1500) for sizes in full for size in sizes)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_scanners_blocks_are_whole_buffers(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine sets `whole_buffers` where the C scanner parses its blocks, and only there."""
+    made: list[blocks.Splitter] = []
+    over = blocks.Splitter.over
+
+    def recording_over(*args: Any) -> blocks.Splitter:
+        made.append(over(*args))
+        return made[-1]
+
+    monkeypatch.setattr(blocks.Splitter, "over", staticmethod(recording_over))
+    data = tricky_csv(200, 3) if fmt == "csv" else b"".join(b'{"k": "a", "v": %d}\n' % i for i in range(200))
+    aggregate_stream(ChunkStream(data, 4096), spec(fmt, ["k"]), options=TUNING)
+    assert [splitter.whole_buffers for splitter in made] == [TUNING.native and NATIVE]
 
 
 class SeekCounting(ChunkStream):
