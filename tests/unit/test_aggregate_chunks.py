@@ -236,18 +236,30 @@ def test_a_buffer_up_to_twice_the_block_size_is_one_block(whole: bool, chunk: in
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_the_scanners_blocks_are_whole_buffers(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine sets `whole_buffers` where the C scanner parses its blocks, and only there."""
+    """The engine sets `whole_buffers` where the C scanner parses its blocks, and only there; a
+    CSV cut again (a block cut inside a quoted line break) keeps it."""
     made: list[blocks.Splitter] = []
-    over = blocks.Splitter.over
+    over, cut_again = blocks.Splitter.over, csv_path._cut_again
 
     def recording_over(*args: Any) -> blocks.Splitter:
         made.append(over(*args))
         return made[-1]
 
+    def recording_cut_again(*args: Any, **kwargs: Any) -> blocks.Splitter:
+        made.append(cut_again(*args, **kwargs))
+        return made[-1]
+
     monkeypatch.setattr(blocks.Splitter, "over", staticmethod(recording_over))
-    data = tricky_csv(200, 3) if fmt == "csv" else b"".join(b'{"k": "a", "v": %d}\n' % i for i in range(200))
-    aggregate_stream(ChunkStream(data, 4096), spec(fmt, ["k"]), options=TUNING)
-    assert [splitter.whole_buffers for splitter in made] == [TUNING.native and NATIVE]
+    monkeypatch.setattr(csv_path, "_cut_again", recording_cut_again)
+    data = (
+        multiline_csv(2000, every=4)
+        if fmt == "csv"
+        else b"".join(b'{"k": "a", "v": %d}\n' % i for i in range(200))
+    )
+    aggregate_stream(ChunkStream(data, 1000), spec(fmt, ["k"]), options=TUNING)
+    scanner = TUNING.native and NATIVE
+    assert len(made) == (2 if fmt == "csv" and scanner else 1)  # the CSV's speculative cut, cut again
+    assert [splitter.whole_buffers for splitter in made] == [scanner] * len(made)
 
 
 class SeekCounting(ChunkStream):
