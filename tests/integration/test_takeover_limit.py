@@ -130,7 +130,10 @@ def test_a_job_that_kills_its_worker_every_run_is_poisoned_at_the_takeover_limit
     # the shipped lease, visibilityTimeout and maxDequeueCount (`test_the_simulation_uses_what_ships`):
     # a second round here would take another ~165 s for the same pure ledger rule.
     replayed_at = time.monotonic()
-    assert call(host, "POST", "poison/replay", {"ids": [job_id]})[1]["replayed"] == [job_id]
+    status, answer = call(host, "POST", "poison/replay", {"ids": [job_id]})
+    # the replayed job is picked up within ~100 ms and kills the worker, which may still be
+    # answering this call: its answer can be lost (5xx); the ledger below says whether it replayed
+    assert (status, (answer or {}).get("replayed")) == (200, [job_id]) or status >= 500, (status, answer)
     while True:
         assert time.monotonic() - replayed_at < SAFETY_S, "the replayed job never ran"
         status, record = call(host, "GET", f"jobs/{job_id}")
