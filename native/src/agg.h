@@ -8,6 +8,7 @@
 #define AGGKERNEL_AGG_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,12 @@ typedef struct {
     double sum, min, max;
 } AggStat;
 
+/* A one-column key of 1 to 16 bytes as agg_words reads it, and its length (0: another key). */
+typedef struct {
+    uint64_t a, b;
+    uint64_t len;
+} AggWords;
+
 typedef struct {
     int nkeys, nvalues;
     /* hash slots: group index + 1, 0 when empty */
@@ -38,6 +45,7 @@ typedef struct {
     size_t *key_off; /* start of each group's encoded key in arena; key_off[ngroups] = used */
     int64_t *rows;
     AggStat *stats; /* ngroups * nvalues, group-major */
+    AggWords *words; /* one-column tables: per group, its key when short (compared without the arena) */
     char *arena;
     size_t arena_used, arena_cap;
     /* scratch for encoding the probed key */
@@ -73,21 +81,32 @@ static inline int agg_eq(const char *p, const char *q, size_t n) {
     return n == 0 || agg_tail(p, n) == agg_tail(q, n);
 }
 
+/* A key of 1 to 16 bytes as two words (overlapping when over 8 bytes): with its length, they
+ * tell it from any other key. */
+static inline void agg_words(const char *p, size_t n, uint64_t *a, uint64_t *b) {
+    if (n >= 8) {
+        memcpy(a, p, 8);
+        memcpy(b, p + n - 8, 8);
+    } else {
+        *a = agg_tail(p, n);
+        *b = 0;
+    }
+}
+
+/* The hash of a key of 1 to 16 bytes, from its words and length. */
+static inline uint64_t agg_hash_words(uint64_t a, uint64_t b, size_t n) {
+    uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xFF51AFD7ED558CCDULL;
+    h ^= ((b ^ n) + 0xC2B2AE3D27D4EB4FULL) * 0xC4CEB9FE1A85EC53ULL;
+    h ^= h >> 32;
+    h *= 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 29);
+}
+
 static inline uint64_t agg_hash(const char *p, size_t n) {
     if (n - 1 < 16) { /* 1 to 16 bytes: two words (overlapping), multiplied side by side */
         uint64_t a, b;
-        if (n >= 8) {
-            memcpy(&a, p, 8);
-            memcpy(&b, p + n - 8, 8);
-        } else {
-            a = agg_tail(p, n);
-            b = 0;
-        }
-        uint64_t h = (a ^ 0x9E3779B97F4A7C15ULL) * 0xFF51AFD7ED558CCDULL;
-        h ^= ((b ^ n) + 0xC2B2AE3D27D4EB4FULL) * 0xC4CEB9FE1A85EC53ULL;
-        h ^= h >> 32;
-        h *= 0x9E3779B97F4A7C15ULL;
-        return h ^ (h >> 29);
+        agg_words(p, n, &a, &b);
+        return agg_hash_words(a, b, n);
     }
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
     while (n >= 8) {
@@ -151,6 +170,7 @@ static inline int agg_init(AggTable *t, int nkeys, int nvalues) {
     t->key_off = (size_t *)malloc((t->gcap + 1) * sizeof(size_t));
     t->rows = (int64_t *)malloc(t->gcap * sizeof(int64_t));
     t->stats = (AggStat *)malloc(t->gcap * (size_t)(nvalues ? nvalues : 1) * sizeof(AggStat));
+    if (nkeys == 1 && !(t->words = (AggWords *)malloc(t->gcap * sizeof(AggWords)))) return AGG_NOMEM;
     t->arena_cap = 4096;
     t->arena = (char *)malloc(t->arena_cap);
     t->scratch_cap = 256;
@@ -167,6 +187,7 @@ static inline void agg_free(AggTable *t) {
     free(t->key_off);
     free(t->rows);
     free(t->stats);
+    free(t->words);
     free(t->arena);
     free(t->scratch);
     memset(t, 0, sizeof(*t));
@@ -209,6 +230,11 @@ static inline int agg_grow_groups(AggTable *t) {
     AggStat *stats = (AggStat *)realloc(t->stats, cap * nv * sizeof(AggStat));
     if (!stats) return AGG_NOMEM;
     t->stats = stats;
+    if (t->words) {
+        AggWords *words = (AggWords *)realloc(t->words, cap * sizeof(AggWords));
+        if (!words) return AGG_NOMEM;
+        t->words = words;
+    }
     t->gcap = cap;
     return AGG_OK;
 }
@@ -229,7 +255,33 @@ static inline char *agg_encode(const AggField *keys, int nkeys, char *w) {
 }
 
 /* agg_group for one group column: the key is hashed and compared where it is, not copied. */
+static inline int64_t agg_group1_long(AggTable *t, const AggField *key);
+
+/* agg_group for one group column: the key is hashed and compared where it is, not copied; a key
+ * of up to 16 bytes is compared with its group's words. */
 static inline __attribute__((always_inline)) int64_t agg_group1(AggTable *t, const AggField *key) {
+    size_t n = key->len;
+    if (key->is_null || n - 1 >= 16) return agg_group1_long(t, key);
+    uint64_t a, b;
+    agg_words(key->ptr, n, &a, &b);
+    uint64_t h = agg_hash_words(a, b, n);
+    size_t j = (size_t)h & t->mask;
+    for (;;) {
+        uint32_t s = t->slots[j];
+        if (!s) break;
+        if (t->slot_hash[j] == h) {
+            const AggWords *w = &t->words[s - 1];
+            if (w->len == n && w->a == a && w->b == b) return (int64_t)s - 1;
+        }
+        j = (j + 1) & t->mask;
+    }
+    int64_t g = agg_insert(t, key, 5 + n, h, j);
+    if (g >= 0) t->words[g] = (AggWords){a, b, n};
+    return g;
+}
+
+/* agg_group1 for a null key or one of 0 or over 16 bytes: compared in the arena. */
+static inline int64_t agg_group1_long(AggTable *t, const AggField *key) {
     uint64_t h = key->is_null ? 0x5bd1e995ULL : agg_hash(key->ptr, key->len);
     size_t need = 5 + (key->is_null ? 0 : key->len);
     size_t j = (size_t)h & t->mask;
@@ -299,12 +351,13 @@ static inline int64_t agg_insert(AggTable *t, const AggField *keys, size_t need,
     t->arena_used += need;
     t->key_off[g + 1] = t->arena_used;
     t->rows[g] = 0;
+    if (t->words) t->words[g].len = 0; /* until agg_group1 sets a short key's */
     for (int v = 0; v < t->nvalues; v++) {
         AggStat *st = &t->stats[g * (size_t)t->nvalues + (size_t)v];
         st->count = 0;
         st->sum = 0.0;
-        st->min = 0.0;
-        st->max = 0.0;
+        st->min = INFINITY; /* until its first value (a group without one answers 0.0) */
+        st->max = -INFINITY;
     }
     t->slots[j] = (uint32_t)(g + 1);
     t->slot_hash[j] = h;
@@ -314,13 +367,8 @@ static inline int64_t agg_insert(AggTable *t, const AggField *keys, size_t need,
 
 static inline void agg_add_number(AggTable *t, size_t g, int v, double x) {
     AggStat *st = &t->stats[g * (size_t)t->nvalues + (size_t)v];
-    if (st->count == 0) {
-        st->min = x;
-        st->max = x;
-    } else {
-        if (x < st->min) st->min = x;
-        if (x > st->max) st->max = x;
-    }
+    st->min = x < st->min ? x : st->min; /* no branch: the first of equal values stays */
+    st->max = x > st->max ? x : st->max;
     st->sum += x;
     st->count++;
 }

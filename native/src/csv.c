@@ -99,7 +99,8 @@ static inline void take_commas(uint64_t m, const char *base, const Needed *nd, i
 
 /* One record at p (not an empty line): its fields unquoted, or quoted whole (commas, line breaks
  * and "" inside). Sets *stop to where it ends (its line break, or the block's end) and sep[i] to
- * the needed commas i between its fields. Returns 1; 0 when the Python path must read the block
+ * the needed commas i between its fields. Returns 1, or 2 when a field of it is quoted; 0 when
+ * the Python path must read the block
  * (a quote inside an unquoted field, text after a closing quote, a quoted field the block ends
  * in); -1 when it has more or fewer fields than nfields. */
 static inline int fast_record(Words *w, const char *p, int nfields, const Needed *nd, const char **sep,
@@ -109,7 +110,7 @@ static inline int fast_record(Words *w, const char *p, int nfields, const Needed
     const char *base = w->base + (idx << 6);
     uint64_t keep = ~0ULL << (off & 63);
     uint64_t commas = w->commas & keep, breaks = w->breaks & keep;
-    int found = 0, ni = 0, most = nfields - 1;
+    int found = 0, ni = 0, most = nfields - 1, quoted = 0;
     const char *last = NULL;
     for (;;) {
         if (!breaks) { /* the word's commas, then the next word */
@@ -134,6 +135,7 @@ static inline int fast_record(Words *w, const char *p, int nfields, const Needed
             break;
         }
         if (at != (found ? last + 1 : p)) return 0; /* a quote inside an unquoted field */
+        quoted = 1;
         breaks &= breaks - 1; /* the opening quote; on to the closing one (line breaks are text) */
         for (;;) {
             while (!breaks) {
@@ -161,7 +163,7 @@ static inline int fast_record(Words *w, const char *p, int nfields, const Needed
             break;
         }
     }
-    return found == most ? 1 : -1;
+    return found == most ? 1 + quoted : -1;
 }
 
 int csv_scan(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan, AggTable *t,
@@ -178,6 +180,9 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
     int needed_field[SCAN_MAX_COLUMNS]; /* per needed column, its field in the record */
     int first_use[SCAN_MAX_COLUMNS]; /* per value: the first value reading the same column */
     double number[SCAN_MAX_COLUMNS];
+    /* per column: read as a number before any null check (below) */
+    int parse_first[SCAN_MAX_COLUMNS];
+    double column_number[SCAN_MAX_COLUMNS];
     char *scratch = NULL;
     int64_t count = 0;
 
@@ -187,6 +192,17 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
     }
     for (int c = 0; c < ncol; c++) {
         if (needed_field[c] < 0) return AGG_FALLBACK; /* a needed column not in the header */
+    }
+    /* A column a numeric value reads is parsed first where no null text reads as a number: a
+     * number is then not null, and only a field that is not one is compared with the nulls. */
+    int nulls_numeric = 0;
+    for (int i = 0; i < plan->nnulls; i++) {
+        double x;
+        nulls_numeric |= scan_number(plan->nulls[i], plan->null_lens[i], 1, &x);
+    }
+    for (int c = 0; c < ncol; c++) parse_first[c] = 0;
+    for (int v = 0; v < plan->nvalues; v++) {
+        if (plan->value_numeric[v] && !nulls_numeric) parse_first[plan->value_cols[v]] = 1;
     }
     for (int v = 0; v < plan->nvalues; v++) {
         first_use[v] = v;
@@ -216,7 +232,7 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
         for (int c = 0; c < ncol; c++) {
             int f = needed_field[c];
             const char *s = f ? sep[f - 1] + 1 : p, *e = f < nfields - 1 ? sep[f] : stop;
-            if (s < e && *s == '"') { /* quoted whole: its text, "" a quote in it */
+            if (fast == 2 && s < e && *s == '"') { /* quoted whole: its text, "" a quote in it */
                 raw[c].ptr = s + 1;
                 raw[c].len = (size_t)(e - s - 2);
                 raw[c].escaped = memchr(s + 1, '"', raw[c].len) != NULL;
@@ -248,7 +264,13 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             }
             cols[c].ptr = s;
             cols[c].len = len;
-            cols[c].is_null = scan_is_null(plan, s, len);
+            if (!parse_first[c]) {
+                cols[c].is_null = scan_is_null(plan, s, len);
+            } else if (scan_field_number(s, len, data, end, &column_number[c])) {
+                cols[c].is_null = 0;
+            } else if (!(cols[c].is_null = scan_is_null(plan, s, len))) {
+                goto fallback; /* neither a number nor null: the Python path names it */
+            }
         }
         int64_t g = 0;
         if (plan->nkeys) {
@@ -270,7 +292,9 @@ int csv_scan(const char *data, size_t n, int nfields, const int *field_col, cons
             if (f->is_null) continue;
             if (plan->value_numeric[v]) {
                 double x;
-                if (first_use[v] != v) {
+                if (parse_first[plan->value_cols[v]]) {
+                    x = column_number[plan->value_cols[v]];
+                } else if (first_use[v] != v) {
                     x = number[first_use[v]];
                 } else if (!scan_field_number(f->ptr, f->len, data, end, &x)) {
                     goto fallback;

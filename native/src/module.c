@@ -87,8 +87,8 @@ static PyObject *value_column(const AggTable *t, int v) {
         const AggStat *st = &t->stats[i * (size_t)t->nvalues + (size_t)v];
         count[i] = st->count;
         sum[i] = st->sum;
-        min[i] = st->min;
-        max[i] = st->max;
+        min[i] = st->count ? st->min : 0.0;
+        max[i] = st->count ? st->max : 0.0;
         valid[i] = (unsigned char)(st->count > 0);
         nulls += st->count == 0;
     }

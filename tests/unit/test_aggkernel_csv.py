@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import struct
 from typing import Any
 
 import aggkernel
@@ -318,6 +319,60 @@ def test_the_wide_benchmark_file_is_read_by_the_scanner_alone() -> None:
     assert_same_outcome(text, [key], block_size=4096)
 
 
+# --- groups and values: the scanner's table --------------------------------------------------
+
+
+def short_keys() -> list[str]:
+    """Keys the table tells apart by their two words and length: runs of one byte at every length
+    around 8 and 16 (the same words, other lengths), keys differing in one middle byte, keys of 16
+    and 17 bytes that share their first 16, and thousands more (the table grows)."""
+    keys = [c * n for c in "a\x01" for n in range(1, 21)]
+    keys += [("x" * n)[: n // 2] + "y" + ("x" * n)[n // 2 + 1 :] for n in range(2, 18)]
+    keys += ["0123456789abcdef", "0123456789abcdefg", "0123456789abcdeg", "é" * 8, "é" * 9]
+    return keys + [f"k{i}" for i in range(3000)]
+
+
+def test_short_keys_alike_in_their_words_are_told_apart() -> None:
+    keys = short_keys()
+    assert len(set(keys)) == len(keys)
+    records = [f"{k},{i % 7}.5\n".encode() for i, k in enumerate(keys)]
+    data = b"".join(records + records[::-1])  # each key twice, in two orders
+    out = scan(data, ["k", "x"], ["k"], ["x"])
+    assert out is not None and out[0] == 2 * len(keys)
+    python = assert_same_outcome(b"k,x\n" + data, ["k"], metrics=METRICS_X)
+    assert sorted(r["k"] for r in python[1]) == sorted(keys)
+    assert all(r["count"] == 2 for r in python[1])
+
+
+@pytest.mark.parametrize("nulls", [["", "NA"], ["NA", "0"], [" -1 "], ["7"]])
+def test_null_texts_that_read_as_numbers_are_null(nulls: list[str]) -> None:
+    """A numeric column is read as a number before it is compared with the null texts, unless a
+    null text reads as one: then a field equal to it is null, not that number."""
+    values = ["0", "-1", "7", " -1 ", *nulls]
+    body = "".join(f"a,{v},1\nb,2,{v}\n" for v in values).encode()
+    out = scan(body, ["k", "x", "y"], ["k"], ["x", "y"], tuple(n.encode() for n in nulls))
+    assert out is not None and out[0] == 2 * len(values)
+    python = assert_same_outcome(b"k,x,y\n" + body, ["k"], null_values=nulls)
+    a = next(r for r in python[1] if r["k"] == "a")
+    numbers = [float(v) for v in values if v not in nulls]
+    assert a["count_x"] == len(numbers) and a["sum_x"] == sum(numbers)
+
+
+def test_a_group_whose_values_are_all_null_has_null_extremes() -> None:
+    """The scanner's extremes start out infinite; a group with no value answers 0.0 (and null)."""
+    data = b"k,x,y\na,1,-0\nb,NA,NA\na,-2.5,0\nb,,\nc,3,2\n"
+    out = scan(data.partition(b"\n")[2], ["k", "x", "y"], ["k"], ["x", "y"])
+    assert out is not None
+    for count, _, low, high, _, nulls in out[4]:
+        assert nulls == 1 and struct.unpack("<3q", count)[1] == 0
+        assert struct.unpack("<3d", low)[1] == 0.0 and struct.unpack("<3d", high)[1] == 0.0
+    python = assert_same_outcome(data, ["k"])
+    b = next(r for r in python[1] if r["k"] == "b")
+    assert b["count_x"] == 0 and b["sum_x"] is None and b["max_x"] is None and b["min_y"] is None
+    a = next(r for r in python[1] if r["k"] == "a")
+    assert a["max_x"] == 1.0 and a["min_y"] == 0.0 and a["count"] == 2
+
+
 # --- property: random CSV, scanner on and off -----------------------------------------------
 
 FIELDS = st.sampled_from(
@@ -351,6 +406,7 @@ FIELDS = st.sampled_from(
     blank_lines=st.booleans(),
     ragged=st.booleans(),
     block_size=st.sampled_from([16, 64, 1 << 20]),
+    nulls=st.sampled_from([["", "NA"], ["NA", "7"], [" 2 ", ""], ["-0"]]),
 )
 def test_property_scanner_on_and_off_give_the_same_answer(
     rows: list[list[str]],
@@ -359,6 +415,7 @@ def test_property_scanner_on_and_off_give_the_same_answer(
     blank_lines: bool,
     ragged: bool,
     block_size: int,
+    nulls: list[str],
 ) -> None:
     out = io.StringIO(newline="")
     writer = csv.writer(out, lineterminator=terminator)
@@ -367,7 +424,7 @@ def test_property_scanner_on_and_off_give_the_same_answer(
         writer.writerow(row[:2] if ragged and i == len(rows) // 2 else row)
         if blank_lines and i % 3 == 0:
             out.write(terminator)
-    assert_same_outcome(out.getvalue().encode(), group_by, block_size=block_size)
+    assert_same_outcome(out.getvalue().encode(), group_by, block_size=block_size, null_values=nulls)
 
 
 @pytest.mark.parametrize("size", [0, 15, 16, 4080, 4081, 100_000])
