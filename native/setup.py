@@ -103,7 +103,14 @@ setup(
     ext_modules=[
         Extension(
             "aggkernel",
-            sources=["src/module.c", "src/csv.c", "src/csv_v2.c", "src/jsonl.c", "src/jsonl_v2.c"],
+            sources=[
+                "src/module.c",
+                "src/csv.c",
+                "src/csv_v2.c",
+                "src/csv_v3.c",
+                "src/jsonl.c",
+                "src/jsonl_v2.c",
+            ],
             # the build and its training too: a module older than either is built again
             depends=["src/agg.h", "src/scan.h", "setup.py", "pgo_train.py"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra", "-fno-strict-aliasing"],

@@ -224,22 +224,46 @@ static PyObject *finish(int status, AggTable *t, int64_t rows) {
 typedef int (*CsvScan)(const char *, size_t, int, const int *, const ScanPlan *, AggTable *, int64_t *);
 typedef int (*JsonlScan)(const char *, size_t, const ScanPlan *, AggTable *, int64_t *, uint64_t *, int64_t *);
 
-/* The scans this CPU runs: the x86-64-v2 builds where the CPU has their instructions (csv_v2.c,
- * jsonl_v2.c), else the portable ones; AGGKERNEL_PORTABLE=1 in the environment at import forces
- * the portable ones. */
+/* The scans this CPU runs: the newest build it has the instructions for (csv_v3.c where it also
+ * runs pdep in hardware; csv_v2.c, jsonl_v2.c), else the portable ones. AGGKERNEL_BUILD in the
+ * environment at import caps the choice ("portable", "x86-64-v2"); AGGKERNEL_PORTABLE=1 is
+ * "portable". */
 static CsvScan csv_scan_chosen = csv_scan;
 static JsonlScan jsonl_scan_chosen = jsonl_scan;
 static const char *scan_build = "portable";
 
+#if SCAN_V2_BUILD
+#include <cpuid.h>
+
+/* Whether pdep runs in hardware: Intel's BMI2 CPUs, AMD's (and Hygon's) from family 19h. */
+static int pdep_in_hardware(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) return 1; /* GenuineIntel */
+    int amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163; /* AuthenticAMD */
+    int hygon = b == 0x6f677948 && d == 0x6e65476e && c == 0x656e6975; /* HygonGenuine */
+    if (!(amd || hygon) || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned family = (a >> 8) & 0xF;
+    if (family == 0xF) family += (a >> 20) & 0xFF;
+    return family >= 0x19;
+}
+#endif
+
 static void choose_scans(void) {
 #if SCAN_V2_BUILD
-    const char *portable = getenv("AGGKERNEL_PORTABLE");
+    const char *cap = getenv("AGGKERNEL_BUILD"), *portable = getenv("AGGKERNEL_PORTABLE");
+    if ((portable && strcmp(portable, "1") == 0) || (cap && strcmp(cap, "portable") == 0)) return;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("popcnt") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
-        !(portable && strcmp(portable, "1") == 0)) {
-        csv_scan_chosen = csv_scan_v2;
-        jsonl_scan_chosen = jsonl_scan_v2;
-        scan_build = "x86-64-v2";
+    if (!(__builtin_cpu_supports("popcnt") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1")))
+        return;
+    csv_scan_chosen = csv_scan_v2;
+    jsonl_scan_chosen = jsonl_scan_v2;
+    scan_build = "x86-64-v2";
+    if (cap && strcmp(cap, "x86-64-v2") == 0) return;
+    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+        __builtin_cpu_supports("bmi2") && pdep_in_hardware()) {
+        csv_scan_chosen = csv_scan_v3;
+        scan_build = "x86-64-v3";
     }
 #endif
 }

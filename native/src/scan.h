@@ -16,7 +16,8 @@
 
 #define SCAN_MAX_COLUMNS 64
 
-/* Whether csv_v2.c and jsonl_v2.c build the scans again for x86-64-v2 CPUs (GCC on x86-64). */
+/* Whether csv_v2.c, jsonl_v2.c and csv_v3.c build the scans again for newer x86-64 CPUs (GCC on
+ * x86-64). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SCAN_V2_BUILD 1
 #else
@@ -223,6 +224,9 @@ int csv_scan_v2(const char *data, size_t n, int nfields, const int *field_col, c
                 AggTable *t, int64_t *rows);
 int jsonl_scan_v2(const char *data, size_t n, const ScanPlan *plan, AggTable *t, int64_t *rows,
                   uint64_t *seen, int64_t *breaks);
+/* The CSV scan built for x86-64-v3 CPUs (csv_v3.c). */
+int csv_scan_v3(const char *data, size_t n, int nfields, const int *field_col, const ScanPlan *plan,
+                AggTable *t, int64_t *rows);
 #endif
 
 #endif

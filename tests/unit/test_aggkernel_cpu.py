@@ -1,7 +1,9 @@
-"""The C scanner's two builds: the x86-64-v2 one (popcnt, SSSE3, SSE4.1; `native/src/csv_v2.c`,
-`jsonl_v2.c`), chosen at import where the CPU has those instructions, and the portable one
-(`AGGKERNEL_PORTABLE=1`). They must give the same answers on every input; short numbers, which
-the v2 build reads 16 bytes at a time, are where they differ in code.
+"""The C scanner's builds: the x86-64-v3 CSV scan (AVX2, BMI1/2; `native/src/csv_v3.c`), chosen
+at import where the CPU has those instructions and runs pdep in hardware; the x86-64-v2 ones
+(popcnt, SSSE3, SSE4.1; `csv_v2.c`, `jsonl_v2.c`); the portable ones. `AGGKERNEL_BUILD` caps the
+choice (`AGGKERNEL_PORTABLE=1`: portable). They must give the same answers on every input: short
+numbers (read 16 bytes at a time from v2 on), and a record's commas and breaks (found 32 bytes at
+a time, a needed comma by pdep, in v3) are where they differ in code.
 """
 
 from __future__ import annotations
@@ -57,22 +59,47 @@ def answers(values: list[str]) -> list[Any]:
     return out
 
 
-def portable_answers(values: list[str]) -> tuple[str, list[Any]]:
-    """`answers` in a process that imports the scanner with AGGKERNEL_PORTABLE=1."""
+def structure_answers(seeds: list[int]) -> list[Any]:
+    """The scanner's answers on random blocks of CSV records, one per seed: 1-40 fields, some
+    quoted (commas, "" and line breaks inside), \n, \r\n or \r ends, empty lines, a record with a
+    field too few or too many; each block read for three sets of needed fields."""
+    out = []
+    for seed in seeds:
+        rng = random.Random(seed)
+        nfields = rng.randint(1, 40)
+        texts = ["", "7", "-1.25", "a", "NA", "xyz" * rng.randint(1, 30), '"q,""x"""', '"a\nb"', '"1,5"']
+        ends = [b"\n", b"\r\n", b"\r"] if rng.random() < 0.3 else [b"\n"]
+        lines = []
+        for _ in range(rng.randint(1, 200)):
+            width = nfields + (rng.choice([-1, 1]) if rng.random() < 0.01 else 0)
+            line = ",".join(rng.choice(texts) for _ in range(max(width, 1))).encode()
+            lines.append(line + rng.choice(ends) + (b"\n" if rng.random() < 0.05 else b""))
+        block = b"".join(lines)
+        for _ in range(3):
+            needed = rng.sample(range(nfields), rng.randint(1, min(nfields, 4)))
+            cols = tuple(needed.index(f) if f in needed else -1 for f in range(nfields))
+            values = tuple(range(1, len(needed)))
+            out.append(aggkernel.csv_reduce(block, cols, (0,), values, (0,) * len(values), (b"", b"NA")))
+    return out
+
+
+def build_answers(build: str, function: str, arguments: list[Any]) -> tuple[str, list[Any]]:
+    """`function(arguments)` of this module in a process that imports the scanner with
+    AGGKERNEL_BUILD=build."""
     code = (
         "import pickle, sys; sys.path.insert(0, sys.argv[1]); import aggkernel;"
-        "from tests.unit.test_aggkernel_cpu import answers;"
-        "values = pickle.load(sys.stdin.buffer);"
-        "sys.stdout.buffer.write(pickle.dumps((aggkernel.BUILD, answers(values))))"
+        f"from tests.unit.test_aggkernel_cpu import {function};"
+        "arguments = pickle.load(sys.stdin.buffer);"
+        f"sys.stdout.buffer.write(pickle.dumps((aggkernel.BUILD, {function}(arguments))))"
     )
     root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run(
         [sys.executable, "-c", code, str(Path(aggkernel.__file__).parent)],
-        input=pickle.dumps(values),
+        input=pickle.dumps(arguments),
         capture_output=True,
         check=True,
         cwd=root,
-        env={**os.environ, "AGGKERNEL_PORTABLE": "1"},
+        env={**os.environ, "AGGKERNEL_BUILD": build},
         timeout=120,
     )
     scan, got = pickle.loads(done.stdout)
@@ -90,19 +117,54 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def test_the_v2_scan_runs_where_the_cpu_has_its_instructions() -> None:
+def cpu_vendor_family() -> tuple[str, int]:
+    fields = {}
+    for line in Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace").splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields.get("vendor_id", ""), int(fields.get("cpu family", "0"))
+
+
+def v2_built() -> bool:
     compiler = str(sysconfig.get_config_var("CC") or "")
-    if platform.machine() != "x86_64" or sys.platform != "linux" or "clang" in compiler:
-        pytest.skip("the v2 build is made by GCC for x86-64 Linux")
-    if not {"popcnt", "ssse3", "sse4_1"} <= cpu_flags():
+    return platform.machine() == "x86_64" and sys.platform == "linux" and "clang" not in compiler
+
+
+def test_the_newest_build_the_cpu_runs_well_is_chosen() -> None:
+    if not v2_built():
+        pytest.skip("the v2 and v3 builds are made by GCC for x86-64 Linux")
+    flags = cpu_flags()
+    vendor, family = cpu_vendor_family()
+    pdep = vendor == "GenuineIntel" or (vendor in ("AuthenticAMD", "HygonGenuine") and family >= 0x19)
+    if not {"popcnt", "ssse3", "sse4_1"} <= flags:
         assert aggkernel.BUILD == "portable"
-        return
-    assert aggkernel.BUILD == "x86-64-v2"
+    elif {"avx", "avx2", "bmi1", "bmi2"} <= flags and pdep:
+        assert aggkernel.BUILD == "x86-64-v3"
+    else:
+        assert aggkernel.BUILD == "x86-64-v2"
+
+
+@pytest.mark.parametrize("build", ["portable", "x86-64-v2"])
+def test_a_cap_on_the_build_is_kept(build: str) -> None:
+    if not v2_built():
+        pytest.skip("the v2 and v3 builds are made by GCC for x86-64 Linux")
+    scan, _ = build_answers(build, "answers", ["1"])
+    assert scan == ("portable" if aggkernel.BUILD == "portable" else build)
+
+
+def test_every_build_reads_a_records_fields_alike() -> None:
+    seeds = list(range(300))
+    mine = structure_answers(seeds)
+    assert sum(answer is not None for answer in mine) > 300  # most blocks are answered
+    for build in ("portable", "x86-64-v2"):
+        scan, theirs = build_answers(build, "structure_answers", seeds)
+        differ = [(seed // 3, a, b) for seed, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b]
+        assert not differ, (scan, differ[:3])
 
 
 def test_both_builds_read_every_value_alike() -> None:
     values = corpus()
-    scan, portable = portable_answers(values)
+    scan, portable = build_answers("portable", "answers", values)
     assert scan == "portable"
     mine = answers(values)
     tried = [(value, kind) for value in values for kind in ("csv", "json", "json string")]
