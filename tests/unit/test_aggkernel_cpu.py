@@ -118,7 +118,7 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_vendor_family() -> tuple[str, int]:
-    fields = {}
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace").splitlines():
         name, _, value = line.partition(":")
         fields.setdefault(name.strip(), value.strip())
