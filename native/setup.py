@@ -1,7 +1,8 @@
 """Build of the `aggkernel` extension (plain C, no dependencies), profile-guided where GCC can.
 
 Profile-guided (PGO): compiled with -fprofile-generate into a temporary folder, trained there by
-pgo_train.py (a subprocess importing only that build), then compiled again with -fprofile-use.
+pgo_train.py (subprocesses importing only that build, one per build of the scans:
+TRAINED_BUILDS), then compiled again with -fprofile-use.
 If any step fails (no profiling support, a cross build whose module cannot be imported, a failed
 training), one line says so and the plain build runs. AGGKERNEL_PGO=0: the plain build only.
 CFLAGS / LDFLAGS from the environment apply to every build.
@@ -24,7 +25,10 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 TRAIN_TIMEOUT = 300
-"""Seconds the training may take (about one on a quiet machine)."""
+"""Seconds each training run may take (about one on a quiet machine)."""
+TRAINED_BUILDS = ("portable", "x86-64-v2", "")
+"""The scans' builds trained, each in a run of its own (`AGGKERNEL_BUILD` caps the import's
+choice; "" leaves it to the CPU): each gets its profile, whichever the instances' CPUs pick."""
 
 
 class PgoBuildExt(build_ext):  # type: ignore[misc]
@@ -64,14 +68,16 @@ class PgoBuildExt(build_ext):  # type: ignore[misc]
             super().build_extension(
                 _with_flags(ext, [f"-fprofile-generate={profile}"], ["-fprofile-generate"])
             )
-        subprocess.run(
-            [sys.executable, "-I", str(HERE / "pgo_train.py"), str(lib)],
-            cwd=tmp,
-            check=True,
-            timeout=TRAIN_TIMEOUT,
-            capture_output=True,
-            text=True,
-        )
+        for build in TRAINED_BUILDS:
+            subprocess.run(
+                [sys.executable, "-I", str(HERE / "pgo_train.py"), str(lib)],
+                cwd=tmp,
+                env={**os.environ, "AGGKERNEL_BUILD": build},
+                check=True,
+                timeout=TRAIN_TIMEOUT,
+                capture_output=True,
+                text=True,
+            )
         if not any(profile.rglob("*.gcda")):
             raise RuntimeError("the training wrote no profile")
         use = [f"-fprofile-use={profile}", "-fprofile-correction", "-Wno-missing-profile"]
