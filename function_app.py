@@ -4,8 +4,11 @@ import os
 
 import azure.functions as func
 
-from shared import api, poison, processing, recovery, retention_apply
-from shared.console import routes as console_routes
+from shared import poison
+from shared.interfaces import api
+from shared.interfaces.console import routes as console_routes
+from shared.pipeline import processing, recovery
+from shared.pipeline import retention as retention_apply
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -18,7 +21,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 # the blob retention rules when RETENTION_BY_APP is on (the local stack: Azurite has no lifecycle
 # policy), at most every 5 minutes; in Azure the lifecycle policy deletes blobs. The index tables'
 # retention (no policy deletes table data) runs here everywhere, at most hourly: it adds no run, and
-# 9 requests an hour when nothing is due (shared/retention_apply.py).
+# 9 requests an hour when nothing is due (shared/pipeline/retention.py).
 SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 * * * *"
 
 

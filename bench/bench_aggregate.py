@@ -293,7 +293,7 @@ def azurite_stream(case: Case) -> dict[str, Any]:
     from azure.storage.blob import BlobServiceClient
 
     from devstack.azurite import start_azurite
-    from shared.blob_reader import open_blob_stream
+    from shared.blobio.reader import open_blob_stream
 
     az = start_azurite()
     try:

@@ -2,7 +2,7 @@
 
 With Node's defaults, V8 shrinks an idle Azurite's heap after ~8 s, and from then on every large
 blob read runs mark-compacts back to back; `devstack.azurite.NODE_FLAGS` keeps the heap. For each
-flag set: start Azurite, upload one blob, read it with the app's reader (`shared.blob_reader`,
+flag set: start Azurite, upload one blob, read it with the app's reader (`shared.blobio.reader`,
 the job's path) right away, wait `--idle` seconds, read it again. Prints the wall time of each
 read and the CPU seconds Azurite spent on it (Linux /proc).
 
@@ -35,7 +35,7 @@ def read_once(az: Azurite, blob: str) -> tuple[float, float]:
     """(wall seconds, Azurite CPU seconds) of one read of the blob through the app's reader."""
     from azure.storage.blob import BlobServiceClient
 
-    from shared.blob_reader import BlobReader
+    from shared.blobio.reader import BlobReader
 
     assert az.process is not None
     service = BlobServiceClient.from_connection_string(az.connection_string)

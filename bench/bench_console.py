@@ -41,13 +41,13 @@ import requests
 
 from bench import console_seed
 from devstack.azurite import start_azurite
-from shared import processing
-from shared.console import actions, queries
-from shared.envelope import isoformat, utcnow
+from shared.app.runtime import Runtime, build_runtime
+from shared.config.settings import Settings
+from shared.core.envelope import isoformat, utcnow
+from shared.interfaces.console import actions, queries
 from shared.jobs import noop
+from shared.pipeline import processing
 from shared.poison import bulk, bulk_step
-from shared.runtime import Runtime, build_runtime
-from shared.settings import Settings
 from tests.integration.helpers import message
 
 _lock = threading.Lock()

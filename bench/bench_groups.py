@@ -71,11 +71,11 @@ import json, logging, sys, time
 from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, {root!r})
 import azure.functions  # noqa: F401  (what the worker has loaded anyway)
-from shared.errors import PermanentError
+from shared.core.errors import PermanentError
 from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import JobContext
-from shared.settings import Settings
-from shared.storage import connect
+from shared.config.settings import Settings
+from shared.storage.clients import connect
 
 def status(field):
     with open("/proc/self/status") as fh:

@@ -213,7 +213,7 @@ class Site:
         return self.env["JOBS_QUEUE"]
 
     def init(self, **settings: str) -> Site:
-        """Settings for this tag, and the queues and containers created by `shared.cli init`."""
+        """Settings for this tag, and the queues and containers created by `shared.interfaces.cli init`."""
         names = {
             "JOBS_QUEUE": f"{self.tag}-jobs",
             "LEDGER_CONTAINER": f"{self.tag}-ledger",
@@ -226,7 +226,7 @@ class Site:
         }
         self.env = host_env(self.conn, names)
         subprocess.run(
-            [sys.executable, "-m", "shared.cli", "init"],
+            [sys.executable, "-m", "shared.interfaces.cli", "init"],
             env=self.env,
             cwd=REPO_ROOT,
             check=True,
@@ -606,7 +606,7 @@ REQUEST_PARTS = (  # (label, counter keys) in the order printed
     ("index write", ("table PUT",)),
 )
 INDEX_WRITES = 1
-"""The jobs index (shared/job_index.py): one Table upsert per message, at completion (a claim does
+"""The jobs index (shared/indexes/jobs.py): one Table upsert per message, at completion (a claim does
 not touch it). The target is 3.1 without an index, and an index may add at most this."""
 
 
@@ -641,7 +641,7 @@ def per_message(used: Usage, messages: int, batch: int, expected: float, path: s
 
 def settle_housekeeping(site: Site, host: HostProcess, timeout_s: float = 90.0) -> int:
     """Wait for the host's first poison sweep and the storage requests it makes to stop; return
-    their number. The sweep's timer also runs retention (shared/retention_apply.py: the index
+    their number. The sweep's timer also runs retention (shared/pipeline/retention.py: the index
     tables at most hourly, the blob rules every 5 minutes where the app applies them, as on the
     local stack): a few dozen requests once per process and hour, not a cost of the messages,
     so the paths are measured after it."""

@@ -7,7 +7,7 @@ best of 2 x --repeat each, the second pair at the end of the round):
 - job: POST /api/jobs -> the ledger's `finished_at` (see `job`), and the ledger's duration_s;
 - polars: `scan_csv` / `scan_ndjson` over `az://` + group_by + `collect(engine="streaming")`;
 - sdk: `download_blob(max_concurrency=8).readall()`;
-- reader: `shared.blob_reader` alone, its buffers handed over and back (`next_chunk`, no copy:
+- reader: `shared.blobio.reader` alone, its buffers handed over and back (`next_chunk`, no copy:
   what the job does);
 - obstore: `obstore.get(...).stream()` alone (when installed: requirements-bench.txt);
 - inproc: the engine over the reader in this process (no host, ledger or result write), with the
@@ -15,7 +15,7 @@ best of 2 x --repeat each, the second pair at the end of the round):
   whose cores are all busy the run cannot beat the read by less than their CPU ratio;
 - no mark: inproc and the raw read again with the reader's low-water mark off (SO_RCVLOWAT,
   `blob_reader.LOWAT_BYTES`): the reading threads woken at each packet;
-- fresh: inproc and the raw read again with new buffers for every stream (`shared.buffer_pool`
+- fresh: inproc and the raw read again with new buffers for every stream (`shared.blobio.buffers`
   off: each stream faults its 8 MiB buffers in anew);
 - in memory: the engine over the same bytes already in this process's memory (`io.BytesIO`),
   no storage sharing the cores: what the run would take if the storage were elsewhere, as it is
@@ -142,16 +142,16 @@ def sdk_read(case: Case, az: Azurite) -> float:
 
 VARIANTS = ("", "nomark", "fresh")
 """The reader as shipped; with its low-water mark off (SO_RCVLOWAT, `blob_reader.LOWAT_BYTES`);
-with fresh buffers for every stream (no `shared.buffer_pool`)."""
+with fresh buffers for every stream (no `shared.blobio.buffers`)."""
 
 
 def open_variant(case: Case, az: Azurite, variant: str = "") -> Any:
     """A stream over the case's blob, as the job opens it or as one of VARIANTS."""
     from azure.storage.blob import BlobServiceClient
 
-    from shared.blob_reader import open_blob_stream, reader_for
-    from shared.blob_stream import CHUNK_BYTES, BlobStream
-    from shared.buffer_pool import BufferPool
+    from shared.blobio.buffers import BufferPool
+    from shared.blobio.reader import open_blob_stream, reader_for
+    from shared.blobio.stream import CHUNK_BYTES, BlobStream
 
     service = BlobServiceClient.from_connection_string(az.connection_string)
     if variant == "":
@@ -255,7 +255,7 @@ def job(case: Case, host: HostProcess, az: Azurite) -> tuple[float, float]:
     """
     from azure.storage.blob import BlobServiceClient
 
-    from shared.blob_reader import reader_for
+    from shared.blobio.reader import reader_for
 
     ledger = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
     container = host.env.get("LEDGER_CONTAINER", "ledger")
@@ -283,7 +283,7 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 from azure.storage.blob import BlobServiceClient
 from shared.aggregation import aggregate_table, parse_aggregate_payload
-from shared.blob_reader import open_blob_stream
+from shared.blobio.reader import open_blob_stream
 spec = parse_aggregate_payload(json.loads({payload!r}))
 blob = BlobServiceClient.from_connection_string({conn!r}).get_blob_client(spec.container, spec.blob)
 with open_blob_stream(blob) as stream:
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         env = host_env(az.connection_string)
         subprocess.run(
-            [sys.executable, "-m", "shared.cli", "init"],
+            [sys.executable, "-m", "shared.interfaces.cli", "init"],
             env=env,
             cwd=REPO_ROOT,
             check=True,

@@ -41,13 +41,13 @@ from devstack import datagen  # noqa: E402
 from devstack.azurite import start_azurite  # noqa: E402
 from devstack.spark_cluster import SparkCluster, start_cluster  # noqa: E402
 from shared.aggregation import aggregate_stream, parse_aggregate_payload  # noqa: E402
-from shared.blob_reader import open_blob_stream  # noqa: E402
+from shared.blobio.reader import open_blob_stream  # noqa: E402
+from shared.config.settings import Settings  # noqa: E402
 from shared.jobs.aggregate_offload import build_request, offload, resume  # noqa: E402
 from shared.jobs.base import Completed, Continue, JobContext  # noqa: E402
-from shared.settings import Settings  # noqa: E402
 from shared.spark.backends import make_backend  # noqa: E402
 from shared.spark.model import SparkBackend  # noqa: E402
-from shared.storage import StorageClients, clients_for  # noqa: E402
+from shared.storage.clients import StorageClients, clients_for  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out" / "spark.json"
 MB = 1_000_000

@@ -51,15 +51,15 @@ from urllib.parse import quote, urlencode, urlsplit
 from devstack.azurite import AZURITE_BIN, dev_connection_string
 from devstack.ports import free_port, wait_for_port
 from shared import ledger
-from shared.documents import dump
-from shared.entry_index import COUNT_PARTITION, shard_of
-from shared.entry_index import entity_of as entry_entity
-from shared.envelope import isoformat, utcnow
-from shared.job_index import entity_of as job_entity
+from shared.app.runtime import Runtime
+from shared.core.documents import dump
+from shared.core.envelope import isoformat, utcnow
+from shared.indexes.entries import COUNT_PARTITION, shard_of
+from shared.indexes.entries import entity_of as entry_entity
+from shared.indexes.jobs import entity_of as job_entity
 from shared.ledger import Facts
-from shared.ledger_view import index_tags, listing_metadata
+from shared.ledger.view import index_tags, listing_metadata
 from shared.poison.archive import entry_name, new_entry
-from shared.runtime import Runtime
 
 BLOB_PROCESSES = 2
 """Processes PUTting ledger blobs: one Python process (its GIL) sends ~1,000 PUTs/s at most."""

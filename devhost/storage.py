@@ -43,7 +43,7 @@ def _session() -> requests.Session:
     """A pooled session sized for batchSize + newBatchThreshold in flight (requests' default is 10).
 
     It looks for proxies and .netrc in the environment per request only when some are configured
-    (the lookup cost ~7% of the host's CPU per message); the app's shared/storage.py does the
+    (the lookup cost ~7% of the host's CPU per message); the app's shared/storage/clients.py does the
     same, and the devhost does not import the app's code.
     """
     session = requests.Session()

@@ -86,7 +86,9 @@ def init_storage(env: dict[str, str]) -> None:
     """Create queues and containers, as the infrastructure template does in Azure."""
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "shared.interfaces.cli", "init"], env=env, cwd=REPO_ROOT, check=True
+    )
 
 
 def upload_data(demo: Demo, files: int, rows: int) -> None:

@@ -31,7 +31,9 @@ def main() -> int:
             cluster = start_cluster(base_dir=REPO_ROOT / ".devstack" / "spark")
             spark_settings = cluster.env()
         env = host_env("UseDevelopmentStorage=true", spark_settings)
-        subprocess.run([sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "shared.interfaces.cli", "init"], env=env, cwd=REPO_ROOT, check=True
+        )
         host = HostProcess(env, port=7071, log_path=REPO_ROOT / ".devstack" / "host.log").start()
         print(
             "\nup:\n"

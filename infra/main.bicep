@@ -172,7 +172,7 @@ var queueNames = [
   '${jobsQueueName}-parked'
   '${jobsQueueName}-ops'
 ]
-// The console's Table indexes (shared/index_keys.py table_prefix of the container names): the poison
+// The console's Table indexes (shared/indexes/keys.py table_prefix of the container names): the poison
 // archive's entries table, declared here; the jobs index's one table per UTC day
 // (ledger<YYYYMMDD>) is created by the app as days begin, so it cannot be declared in advance.
 var entriesTableName = 'poisonarchiveentries'
@@ -617,13 +617,13 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     AzureWebJobsStorage__accountName: storage.name
     AzureWebJobsStorage__credential: 'managedidentity'
     AzureWebJobsStorage__clientId: identity.properties.clientId
-    // The console's indexes (shared/tables.py) and the host's diagnostic events, with the identity.
+    // The console's indexes (shared/storage/tables.py) and the host's diagnostic events, with the identity.
     AzureWebJobsStorage__tableServiceUri: storage.properties.primaryEndpoints.table
     AZURE_CLIENT_ID: identity.properties.clientId
     APPLICATIONINSIGHTS_CONNECTION_STRING: appInsights.properties.ConnectionString
     APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identity.properties.clientId};Authorization=AAD'
     // With host.json "telemetryMode": "OpenTelemetry": the worker exports its own logs and traces
-    // (shared/telemetry.py) and the host stops forwarding them, so nothing arrives twice.
+    // (shared/config/telemetry.py) and the host stops forwarding them, so nothing arrives twice.
     PYTHON_ENABLE_OPENTELEMETRY: 'true'
     // The Python worker runs the sync functions of all triggers on one thread pool, by default
     // min(32, vCPUs + 4) threads. 24 = host.json batchSize 16 + newBatchThreshold 8: every message the
@@ -682,7 +682,7 @@ resource appContainerRoleAssignments 'Microsoft.Authorization/roleAssignments@20
 
 // The console's sign-in (issue 12): App Service Authentication with Entra ID. Anonymous requests
 // still reach the app (producers call /api/jobs with function keys); the console itself requires
-// the principal Easy Auth passes on, with an allowed role or group (shared/console/security.py).
+// the principal Easy Auth passes on, with an allowed role or group (shared/interfaces/console/security.py).
 resource consoleAuth 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(consoleClientId)) {
   parent: functionApp
   name: 'authsettingsV2'

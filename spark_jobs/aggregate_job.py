@@ -57,11 +57,13 @@ ENGINE_PACKAGE = "shared/aggregation"
 """Shipped whole: the engine, and what this job uses of the inline app besides the modules below."""
 ENGINE_LEAVES = (
     "shared/__init__.py",
-    "shared/errors.py",
-    "shared/containers.py",
-    "shared/blob_reader.py",
-    "shared/blob_stream.py",
-    "shared/buffer_pool.py",
+    "shared/core/__init__.py",
+    "shared/core/errors.py",
+    "shared/core/containers.py",
+    "shared/blobio/__init__.py",
+    "shared/blobio/reader.py",
+    "shared/blobio/stream.py",
+    "shared/blobio/buffers.py",
 )
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 JOB_MODULES = (
@@ -130,7 +132,7 @@ def spec_from_payload(payload: Mapping[str, Any]) -> Any:
     """The engine's AggregateSpec for a payload, parsed as the function parsed it before it
     submitted the run (`shared.aggregation.parse_aggregate_payload`); JobFailure if invalid."""
     from shared.aggregation import parse_aggregate_payload
-    from shared.errors import PayloadError
+    from shared.core.errors import PayloadError
 
     try:
         return parse_aggregate_payload(payload)
@@ -327,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _kind(exc: BaseException) -> str:
     try:
-        from shared.errors import InputDataError
+        from shared.core.errors import InputDataError
     except ImportError:
         return "unexpected"
     return "input_data" if isinstance(exc, InputDataError) else "unexpected"

@@ -134,7 +134,7 @@ def run_split(partials: Partials, index: int, data: bytes, header: bytes) -> Tas
     import io
 
     from shared.aggregation import aggregate_stream
-    from shared.errors import InputDataError
+    from shared.core.errors import InputDataError
 
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     result = TaskResult(index=index, lines=lines)

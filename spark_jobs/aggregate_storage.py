@@ -32,8 +32,8 @@ class BlobAccess:
         return BlobServiceClient(str(self.endpoint), credential=DefaultAzureCredential(), **kw)
 
     def ranges(self) -> Any:
-        """The app's lean ranged reader (`shared.blob_reader`) with the same account and credential."""
-        from shared.blob_reader import reader_for
+        """The app's lean ranged reader (`shared.blobio.reader`) with the same account and credential."""
+        from shared.blobio.reader import reader_for
 
         return reader_for(self.service())
 

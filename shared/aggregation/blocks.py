@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from shared.aggregation.options import DEFAULT_BLOCK_SIZE, KEPT_BUFFERS
 from shared.aggregation.spec import ByteStream
-from shared.buffer_pool import pool_for
-from shared.errors import InputDataError
+from shared.blobio.buffers import pool_for
+from shared.core.errors import InputDataError
 
 
 def line_breaks(data: bytes) -> int:

@@ -20,7 +20,7 @@ from shared.aggregation.number_parsing import BadNumber, to_float
 from shared.aggregation.options import IN_FLIGHT_EXTRA, MAX_CSV_COLUMNS, EngineOptions
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import ByteStream
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 
 
 class BadRecord(Exception):

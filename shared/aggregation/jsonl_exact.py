@@ -12,7 +12,7 @@ import pyarrow as pa
 from shared.aggregation.number_parsing import BadNumber, to_float
 from shared.aggregation.options import MAX_JSON_DEPTH
 from shared.aggregation.plan import Plan
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 
 try:
     import numpy as np

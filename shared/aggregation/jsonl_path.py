@@ -28,7 +28,7 @@ from shared.aggregation.options import (
 )
 from shared.aggregation.plan import Accumulator, JsonPartial, Plan
 from shared.aggregation.spec import ByteStream
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 
 
 def jsonl_partials(

@@ -32,8 +32,8 @@ from shared.aggregation.spec import (
     MetricSpec,
     Op,
 )
-from shared.containers import is_host_container
-from shared.errors import PayloadError
+from shared.core.containers import is_host_container
+from shared.core.errors import PayloadError
 
 MAX_BLOB_PATH: Final = 1024
 MAX_COLUMN_NAME: Final = 256

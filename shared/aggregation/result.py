@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from shared.errors import LimitExceeded
+from shared.core.errors import LimitExceeded
 
 if TYPE_CHECKING:
     import pyarrow as pa

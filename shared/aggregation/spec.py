@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
-from shared.errors import LimitExceeded
+from shared.core.errors import LimitExceeded
 
 Op = Literal["count", "sum", "mean", "min", "max"]
 Format = Literal["csv", "jsonl"]

@@ -1,10 +1,10 @@
 """The `aggregate` job kind: engine choice, the result's upload and the handler.
 
 The payload, the engine (pure, over a byte stream) and the result document are the
-`shared.aggregation` package; the input is read through `shared.blob_reader.open_blob_stream`.
+`shared.aggregation` package; the input is read through `shared.blobio.reader.open_blob_stream`.
 
 Least privilege and bounded work: the input's container is checked before anything is read
-(`shared.limits.input_refusal`: never the app's or the host's own containers; only
+(`shared.storage.limits.input_refusal`: never the app's or the host's own containers; only
 `INPUT_CONTAINERS` when set), and an inline run stops at `MAX_GROUPS` groups: `engine: auto` then
 goes to Spark when a backend is configured, otherwise the job is poisoned naming the limit.
 """
@@ -29,14 +29,14 @@ from shared.aggregation import (
 )
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.result import result_json
-from shared.blob_reader import open_blob_stream
-from shared.containers import cut
-from shared.errors import InputRefused, LimitExceeded, NotAvailable, StorageThrottled
+from shared.blobio.reader import open_blob_stream
+from shared.config.settings import Settings
+from shared.core.containers import cut
+from shared.core.errors import InputRefused, LimitExceeded, NotAvailable, StorageThrottled
 from shared.jobs import aggregate_offload
 from shared.jobs.base import Completed, JobContext, Outcome
-from shared.limits import input_refusal, result_limit_bytes
-from shared.settings import Settings
-from shared.storage import StorageClients, is_throttled
+from shared.storage.clients import StorageClients, is_throttled
+from shared.storage.limits import input_refusal, result_limit_bytes
 
 if not aggregation.NATIVE:  # the remote build could not compile native/: same answers, slower
     logging.getLogger(__name__).warning(

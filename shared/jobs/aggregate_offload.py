@@ -14,16 +14,16 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, ContainerClient
 
-from shared import jsontext
 from shared.aggregation import result as aggregate_result
-from shared.errors import InputRefused, StorageThrottled
+from shared.config.settings import Settings
+from shared.core import jsontext
+from shared.core.errors import InputRefused, StorageThrottled
 from shared.jobs import spark_offload as tracking
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.spark_storage import job_storage
-from shared.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
-from shared.settings import Settings
 from shared.spark.model import RunError, SparkBackend, SparkJobRequest
-from shared.storage import StorageClients, is_throttled
+from shared.storage.clients import StorageClients, is_throttled
+from shared.storage.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
 
 T = TypeVar("T")
 ERROR_MAX_BYTES: Final = 1024 * 1024

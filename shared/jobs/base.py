@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.settings import Settings
-from shared.storage import StorageClients
+from shared.config.settings import Settings
+from shared.storage.clients import StorageClients
 
 
 @dataclass(frozen=True)

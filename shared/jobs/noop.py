@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.errors import PayloadError
+from shared.core.errors import PayloadError
 from shared.jobs.base import Completed, JobContext, Outcome
 
 

@@ -22,15 +22,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from shared.blob_documents import BlobDocuments
-from shared.errors import (
+from shared.config.settings import Settings
+from shared.core.errors import (
     DownstreamUnavailable,
     InputDataError,
     PermanentError,
     RunAbandoned,
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.http import step_budget
 from shared.spark.model import RunError, RunStatus, SparkBackend, SparkJobRequest, Submission
@@ -52,7 +51,8 @@ from shared.spark.tracking import (
     resubmitted,
     with_cancelled,
 )
-from shared.storage import StorageClients
+from shared.storage.blob_documents import BlobDocuments
+from shared.storage.clients import StorageClients
 
 PROGRESS_KEY = "spark_submitting"
 

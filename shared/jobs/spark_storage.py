@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from shared.errors import PayloadError
-from shared.settings import Settings
-from shared.storage import DEV_CONNECTION
+from shared.config.settings import Settings
+from shared.core.errors import PayloadError
+from shared.storage.clients import DEV_CONNECTION
 
 DEFAULT_URL_TEMPLATE = "abfss://{container}@{account}.dfs.core.windows.net/{path}"
 CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"

@@ -13,7 +13,7 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError
 
-from shared.errors import DownstreamUnavailable, InputDataError, PayloadError
+from shared.core.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, JobContext, Outcome
 
 EFFECTS_PREFIX = "effects/"

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.documents import Conflict, Document, DocumentStore
-from shared.entry_index import EntryIndex, best_effort, index_key, reason_code_of
-from shared.envelope import body_digest, isoformat
+from shared.core.documents import Conflict, Document, DocumentStore
+from shared.core.envelope import body_digest, isoformat
+from shared.indexes.entries import EntryIndex, best_effort, index_key, reason_code_of
 
 JOBS_PREFIX = "jobs/"
 UNPARSED_PREFIX = "unparsed/"

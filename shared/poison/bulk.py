@@ -23,13 +23,13 @@ import json
 import uuid
 from typing import Any
 
-from shared.documents import Conflict
-from shared.envelope import isoformat
-from shared.messages import NEVER_EXPIRE
-from shared.observability import log_decision
+from shared.app.runtime import Runtime
+from shared.config.observability import log_decision
+from shared.core.documents import Conflict
+from shared.core.envelope import isoformat
+from shared.core.messages import NEVER_EXPIRE
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.poison.parking import PARKED
-from shared.runtime import Runtime
 
 OPS_PREFIX = "ops/"
 KINDS = ("replay", "purge", "park", "unpark", "delete")

@@ -16,23 +16,24 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from shared import ledger, ledger_operator
-from shared.documents import Conflict, Document
-from shared.entry_index import EntryRow
-from shared.envelope import decode_message, isoformat, parse_body
-from shared.errors import EnvelopeError
-from shared.index_keys import newest_first
-from shared.job_index import IndexedStore
+from shared import ledger
+from shared.app.runtime import Runtime, get_runtime
+from shared.app.sending import send_job
+from shared.config.observability import log_decision
+from shared.core.documents import Conflict, Document
+from shared.core.envelope import decode_message, isoformat, parse_body
+from shared.core.errors import EnvelopeError
+from shared.core.messages import QueueMessageLike
+from shared.indexes.entries import EntryRow
+from shared.indexes.jobs import IndexedStore
+from shared.indexes.keys import newest_first
 from shared.ledger import Facts
-from shared.messages import QueueMessageLike
-from shared.observability import log_decision
+from shared.ledger import operator as ledger_operator
 from shared.poison.archive import LISTED_STATE, REASONS_PREFIX, UNPARSED_PREFIX, set_state
 from shared.poison.bulk import OpRefused, op_name, send_step
 from shared.poison.bulk_pacing import Pacer, StepWrites, step_plan, step_threads
 from shared.poison.operations import expiry_refusal
 from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
-from shared.runtime import Runtime, get_runtime
-from shared.submit import send_job
 
 log = logging.getLogger("jobs.ops")
 STEP_BUDGET_S = 15.0

@@ -20,9 +20,11 @@ from typing import Any
 from azure.core.exceptions import AzureError
 
 from shared import ledger
-from shared.abandon import abandon_work
-from shared.documents import Conflict
-from shared.envelope import (
+from shared.app.abandon import abandon_work
+from shared.app.runtime import Runtime, get_runtime
+from shared.config.observability import log_decision
+from shared.core.documents import Conflict
+from shared.core.envelope import (
     Envelope,
     best_effort_id,
     body_digest,
@@ -30,13 +32,11 @@ from shared.envelope import (
     encode_json,
     parse_body,
 )
-from shared.errors import EnvelopeError, JobError
+from shared.core.errors import EnvelopeError, JobError
+from shared.core.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.ledger import Decision, Facts, Record
-from shared.ledger_view import RecordView
-from shared.messages import NEVER_EXPIRE, QueueMessageLike
-from shared.observability import log_decision
+from shared.ledger.view import RecordView
 from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
-from shared.runtime import Runtime, get_runtime
 
 log = logging.getLogger("jobs.poison")
 HOST_REASON = "the host moved it after maxDequeueCount failed runs"

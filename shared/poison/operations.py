@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared import ledger, ledger_operator
-from shared.documents import Conflict
-from shared.entry_index import best_effort
-from shared.envelope import best_effort_id, parse_body
-from shared.errors import EnvelopeError
+from shared import ledger
+from shared.app.runtime import Runtime
+from shared.app.sending import send_job
+from shared.config.observability import log_decision
+from shared.core.documents import Conflict
+from shared.core.envelope import best_effort_id, parse_body
+from shared.core.errors import EnvelopeError
+from shared.indexes.entries import best_effort
 from shared.ledger import Facts
-from shared.observability import log_decision
+from shared.ledger import operator as ledger_operator
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, reason_name, set_state
-from shared.runtime import Runtime
-from shared.submit import send_job
 
 log = logging.getLogger("jobs.poison")
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
-from shared.documents import Conflict, Document
-from shared.entry_index import index_key
-from shared.envelope import isoformat
-from shared.messages import NEVER_EXPIRE
+from shared.app.runtime import Runtime
+from shared.core.documents import Conflict, Document
+from shared.core.envelope import isoformat
+from shared.core.messages import NEVER_EXPIRE
+from shared.indexes.entries import index_key
 from shared.poison.archive import LISTED_STATE, set_state
-from shared.runtime import Runtime
-from shared.storage_errors import error_code
+from shared.storage.errors import error_code
 
 PARKED = "parked"
 DAY_S = 86_400

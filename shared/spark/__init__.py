@@ -6,5 +6,5 @@
 - `standalone`, `livy`, `databricks`: the backends, each with its typed settings.
 - `tracking`: the pure lifecycle decision; `offload`: follow a run to completion.
 
-Nothing is imported here, so that `shared.settings` can read the backend table.
+Nothing is imported here, so that `shared.config.settings` can read the backend table.
 """

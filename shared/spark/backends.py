@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 
-from shared.errors import NotAvailable, SettingsError
-from shared.setting_reader import SettingReader
+from shared.core.errors import NotAvailable, SettingsError
+from shared.core.setting_reader import SettingReader
 from shared.spark.config import STEP_MARGIN_S, BackendOptions, SparkSettings, read_common
 from shared.spark.databricks import DatabricksBackend, DatabricksOptions
 from shared.spark.livy import LivyBackend, LivyOptions

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.setting_reader import SettingReader
+from shared.core.setting_reader import SettingReader
 
 MAX_THROTTLE_RETRIES = 2
 """429 answers waited out in-process per request (each at most SPARK_RETRY_AFTER_MAX_SECONDS)."""

@@ -1,6 +1,6 @@
 """One HTTP call to a submission API: explicit timeouts, bounded 429 handling, error mapping.
 
-Errors map to shared.errors: connection failures, read timeouts, 429 and 5xx are transient
+Errors map to shared.core.errors: connection failures, read timeouts, 429 and 5xx are transient
 (`DownstreamUnavailable`; a read timeout is the subclass `ReadTimedOut` because the server may
 have acted on the request); other 4xx are configuration problems (`PermanentError`).
 Messages never carry request headers, and server text is scrubbed of anything token-like.
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import requests
 
-from shared.errors import DownstreamUnavailable, PermanentError
+from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.spark.config import MAX_THROTTLE_RETRIES, BackendOptions, SparkSettings
 
 _SECRETS = re.compile(

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import PermanentError
-from shared.setting_reader import SettingReader
+from shared.core.errors import PermanentError
+from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
 from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.documents import Conflict, DocumentStore
+from shared.core.documents import Conflict, DocumentStore
 
 PREFIX = "spark-slots/"
 log = logging.getLogger("jobs.spark.slots")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from shared.errors import DownstreamUnavailable, PermanentError
-from shared.setting_reader import SettingReader
+from shared.core.errors import DownstreamUnavailable, PermanentError
+from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
 from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from shared.errors import PermanentError
+from shared.core.errors import PermanentError
 from shared.spark.model import RunStatus
 
 

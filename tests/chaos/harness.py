@@ -184,7 +184,7 @@ class Chaos:
             self.proxy = FaultProxy.for_azurite(self.azurite).start()
         started = time.monotonic()
         try:
-            subprocess.run([sys.executable, "-m", "shared.cli", "init"], env=self.env(), cwd=REPO_ROOT,
+            subprocess.run([sys.executable, "-m", "shared.interfaces.cli", "init"], env=self.env(), cwd=REPO_ROOT,
                            check=True, capture_output=True)  # fmt: skip
             good = [f"job-{i:05d}" for i in range(cfg.jobs)]
             bodies = {job_id: self.good_body(job_id) for job_id in good}
@@ -319,7 +319,17 @@ class Chaos:
         raise TimeoutError(f"chaos run not finished after {self.cfg.timeout_s:.0f}s")
 
     def replay(self, ids: list[str]) -> None:
-        cmd = [sys.executable, "-m", "shared.cli", "poison", "replay", "--ids", ",".join(ids), "--rate", "50"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "shared.interfaces.cli",
+            "poison",
+            "replay",
+            "--ids",
+            ",".join(ids),
+            "--rate",
+            "50",
+        ]
         subprocess.run(cmd, env=self.env(), cwd=REPO_ROOT, check=True, capture_output=True)
 
     # -- the verdict -----------------------------------------------------------------------

@@ -22,8 +22,8 @@ import pytest
 
 from devstack.azurite import Azurite
 from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
-from shared.settings import Settings
-from shared.storage import connect
+from shared.config.settings import Settings
+from shared.storage.clients import connect
 from tests.integration.helpers import unique
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -127,7 +127,11 @@ def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     }
     env = host_env(azurite.connection_string, values)
     subprocess.run(
-        [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "shared.interfaces.cli", "init"],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
     )
     log = tmp_path_factory.mktemp("console") / "host.log"
     host = HostProcess(env, log_path=log).start()

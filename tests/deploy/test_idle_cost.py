@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from devhost.timers import parse_schedule  # noqa: E402
-from shared.settings import parse_timespan  # noqa: E402
+from shared.config.settings import parse_timespan  # noqa: E402
 
 OLD_SCHEDULE = "*/30 * * * * *"
 AWAKE_AFTER_RUN_S = 60  # assumed idle period before Flex scales an instance in (upper bound)

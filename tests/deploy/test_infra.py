@@ -37,8 +37,8 @@ from armeval import (
     walk_strings,
 )
 
-from shared.index_keys import table_prefix
-from shared.settings import Settings
+from shared.config.settings import Settings
+from shared.indexes.keys import table_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "infra" / "main.json"
@@ -102,7 +102,7 @@ FORBIDDEN_SETTINGS = {
     "AzureWebJobsStorage",
     "APPINSIGHTS_INSTRUMENTATIONKEY",
 }
-# Settings read by the platform / SDKs rather than by shared/settings.py.
+# Settings read by the platform / SDKs rather than by shared/config/settings.py.
 PLATFORM_SETTINGS = {
     "AzureWebJobsStorage__credential",
     "AZURE_CLIENT_ID",
@@ -725,8 +725,8 @@ def test_bicep_reads_no_keys(bicep: dict[str, Any]) -> None:
 
 def test_deployed_settings_and_host_json_export_every_log_once(template: dict[str, Any]) -> None:
     """host.json telemetryMode + PYTHON_ENABLE_OPENTELEMETRY: the host stops forwarding the worker's
-    logs and the app exports them (shared/telemetry.py), so each record arrives once."""
-    from shared.telemetry import host_telemetry_mode, telemetry_plan
+    logs and the app exports them (shared/config/telemetry.py), so each record arrives once."""
+    from shared.config.telemetry import host_telemetry_mode, telemetry_plan
 
     settings = app_settings(deployment(template, "defaults")[0])
     assert host_telemetry_mode(ROOT / "host.json") == "OpenTelemetry"
@@ -764,7 +764,7 @@ class _Refuses:
 
 
 def test_start_up_tolerates_roles_scoped_to_each_resource(caplog: pytest.LogCaptureFixture) -> None:
-    from shared.storage import StorageClients, ensure_resources
+    from shared.storage.clients import StorageClients, ensure_resources
 
     settings = Settings.from_env({"AzureWebJobsStorage__accountName": "acct"}, host_json=ROOT / "host.json")
     refusing = _Refuses(403, "AuthorizationPermissionMismatch")
@@ -823,7 +823,7 @@ def test_console_sign_in_is_easy_auth_with_entra_when_a_client_id_is_given(templ
 def test_the_lifecycle_policy_implements_the_apps_retention_rules(
     template: dict[str, Any], case: str
 ) -> None:
-    """Each rule the app derives from its settings (shared/retention.py) is a lifecycle rule of the
+    """Each rule the app derives from its settings (shared/config/retention.py) is a lifecycle rule of the
     account with the same container prefix, tag and days; nothing else is deleted (edits/, metrics,
     unfinished or poisoned ledger records have no rule)."""
     resources, _ = deployment(template, case)

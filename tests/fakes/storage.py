@@ -85,7 +85,7 @@ from azure.storage.queue._message_encoding import (
 from azure.storage.queue._models import MessagesPaged
 from azure.storage.queue._shared.response_handlers import process_storage_error as _process_queue_error
 
-from shared.storage import StorageClients
+from shared.storage.clients import StorageClients
 
 ACCOUNT = "devstoreaccount1"
 NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from shared.aggregation import EngineOptions, engine, parse_aggregate_payload
 from shared.aggregation import native as bridge
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 
 BLOCK_SIZES = (16, 37, 64, 256, 4096, 1 << 20)
 COLUMNS = ("k", "v", "w", "\ufeffk", "k\u00e9")

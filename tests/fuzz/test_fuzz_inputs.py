@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.aggregation import parse_aggregate_payload
-from shared.envelope import ID_RE, best_effort_id, encode_text, parse_body, parse_dict
-from shared.errors import EnvelopeError, PayloadError
+from shared.core.envelope import ID_RE, best_effort_id, encode_text, parse_body, parse_dict
+from shared.core.errors import EnvelopeError, PayloadError
 
 KINDS = {"aggregate", "noop"}
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40)

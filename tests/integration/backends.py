@@ -19,11 +19,11 @@ import pytest
 from azure.data.tables import TableServiceClient
 
 from devstack.azurite import Azurite
+from shared.app.runtime import Runtime, build_runtime, ensure_console_resources
+from shared.config.settings import Settings
 from shared.jobs import noop, testing
-from shared.runtime import Runtime, build_runtime, ensure_console_resources
-from shared.settings import Settings
-from shared.storage import StorageClients, clients_for, ensure_resources
-from shared.tables import table_service
+from shared.storage.clients import StorageClients, clients_for, ensure_resources
+from shared.storage.tables import table_service
 from tests.fakes.storage import MemoryStorage, SkippingClock
 from tests.integration.helpers import settings_env
 from tests.storage_params import AZURITE, MEMORY

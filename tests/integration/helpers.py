@@ -11,9 +11,9 @@ from typing import Any
 import azure.functions as func
 
 from devstack.azurite import Azurite
+from shared.app.runtime import Runtime, build_runtime
+from shared.config.settings import Settings
 from shared.jobs import noop, testing
-from shared.runtime import Runtime, build_runtime
-from shared.settings import Settings
 
 
 def unique(prefix: str) -> str:

@@ -18,12 +18,12 @@ from devstack import datagen
 from devstack.azurite import Azurite
 from shared.aggregation import EngineOptions, aggregate_stream, csv_path, parse_aggregate_payload
 from shared.aggregation.native import NATIVE
-from shared.blob_reader import open_blob_stream
-from shared.errors import InputDataError, InputMissing
+from shared.blobio.reader import open_blob_stream
+from shared.config.settings import Settings
+from shared.core.errors import InputDataError, InputMissing
 from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import Completed, JobContext
-from shared.settings import Settings
-from shared.storage import StorageClients, connect
+from shared.storage.clients import StorageClients, connect
 
 pytestmark = pytest.mark.integration
 

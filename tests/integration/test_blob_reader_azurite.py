@@ -11,15 +11,15 @@ import pytest
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from devstack.azurite import Azurite
-from shared.blob_reader import (
+from shared.blobio.reader import (
     BlobAccessDenied,
     BlobChanged,
     BlobReader,
     SharedKey,
     reader_for,
 )
-from shared.blob_stream import BlobStream
-from shared.errors import InputMissing
+from shared.blobio.stream import BlobStream
+from shared.core.errors import InputMissing
 
 pytestmark = pytest.mark.integration
 

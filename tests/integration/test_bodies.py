@@ -73,7 +73,11 @@ def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     }
     env = host_env(azurite.connection_string, values)
     subprocess.run(
-        [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "shared.interfaces.cli", "init"],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
     )
     log: Path = tmp_path_factory.mktemp("bodies") / "host.log"
     host = HostProcess(env, log_path=log).start()  # the repository's own host.json

@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
-from shared import ledger, metrics, submit
-from shared.console import actions, queries
-from shared.entry_index import SHARDS
-from shared.envelope import isoformat
+from shared import ledger
+from shared.app import sending
+from shared.app.runtime import Runtime
+from shared.core.envelope import isoformat
+from shared.indexes import metrics
+from shared.indexes.entries import SHARDS
+from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
+from shared.pipeline.processing import process_message
 from shared.poison import archive, bulk, bulk_pacing, bulk_step
 from shared.poison.archive import new_entry, note_reason, write_entry
-from shared.processing import process_message
-from shared.runtime import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
 from tests.integration.ops_helpers import read_op, take_steps
@@ -204,7 +206,7 @@ def test_a_bulk_replay_killed_between_the_ledger_write_and_the_message_still_sen
 ) -> None:
     names = [poisoned_noop(rt, f"gap-{i}") for i in range(3)]
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
-    real_send = submit.send_job  # what `bulk` calls until patched
+    real_send = sending.send_job  # what `bulk` calls until patched
     crashes = {"left": 1}
 
     def crashing(rt_: Runtime, env: Any) -> Any:

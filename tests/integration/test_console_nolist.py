@@ -12,12 +12,13 @@ from datetime import timedelta
 
 import pytest
 
-from shared import ledger, metrics
-from shared.console import actions, job_archive, queries
-from shared.envelope import isoformat, utcnow
-from shared.metrics_table import TableCounters
-from shared.processing import process_message
-from shared.runtime import Runtime
+from shared import ledger
+from shared.app.runtime import Runtime
+from shared.core.envelope import isoformat, utcnow
+from shared.indexes import metrics
+from shared.indexes.counters import TableCounters
+from shared.interfaces.console import actions, job_archive, queries
+from shared.pipeline.processing import process_message
 from tests.integration.backends import Backend
 from tests.integration.helpers import message
 from tests.integration.test_console_actions import archived, poisoned

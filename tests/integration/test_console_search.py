@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from shared import entry_index, ledger, poison
-from shared.console import actions, queries
-from shared.envelope import isoformat
+from shared import ledger, poison
+from shared.app.runtime import Runtime
+from shared.core.envelope import isoformat
+from shared.indexes import entries as entry_index
+from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.poison import bulk
 from shared.poison.archive import new_entry, write_entry
-from shared.runtime import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw
 from tests.integration.ops_helpers import read_op, take_steps
@@ -93,7 +94,7 @@ def test_the_poison_page_groups_listed_entries_by_reason_code_with_counts(rt: Ru
     assert rt.entry_index.recount() == rt.entry_index.counts(), "a recount from the rows agrees"
     actions.park(rt, groups["input_missing"][2:3], "t")  # its shard held none of the recount: goes below 0
     assert rt.entry_index.counts()["input_missing"] == 3, "the sum still counts it"
-    from shared import cli
+    from shared.interfaces import cli
 
     assert cli.cmd_poison(rt, cli.build_parser().parse_args(["poison", "recount"])) == 0
 
@@ -216,7 +217,7 @@ def test_a_replay_says_why_it_skipped_each_job(rt: Runtime) -> None:
 def test_the_admin_api_pages_poison_through_the_index(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     import azure.functions as func
 
-    from shared import api
+    from shared.interfaces import api
 
     seed_groups(rt)
     monkeypatch.setattr(api, "get_runtime", lambda: rt)
@@ -245,7 +246,7 @@ def test_the_admin_api_pages_poison_through_the_index(rt: Runtime, monkeypatch: 
 def test_cli_replay_all_starts_an_operation_and_counts_first(
     rt: Runtime, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shared import cli
+    from shared.interfaces import cli
 
     seed_groups(rt)
     args = cli.build_parser().parse_args(
@@ -276,8 +277,8 @@ def test_cli_replay_all_starts_an_operation_and_counts_first(
 def test_the_audit_page_lists_every_operator_action_newest_first_with_edits_old_and_new_values(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shared import cli
-    from shared.console import routes
+    from shared.interfaces import cli
+    from shared.interfaces.console import routes
 
     groups = seed_groups(rt)
     actions.park(rt, groups["bad_payload"][:1], "alice")

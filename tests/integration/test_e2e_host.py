@@ -60,7 +60,11 @@ def start_host(azurite: Azurite, tmp_path: Path) -> Iterator[Callable[..., HostP
     directory = app_dir(tmp_path, FAST_QUEUES)
     env = host_env(azurite.connection_string, settings)
     subprocess.run(
-        [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "shared.interfaces.cli", "init"],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
     )
 
     def start(name: str = "host-1") -> HostProcess:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from shared import retention_apply
-from shared.entry_index import COUNT_PARTITION, LISTED
-from shared.envelope import isoformat
-from shared.job_index import JobIndex
+from shared.app.runtime import Runtime
+from shared.core.envelope import isoformat
+from shared.indexes.entries import COUNT_PARTITION, LISTED
+from shared.indexes.jobs import JobIndex
+from shared.pipeline import retention as retention_apply
 from shared.poison import archive
-from shared.runtime import Runtime
 from tests.integration.backends import Backend
 
 START = datetime.now(UTC)

@@ -24,11 +24,12 @@ import pytest
 from azure.core.exceptions import ResourceExistsError
 
 from devstack.azurite import Azurite
-from shared import api, poison
+from shared import poison
+from shared.app.runtime import Runtime
+from shared.interfaces import api
 from shared.jobs import aggregate
-from shared.limits import result_limit_bytes
-from shared.processing import process_message
-from shared.runtime import Runtime
+from shared.pipeline.processing import process_message
+from shared.storage.limits import result_limit_bytes
 from tests.integration.helpers import drain_raw, message, runtime_for
 from tests.spark.fakes import FakeStandalone
 

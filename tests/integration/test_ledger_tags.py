@@ -9,10 +9,10 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
-from shared.documents import TagQuery
-from shared.envelope import Envelope, decode_message, parse_body
+from shared.core.documents import TagQuery
+from shared.core.envelope import Envelope, decode_message, parse_body
 from shared.ledger import Facts
-from shared.recovery import ended_claims_query, recover_claims
+from shared.pipeline.recovery import ended_claims_query, recover_claims
 from tests.integration.helpers import runtime_for
 
 pytestmark = pytest.mark.azurite

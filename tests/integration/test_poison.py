@@ -16,8 +16,8 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import poison
-from shared.processing import process_message
-from shared.runtime import Runtime
+from shared.app.runtime import Runtime
+from shared.pipeline.processing import process_message
 from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
 from tests.integration.helpers import message, queue_length, runtime_for
@@ -180,7 +180,17 @@ def test_replay_killed_half_way_and_run_again_loses_nothing(azurite_rt: Runtime,
         "ENABLE_TEST_KINDS": "1",
         "PYTHONPATH": REPO,
     }
-    cmd = [sys.executable, "-m", "shared.cli", "poison", "replay", "--all", "--here", "--rate", "25"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shared.interfaces.cli",
+        "poison",
+        "replay",
+        "--all",
+        "--here",
+        "--rate",
+        "25",
+    ]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while queue_length(rt, s.jobs_queue) < 30 and time.monotonic() < deadline:
@@ -244,7 +254,7 @@ def test_peek_lists_what_waits_on_the_poison_queue_without_taking_it(rt: Runtime
 def test_a_copy_of_a_job_whose_claim_is_live_is_sent_back_for_a_recheck(rt: Runtime) -> None:
     from datetime import timedelta
 
-    from shared.envelope import isoformat, utcnow
+    from shared.core.envelope import isoformat, utcnow
 
     lease = isoformat(utcnow() + timedelta(minutes=5))
     rt.ledger.create(
@@ -260,7 +270,7 @@ def test_a_copy_of_a_job_whose_claim_is_live_is_sent_back_for_a_recheck(rt: Runt
 
 
 def test_unpark_says_when_its_parked_message_was_taken_or_gone(rt: Runtime) -> None:
-    from shared.console import actions
+    from shared.interfaces.console import actions
 
     for job_id in ("up1", "up2"):
         process_message(message({"id": job_id, "kind": "fault", "payload": {"permanent": True}}), rt)

@@ -53,7 +53,10 @@ class Stack:
         self.proxy = proxy
         self.direct_env = host_env(azurite.connection_string, self.settings)
         subprocess.run(
-            [sys.executable, "-m", "shared.cli", "init"], env=self.direct_env, cwd=REPO_ROOT, check=True
+            [sys.executable, "-m", "shared.interfaces.cli", "init"],
+            env=self.direct_env,
+            cwd=REPO_ROOT,
+            check=True,
         )
         self.blobs = BlobServiceClient.from_connection_string(azurite.connection_string)
         self.jobs = QueueClient.from_connection_string(
@@ -203,7 +206,7 @@ def test_poison_handler_storage_failing_six_times_in_a_row(stack: Stack) -> None
     # entry the wait above saw, so it gets a few seconds of its own (it must come, and say poisoned)
     stack.wait_for(lambda: stack.record(job_id).get("status") == "poisoned", 15, "the record poisoned")
     listed = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "poison", "list"],
+        [sys.executable, "-m", "shared.interfaces.cli", "poison", "list"],
         env=stack.direct_env,
         cwd=REPO_ROOT,
         check=True,

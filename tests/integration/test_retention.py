@@ -1,4 +1,4 @@
-"""Issue 21 on Azurite (no lifecycle policy there): `python -m shared.cli retention` applies the
+"""Issue 21 on Azurite (no lifecycle policy there): `python -m shared.interfaces.cli retention` applies the
 retention rules. Blobs of every kind are seeded through the app's own writes; last-modified
 cannot be set, so `--now` moves forward instead: a dry run deletes nothing and reports the exact
 counts, the real run deletes exactly those, and what the rules never delete survives."""
@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 
 from devstack.azurite import Azurite
-from shared import cli, ledger, ledger_send, retention_apply
-from shared.envelope import Envelope, isoformat
+from shared import ledger
+from shared.app.runtime import Runtime
+from shared.core.envelope import Envelope, isoformat
+from shared.interfaces import cli
 from shared.ledger import Facts
+from shared.ledger import send as ledger_send
+from shared.pipeline import retention as retention_apply
 from shared.poison import archive
-from shared.runtime import Runtime
 from tests.integration.helpers import runtime_for
 
 pytestmark = pytest.mark.azurite
@@ -88,7 +91,7 @@ def _names(rt: Runtime, container: str) -> set[str]:
 
 
 def _run(rt: Runtime, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    monkeypatch.setattr("shared.runtime._runtime", rt)
+    monkeypatch.setattr("shared.app.runtime._runtime", rt)
     assert cli.main(["retention", *args]) == 0
     return capsys.readouterr().out
 

@@ -22,12 +22,12 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 from azure.storage.blob import ContainerClient
 
-from shared.blob_documents import BlobDocuments
-from shared.documents import DocumentChanged, DocumentExists, TagQuery
-from shared.envelope import decode_message
-from shared.limits import read_capped, total_size
-from shared.messages import NEVER_EXPIRE
-from shared.storage_errors import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
+from shared.core.documents import DocumentChanged, DocumentExists, TagQuery
+from shared.core.envelope import decode_message
+from shared.core.messages import NEVER_EXPIRE
+from shared.storage.blob_documents import BlobDocuments
+from shared.storage.errors import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
+from shared.storage.limits import read_capped, total_size
 from tests.fakes.storage import ManualClock, MemoryStorage, real_time
 from tests.integration.backends import Backend
 from tests.integration.helpers import unique

@@ -15,9 +15,9 @@ import azure.functions as func
 import pytest
 from azure.core.exceptions import ServiceResponseError
 
-from shared import api, cli
-from shared.processing import process_message
-from shared.runtime import Runtime
+from shared.app.runtime import Runtime
+from shared.interfaces import api, cli
+from shared.pipeline.processing import process_message
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
 

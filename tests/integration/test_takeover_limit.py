@@ -23,7 +23,7 @@ import pytest
 
 from devstack.azurite import Azurite
 from devstack.hostproc import REPO_ROOT, HostProcess, host_env
-from shared.settings import DEFAULT_MAX_TAKEOVERS
+from shared.config.settings import DEFAULT_MAX_TAKEOVERS
 from tests.integration.helpers import unique
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,11 @@ def host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
     }
     env = host_env(azurite.connection_string, settings)
     subprocess.run(
-        [sys.executable, "-m", "shared.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "shared.interfaces.cli", "init"],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
     )
     proc = HostProcess(env, instance_id="host-tko", log_path=tmp_path / "host.log")  # the shipped host.json
     yield proc.start()

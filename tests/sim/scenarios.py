@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any
 
 from shared import ledger, poison
-from shared.processing import process_message
-from shared.settings import DEFAULT_MAX_TAKEOVERS
+from shared.config.settings import DEFAULT_MAX_TAKEOVERS
+from shared.pipeline.processing import process_message
 from tests.sim.world import HOST_LEASE_S, Faults, Interleaver, World
 
 DYING_LIMIT_S = HOST_LEASE_S + DEFAULT_MAX_TAKEOVERS * 45.0 + 120.0

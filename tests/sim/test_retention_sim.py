@@ -15,10 +15,11 @@ from datetime import timedelta
 
 import pytest
 
-from shared import envelope, ledger
-from shared.envelope import isoformat
-from shared.retention import Rule
-from shared.retention_apply import DocumentTarget, apply
+from shared import ledger
+from shared.config.retention import Rule
+from shared.core import envelope
+from shared.core.envelope import isoformat
+from shared.pipeline.retention import DocumentTarget, apply
 from tests.sim.scenarios import job
 from tests.sim.world import START, Faults, World
 

@@ -16,7 +16,8 @@ from datetime import datetime
 
 import pytest
 
-from shared import ledger, poison, processing
+from shared import ledger, poison
+from shared.pipeline import processing
 from shared.poison import handler
 from tests.sim.scenarios import (
     CONCURRENT,

@@ -25,8 +25,9 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared import api, ledger
-from shared.submit import SEND_LEASE_S, request_digest, validate_request
+from shared import ledger
+from shared.interfaces import api
+from shared.pipeline.submit import SEND_LEASE_S, request_digest, validate_request
 from tests.sim.scenarios import check, job
 from tests.sim.world import FAULT_KINDS, Faults, Interleaver, SimCrash, World, schedules
 

@@ -25,19 +25,19 @@ from typing import Any, cast
 
 from azure.core.exceptions import ServiceResponseError
 
-from shared.documents import Conflict
-from shared.envelope import best_effort_id, decode_message
-from shared.errors import DownstreamUnavailable, InputDataError, PayloadError
+from shared.app.runtime import Runtime
+from shared.config.settings import HOST_JSON, Settings, parse_timespan
+from shared.core.documents import Conflict
+from shared.core.envelope import best_effort_id, decode_message
+from shared.core.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.ledger import Ledger, lease_end
-from shared.ledger_view import index_tags
-from shared.memory_documents import MemoryDocuments
+from shared.ledger.view import index_tags
+from shared.pipeline.processing import process_message
+from shared.pipeline.recovery import recover_claims
 from shared.poison import handle_poison_message, sweep
-from shared.processing import process_message
-from shared.recovery import recover_claims
-from shared.runtime import Runtime
-from shared.settings import HOST_JSON, Settings, parse_timespan
-from shared.storage import StorageClients
+from shared.storage.clients import StorageClients
+from shared.storage.memory_documents import MemoryDocuments
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 HOST_LEASE_S = 600.0  # the real host's fixed message lease

@@ -15,11 +15,11 @@ from azure.core.exceptions import ResourceExistsError
 
 from devstack.azurite import Azurite
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
+from shared.config.settings import Settings
 from shared.jobs.aggregate_offload import resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.settings import Settings
 from shared.spark.model import SparkBackend
-from shared.storage import StorageClients, clients_for
+from shared.storage.clients import StorageClients, clients_for
 
 LOG = logging.getLogger("tests.spark")
 PAYLOAD: dict[str, Any] = {

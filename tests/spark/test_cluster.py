@@ -30,13 +30,13 @@ import requests
 from devstack import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
-from shared.errors import InputDataError
+from shared.config.settings import Settings
+from shared.core.errors import InputDataError
 from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.settings import Settings
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
-from shared.storage import StorageClients
+from shared.storage.clients import StorageClients
 from tests.spark.helpers import (
     assert_rows_equal,
     follow,

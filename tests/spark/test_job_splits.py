@@ -20,7 +20,7 @@ import pytest
 
 from devstack import datagen
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 from spark_jobs import aggregate_job as job
 from spark_jobs import aggregate_partials, aggregate_splits
 from tests.spark.helpers import assert_rows_equal
@@ -240,10 +240,10 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import shared.aggregation.engine as e; "
         "import shared.aggregation.result as r; assert r.__file__.startswith(sys.argv[1]); "
-        "import shared.blob_reader as b; assert b.__file__.startswith(sys.argv[1]); "
+        "import shared.blobio.reader as b; assert b.__file__.startswith(sys.argv[1]); "
         "import spark_jobs.aggregate_partials as p; assert p.__file__.startswith(sys.argv[1]); "
         "import spark_jobs.aggregate_splits, spark_jobs.aggregate_storage; "
-        "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage' not in sys.modules; print('ok')"
+        "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage.clients' not in sys.modules; print('ok')"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-c", code, str(dest)], capture_output=True, text=True, cwd=tmp_path

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.errors import DownstreamUnavailable, PermanentError, SettingsError
+from shared.core.errors import DownstreamUnavailable, PermanentError, SettingsError
 from shared.spark.backends import spark_from_env
 from shared.spark.databricks import DatabricksBackend
 from shared.spark.http import BudgetSpent, ReadTimedOut, remaining_budget, step_budget

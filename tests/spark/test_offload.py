@@ -11,13 +11,13 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared.aggregation.result import error_blob
-from shared.errors import DownstreamUnavailable, InputDataError, NotAvailable, PermanentError
+from shared.config.settings import Settings
+from shared.core.errors import DownstreamUnavailable, InputDataError, NotAvailable, PermanentError
 from shared.jobs.aggregate_offload import build_request, offload, resume
 from shared.jobs.base import Completed, Continue
-from shared.settings import Settings
 from shared.spark.backends import backend_for
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
-from shared.storage import StorageClients
+from shared.storage.clients import StorageClients
 from tests.spark.helpers import PAYLOAD, Checkpoints, make_ctx, settings_for, storage_for
 
 SPARK_ENV = {

@@ -17,20 +17,20 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
-from shared.cancel import request_cancel
-from shared.documents import Conflict
-from shared.envelope import Envelope, encode_json
-from shared.errors import RunAbandoned
+from shared.app.runtime import build_runtime
+from shared.config.settings import Settings
+from shared.core.documents import Conflict
+from shared.core.envelope import Envelope, encode_json
+from shared.core.errors import RunAbandoned
 from shared.jobs import aggregate
 from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
-from shared.processing import process_message
-from shared.runtime import build_runtime
-from shared.settings import Settings
+from shared.pipeline.cancel import request_cancel
+from shared.pipeline.processing import process_message
 from shared.spark.databricks import DatabricksBackend
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkBackend
-from shared.storage import StorageClients
+from shared.storage.clients import StorageClients
 from tests.integration.helpers import drain_raw, message
 from tests.integration.helpers import settings_for as app_settings_for
 from tests.spark.fakes import FakeDatabricks, FakeLivy, FakeServer

@@ -13,15 +13,15 @@ from collections.abc import Iterator
 import pytest
 
 from devstack.azurite import Azurite
-from shared.abandon import abandon_work
-from shared.blob_documents import BlobDocuments
-from shared.errors import PermanentError
+from shared.app.abandon import abandon_work
+from shared.core.errors import PermanentError
 from shared.jobs import aggregate
 from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue
 from shared.jobs.spark_offload import slots_for
 from shared.spark.livy import LivyBackend
 from shared.spark.slots import Slots, is_free_for, lease_seconds
+from shared.storage.blob_documents import BlobDocuments
 from tests.spark.fakes import FakeLivy
 from tests.spark.helpers import PAYLOAD, make_ctx, settings_for, storage_for, unique
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.errors import DownstreamUnavailable, PermanentError
+from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.spark.backends import spark_from_env
 from shared.spark.model import SparkJobRequest
 from shared.spark.standalone import StandaloneBackend, driver_error_from_log, jws_token
@@ -205,7 +205,7 @@ def test_jws_token_shape() -> None:
 
 def test_driver_error_from_log_picks_the_last_exception_line() -> None:
     log = (
-        "INFO a\nTraceback:\n  File x\nKeyError: 'k'\nshared.errors.InputDataError: column 'v' bad\nINFO b\n"
+        "INFO a\nTraceback:\n  File x\nKeyError: 'k'\nshared.core.errors.InputDataError: column 'v' bad\nINFO b\n"
     )
-    assert driver_error_from_log(log) == "shared.errors.InputDataError: column 'v' bad"
+    assert driver_error_from_log(log) == "shared.core.errors.InputDataError: column 'v' bad"
     assert driver_error_from_log("INFO nothing\n") == ""

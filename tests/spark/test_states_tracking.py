@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from shared.errors import PermanentError
+from shared.core.errors import PermanentError
 from shared.spark.http import retry_after_seconds, scrub
 from shared.spark.model import RunState, RunStatus
 from shared.spark.states import databricks_status, livy_status, standalone_status

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from devstack.datagen import wide_csv_lines, wide_jsonl_lines
 from shared.aggregation import EngineOptions, aggregate_stream, csv_path, jsonl_path, parse_aggregate_payload
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 
 METRICS = [
     {"op": "count"},

@@ -27,7 +27,7 @@ from shared.aggregation import (
 )
 from shared.aggregation.jsonl_exact import exact_frame
 from shared.aggregation.plan import Accumulator, Plan
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 
 aggkernel = pytest.importorskip("aggkernel")
 

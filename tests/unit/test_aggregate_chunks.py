@@ -23,7 +23,7 @@ from shared.aggregation import (
     options,
     parse_aggregate_payload,
 )
-from shared.errors import InputDataError
+from shared.core.errors import InputDataError
 from tests.conftest import FAST_TIER
 
 
@@ -363,7 +363,7 @@ def test_a_bad_record_after_a_cut_inside_quotes_names_its_line(recuts: list[int]
 
 def test_the_blob_stream_is_never_read_twice(recuts: list[int]) -> None:
     """The same over the blob reader's own stream: its GETs go forward only."""
-    from shared.blob_stream import BlobStream, Range
+    from shared.blobio.stream import BlobStream, Range
 
     class Ranges:
         label = "mem/x"

@@ -33,7 +33,7 @@ from shared.aggregation import (
     options,
     parse_aggregate_payload,
 )
-from shared.errors import InputDataError, PermanentError
+from shared.core.errors import InputDataError, PermanentError
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])

@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 import pytest
 
 from shared.aggregation import AggregateResult, parse_aggregate_payload
-from shared.blob_reader import BlobChanged, open_blob_stream
-from shared.blob_stream import Range
-from shared.errors import InputMissing, NotAvailable, StorageThrottled
+from shared.blobio.reader import BlobChanged, open_blob_stream
+from shared.blobio.stream import Range
+from shared.config.settings import Settings, SparkSettings, StorageConnection
+from shared.core.errors import InputMissing, NotAvailable, StorageThrottled
 from shared.jobs.aggregate import HANDLER, choose_engine, result_document
 from shared.jobs.base import Completed, JobContext
-from shared.settings import Settings, SparkSettings, StorageConnection
 
 R = TypeVar("R")
 
@@ -32,7 +32,7 @@ def recorded(calls: list[str], item: str, result: R) -> R:
 
 @dataclass
 class FakeBlob:
-    """Just enough of a blob: ranged reads (`shared.blob_stream.Ranges`) and uploads."""
+    """Just enough of a blob: ranged reads (`shared.blobio.stream.Ranges`) and uploads."""
 
     container_name: str
     blob_name: str
@@ -47,7 +47,7 @@ class FakeBlob:
         return f"{self.container_name}/{self.blob_name}"
 
     def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
-        """`shared.blob_stream.Ranges` over the store: the statuses as the HTTP reader maps them."""
+        """`shared.blobio.stream.Ranges` over the store: the statuses as the HTTP reader maps them."""
         self.calls.append((offset, len(view), etag))
         if offset in self.fail_at:
             raise self.fail_at.pop(offset)
@@ -207,7 +207,7 @@ def test_missing_blob_and_container_are_input_missing() -> None:
 
 
 def test_bad_payload_is_refused_by_run() -> None:
-    from shared.errors import PayloadError
+    from shared.core.errors import PayloadError
 
     with pytest.raises(PayloadError):
         HANDLER.run(make_ctx({**PAYLOAD, "metrics": []}, FakeService()))
@@ -285,7 +285,7 @@ def test_stream_is_a_readable_binary_file() -> None:
 
 @pytest.mark.parametrize("container", ["ledger", "results", "payloads", "poison-archive"])
 def test_an_internal_input_is_refused_before_any_request(container: str) -> None:
-    from shared.errors import InputRefused
+    from shared.core.errors import InputRefused
 
     service = FakeService({(container, "x.csv"): b"k,v\nsecret,1\n"})
     with pytest.raises(InputRefused, match=rf"^payload.input: container '{container}' is this app's "):
@@ -296,7 +296,7 @@ def test_an_internal_input_is_refused_before_any_request(container: str) -> None
 def test_input_containers_narrow_what_the_handler_reads() -> None:
     from dataclasses import replace
 
-    from shared.errors import InputRefused
+    from shared.core.errors import InputRefused
 
     service = FakeService({("data", "sales.csv"): b"k,v\na,1\n", ("other", "x.csv"): b"k,v\na,1\n"})
     settings = replace(make_settings(), input_containers=("data",))
@@ -311,7 +311,7 @@ MANY = b"k,v\n" + b"".join(b"key%d,1\n" % i for i in range(4))
 def test_over_max_groups_without_spark_is_a_permanent_error() -> None:
     from dataclasses import replace
 
-    from shared.errors import LimitExceeded
+    from shared.core.errors import LimitExceeded
 
     service = FakeService({("data", "sales.csv"): MANY})
     settings = replace(make_settings(), max_groups=3)
@@ -330,7 +330,7 @@ def test_over_max_groups_goes_to_spark_when_it_may(monkeypatch: pytest.MonkeyPat
     from dataclasses import replace
 
     import shared.jobs.aggregate_offload
-    from shared.errors import LimitExceeded
+    from shared.core.errors import LimitExceeded
     from shared.jobs.base import Continue
 
     calls: list[str] = []

@@ -8,7 +8,7 @@ import pytest
 
 from shared.aggregation import AggregateSpec, MetricSpec, parse_aggregate_payload
 from shared.aggregation.payload import check_blob_path, check_container_name
-from shared.errors import PayloadError, PermanentError
+from shared.core.errors import PayloadError, PermanentError
 from shared.jobs.aggregate import HANDLER
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shared.backoff import backoff_ceiling, poll_delay, retry_delay
+from shared.core.backoff import backoff_ceiling, poll_delay, retry_delay
 
 
 def test_ceiling_doubles_then_caps() -> None:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from shared.blob_reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
-from shared.blob_stream import BlobStream, Range
-from shared.buffer_pool import BufferPool
-from shared.errors import StorageThrottled
+from shared.blobio.buffers import BufferPool
+from shared.blobio.reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
+from shared.blobio.stream import BlobStream, Range
+from shared.core.errors import StorageThrottled
 
 DATA = bytes(range(256)) * 8
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-import shared.blob_reader as blob_reader
-from shared.blob_reader import LOWAT_BYTES, LOWAT_SLACK, Bearer, BlobReader
-from shared.errors import StorageThrottled
+import shared.blobio.reader as blob_reader
+from shared.blobio.reader import LOWAT_BYTES, LOWAT_SLACK, Bearer, BlobReader
+from shared.core.errors import StorageThrottled
 
 BIG = bytes(range(251)) * 12_000  # 3,012,000 bytes: three 1 MiB ranges, then a short one
 PIECE = 1_500

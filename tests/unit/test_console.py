@@ -14,13 +14,18 @@ from typing import Any
 
 import pytest
 
-from shared import ledger, ledger_operator, ledger_view, metrics
-from shared.console import queries
-from shared.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
-from shared.console.assets import CSP, CSS
-from shared.console.pages import job_page, layout, overview_fragment, poison_page, svg_lines
-from shared.console.queries import JobView, PoisonView
-from shared.console.security import (
+from shared import ledger
+from shared.core.documents import Conflict
+from shared.core.envelope import Envelope
+from shared.core.errors import SettingsError
+from shared.indexes import metrics
+from shared.indexes.counters import TableCounters
+from shared.interfaces.console import queries
+from shared.interfaces.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
+from shared.interfaces.console.assets import CSP, CSS
+from shared.interfaces.console.pages import job_page, layout, overview_fragment, poison_page, svg_lines
+from shared.interfaces.console.queries import JobView, PoisonView
+from shared.interfaces.console.security import (
     CSRF_TTL_S,
     Denied,
     authorize,
@@ -35,13 +40,11 @@ from shared.console.security import (
     set_cookie,
     token_refusal,
 )
-from shared.documents import Conflict
-from shared.envelope import Envelope
-from shared.errors import SettingsError
 from shared.jobs import noop, testing
 from shared.ledger import Facts
-from shared.memory_documents import MemoryDocuments
-from shared.metrics_table import TableCounters
+from shared.ledger import operator as ledger_operator
+from shared.ledger import view as ledger_view
+from shared.storage.memory_documents import MemoryDocuments
 from tests.conftest import FAST_TIER, tier_cases
 from tests.fakes.storage import MemoryStorage
 
@@ -491,7 +494,7 @@ def _request(method: str, path: str, headers: dict[str, str], body: bytes = b"")
 
 
 def test_routes_refuse_before_touching_storage() -> None:
-    from shared.console import routes
+    from shared.interfaces.console import routes
 
     answer = routes.handle(_request("GET", "poison", {"host": "jobs.azurewebsites.net"}), AZURE)
     assert answer.status_code == 302  # a page: off to sign in, then back
@@ -538,7 +541,7 @@ def test_the_timeline_shows_every_fact_of_each_entry_usual_ones_first() -> None:
 
 
 def test_process_message_counts_itself_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared import processing
+    from shared.pipeline import processing
 
     seen: list[int] = []
 
@@ -574,8 +577,8 @@ def test_every_console_answer_carries_the_security_headers(monkeypatch: pytest.M
     """Including the result document, which the API module answers (it had none of them)."""
     import azure.functions as func
 
-    from shared import api
-    from shared.console import routes
+    from shared.interfaces import api
+    from shared.interfaces.console import routes
 
     monkeypatch.setattr(api, "get_result", lambda req: func.HttpResponse(b"{}", mimetype="application/json"))
     monkeypatch.setattr(routes, "get_runtime", lambda: None)  # the result route reads nothing else
@@ -592,7 +595,7 @@ def test_every_console_answer_carries_the_security_headers(monkeypatch: pytest.M
 
 
 def test_the_local_admin_key_route_refuses_a_rebound_host_before_anything_else() -> None:
-    from shared.console import routes
+    from shared.interfaces.console import routes
 
     rebound = {"host": "evil.example:7071", "origin": "http://evil.example:7071"}
     answer = routes.handle(
@@ -602,8 +605,8 @@ def test_the_local_admin_key_route_refuses_a_rebound_host_before_anything_else()
 
 
 def test_a_page_issues_a_bound_token_and_reissues_a_forged_one() -> None:
-    from shared.console import routes
-    from shared.console.security import Principal
+    from shared.interfaces.console import routes
+    from shared.interfaces.console.security import Principal
 
     def page(headers: dict[str, str]) -> Any:
         req = _request("GET", "poison", headers)

@@ -6,13 +6,13 @@ from typing import Any
 
 from azure.core.exceptions import ServiceRequestError
 
-from shared.entry_index import entity_of as entry_entity
-from shared.entry_index import index_key
-from shared.envelope import utcnow
-from shared.index_keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
-from shared.job_index import IndexedStore, entity_of, query_filter, should_index
-from shared.memory_documents import MemoryDocuments
+from shared.core.envelope import utcnow
+from shared.indexes.entries import entity_of as entry_entity
+from shared.indexes.entries import index_key
+from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_index
+from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
 from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
+from shared.storage.memory_documents import MemoryDocuments
 
 
 def test_row_keys_sort_newer_first_and_are_safe_in_table_keys() -> None:
@@ -97,8 +97,8 @@ def test_the_indexed_ledger_store_writes_the_index_after_the_record_and_never_fa
 
 
 def test_a_running_jobs_page_refreshes_itself_and_offers_cancel() -> None:
-    from shared.console import pages
-    from shared.console.queries import JobView
+    from shared.interfaces.console import pages
+    from shared.interfaces.console.queries import JobView
 
     def page(status: str) -> str:
         view = JobView({"status": status, "kind": "noop"}, [], None, None, None, "", [])
@@ -109,7 +109,7 @@ def test_a_running_jobs_page_refreshes_itself_and_offers_cancel() -> None:
 
 
 def test_an_export_is_csv_with_a_header_and_the_next_key() -> None:
-    from shared.console.queries import as_csv
+    from shared.interfaces.console.queries import as_csv
 
     text = as_csv([{"name": "jobs/a/1.json", "state": "poisoned", "job_id": "a", "reason": 'say "x", y',
                     "archived_at": "t", "attempts": 5, "body_bytes": 9, "key": "k1"}])  # fmt: skip

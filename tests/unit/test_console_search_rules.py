@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.console.actions import ActionRefused, where_of
-from shared.console.queries import in_range, parse_when, time_range
-from shared.entry_index import count_changes, counts_of, entity_of, matches, reason_code_of, shard_of
-from shared.index_keys import newest_first
-from shared.job_index import day_span, query_filter, time_keys
+from shared.indexes.entries import count_changes, counts_of, entity_of, matches, reason_code_of, shard_of
+from shared.indexes.jobs import day_span, query_filter, time_keys
+from shared.indexes.keys import newest_first
+from shared.interfaces.console.actions import ActionRefused, where_of
+from shared.interfaces.console.queries import in_range, parse_when, time_range
 from shared.poison.operations import ReplayReport, expiry_refusal
 
 
@@ -121,7 +121,7 @@ def test_an_operation_filter_is_a_reason_code_and_or_text() -> None:
 
 
 def test_an_audit_row_keeps_an_edits_old_and_new_values_and_sorts_newest_first() -> None:
-    from shared.audit_index import backfill_rows, change_values, entity_of, row_of
+    from shared.indexes.audit import backfill_rows, change_values, entity_of, row_of
 
     before = {"id": "a", "payload": {"limit": 5, "note": "x"}, "expires_at": "2026-01-01T00:00:00Z"}
     after = {"id": "a", "payload": {"limit": 50}, "expires_at": "2026-12-01T00:00:00Z"}
@@ -162,7 +162,7 @@ def test_an_audit_row_keeps_an_edits_old_and_new_values_and_sorts_newest_first()
 
 
 def test_an_operations_page_names_its_filter_escaped() -> None:
-    from shared.console import pages
+    from shared.interfaces.console import pages
 
     op = {"id": "x", "kind": "replay", "states": ["poisoned"], "status": "done", "counts": {}}
     html = pages.op_page({**op, "where": {"reason_code": "bad_payload", "text": "<b>"}})

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shared.envelope import (
+from shared.core.envelope import (
     QUEUE_MESSAGE_LIMIT,
     Envelope,
     best_effort_id,
@@ -19,7 +19,7 @@ from shared.envelope import (
     parse_dict,
     utcnow,
 )
-from shared.errors import EnvelopeError
+from shared.core.errors import EnvelopeError
 
 KINDS = {"aggregate", "noop"}
 

@@ -1,13 +1,14 @@
-"""A job's archive entries and edit, found by the names its record keeps (pure): shared/console/job_archive.py."""
+"""A job's archive entries and edit, found by the names its record keeps (pure): shared/interfaces/console/job_archive.py."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from shared import ledger, ledger_operator
-from shared.console.job_archive import ArchivePlan, plan
-from shared.envelope import body_digest
+from shared import ledger
+from shared.core.envelope import body_digest
+from shared.interfaces.console.job_archive import ArchivePlan, plan
 from shared.ledger import Facts
+from shared.ledger import operator as ledger_operator
 
 FACTS = Facts(datetime(2026, 11, 24, 12, 30, tzinfo=UTC))
 

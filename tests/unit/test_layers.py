@@ -13,9 +13,9 @@ HEAVY = (
     "azure",
     "pyarrow",
     "shared.spark",
-    "shared.storage",
-    "shared.settings",
-    "shared.console",
+    "shared.storage.clients",
+    "shared.config.settings",
+    "shared.interfaces.console",
 )
 
 
@@ -33,15 +33,16 @@ def test_the_ledger_loads_no_storage_sdk_http_client_or_spark() -> None:
     assert heavy == []
     assert [m for m in modules if m.startswith("shared")] == [
         "shared",
-        "shared.documents",
-        "shared.envelope",
-        "shared.errors",
-        "shared.jsontext",
+        "shared.core",
+        "shared.core.documents",
+        "shared.core.envelope",
+        "shared.core.errors",
+        "shared.core.jsontext",
         "shared.ledger",
     ]
 
 
 def test_processing_does_not_load_the_console() -> None:
-    modules = loaded_after("import shared.processing")
-    assert "shared.processing" in modules
-    assert [m for m in modules if m.startswith(("shared.console", "shared.api"))] == []
+    modules = loaded_after("import shared.pipeline.processing")
+    assert "shared.pipeline.processing" in modules
+    assert [m for m in modules if m.startswith(("shared.interfaces.console", "shared.interfaces.api"))] == []

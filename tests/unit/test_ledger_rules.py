@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.envelope import isoformat
+from shared.core.envelope import isoformat
 from shared.ledger import HISTORY_LIMIT, Decision, Facts, claim_is_live, decide, released
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,14 +8,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.core.exceptions import ServiceResponseError
 
-from shared import ledger, ledger_operator
-from shared.documents import Conflict, DocumentChanged
-from shared.envelope import Envelope, isoformat
-from shared.errors import StorageThrottled
+from shared import ledger
+from shared.core.documents import Conflict, DocumentChanged
+from shared.core.envelope import Envelope, isoformat
+from shared.core.errors import StorageThrottled
 from shared.ledger import Decision, Facts, Ledger
-from shared.memory_documents import MemoryDocuments
+from shared.ledger import operator as ledger_operator
 from shared.poison import judge
 from shared.poison.archive import AppReason
+from shared.storage.memory_documents import MemoryDocuments
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ENV = Envelope(id="j1", kind="noop", created_at=NOW - timedelta(minutes=1), payload={})

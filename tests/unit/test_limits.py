@@ -21,15 +21,15 @@ from shared.aggregation import (
     parse_aggregate_payload,
 )
 from shared.aggregation.result import result_json
-from shared.errors import LimitExceeded, PayloadError, SettingsError
+from shared.config.settings import DEFAULT_MAX_GROUPS, Settings
+from shared.core.errors import LimitExceeded, PayloadError, SettingsError
 from shared.jobs.aggregate import result_document
-from shared.limits import (
+from shared.storage.limits import (
     BlobTooLarge,
     input_refusal,
     read_capped,
     result_limit_bytes,
 )
-from shared.settings import DEFAULT_MAX_GROUPS, Settings
 
 CONN = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:1/x;"
 
@@ -340,7 +340,7 @@ class Untouchable:
 def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> None:
     import logging
 
-    from shared.errors import InputRefused
+    from shared.core.errors import InputRefused
     from shared.jobs.aggregate_offload import offload
     from shared.jobs.base import JobContext
 

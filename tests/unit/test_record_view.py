@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shared import ledger, ledger_operator
-from shared.envelope import Envelope
+from shared import ledger
+from shared.core.envelope import Envelope
 from shared.ledger import Facts
-from shared.ledger_view import CancelRequest, Continuation, RecordView
+from shared.ledger import operator as ledger_operator
+from shared.ledger.view import CancelRequest, Continuation, RecordView
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ENV = Envelope(id="j1", kind="noop", created_at=NOW, payload={})

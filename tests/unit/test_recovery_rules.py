@@ -6,12 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger, ledger_view
-from shared.documents import TagQuery
-from shared.envelope import Envelope, isoformat
+from shared import ledger
+from shared.core.documents import TagQuery
+from shared.core.envelope import Envelope, isoformat
 from shared.ledger import Facts
-from shared.memory_documents import MemoryDocuments
-from shared.recovery import GRACE_S, ended_claims_query
+from shared.ledger import view as ledger_view
+from shared.pipeline.recovery import GRACE_S, ended_claims_query
+from shared.storage.memory_documents import MemoryDocuments
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ENV = Envelope(id="j1", kind="noop", created_at=NOW, payload={"x": 1}, attempt=2)

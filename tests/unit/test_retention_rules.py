@@ -8,17 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from shared import entry_index, ledger, ledger_view, retention
-from shared.envelope import Envelope, isoformat
-from shared.errors import SettingsError
+from shared import ledger
+from shared.config import retention
+from shared.config.retention import RetentionDays
+from shared.config.settings import Settings
+from shared.core.envelope import Envelope, isoformat
+from shared.core.errors import SettingsError
+from shared.core.messages import NEVER_EXPIRE
+from shared.indexes import entries as entry_index
 from shared.ledger import Facts
-from shared.memory_documents import MemoryDocuments
-from shared.messages import NEVER_EXPIRE
+from shared.ledger import view as ledger_view
+from shared.pipeline.retention import ENTRY_STATES, DocumentTarget, apply
 from shared.poison import archive
 from shared.poison.parking import parked_ttl_s
-from shared.retention import RetentionDays
-from shared.retention_apply import ENTRY_STATES, DocumentTarget, apply
-from shared.settings import Settings
+from shared.storage.memory_documents import MemoryDocuments
 
 CONN = "UseDevelopmentStorage=true"
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -208,7 +211,7 @@ def test_retention_queries_every_state_an_entry_can_be_in() -> None:
     """The entry index's partitions are its entries' states: every state the code writes is queried."""
     root = Path(__file__).resolve().parents[2] / "shared"
     written: set[str] = set()
-    for path in [*root.glob("poison/*.py"), root / "console" / "actions.py"]:
+    for path in [*root.glob("poison/*.py"), root / "interfaces" / "console" / "actions.py"]:
         text = path.read_text()
         written |= set(re.findall(r'Verdict\(\s*"(\w+)"', text))
         written |= set(re.findall(r'(?:set_state|_mark)\([^)]*?"(\w+)"', text))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import SettingsError
-from shared.settings import Settings, parse_timespan
+from shared.config.settings import Settings, parse_timespan
+from shared.core.errors import SettingsError
 
 CONN = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:1/x;"
 
@@ -311,7 +311,7 @@ def test_connection_string_wins_over_identity_settings() -> None:
 
 
 def _credential(env: dict[str, str]) -> object:
-    from shared.storage import credential_for
+    from shared.storage.clients import credential_for
 
     return credential_for(Settings.from_env({**ACCOUNT_URIS, **env}).storage)
 
@@ -374,7 +374,7 @@ def test_recovery_interval_default_and_floor() -> None:
             {**ACCOUNT_URIS, "AzureWebJobsStorage__tableServiceUri": "https://acct.table.example"},
             "https://acct.table.example",
         ),
-        (ACCOUNT_URIS, None),  # service uris without a table one: shared/tables.py derives it
+        (ACCOUNT_URIS, None),  # service uris without a table one: shared/storage/tables.py derives it
     ],
 )
 def test_identity_based_table_service_uri(env: dict[str, str], uri: str | None) -> None:
@@ -410,14 +410,14 @@ def test_table_service_uri_must_be_a_url() -> None:
     ],
 )
 def test_table_endpoint_for_identity_based_settings(env: dict[str, str], url: str | None) -> None:
-    """The URL shared/tables.py gives the Table service client (with the identity's token credential)."""
+    """The URL shared/storage/tables.py gives the Table service client (with the identity's token credential)."""
     conn = Settings.from_env({**env, "AzureWebJobsStorage__credential": "managedidentity"}).storage
     assert conn.table_endpoint() == url
 
 
 def test_table_service_client_uses_the_table_endpoint_and_the_identity() -> None:
     pytest.importorskip("azure.data.tables")
-    from shared.tables import NoTableEndpoint, table_service
+    from shared.storage.tables import NoTableEndpoint, table_service
 
     conn = Settings.from_env(
         {

@@ -6,7 +6,7 @@ from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import StorageErrorCode as BlobCode
 from azure.storage.queue import StorageErrorCode as QueueCode
 
-from shared.storage_errors import GONE_MESSAGE_CODES, error_code
+from shared.storage.errors import GONE_MESSAGE_CODES, error_code
 
 
 def failure(code: object) -> HttpResponseError:

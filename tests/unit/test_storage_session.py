@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared import storage
-from shared.settings import Settings, StorageConnection
+from shared.config.settings import Settings, StorageConnection
+from shared.storage import clients as storage
 
 
 @pytest.fixture(autouse=True)

@@ -7,12 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger, ledger_operator, ledger_send
-from shared.documents import Conflict
-from shared.envelope import Envelope, isoformat, parse_dict
-from shared.errors import EnvelopeError
+from shared import ledger
+from shared.core.documents import Conflict
+from shared.core.envelope import Envelope, isoformat, parse_dict
+from shared.core.errors import EnvelopeError
 from shared.ledger import Decision, Facts
-from shared.submit import request_digest
+from shared.ledger import operator as ledger_operator
+from shared.ledger import send as ledger_send
+from shared.pipeline.submit import request_digest
 
 KINDS = {"noop"}
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Table clients that threads can share (shared/tables.py): no I/O, clients are only built."""
+"""Table clients that threads can share (shared/storage/tables.py): no I/O, clients are only built."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, cast
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient
 
-from shared.settings import StorageConnection
-from shared.tables import KEPT_TABLE_CLIENTS, TableService, query_rows, table_service
+from shared.config.settings import StorageConnection
+from shared.storage.tables import KEPT_TABLE_CLIENTS, TableService, query_rows, table_service
 
 CONN = (
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import ledger, ledger_operator
-from shared.envelope import Envelope
+from shared import ledger
+from shared.core.envelope import Envelope
 from shared.ledger import Decision, Facts
+from shared.ledger import operator as ledger_operator
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = 30.0

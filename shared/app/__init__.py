@@ -1,0 +1,1 @@
+"""The runtime (clients, settings, indexes in one place) and sending a job message."""

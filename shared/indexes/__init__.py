@@ -1,0 +1,1 @@
+"""The Table indexes: jobs, archive entries, the audit, counters and their keys."""

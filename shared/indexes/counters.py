@@ -1,0 +1,108 @@
+"""The console overview's counters in Table storage: a refresh is one query, no blob listing.
+
+Table `<archive container, letters and digits>metrics`, one entity per (hour, instance):
+PartitionKey the hour (`YYYY-MM-DDTHH`), RowKey the instance, `doc` the hour's document as JSON
+(shared/indexes/metrics.py; an hour's is ~8 KB, a string property holds 64 KiB). A refresh reads the two
+hours it shows with one range query on PartitionKey; a flush is one upsert; pruning is one range
+query (the hours past `RETENTION_H`) and a delete per entity found.
+
+Counter blobs written before this table (`console/metrics/` in the archive container) are not read
+(the overview shows the last hour: after an upgrade it fills from the new documents); they are
+still pruned after `RETENTION_H`, by a listing once an hour in each process until none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableServiceClient
+
+from shared.core.documents import DocumentStore
+from shared.indexes import metrics
+from shared.indexes.keys import quoted
+from shared.storage.tables import upsert_creating
+
+log = logging.getLogger("jobs.console.metrics")
+SUFFIX = "metrics"
+
+
+def hours_filter(hours: list[str]) -> str:
+    """The query of the entities of `hours` (consecutive: one PartitionKey range) (pure)."""
+    first, last = min(hours), max(hours)
+    return f"PartitionKey ge {quoted(first)} and PartitionKey le {quoted(last)}"
+
+
+def expired_filter(now: datetime, retention_h: int = metrics.RETENTION_H) -> str:
+    """The query of the entities older than `retention_h` hours (pure)."""
+    return f"PartitionKey lt {quoted(metrics.hour_key(now - timedelta(hours=retention_h)))}"
+
+
+def entity_of(hour: str, instance: str, doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {"PartitionKey": hour, "RowKey": metrics.instance_key(instance), "doc": json.dumps(doc)}
+
+
+class TableCounters:
+    """A `metrics.CounterStore` over one table; `legacy`: the counter blobs pruned until gone."""
+
+    def __init__(self, service: TableServiceClient, name: str, legacy: DocumentStore) -> None:
+        self.name = name
+        self.service = service
+        self.table = service.get_table_client(name)
+        self.legacy = legacy
+        self.legacy_left = True
+
+    def ensure(self) -> None:
+        with contextlib.suppress(ResourceExistsError):
+            self.service.create_table(self.name)
+
+    def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
+        upsert_creating(self.table, entity_of(hour, instance, doc), self.ensure)
+
+    def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
+        """The documents of `hours`: one query."""
+        skip = metrics.instance_key(skip_instance) if skip_instance is not None else None
+        try:
+            found = list(self.table.query_entities(hours_filter(hours), results_per_page=1000))
+        except ResourceNotFoundError:
+            return []
+        docs: list[Mapping[str, Any]] = []
+        for entity in found:
+            if entity.get("RowKey") == skip:
+                continue
+            try:
+                doc = json.loads(str(entity.get("doc") or ""))
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+                log.warning(
+                    "console metrics: %s/%s is not JSON", entity.get("PartitionKey"), entity.get("RowKey")
+                )
+                continue
+            if isinstance(doc, dict):
+                docs.append(doc)
+        return docs
+
+    def prune(self, now: datetime) -> int:
+        """Delete the hours past `RETENTION_H` (and the counter blobs of before the table)."""
+        try:
+            due = list(self.table.query_entities(expired_filter(now), select=["PartitionKey", "RowKey"]))
+        except ResourceNotFoundError:
+            due = []
+        for entity in due:
+            with contextlib.suppress(ResourceNotFoundError):
+                self.table.delete_entity(str(entity["PartitionKey"]), str(entity["RowKey"]))
+        return len(due) + self._prune_legacy(now)
+
+    def _prune_legacy(self, now: datetime) -> int:
+        if not self.legacy_left:
+            return 0
+        names = [name for name, _ in self.legacy.names(metrics.PREFIX)]
+        gone = metrics.expired(names, now)
+        for name in gone:
+            self.legacy.delete(name)
+        self.legacy_left = len(gone) < len(names)
+        return len(gone)

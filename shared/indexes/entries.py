@@ -1,0 +1,531 @@
+"""The poison archive's index: one Table entity per archive entry, partitioned by state.
+
+Table `<archive container, letters and digits>entries`, PartitionKey = the entry's state (poisoned / parked / replayed / deleted /
+...), RowKey = newest-first archive stamp + the entry name (`index_key`, kept in the entry so every
+later change finds the same row). A page of a state is one query with `$top`; a change of state
+moves the row (delete + upsert: two requests). Names and reasons are enough to draw the page, so
+no entry blob is read to list. Actions address entries by name (one read each), never by listing.
+
+Each row carries its reason code (`reason_code_of`). Listed (poisoned) entries are counted per
+reason code in partition `~count` of the same table: `SHARDS` counter rows per code (RowKey
+`<code>|<shard>`, the shard from the entry name, so concurrent writers rarely meet), changed with
+If-Match on the counter's ETag (kept per process: one request when no one else changed that
+shard, three when someone did) whenever an entry enters or leaves the listed state. Reading every
+count is one query. Counters are best effort like the rows: a failed or interrupted update leaves a
+count off by that entry (`recount` rebuilds them from the rows).
+
+Error-text search has no index (Table storage has no substring filter): `scan` reads a state's
+partition newest first, 500 rows a query, at most `SCAN_QUERIES` queries and no new query after
+`SCAN_SECONDS` a call, and returns the matches with the RowKey reached, from which the next call
+goes on.
+
+Retention (`prune`): an entry blob goes once not written for ARCHIVE_RETENTION_DAYS (the lifecycle
+policy, or shared/pipeline/retention.py); its row follows, by the same age a day later. A row's RowKey
+starts with its entry's first archival and the service stamps its `Timestamp` at every write, which
+follows every write of the entry: the rows due in a state's partition are one range query,
+`RowKey ge <cutoff's key> and Timestamp lt <cutoff>` (`expired_filter`), which returns only them
+(an entry archived long ago but written since, such as the same body poisoned again, keeps its row).
+They are deleted 100 a transaction (one partition each), If-Match their ETag (a row written since
+the query is kept); a listed row's reason-code count goes down with it (one request per counter row
+changed). Cost: per state, one query per 100 due rows (one when none is due) and one transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
+
+from shared.indexes.keys import MAX_MS, clip, newest_first, quoted
+from shared.storage.tables import query_rows, upsert_creating
+
+log = logging.getLogger("jobs.index")
+SUFFIX = "entries"
+MAX_QUERIES = 8
+LISTED = "poisoned"
+COUNT_PARTITION = "~count"
+SHARDS = 16
+COUNT_TRIES = 8
+SCAN_ROWS = 500
+SCAN_QUERIES = 6
+SCAN_SECONDS = 0.6
+"""A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results), and starts
+no further query once SCAN_SECONDS have passed (a page answers within about a second)."""
+HOST_MOVED = "the host moved it"
+_CODE = re.compile(r"^([a-z][a-z0-9_]{1,47}): ")
+
+
+def reason_code_of(reason: str | None, code: str | None = None) -> str:
+    """An entry's reason code: the one the app gave, else the `<code>: ` its reason starts with
+    (the app's reasons for permanent errors and invalid envelopes), else `max_dequeue` when the
+    host moved it, `transient` when the app gave up retrying, `other` (pure)."""
+    if code:
+        return clip(code, 48)
+    text = str(reason or "")
+    found = _CODE.match(text)
+    if found:
+        return found.group(1)
+    if text.startswith(HOST_MOVED):
+        return "max_dequeue"
+    if text.startswith("gave up after"):
+        return "transient"
+    return "other"
+
+
+def matches(text: str, entity: Mapping[str, Any]) -> bool:
+    """True when `text` (case-insensitive) is in the row's reason, job id or entry name (pure)."""
+    needle = text.casefold()
+    return any(needle in str(entity.get(f) or "").casefold() for f in ("reason", "job_id", "name"))
+
+
+def shard_of(name: str) -> int:
+    return zlib.crc32(name.encode()) % SHARDS
+
+
+def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first; a shard
+    may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
+    found: dict[str, int] = {}
+    for e in entities:
+        code = str(e.get("RowKey", "")).rsplit("|", 1)[0]
+        found[code] = found.get(code, 0) + int(e.get("n") or 0)
+    return dict(sorted(((c, n) for c, n in found.items() if n > 0), key=lambda cn: (-cn[1], cn[0])))
+
+
+def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, int]]:
+    """(reason code, +1/-1) for the listed counts when an entry goes from `before` to `after`
+    (None: it did not exist / no longer exists) (pure)."""
+
+    def listed_code(entry: Mapping[str, Any] | None) -> str | None:
+        if entry is None or str(entry.get("state") or LISTED) != LISTED:
+            return None
+        return str(entry.get("reason_code") or reason_code_of(entry.get("reason")))
+
+    old, new = listed_code(before), listed_code(after)
+    if old == new:
+        return []
+    return [(c, d) for c, d in ((old, -1), (new, 1)) if c is not None]
+
+
+def counter_key(code: str, name: str) -> str:
+    """The RowKey of the counter row (in `COUNT_PARTITION`) that an entry's reason code counts in."""
+    return f"{code}|{shard_of(name):02d}"
+
+
+def add_deltas(deltas: dict[str, int], name: str, changes: list[tuple[str, int]]) -> None:
+    """Sum an entry's count changes (`count_changes`) into `deltas`, per counter row."""
+    for code, delta in changes:
+        key = counter_key(code, name)
+        deltas[key] = deltas.get(key, 0) + delta
+
+
+TRANSACTION_SIZE = 100
+"""Entities one entity group transaction may hold (Table storage's limit)."""
+
+
+def expired_filter(state: str, cutoff: datetime) -> str:
+    """The query of `state`'s rows first archived and last written before `cutoff` (pure): a
+    RowKey range (keys start with the newest-first archival stamp) and the rows' `Timestamp`."""
+    moment = cutoff.astimezone(UTC)
+    low = f"{MAX_MS - int(moment.timestamp() * 1000) + 1:013d}"
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"PartitionKey eq {quoted(state)} and RowKey ge {quoted(low)} and Timestamp lt datetime'{stamp}'"
+
+
+@dataclass
+class Pruned:
+    """What one retention pass over the entry index found and did."""
+
+    due: int = 0
+    deleted: int = 0
+    changed: int = 0
+    """Due when queried, written since (or moved): kept."""
+    requests: int = 0
+    stopped_at_limit: bool = False
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    name: str
+    state: str
+    job_id: str
+    reason: str
+    archived_at: str
+    attempts: int
+    body_bytes: int
+    key: str
+    reason_code: str = ""
+
+
+def index_key(name: str, entry: Mapping[str, Any]) -> str:
+    """The entry's RowKey: its own when it has one, else from its first archival."""
+    return str(entry.get("index_key") or newest_first(str(entry.get("archived_at") or ""), name))
+
+
+def entity_of(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    history = entry.get("history") or []
+    return {
+        "PartitionKey": str(entry.get("state") or "poisoned"),
+        "RowKey": index_key(name, entry),
+        "name": name,
+        "job_id": clip(entry.get("job_id") or "", 128),
+        "reason": clip(entry.get("reason")),
+        "reason_code": str(entry.get("reason_code") or reason_code_of(entry.get("reason"))),
+        "archived_at": clip(entry.get("archived_at") or "", 40),
+        "attempts": int(entry.get("attempt") or len(history) or 0),
+        "body_bytes": int(entry.get("body_bytes") or 0),
+    }
+
+
+def row_of(entity: Mapping[str, Any]) -> EntryRow:
+    return EntryRow(
+        name=str(entity.get("name", "")),
+        state=str(entity.get("PartitionKey", "")),
+        job_id=str(entity.get("job_id", "")),
+        reason=str(entity.get("reason", "")),
+        archived_at=str(entity.get("archived_at", "")),
+        attempts=int(entity.get("attempts") or 0),
+        body_bytes=int(entity.get("body_bytes") or 0),
+        key=str(entity.get("RowKey", "")),
+        reason_code=str(entity.get("reason_code", "")),
+    )
+
+
+def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
+    """Run an index write; a failure is logged, never raised: the entry blob is the truth, and a
+    poison handler must not fail (and retry) because the view could not be updated."""
+    try:
+        action(name, *args)
+    except AzureError as exc:
+        log.warning("poison entry %s: index not updated (%s)", name, exc.__class__.__name__)
+
+
+class EntryIndex:
+    """Reads and writes the `poisonentries` table."""
+
+    def __init__(self, service: TableServiceClient, name: str) -> None:
+        self.name = name
+        self.table = service.get_table_client(name)
+        self.service = service
+        self._lock = threading.Lock()
+        self._etags: dict[str, tuple[str, int]] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
+
+    def ensure(self) -> None:
+        with contextlib.suppress(ResourceExistsError):
+            self.service.create_table(self.name)
+
+    def put(self, name: str, entry: Mapping[str, Any]) -> None:
+        """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
+        upsert_creating(self.table, entity_of(name, entry), self.ensure)
+
+    def add(self, name: str, entry: Mapping[str, Any]) -> None:
+        """A new entry: its row, and its reason code's count when it is listed."""
+        self.put(name, entry)
+        self.count(name, count_changes(None, entry))
+
+    def _delete_row(self, name: str, entry: Mapping[str, Any]) -> None:
+        state = str(entry.get("state") or "poisoned")
+        with contextlib.suppress(ResourceNotFoundError):
+            self.table.delete_entity(
+                state, index_key(name, entry), match_condition=MatchConditions.Unconditionally
+            )
+
+    def remove(self, name: str, entry: Mapping[str, Any]) -> None:
+        """The entry is gone: its row, and its count when it was listed."""
+        self._delete_row(name, entry)
+        self.count(name, count_changes(entry, None))
+
+    def move(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+        """The row follows the entry from its old state's partition to the new one."""
+        self.put(name, after)
+        if str(before.get("state") or "") != str(after.get("state") or ""):
+            self._delete_row(name, before)
+        self.count(name, count_changes(before, after))
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def prune(self, states: Sequence[str], cutoff: datetime, *, limit: int, dry_run: bool = False) -> Pruned:
+        """Delete the rows of `states` due at `cutoff` (`expired_filter`), at most `limit` (the next
+        run goes on): a query and a transaction per 100 rows; listed rows' counts follow."""
+        done = Pruned()
+        deltas: dict[str, int] = {}
+        try:
+            for state in states:
+                for rows in self._due_pages(state, cutoff, limit, done):
+                    if not dry_run:
+                        self._delete_due(state, rows, done, deltas)
+                if done.stopped_at_limit:
+                    break
+        except ResourceNotFoundError:  # no table: nothing indexed
+            pass
+        for key, delta in deltas.items():
+            done.requests += 1
+            self._count_key(key, delta)
+        return done
+
+    def _due_pages(
+        self, state: str, cutoff: datetime, limit: int, done: Pruned
+    ) -> Iterator[list[TableEntity]]:
+        """The due rows of one state, a page (<= 100) a query, until `limit` rows are due in all."""
+        cont: Any = None
+        while True:
+            room = limit - done.due
+            if room <= 0:
+                done.stopped_at_limit = True
+                return
+            pager = self.table.query_entities(
+                expired_filter(state, cutoff),
+                select=["PartitionKey", "RowKey", "name", "reason_code", "reason"],
+                results_per_page=min(TRANSACTION_SIZE, room),
+            ).by_page(continuation_token=cont)
+            done.requests += 1
+            got = list(next(pager, []))[:room]
+            cont = getattr(pager, "continuation_token", None)
+            done.due += len(got)
+            if got:
+                yield got
+            if not cont:
+                return
+
+    def _delete_due(self, state: str, rows: list[TableEntity], done: Pruned, deltas: dict[str, int]) -> None:
+        """One transaction (one partition, <= 100 rows), If-Match each row's ETag; when it fails (a
+        row written or moved since the query) row by row, keeping those written since."""
+
+        def option(row: TableEntity) -> dict[str, Any]:
+            return {"etag": row.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
+
+        gone: list[TableEntity] = []
+        done.requests += 1
+        try:
+            self.table.submit_transaction(
+                [("delete", {"PartitionKey": state, "RowKey": str(r["RowKey"])}, option(r)) for r in rows]
+            )
+            gone = rows
+        except AzureError:
+            for row in rows:
+                done.requests += 1
+                try:
+                    self.table.delete_entity(state, str(row["RowKey"]), **option(row))
+                except (ResourceModifiedError, ResourceNotFoundError):
+                    continue
+                except AzureError as exc:
+                    log.warning(
+                        "entry index row %s not deleted (%s)", row.get("name"), exc.__class__.__name__
+                    )
+                    continue
+                gone.append(row)
+        done.deleted += len(gone)
+        done.changed += len(rows) - len(gone)
+        for row in gone:  # the row is its entry as far as its count goes: state, code, reason
+            entry = {"state": state, "reason_code": row.get("reason_code"), "reason": row.get("reason")}
+            add_deltas(deltas, str(row.get("name") or ""), count_changes(entry, None))
+
+    # -- counts per reason code ----------------------------------------------------------------
+
+    def count(self, name: str, changes: list[tuple[str, int]]) -> None:
+        for code, delta in changes:
+            self._count_key(counter_key(code, name), delta)
+
+    def _count_key(self, key: str, delta: int) -> None:
+        try:
+            self._bump(key, delta)
+        except AzureError as exc:
+            log.warning("poison count %s not updated by %+d (%s)", key, delta, exc.__class__.__name__)
+
+    def _bump(self, key: str, delta: int) -> None:
+        """Add `delta` to one counter row, If-Match on its ETag (the one this process last saw
+        first: one request when no one else changed it)."""
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # this process's threads take turns on a counter (no 412s among themselves)
+            self._bump_locked(key, delta)
+
+    def _bump_locked(self, key: str, delta: int) -> None:
+        with self._lock:
+            known = self._etags.get(key)
+        for _ in range(COUNT_TRIES):
+            if known is None:
+                try:
+                    got = self.table.get_entity(COUNT_PARTITION, key)
+                    known = (str(got.metadata["etag"]), int(got.get("n") or 0))
+                except ResourceNotFoundError:
+                    try:
+                        made = self.table.create_entity(
+                            {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta}
+                        )
+                    except ResourceExistsError:
+                        continue
+                    with self._lock:
+                        self._etags[key] = (str(made.get("etag")), delta)
+                    return
+            etag, n = known
+            value = n + delta  # a shard may go below 0 (its +1 was counted in another): the sum counts
+            try:
+                done = self.table.update_entity(
+                    {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value},
+                    mode=UpdateMode.REPLACE,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except (ResourceModifiedError, ResourceNotFoundError):
+                known = None
+                continue
+            with self._lock:
+                self._etags[key] = (str(done.get("etag")), value)
+            return
+        raise ResourceModifiedError(f"counter {key} kept changing")
+
+    def counts(self) -> dict[str, int]:
+        """Listed entries per reason code, largest first: one query."""
+        try:
+            rows = list(self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
+        except ResourceNotFoundError:
+            return {}
+        with self._lock:  # the page's next actions then change a counter with one request
+            for e in rows:
+                etag = getattr(e, "metadata", {}).get("etag")
+                if etag:
+                    self._etags[str(e["RowKey"])] = (str(etag), int(e.get("n") or 0))
+        return counts_of(rows)
+
+    def recount(self) -> dict[str, int]:
+        """Rebuild the counters from the listed rows: one query per 1,000 listed entries (O(entries),
+        for repairs; entries changing meanwhile may be off by those changes)."""
+        found: dict[str, int] = {}
+        where = f"PartitionKey eq {quoted(LISTED)}"
+        for e in self.table.query_entities(
+            where, select=["reason_code", "reason"], results_per_page=SCAN_ROWS
+        ):
+            code = str(e.get("reason_code") or reason_code_of(e.get("reason")))
+            found[code] = found.get(code, 0) + 1
+        old = {
+            str(e["RowKey"]) for e in self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
+        }
+        for key in old:
+            self.table.delete_entity(COUNT_PARTITION, key)
+        for code, n in found.items():
+            self.table.upsert_entity({"PartitionKey": COUNT_PARTITION, "RowKey": f"{code}|00", "n": n})
+        with self._lock:
+            self._etags.clear()
+        return counts_of({"RowKey": f"{c}|00", "n": n} for c, n in found.items())
+
+    def move_many(self, moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]]) -> int:
+        """`move` for many entries (name, before, after): the upserts as entity group transactions
+        per new state (100 a transaction), then the deletes per old state; a transaction that fails
+        (a row already gone, a reset connection) is done row by row; the reason-code counts change
+        once per counter row, by the sum of the moves. Best effort, like `best_effort`.
+        Returns the requests sent."""
+        puts: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        removes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        deltas: dict[str, int] = {}
+        for name, before, after in moves:
+            add_deltas(deltas, name, count_changes(before, after))
+            new = entity_of(name, after)
+            puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
+            old_state = str(before.get("state") or "poisoned")
+            if old_state != new["PartitionKey"]:
+                removes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
+        sent = 0
+        for kind, groups in (("upsert", puts), ("delete", removes)):
+            for state, keyed in groups.items():
+                rows = list(keyed.items())
+                for i in range(0, len(rows), TRANSACTION_SIZE):
+                    chunk = rows[i : i + TRANSACTION_SIZE]
+                    sent += 1
+                    try:
+                        self.table.submit_transaction(
+                            [
+                                ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
+                                if kind == "upsert"
+                                else ("delete", {"PartitionKey": state, "RowKey": key})
+                                for key, (name, entry) in chunk
+                            ]
+                        )
+                        continue
+                    except AzureError:
+                        pass
+                    for _, (name, entry) in chunk:
+                        sent += 1
+                        best_effort(name, self.put if kind == "upsert" else self._delete_row, entry)
+        for key, delta in deltas.items():
+            if delta:
+                sent += 1
+                self._count_key(key, delta)
+        return sent
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def page(
+        self, state: str, after_key: str = "", size: int = 50, job_id: str = "", reason_code: str = ""
+    ) -> list[EntryRow]:
+        """Up to `size` rows of `state`, newest first, after RowKey `after_key`: one query, more
+        only when the service answers a short page with a continuation (at most `MAX_QUERIES`)."""
+        where = f"PartitionKey eq {quoted(state)}"
+        if after_key:
+            where += f" and RowKey gt {quoted(after_key)}"
+        if job_id:
+            where += f" and job_id eq {quoted(job_id)}"
+        if reason_code:
+            where += f" and reason_code eq {quoted(reason_code)}"
+        return [row_of(e) for e in query_rows(self.table, where, size, MAX_QUERIES)]
+
+    def scan(
+        self,
+        state: str,
+        after_key: str = "",
+        size: int = 50,
+        reason_code: str = "",
+        text: str = "",
+        queries: int | None = None,
+    ) -> tuple[list[EntryRow], str]:
+        """Rows of `state` (and reason code) whose reason, job id or name holds `text`, newest first
+        after `after_key`: (up to `size` matches, the RowKey to go on from; "" at the end). Without
+        `text` it is `page`. With it, at most `queries` queries of `SCAN_ROWS` rows."""
+        if not text:
+            paged = self.page(state, after_key, size, reason_code=reason_code)
+            return paged, paged[-1].key if len(paged) == size else ""
+        where = f"PartitionKey eq {quoted(state)}"
+        if after_key:
+            where += f" and RowKey gt {quoted(after_key)}"
+        if reason_code:
+            where += f" and reason_code eq {quoted(reason_code)}"
+        rows: list[EntryRow] = []
+        cont: Any = None
+        reached = after_key
+        started = time.monotonic()
+        try:
+            for _ in range(queries or SCAN_QUERIES):
+                if time.monotonic() - started > SCAN_SECONDS:
+                    break
+                pager = self.table.query_entities(where, results_per_page=SCAN_ROWS).by_page(
+                    continuation_token=cont
+                )
+                for e in next(pager, []):
+                    reached = str(e.get("RowKey", ""))
+                    if matches(text, e):
+                        rows.append(row_of(e))
+                        if len(rows) >= size:
+                            return rows, reached
+                cont = getattr(pager, "continuation_token", None)
+                if not cont:
+                    return rows, ""
+        except ResourceNotFoundError:
+            return [], ""
+        return rows, reached

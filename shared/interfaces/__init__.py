@@ -1,0 +1,1 @@
+"""What people and programs call: the HTTP API, the CLI, the console."""

@@ -1,0 +1,256 @@
+"""HTTP handlers: submit a job, read its status and result, health, and poison operations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import azure.functions as func
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+from shared import poison
+from shared.app.runtime import Runtime, get_runtime
+from shared.core import jsontext
+from shared.core.envelope import ID_RE, ID_RULE
+from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
+from shared.ledger import COMPLETED, Record
+from shared.ledger.view import RecordView
+from shared.pipeline.submit import SubmissionBusy, submit, validate_request
+from shared.poison import bulk
+from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
+
+log = logging.getLogger("jobs.api")
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body, default=str), status_code=status, mimetype="application/json", headers=headers
+    )
+
+
+def _error(code: int, message: str, **extra: Any) -> func.HttpResponse:
+    return _json(code, {"error": message, **extra})
+
+
+def _guarded(
+    handler: Callable[[func.HttpRequest, Runtime], func.HttpResponse],
+) -> Callable[..., func.HttpResponse]:
+    """Settings problems -> 503 naming the setting; storage outages -> 503; never a stack trace."""
+
+    def wrapper(req: func.HttpRequest) -> func.HttpResponse:
+        try:
+            return handler(req, get_runtime())
+        except SettingsError as exc:
+            return _error(503, str(exc))
+        except (AzureError, StorageThrottled) as exc:
+            log.exception("storage error in %s", handler.__name__)
+            return _error(503, f"storage unavailable ({exc.__class__.__name__}); try again later")
+
+    wrapper.__name__ = handler.__name__
+    return wrapper
+
+
+def _status_url(req: func.HttpRequest, job_id: str) -> str:
+    base = req.url.split("/api/", 1)[0]
+    return f"{base}/api/jobs/{job_id}"
+
+
+@_guarded
+def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """POST /api/jobs: 202 {id, status_url}; 400 with problems (the app's own fields `attempt` and
+    `continuation_seq` included); 409 if the id exists; 413 too large; 503 to retry.
+
+    Exactly one request per id gets 202 (the ledger's conditional create decides); the same
+    request retried after an error finishes the send and gets 202 (see shared/pipeline/submit.py)."""
+    body = req.get_body()
+    if len(body) > MAX_REQUEST_BYTES:
+        return _error(413, f"request body is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}")
+    try:
+        data = jsontext.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
+    try:
+        env = validate_request(rt, data)
+        result = submit(rt, env)
+    except EnvelopeError as exc:
+        return _error(400, "invalid job", problems=exc.problems)
+    except MessageTooLarge as exc:
+        return _error(413, str(exc))
+    except SubmissionBusy as exc:
+        retry = str(exc.retry_after_s)
+        return _json(503, {"error": str(exc), "retry_after_s": exc.retry_after_s}, {"Retry-After": retry})
+    url = _status_url(req, env.id)
+    if not result.created:
+        status = result.existing.status if result.existing else "unknown"
+        what = "already exists" if result.same_request else "already exists (from another request)"
+        return _error(
+            409,
+            f"job {env.id} {what}",
+            id=env.id,
+            status=status,
+            status_url=url,
+            same_request=result.same_request,
+        )
+    return _json(
+        202,
+        {"id": env.id, "status_url": url, "claim_checked": result.claim_checked},
+        headers={"Location": url},
+    )
+
+
+def _record(req: func.HttpRequest, rt: Runtime) -> Record | func.HttpResponse:
+    """The ledger record named by the route's {id}, or the 400/404 answer."""
+    job_id = req.route_params.get("id", "")
+    if not ID_RE.match(job_id):
+        return _error(400, f"id: {json.dumps(job_id)} {ID_RULE}")
+    record = rt.ledger.get(job_id)
+    return _error(404, f"job {job_id} is unknown") if record is None else record
+
+
+@_guarded
+def get_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """GET /api/jobs/{id}: the ledger record."""
+    record = _record(req, rt)
+    return record if isinstance(record, func.HttpResponse) else _json(200, record.data)
+
+
+@_guarded
+def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """GET /api/jobs/{id}/result: the result document; 409 until completed.
+
+    A document is served up to the size MAX_GROUPS allows (`result_limit_bytes`); a larger one
+    (a Spark run with more groups) is not read: 502 naming its size, the limit and the blob.
+    """
+    record = _record(req, rt)
+    if isinstance(record, func.HttpResponse):
+        return record
+    job_id = req.route_params["id"]
+    if record.status != COMPLETED:
+        return _error(409, f"job {job_id} is {record.status}, not completed", status=record.status)
+    ref = RecordView.of(record).result_ref
+    if not ref:
+        return _json(200, {"id": job_id, "summary": record.data.get("summary", {})})
+    container, _, name = ref.partition("/")
+    limit = result_limit_bytes(rt.settings.max_groups)
+    try:
+        raw = read_capped(rt.storage.container(container).get_blob_client(name), limit)
+    except ResourceNotFoundError:
+        return _error(404, f"result {ref} of job {job_id} is missing")
+    except BlobTooLarge as big:
+        return _error(
+            502,
+            f"result {ref} of job {job_id} is {big.size} bytes, more than this API serves ({limit} bytes: "
+            "MAX_GROUPS x 512 bytes a row + 64 KiB); read the blob from storage directly",
+            result_ref=ref,
+            result_bytes=big.size,
+            limit_bytes=limit,
+        )
+    return func.HttpResponse(raw, status_code=200, mimetype="application/json")
+
+
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    """GET /api/health (anonymous): 200 when settings are valid and storage answers."""
+    try:
+        rt = get_runtime()
+    except SettingsError as exc:
+        return _error(503, str(exc), status="unhealthy")
+    except AzureError as exc:
+        return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
+    try:
+        rt.storage.container(rt.settings.ledger_container).get_container_properties()
+        rt.storage.queue(rt.settings.jobs_queue).get_queue_properties()
+    except AzureError as exc:
+        return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
+    return _json(
+        200, {"status": "ok", "queue": rt.settings.jobs_queue, "storage": rt.settings.storage.describe()}
+    )
+
+
+@_guarded
+def list_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """GET /api/poison[?state=poisoned&after=<key>&limit=100&code=<reason code>&q=<text>]: a page
+    of archived poison entries (newest first, from the entry index: O(page)), `next` (the `after`
+    of the next page, "" at the end), the counts per reason code and the messages still on the
+    poison queue. Without the entry index (no table endpoint): every entry, listed (`all=1`: every
+    state)."""
+    if rt.entry_index is None:
+        include_done = req.params.get("all", "") in ("1", "true")
+        entries = [vars(e) for e in poison.list_poisoned(rt, include_done=include_done)]
+        return _json(200, {"archived": entries, "on_queue": poison.peek_poison_queue(rt)})
+    try:
+        limit = min(1000, max(1, int(req.params.get("limit") or 100)))
+    except ValueError:
+        return _error(400, "limit: a number of entries in [1, 1000]")
+    rows, reached = rt.entry_index.scan(
+        req.params.get("state") or "poisoned",
+        req.params.get("after", ""),
+        limit,
+        req.params.get("code", "")[:64],
+        req.params.get("q", "")[:200].strip(),
+    )
+    return _json(
+        200,
+        {
+            "archived": [dataclasses.asdict(r) for r in rows],
+            "next": reached,
+            "counts": rt.entry_index.counts(),
+            "on_queue": poison.peek_poison_queue(rt),
+        },
+    )
+
+
+@_guarded
+def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false}. `all`
+    with the entry index starts a bulk operation (202: its id, and the listed count now); see
+    `GET /api/console-api/data/ops/<id>` or `python -m shared.interfaces.cli ops show <id>`."""
+    try:
+        body = jsontext.loads(req.get_body() or b"{}")
+    except json.JSONDecodeError:
+        return _error(400, "request body is not JSON")
+    ids = body.get("ids")
+    if not body.get("all") and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        return _error(400, "give ids: [job ids] or all: true")
+    rate = body.get("rate", 10)
+    if not isinstance(rate, int | float) or rate <= 0 or rate > 1000:
+        return _error(400, "rate: must be a number of messages per second in (0, 1000]")
+    if body.get("all") and rt.entry_index is not None:  # a bulk operation the app runs in steps
+        op = bulk.start(
+            rt,
+            "replay",
+            "api",
+            states=["poisoned"],
+            rate_per_s=float(rate),
+            dry_run=bool(body.get("dry_run")),
+        )
+        if rt.audit is not None:
+            rt.audit.record(
+                rt.clock(), "admin key", "op_start", f"op:{op['id']}", op=op["id"], via="api", kind="replay",
+                state="poisoned", rate=rate, dry_run=op["dry_run"],
+            )  # fmt: skip
+        listed = sum(rt.entry_index.counts().values())
+        return _json(
+            202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"], "listed": listed}
+        )
+    report = poison.replay(
+        rt, None if body.get("all") else ids, rate_per_s=float(rate), dry_run=bool(body.get("dry_run"))
+    )
+    return _json(200, report.as_dict())
+
+
+@_guarded
+def purge_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+    """POST /api/poison/purge {"older_than_days": N, "dry_run": false}."""
+    try:
+        body = jsontext.loads(req.get_body() or b"{}")
+    except json.JSONDecodeError:
+        return _error(400, "request body is not JSON")
+    days = body.get("older_than_days")
+    if not isinstance(days, int | float) or days < 0:
+        return _error(400, "older_than_days: required, a number >= 0")
+    names = poison.purge(rt, float(days), dry_run=bool(body.get("dry_run")))
+    return _json(200, {"dry_run": bool(body.get("dry_run")), "purged": names})

@@ -1,0 +1,460 @@
+"""HTML of the console's pages, server-rendered; charts are inline SVG (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from shared.interfaces.console.assets import CSS, JS
+from shared.interfaces.console.queries import EntryView, JobView, Page, PoisonView
+from shared.ledger import COMPLETED, POISONED, STATUSES
+from shared.poison import PoisonEntry
+
+COLORS = {"completed": "#1a7f37", "retried": "#bf8700", "poisoned": "#cf222e"}
+
+
+def layout(title: str, body: str, base: str, csrf: str, who: str) -> str:
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<meta name=csrf content='{escape(csrf)}'><meta name=base content='{escape(base)}'>"
+        f"<title>{escape(title)} · jobs console</title><style>{CSS}</style></head><body>"
+        f"<nav><a href='{base}'>Overview</a><a href='{base}/jobs'>Jobs</a><a href='{base}/poison'>Poison</a><a href='{base}/audit'>Audit</a>"
+        f"<span class=who>{escape(who)}</span></nav><main><h1>{escape(title)}</h1>"
+        f"<p id=status></p>{body}</main><script>{JS}</script></body></html>"
+    )
+
+
+def fmt_s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "> 1 h"
+    return f"≤ {value:g} s"
+
+
+def svg_lines(
+    title: str, labels: Sequence[str], series: Mapping[str, Sequence[int]], width: int = 560
+) -> str:
+    """A line chart of per-minute counts: one polyline per series, an axis with the peak."""
+    height, pad = 160, 28
+    peak = max([1, *(max(values, default=0) for values in series.values())])
+    n = max(1, len(labels) - 1)
+    parts = [
+        f"<svg class=chart-svg data-chart='{escape(title)}' width={width} height={height} "
+        f"viewBox='0 0 {width} {height}' role=img aria-label='{escape(title)}'>",
+        f"<text x={pad} y=14 font-size=12>{escape(title)} (peak {peak}/min)</text>",
+        f"<line x1={pad} y1={height - pad} x2={width - 6} y2={height - pad} stroke='#8c959f'/>",
+        f"<line x1={pad} y1={20} x2={pad} y2={height - pad} stroke='#8c959f'/>",
+    ]
+    for name, values in series.items():
+        points = " ".join(
+            f"{pad + i * (width - pad - 6) / n:.1f},{height - pad - v * (height - pad - 24) / peak:.1f}"
+            for i, v in enumerate(values)
+        )
+        parts.append(
+            f"<polyline class='series' data-series='{escape(name)}' data-total='{sum(values)}' fill=none "
+            f"stroke='{COLORS.get(name, '#0969da')}' stroke-width=2 points='{points}'/>"
+        )
+    if labels:
+        parts.append(f"<text x={pad} y={height - 8} font-size=10>{escape(labels[0][-5:])}</text>")
+        parts.append(f"<text x={width - 40} y={height - 8} font-size=10>{escape(labels[-1][-5:])}</text>")
+    parts.append("</svg>")
+    legend = "".join(
+        f"<span class=s-{k if k in COLORS else 'other'}>■ {escape(k)} {sum(v)}</span>"
+        for k, v in series.items()
+    )
+    return f"<div class=chart>{''.join(parts)}<div class=legend>{legend}</div></div>"
+
+
+def svg_bars(title: str, labels: Sequence[str], values: Sequence[int], width: int = 420) -> str:
+    """A bar chart (the latency histogram)."""
+    height, pad = 160, 24
+    peak = max([1, *values])
+    step = (width - pad) / max(1, len(values))
+    parts = [
+        f"<svg class=chart-svg data-chart='{escape(title)}' width={width} height={height} "
+        f"viewBox='0 0 {width} {height}' role=img aria-label='{escape(title)}'>",
+        f"<text x=4 y=14 font-size=12>{escape(title)}</text>",
+    ]
+    for i, value in enumerate(values):
+        h = value * (height - 2 * pad - 10) / peak
+        x = pad + i * step
+        parts.append(
+            f"<rect class=bar data-value={value} x={x:.1f} y={height - pad - h:.1f} width={step * 0.8:.1f} "
+            f"height={h:.1f} fill='#0969da'><title>{escape(labels[i])}: {value}</title></rect>"
+        )
+        if i % 3 == 0:
+            parts.append(f"<text x={x:.1f} y={height - 8} font-size=9>{escape(labels[i])}</text>")
+    parts.append("</svg>")
+    return f"<div class=chart>{''.join(parts)}</div>"
+
+
+def overview_fragment(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
+    depth = figures.get("depth") or {}
+    cards = [
+        ("jobs queue", depth.get("jobs")),
+        ("poison queue", depth.get("poison")),
+        ("parked queue", depth.get("parked")),
+        ("in flight", figures.get("in_flight")),
+        ("latency p50 (1 h)", fmt_s(figures.get("latency_p50_s"))),
+        ("latency p95 (1 h)", fmt_s(figures.get("latency_p95_s"))),
+    ]
+    card_html = "".join(
+        f"<div class=card data-card='{escape(k)}'>{escape(k)}<b>{escape('-' if v is None else str(v))}</b></div>"
+        for k, v in cards
+    )
+    labels = [*(f"≤{b:g}s" for b in bounds), "more"]
+    return (
+        f"<div class=cards>{card_html}</div><div class=charts>"
+        + svg_lines("jobs per minute, last hour", figures.get("minutes", []), figures.get("series", {}))
+        + svg_bars("enqueue-to-completion latency, last hour", labels, figures.get("latency_hist", []))
+        + "</div>"
+    )
+
+
+def overview_page(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
+    return (
+        f"<div id=overview>{overview_fragment(figures, bounds)}</div>"
+        "<p class=muted>Refreshes every 5 s. Counters are kept in memory by each instance and written "
+        "once a minute; queue depths are approximate.</p>"
+    )
+
+
+def jobs_page(
+    page: Page,
+    base: str,
+    status: str,
+    kind: str,
+    id_part: str,
+    reason_code: str = "",
+    since: str = "",
+    until: str = "",
+    problems: Sequence[str] = (),
+) -> str:
+    options = "".join(
+        f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
+    )
+    form = (
+        f"<form method=get action='{base}/jobs'>id <input name=id value='{escape(id_part)}'> "
+        f"status <select name=status>{options}</select> kind <input name=kind value='{escape(kind)}' size=10> "
+        f"reason code <input name=reason_code value='{escape(reason_code)}' size=12> "
+        f"created from <input name=from id=from value='{escape(since)}' size=20 placeholder='2026-11-25T10:00'> "
+        f"to <input name=to id=to value='{escape(until)}' size=20> (UTC) "
+        "<button>Find</button></form>"
+        + "".join(f"<p class=bad data-problem>{escape(p)}</p>" for p in problems)
+    )
+    rows = "".join(
+        f"<tr><td><a href='{base}/jobs/{quote(r.id)}'>{escape(r.id)}</a></td><td>{escape(r.status)}</td>"
+        f"<td>{escape(r.kind)}</td><td>{escape(r.created_at)}</td><td>{escape(r.updated_at)}</td></tr>"
+        for r in page.rows
+    )
+    query = {"status": status, "kind": kind, "id": id_part, "reason_code": reason_code}
+    query.update({k: v for k, v in (("from", since), ("to", until)) if v})
+
+    def link(n: int, text: str, token: str = "") -> str:
+        extra = {"token": token} if token else {}
+        return f"<a href='{base}/jobs?{escape(urlencode({**query, 'page': n, **extra}))}'>{text}</a>"
+
+    pager = (
+        (link(1, "newest") + " · " if page.page > 1 else "")
+        + f"page {page.page}"
+        + (" · " + link(page.page + 1, "older →", page.next_token) if page.next_token else "")
+        if page.pages < 0
+        else (
+            (link(page.page - 1, "← newer") + " " if page.page > 1 else "")
+            + f"page {page.page} of {page.pages} ({page.total} jobs)"
+            + (" " + link(page.page + 1, "older →") if page.page < page.pages else "")
+        )
+    )
+    return (
+        f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th><th>status</th><th>kind</th><th>created</th>"
+        f"<th>updated</th></tr>{rows}</table>"
+    )
+
+
+def _facts(facts: Mapping[str, Any]) -> str:
+    return ", ".join(
+        f"{escape(k)}={escape(json.dumps(v) if not isinstance(v, str) else v)}" for k, v in facts.items()
+    )
+
+
+def job_page(view: JobView, base: str, job_id: str) -> str:
+    record = view.record
+    status = str(record.get("status", ""))
+    items = "".join(
+        f"<li data-event='{escape(t['event'])}'><span class=muted>{escape(t['at'])}</span> "
+        f"<span class=ev>{escape(t['event'])}</span> <span class=facts>{_facts(t['facts'])}</span></li>"
+        for t in view.timeline
+    )
+    result = ""
+    if status == COMPLETED:
+        result = (
+            f"<h2>Result</h2><pre id=summary>{escape(json.dumps(record.get('summary', {}), indent=2))}</pre>"
+            f"<p><a id=result-link href='{base}/jobs/{quote(job_id)}/result'>the result document</a></p>"
+        )
+    editor = ""
+    if status == POISONED and view.envelope_text is not None:
+        editor = (
+            "<h2>Edit before replay</h2><p class=muted>The original stays in the poison archive; the change "
+            "is recorded in the job's history. The id must stay the same.</p>"
+            f"<textarea id=envelope data-job='{escape(job_id)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
+            + (
+                "<p class=muted id=expiry>expires_at "
+                f"{escape(str(view.envelope.get('expires_at')))}: a replay after it is poisoned again "
+                "<button id=extend-expiry data-do=extend-expiry>Extend expires_at by 24 h</button></p>"
+                if view.envelope is not None and view.envelope.get("expires_at")
+                else ""
+            )
+            + "<button id=validate data-do=edit data-op=validate>Validate</button>"
+            "<button id=replay-edited data-do=edit data-op=replay-edited>Replay edited</button>"
+            "<ul id=problems></ul>"
+        )
+    reason = record.get("reason")
+    last = record.get("last_reason")
+    return (
+        f"<p>status <b id=job-status>{escape(status)}</b> · kind {escape(str(record.get('kind', '')))}"
+        + (f" · reason <span id=reason class=bad>{escape(str(reason))}</span>" if reason else "")
+        + (
+            f" · last poisoned for <span class=muted>{escape(str(last))}</span>"
+            if last and not reason
+            else ""
+        )
+        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
+        f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
+        f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
+        f"<h2>Record</h2><pre id=record>{escape(json.dumps(record, indent=2))}</pre>"
+    )
+
+
+LIVE_STATUSES = ("queued", "in_progress", "retry_scheduled", "offloaded")
+
+
+def _live(status: str, job_id: str) -> str:
+    """While the job can still change: the page reloads itself, and it can be cancelled."""
+    if status not in LIVE_STATUSES:
+        return ""
+    return (
+        f"<p id=live data-running=1 class=muted>refreshing every 3 s while the job is {escape(status)} "
+        f"<button id=cancel-job data-do=cancel-job data-job='{escape(job_id)}' "
+        "data-confirm='Cancel this job? It is poisoned at its next delivery.'>Cancel job</button></p>"
+    )
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
+
+
+def _entries_table(table_id: str, entries: list[PoisonEntry], base: str) -> str:
+    rows = "".join(
+        f"<tr><td><input type=checkbox class=pick data-job='{escape(e.job_id or '')}' data-name='{escape(e.name)}'></td>"
+        + (
+            f"<td><a href='{base}/jobs/{quote(e.job_id)}'>{escape(e.job_id)}</a></td>"
+            if e.job_id and e.name.startswith("jobs/")
+            else f"<td><a class=entry href='{base}/poison/entry?{escape(urlencode({'name': e.name}))}'>"
+            f"{escape(e.job_id or 'unparsed')} (body)</a></td>"
+        )
+        + f"<td class=reason>{escape(e.reason)}</td><td>{_age(e.age_s)}</td><td>{e.attempts}</td></tr>"
+        for e in entries
+    )
+    return (
+        f"<table id={table_id}><tr><th><input type=checkbox data-do=pick-all data-table={table_id}></th>"
+        f"<th>job</th><th>reason</th><th>age</th><th>attempts</th></tr>{rows}</table>"
+    )
+
+
+def poison_page(view: PoisonView, base: str) -> str:
+    queue_rows = "".join(
+        f"<tr><td>{escape(str(m.get('job_id') or '-'))}</td><td>{escape(str(m.get('queue_message_id')))}</td>"
+        f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
+        for m in view.on_queue
+    )
+    where = {k: v for k, v in (("code", view.reason_code), ("q", view.text)) if v}
+    more = ""
+    if view.next_archived:
+        more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({**where, 'after': view.next_archived}))}'>next page →</a>"
+    if view.next_parked:
+        more += f" <a id=more-parked href='{base}/poison?{escape(urlencode({'after_parked': view.next_parked}))}'>more parked →</a>"
+    shown = f"{len(view.archived)} on this page" if view.paged else str(len(view.archived))
+    filtered = bool(where)
+    attrs = (f" data-code='{escape(view.reason_code)}'" if view.reason_code else "") + (
+        f" data-text='{escape(view.text)}'" if view.text else ""
+    )
+    what = "all listed entries matching the search" if filtered else "all listed entries"
+    bulk_row = (
+        f"<p>{what}, in the app at the rate above: "
+        f"<button id=replay-all-dry data-do=op data-op=replay data-state=poisoned data-dry=1{attrs}>Count (dry run)</button>"
+        f"<button id=replay-all data-do=op data-op=replay data-state=poisoned{attrs} "
+        f"data-confirm='Replay {escape(what)}?'>Replay {'all matching' if filtered else 'all listed'}</button></p>"
+        if view.paged
+        else ""
+    )
+    heading = "Archived" + (
+        f" matching {escape(' and '.join(f'{k}={v!r}' for k, v in where.items()))}" if filtered else ""
+    )
+    return (
+        _groups_and_search(view, base) + f"<h2>{heading} ({shown})</h2>{more and '<p>' + more + '</p>'}"
+        "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"
+        "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
+        "<p><button id=park data-do=entries data-op=park data-table=archived>Park selected</button>"
+        "<button id=delete data-do=entries data-op=delete data-table=archived "
+        "data-confirm='Delete {n} archive entries for good?'>Delete selected</button> "
+        "purge older than <input id=days value=30 size=3> days <button id=purge data-do=purge>Purge</button></p>"
+        + bulk_row
+        + (
+            f"<p>export listed entries: <a id=export-csv href='{base}/data/poison.csv'>CSV</a> · "
+            f"<a id=export-json href='{base}/data/poison.json'>JSON</a> (1,000 a file; `after` pages on)</p>"
+            if view.paged
+            else ""
+        )
+        + _entries_table("archived", view.archived, base)
+        + f"<h2>Parked ({len(view.parked)})</h2>"
+        "<p><button id=unpark data-do=entries data-op=unpark data-table=parked>Unpark selected</button></p>"
+        + _entries_table("parked", view.parked, base)
+        + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
+        "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"
+        f"{queue_rows}</table>"
+    )
+
+
+def _groups_and_search(view: PoisonView, base: str) -> str:
+    """Listed entries by reason code with counts (each group opens, counts or replays in the app),
+    and the search by error text (within a reason code or all)."""
+    if not view.paged:
+        return ""
+    rows = "".join(
+        f"<tr data-group='{escape(code)}'><td><a href='{base}/poison?{escape(urlencode({'code': code}))}'>"
+        f"{escape(code)}</a></td><td data-count='{escape(code)}'>{n}</td><td>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' data-dry=1>Count (dry run)</button>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' "
+        f"data-confirm='Replay the {n} listed entries of {escape(code)} at the rate below?'>Replay group</button></td></tr>"
+        for code, n in view.groups.items()
+    )
+    codes = "".join(
+        f"<option{' selected' if c == view.reason_code else ''}>{escape(c)}</option>"
+        for c in dict.fromkeys(["", *view.groups, *([view.reason_code] if view.reason_code else [])])
+    )
+    return (
+        f"<h2>By reason code ({sum(view.groups.values())} listed)</h2><table id=groups><tr><th>reason code</th>"
+        f"<th>listed</th><th>in the app, at the rate below</th></tr>{rows}</table>"
+        f"<form method=get action='{base}/poison' id=search>error text <input name=q id=q value='{escape(view.text)}' size=30> "
+        f"reason code <select name=code id=code>{codes}</select> <button>Search</button>"
+        + (f" <a href='{base}/poison'>clear</a>" if view.reason_code or view.text else "")
+        + "</form>"
+    )
+
+
+def entry_page(view: EntryView) -> str:
+    """An archived body as text (or hex when not UTF-8), and an editor to fix and replay it."""
+    entry = view.entry
+    shown = (
+        f"<pre id=body-text>{escape(view.body_text)}</pre>"
+        if view.body_text is not None
+        else f"<p class=muted>not UTF-8: shown as hex</p><pre id=body-hex>{escape(view.body_hex or '')}</pre>"
+    )
+    editor = ""
+    if entry.get("state") == "poisoned" and view.name.startswith("unparsed/"):
+        editor = (
+            "<h2>Fix and replay</h2><p class=muted>Submitted as a new job (as the API would); this entry "
+            "stays in the archive, marked replayed.</p>"
+            f"<textarea id=fixed data-entry='{escape(view.name)}' spellcheck=false>"
+            f"{escape(view.body_text or '')}</textarea>"
+            "<button id=replay-fixed data-do=fix>Replay fixed</button><ul id=problems></ul>"
+        )
+    return (
+        f"<p>state <b id=entry-state>{escape(str(entry.get('state', '')))}</b> · "
+        f"{int(entry.get('body_bytes') or 0)} bytes · reason <span id=reason class=bad>"
+        f"{escape(str(entry.get('reason', '')))}</span></p><h2>Body</h2>{shown}{editor}"
+    )
+
+
+def op_page(op: Mapping[str, Any]) -> str:
+    """A bulk operation's progress, counts and failures (the page refreshes itself while it runs)."""
+    total = op.get("total")
+    counts = "".join(
+        f"<tr><td>{escape(str(k))}</td><td data-count='{escape(str(k))}'>{int(v)}</td></tr>"
+        for k, v in sorted((op.get("counts") or {}).items())
+    )
+    failures = "".join(
+        f"<tr><td>{escape(str(f.get('name')))}</td><td>{escape(str(f.get('outcome')))}</td>"
+        f"<td>{escape(str(f.get('reason')))}</td></tr>"
+        for f in op.get("failures") or []
+    )
+    running = op.get("status") == "running"
+    buttons = (
+        f"<button id=op-cancel data-do=op-change data-op=cancel data-id='{escape(str(op.get('id')))}'>Cancel</button>"
+        f"<button id=op-resume data-do=op-change data-op=resume data-id='{escape(str(op.get('id')))}'>Resume</button>"
+        if running
+        else ""
+    )
+    return (
+        f"<p id=op data-status='{escape(str(op.get('status')))}' data-running='{int(running)}'>"
+        f"{escape(str(op.get('kind')))}{' (dry run)' if op.get('dry_run') else ''} by {escape(str(op.get('by')))} "
+        f"· <b id=op-status>{escape(str(op.get('status')))}</b> · <span id=op-done>{int(op.get('done') or 0)}</span>"
+        f"{' of ' + str(int(total)) if total is not None else ''} done · step {int(op.get('step') or 0)} "
+        f"· updated {escape(str(op.get('updated_at')))}</p>"
+        + (
+            f"<p id=op-where>over {escape(', '.join(op.get('states') or []))} entries matching "
+            f"{escape(', '.join(f'{k}={v!r}' for k, v in (op.get('where') or {}).items()))}</p>"
+            if op.get("where")
+            else ""
+        )
+        + f"{buttons}"
+        f"<h2>Results</h2><table id=op-counts>{counts}</table>"
+        f"<h2>Not done ({len(op.get('failures') or [])})</h2><table id=op-failures>"
+        f"<tr><th>entry</th><th>outcome</th><th>reason</th></tr>{failures}</table>"
+    )
+
+
+def _detail(details: Mapping[str, Any]) -> str:
+    """An audit row's details: an edit's fields as `field: old → new`, the rest as key=value."""
+    parts = []
+    for change in details.get("changes") or []:
+        if isinstance(change, Mapping):
+            parts.append(
+                f"<li data-field='{escape(str(change.get('field')))}'><code>{escape(str(change.get('field')))}</code>: "
+                f"<del>{escape(str(change.get('old')))}</del> → <ins>{escape(str(change.get('new')))}</ins></li>"
+            )
+        else:
+            parts.append(f"<li><code>{escape(str(change))}</code></li>")
+    rest = {k: v for k, v in details.items() if k != "changes" and v not in (None, "", [])}
+    return (f"<ul class=changes>{''.join(parts)}</ul>" if parts else "") + _facts(rest)
+
+
+def audit_page(rows: Sequence[Any], base: str, next_key: str, action: str = "") -> str:
+    """Every operator action, newest first (who, what, when, on what; an edit's old and new values)."""
+
+    def target(value: str) -> str:
+        if value.startswith("op:"):
+            return f"<a href='{base}/ops/{quote(value[3:])}'>{escape(value)}</a>"
+        if value.startswith(("jobs/", "unparsed/")):
+            return f"<a href='{base}/poison/entry?{escape(urlencode({'name': value}))}'>{escape(value)}</a>"
+        return f"<a href='{base}/jobs/{quote(value)}'>{escape(value)}</a>" if value else ""
+
+    body = "".join(
+        f"<tr data-action='{escape(r.action)}'><td>{escape(r.at)}</td><td>{escape(r.by)}</td>"
+        f"<td>{escape(r.action)}</td><td>{target(r.target)}</td><td>{_detail(r.details)}</td></tr>"
+        for r in rows
+    )
+    query = {"action": action} if action else {}
+    more = (
+        f"<p><a id=more-audit href='{base}/audit?{escape(urlencode({**query, 'after': next_key}))}'>older →</a></p>"
+        if next_key
+        else ""
+    )
+    return (
+        f"<form method=get action='{base}/audit'>action <input name=action value='{escape(action)}' size=14> "
+        f"<button>Filter</button> <a href='{base}/audit'>newest</a></form>"
+        f"<table id=audit><tr><th>when</th><th>who</th><th>what</th><th>on</th><th>details</th></tr>{body}</table>{more}"
+    )
+
+
+def message_page(text: str) -> str:
+    return f"<p class=bad>{escape(text)}</p>"

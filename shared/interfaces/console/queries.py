@@ -1,0 +1,454 @@
+"""What the console's pages show, read from storage with a bounded number of requests.
+
+- Overview: 3 queue-properties requests (jobs, poison, parked) and the other instances' counters
+  of the last two hours: one table query (without a table endpoint: a listing per hour and a read
+  per instance blob); the serving process's own counters are in memory.
+- A job: its record, then its archive entries and latest edit by the names the record keeps
+  (shared/interfaces/console/job_archive.py): no listing.
+- Jobs: the ledger is listed with blob metadata (status, kind, stamps set by the write that changes
+  a record), 5,000 jobs per listing request and no read per job: ceil(jobs / 5,000) requests for a
+  snapshot (20 at 100,000 jobs), kept `SNAPSHOT_TTL_S` so paging and filtering cost nothing more.
+  Finding a job by id is one read.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from azure.core.exceptions import ResourceNotFoundError
+
+from shared import poison
+from shared.app.runtime import Runtime
+from shared.core import jsontext
+from shared.indexes import metrics
+from shared.indexes.entries import EntryRow
+from shared.indexes.keys import stamp_ms
+from shared.interfaces.console import job_archive
+from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
+from shared.storage.limits import BlobTooLarge, read_capped
+
+LIST_PAGE = 5000
+"""Blobs one listing request returns at most (the service's maximum)."""
+SNAPSHOT_TTL_S = 15.0
+PAGE_SIZE = 50
+PAYLOAD_SHOW_BYTES = 256 * 1024
+
+
+# -- overview ---------------------------------------------------------------------------------
+
+
+def queue_depth(rt: Runtime, name: str) -> int | None:
+    try:
+        count = rt.storage.raw_queue(name).get_queue_properties().approximate_message_count
+    except ResourceNotFoundError:
+        return None
+    return int(count or 0)
+
+
+def overview(rt: Runtime) -> dict[str, Any]:
+    """Queue depths and the last hour's counters from every instance."""
+    now = rt.clock()
+    own = metrics.installed_instance()
+    hours = metrics.hours_to_read(now)
+    docs: list[Mapping[str, Any]] = [metrics.RECORDER.document(hour, own) for hour in hours] if own else []
+    docs.extend(rt.counter_store().read(hours, own))
+    figures = metrics.merge(docs, now)
+    figures["depth"] = {
+        "jobs": queue_depth(rt, rt.settings.jobs_queue),
+        "poison": queue_depth(rt, rt.settings.poison_queue),
+        "parked": queue_depth(rt, rt.settings.parked_queue),
+    }
+    figures["documents_merged"] = len(docs)
+    return figures
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job as its blob listing shows it."""
+
+    id: str
+    status: str
+    kind: str
+    created_at: str
+    updated_at: str
+    reason_code: str = ""
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[JobRow]
+    page: int
+    pages: int
+    """-1 when paged by the index (the total is not counted: that would cost the history)."""
+    total: int
+    next_token: str = ""
+
+
+def rows_from_listing(items: Iterable[Any]) -> list[JobRow]:
+    """JobRows from listed blobs (`name`, `metadata`); blobs that are not job records are skipped."""
+    rows = []
+    for item in items:
+        name = str(item.name)
+        if "/" in name or not name.endswith(".json"):
+            continue
+        meta = item.metadata or {}
+        modified = getattr(item, "last_modified", None)
+        stamp = modified.isoformat() if modified is not None else ""
+        rows.append(
+            JobRow(
+                id=name[: -len(".json")],
+                status=str(meta.get("status", "unknown")),
+                kind=str(meta.get("kind", "")),
+                created_at=str(meta.get("created_at", stamp)),
+                updated_at=str(meta.get("updated_at", stamp)),
+            )
+        )
+    return rows
+
+
+def filter_rows(rows: Iterable[JobRow], status: str = "", kind: str = "", id_part: str = "") -> list[JobRow]:
+    """Rows matching the filters, newest first (by creation, then id)."""
+    found = [
+        r
+        for r in rows
+        if (not status or r.status == status) and (not kind or r.kind == kind) and (id_part in r.id)
+    ]
+    return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
+
+
+def paginate(rows: list[JobRow], page: int, size: int = PAGE_SIZE) -> Page:
+    """Page `page` (1-based, clamped to what exists) of `rows`."""
+    pages = max(1, -(-len(rows) // size))
+    page = min(max(1, page), pages)
+    return Page(rows[(page - 1) * size : page * size], page, pages, len(rows))
+
+
+def listing_requests(jobs: int) -> int:
+    """Listing requests one snapshot of `jobs` records takes."""
+    return max(1, -(-jobs // LIST_PAGE))
+
+
+class JobSnapshots:
+    """The ledger's listing, kept `ttl_s` per container (page turns and filters reuse it)."""
+
+    def __init__(self, ttl_s: float = SNAPSHOT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, list[JobRow]]] = {}
+
+    def rows(self, container: Any, fresh: bool = False) -> list[JobRow]:
+        key = str(getattr(container, "container_name", id(container)))
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit and not fresh and self.clock() - hit[0] < self.ttl_s:
+                return hit[1]
+        items: list[Any] = []
+        pages = container.list_blobs(include=["metadata"], results_per_page=LIST_PAGE).by_page()
+        for page in pages:
+            items.extend(page)
+        rows = rows_from_listing(items)
+        with self._lock:
+            self._cache[key] = (self.clock(), rows)
+        return rows
+
+
+SNAPSHOTS = JobSnapshots()
+
+
+def parse_when(text: str, end: bool = False) -> str:
+    """An operator's time (`2026-11-25`, `2026-11-25T10:00`, with or without seconds, `Z` or an
+    offset; no zone means UTC) as an ISO UTC stamp; a bare date is its first moment, or with `end`
+    its last. "" for "". ValueError when unreadable (pure)."""
+    text = text.strip()
+    if not text:
+        return ""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if end and len(text) == 10:
+        moment = moment + timedelta(days=1) - timedelta(milliseconds=1)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def time_range(since_text: str, until_text: str) -> tuple[str, str, list[str]]:
+    """(since, until, problems) from the jobs page's from/to fields (pure)."""
+    problems: list[str] = []
+    found = []
+    for label, text, end in (("from", since_text, False), ("to", until_text, True)):
+        try:
+            found.append(parse_when(text, end))
+        except ValueError:
+            problems.append(f"{label}: a UTC time such as 2026-11-25T10:00 or a date")
+            found.append("")
+    since, until = found
+    if since and until and since > until:
+        problems.append("from: must not be after to")
+    return since, until, problems
+
+
+def in_range(created_at: str, since: str, until: str) -> bool:
+    moment = stamp_ms(created_at)
+    return (not since or moment >= stamp_ms(since)) and (not until or moment <= stamp_ms(until))
+
+
+def jobs_page(
+    rt: Runtime,
+    status: str = "",
+    kind: str = "",
+    id_part: str = "",
+    page: int = 1,
+    fresh: bool = False,
+    token: str = "",
+    reason_code: str = "",
+    since: str = "",
+    until: str = "",
+) -> Page:
+    """A page of jobs, newest first. With the jobs index: one query or a few (O(page)), paged by
+    `token`; `id_part` is an id prefix there (the routes find a whole id by one read); `since` /
+    `until` (ISO) keep to jobs created in that range (its day tables, a RowKey range in each).
+    Without an index (no table endpoint): the ledger's listing, kept as a snapshot."""
+    if rt.job_index is not None:
+        found = rt.job_index.page(
+            status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part, since=since, until=until
+        )
+        rows = [JobRow(r.id, r.status, r.kind, r.created_at, r.updated_at, r.reason_code) for r in found.rows]
+        return Page(rows, max(1, page), -1, -1, found.next_token or "")
+    rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
+    if since or until:
+        rows = [r for r in rows if in_range(r.created_at, since, until)]
+    return paginate(filter_rows(rows, status, kind, id_part), page)
+
+
+# -- one job ----------------------------------------------------------------------------------
+
+
+TIMELINE_FIELDS = (
+    "queue_message_id",
+    "dequeue_count",
+    "attempt",
+    "owner",
+    "delay_s",
+    "seq",
+    "error",
+    "reason",
+    "by",
+    "changes",
+    "submitter",
+)
+
+
+def timeline(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """History entries as timeline rows: when, what, and every fact each carries (the usual ones
+    first; others, such as a Spark submission's, after them)."""
+    rows = []
+    for entry in history:
+        keys = [k for k in TIMELINE_FIELDS if k in entry] + sorted(
+            k for k in entry if k not in TIMELINE_FIELDS and k not in ("at", "event")
+        )
+        rows.append(
+            {
+                "at": str(entry.get("at", "")),
+                "event": str(entry.get("event", "")),
+                "facts": {k: entry[k] for k in keys if entry[k] not in (None, "", [])},
+            }
+        )
+    return rows
+
+
+@dataclass
+class JobView:
+    record: dict[str, Any]
+    timeline: list[dict[str, Any]]
+    envelope: dict[str, Any] | None
+    """The newest archived (poisoned) body as JSON, when there is one: what the editor opens."""
+    envelope_text: str | None
+    payload: Any
+    payload_note: str
+    archive_names: list[str]
+
+
+def job_view(rt: Runtime, job_id: str) -> JobView | None:
+    record = rt.ledger.get(job_id)
+    if record is None:
+        return None
+    entries = job_archive.archived_bodies(rt, job_id, record.data)
+    envelope: dict[str, Any] | None = None
+    text: str | None = None
+    if entries:
+        raw = base64.b64decode(str(entries[0][1].get("body_b64", "")))
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            parsed = jsontext.loads(text)
+            envelope = parsed if isinstance(parsed, dict) else None
+        except json.JSONDecodeError:
+            envelope = None
+    payload, note = _payload(rt, record.data, envelope)
+    edit = job_archive.latest_edit(rt, job_id, record.data)
+    if edit is not None and (
+        not entries or str(edit.get("at", "")) > str(entries[0][1].get("archived_at", ""))
+    ):
+        try:
+            payload = jsontext.loads(base64.b64decode(str(edit.get("body_b64", "")))).get("payload")
+            note = f"as edited by {edit.get('by')} at {edit.get('at')} (the original is kept in the poison archive)"
+        except (ValueError, AttributeError):
+            pass
+    return JobView(
+        record=record.data,
+        timeline=timeline(record.data.get("history") or []),
+        envelope=envelope,
+        envelope_text=json.dumps(envelope, indent=2) if envelope is not None else text,
+        payload=payload,
+        payload_note=note,
+        archive_names=[name for name, _ in entries],
+    )
+
+
+def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any] | None) -> tuple[Any, str]:
+    if envelope is not None and "payload" in envelope:
+        return envelope["payload"], "from the archived message"
+    ref = record.get("payload_ref") or (envelope or {}).get("payload_ref")
+    if isinstance(ref, str) and ref:
+        blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(ref)
+        try:
+            raw = read_capped(blob, PAYLOAD_SHOW_BYTES)
+        except ResourceNotFoundError:
+            return None, f"claim-checked payload {ref} is missing"
+        except BlobTooLarge as big:
+            return None, f"claim-checked payload {ref} is {big.size} bytes: read it from storage"
+        try:
+            return jsontext.loads(raw), f"claim-checked: {rt.settings.payloads_container}/{ref}"
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None, f"claim-checked payload {ref} is not JSON"
+    return None, "an inline payload travels in the message and is not kept in the ledger"
+
+
+# -- poison -----------------------------------------------------------------------------------
+
+
+@dataclass
+class EntryView:
+    """One archive entry with its body shown as text when UTF-8, else as hex."""
+
+    name: str
+    entry: dict[str, Any]
+    body_b64: str
+    body_text: str | None
+    body_hex: str | None
+
+
+def entry_view(rt: Runtime, name: str) -> EntryView | None:
+    """An entry of the poison archive by name (jobs/ or unparsed/ only): one read."""
+    if not name.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) or ".." in name.split("/"):
+        return None
+    doc = rt.archive.read(name)
+    if doc is None:
+        return None
+    b64 = str(doc.data.get("body_b64", ""))
+    raw = base64.b64decode(b64)
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    entry = {k: v for k, v in doc.data.items() if k != "body_b64"}
+    return EntryView(name, entry, b64, text, None if text is not None else raw.hex(" "))
+
+
+@dataclass
+class PoisonView:
+    archived: list[poison.PoisonEntry]
+    parked: list[poison.PoisonEntry]
+    on_queue: list[dict[str, Any]]
+    next_archived: str = ""
+    """The RowKey the next page of listed entries starts after ("" when this is the last)."""
+    next_parked: str = ""
+    paged: bool = False
+    groups: dict[str, int] = field(default_factory=dict)
+    """Listed entries per reason code (the counters: one query)."""
+    reason_code: str = ""
+    text: str = ""
+    """The filter of the listed entries shown: a reason code (a group) and/or error text."""
+
+
+def entry_of(row: EntryRow, now: datetime) -> poison.PoisonEntry:
+    age = (now - datetime.fromisoformat(row.archived_at)).total_seconds() if row.archived_at else 0.0
+    return poison.PoisonEntry(
+        row.name,
+        row.job_id or None,
+        row.state,
+        row.reason,
+        row.archived_at,
+        row.attempts,
+        row.body_bytes,
+        age,
+    )
+
+
+def poison_view(
+    rt: Runtime,
+    after: str = "",
+    after_parked: str = "",
+    size: int = PAGE_SIZE,
+    reason_code: str = "",
+    text: str = "",
+) -> PoisonView:
+    """With the entry index: a page of listed entries (one query; of a reason code's group with
+    `reason_code`; a search with `text`: a bounded scan, `EntryIndex.scan`), a page of
+    parked ones (one query), the counts per reason code (one query) and up to 32 messages still
+    on the poison queue (one peek). Without: every entry, one read each."""
+    if rt.entry_index is not None:
+        now = rt.clock()
+        listed, reached = rt.entry_index.scan(LISTED_STATE, after, size, reason_code, text.strip())
+        parked = rt.entry_index.page(PARKED, after_parked, size)
+        return PoisonView(
+            archived=[entry_of(r, now) for r in listed],
+            parked=[entry_of(r, now) for r in parked],
+            on_queue=poison.peek_poison_queue(rt),
+            next_archived=reached,
+            next_parked=parked[-1].key if len(parked) == size else "",
+            paged=True,
+            groups=rt.entry_index.counts(),
+            reason_code=reason_code,
+            text=text.strip(),
+        )
+    entries = poison.list_poisoned(rt, include_done=True)
+    return PoisonView(
+        archived=[e for e in entries if e.state == "poisoned"],
+        parked=[e for e in entries if e.state == PARKED],
+        on_queue=poison.peek_poison_queue(rt),
+    )
+
+
+EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts", "body_bytes")
+
+
+def export_entries(rt: Runtime, state: str, after: str = "", limit: int = 1000) -> list[dict[str, Any]]:
+    """Up to `limit` (<= 1,000) entries of a state from the entry index, newest first, after a
+    RowKey; each row carries `key` (the next export's `after`). Empty without the index."""
+    if rt.entry_index is None:
+        return []
+    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)))
+    return [{**{f: getattr(r, f) for f in EXPORT_FIELDS}, "key": r.key} for r in rows]
+
+
+def as_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[*EXPORT_FIELDS, "key"], extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+PARKED = "parked"

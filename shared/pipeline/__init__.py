@@ -1,0 +1,1 @@
+"""A job's life: submit, process a message, recover, cancel, retention sweeps."""

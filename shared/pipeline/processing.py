@@ -1,0 +1,497 @@
+"""One queue message's life: parse -> claim -> handler -> complete / retry / continue / poison.
+
+Storage requests on the happy path of a new job: claim (1 conditional create) and complete
+(1 conditional replace); the host adds the delete and a share of the batch receive. A claim is
+short (`CLAIM_LEASE_SECONDS`) and renewed by a heartbeat while the handler runs, so a dead
+owner's claim ends within one lease. A delivery that meets a live claim, or storage too busy to
+claim, leaves a re-check message and is acknowledged: it never spends the host's dequeue count.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from azure.core.exceptions import ResourceNotFoundError
+
+from shared import ledger
+from shared.app.abandon import abandon_work
+from shared.app.runtime import Runtime, get_runtime
+from shared.app.sending import send_job
+from shared.config.observability import log_decision
+from shared.core import jsontext
+from shared.core.backoff import retry_delay
+from shared.core.documents import Conflict
+from shared.core.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
+from shared.core.errors import (
+    CancelledByOperator,
+    ClaimLost,
+    EnvelopeError,
+    Expired,
+    InputMissing,
+    LimitExceeded,
+    PermanentError,
+    RunsDied,
+    StorageThrottled,
+    TransientError,
+)
+from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
+from shared.core.timers import Timer
+from shared.indexes import metrics
+from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.ledger import Decision, Facts, Record
+from shared.ledger.view import RecordView
+from shared.pipeline import recovery
+from shared.poison.archive import note_reason
+from shared.storage.limits import BlobTooLarge, read_capped
+
+log = logging.getLogger("jobs.processing")
+RECHECK_MARGIN_S = 1
+"""Seconds added to a live claim's remaining lease before its re-check message becomes visible."""
+STORAGE_BUSY_RECHECK_S = 15
+"""Delay of the re-check message left when storage is too busy to claim."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Facts about this delivery, for records and logs."""
+
+    message_id: str | None
+    dequeue_count: int | None
+    body: bytes
+
+    def fields(self, attempt: int | None = None) -> dict[str, Any]:
+        return {"queue_message_id": self.message_id, "dequeue_count": self.dequeue_count, "attempt": attempt}
+
+
+@metrics.counted_in_flight  # console: jobs in flight, in memory only
+def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
+    """The queue trigger's body. Returns to acknowledge; raises to have the host retry.
+
+    The host hands every body over as sent (`messageEncoding: none`): `decode_message` takes
+    base64 and raw JSON alike, and whatever does not parse is poisoned at once, never retried."""
+    if rt is None:
+        rt = get_runtime()
+        recovery.watch(rt)  # issue 21: this worker also looks for claims that ended unfinished
+    delivery = Delivery(msg.id, msg.dequeue_count, decode_message(msg.get_body()))
+    try:
+        env = parse_body(delivery.body, rt.handlers.keys(), received_at=inserted_at(msg))
+    except EnvelopeError as exc:
+        poison_unparsed(rt, delivery, exc)
+        return
+    Processor(rt, env, delivery).run()
+
+
+class ClaimKeeper:
+    """Our claim on one job's record. Every write of this invocation goes through it; a
+    heartbeat renews the lease until `stop()`."""
+
+    def __init__(self, rt: Runtime, job_id: str, owner: str, record: Record, mine: set[str]) -> None:
+        self.rt = rt
+        self.job_id = job_id
+        self.owner = owner
+        self.record = record
+        self.mine = mine
+        self.lost = False
+        self._lock = threading.RLock()
+        self._stopped = False
+        self._timer: Timer | None = None
+
+    def write(self, change: ledger.Change) -> Record:
+        """Apply one transition to our record; ClaimLost when another writer changed it."""
+        with self._lock:
+            try:
+                self.record = self.rt.ledger.write(self.job_id, self.record, change, self.mine)
+            except Conflict:
+                self.lost = True
+                raise ClaimLost(
+                    f"job {self.job_id}: another invocation took over the ledger record"
+                ) from None
+            return self.record
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._stopped:
+                self._timer = self.rt.timers.call_later(self.rt.settings.heartbeat_s, self._beat)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _beat(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            facts = Facts(self.rt.clock(), owner=self.owner)
+            try:
+                self.write(lambda prev: ledger.renewed(prev, facts, self.rt.settings.claim_lease_s))
+            except ClaimLost:
+                log.warning("job %s: claim lost to another invocation; heartbeat stopped", self.job_id)
+                return
+            except Exception as exc:  # the next beat tries again, well inside the lease
+                log.warning("job %s: claim renewal failed (%s); retrying at the next beat", self.job_id, exc)
+            # the cadence counts from this beat's start: a slow failing renewal does not push the next one out
+            wait = self.rt.settings.heartbeat_s - (self.rt.clock() - facts.now).total_seconds()
+            self._timer = self.rt.timers.call_later(max(0.0, wait), self._beat)
+
+
+class Processor:
+    """Processes one parsed envelope."""
+
+    def __init__(self, rt: Runtime, env: Envelope, delivery: Delivery) -> None:
+        self.rt = rt
+        self.env = env
+        self.delivery = delivery
+        self.owner = rt.new_owner()
+        self.mine: set[str] = set()
+        self.keeper: ClaimKeeper | None = None
+
+    def facts(self) -> Facts:
+        return Facts(self.rt.clock(), self.delivery.message_id, self.delivery.dequeue_count, self.owner)
+
+    # -- the life of a delivery -------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            decision = self.claim()
+        except StorageThrottled as exc:
+            self.defer(STORAGE_BUSY_RECHECK_S, "storage_busy", error=str(exc))
+            return
+        if decision is None:
+            return
+        assert self.keeper is not None
+        try:
+            self.run_claimed(self.keeper, decision)
+        except ClaimLost:
+            self.keeper.stop()
+            self.after_claim_lost()
+        finally:
+            self.keeper.stop()
+
+    def run_claimed(self, keeper: ClaimKeeper, decision: Decision) -> None:
+        if self.expired():
+            expired = Expired(f"job expired at {isoformat(self.expiry())} before it could run")
+            self.finish(partial(self.poison, expired))
+            return
+        died = ledger.runs_died(keeper.record.data, self.rt.settings.max_takeovers)
+        if died:  # its runs keep dying (a crash the host's dequeue count never sees): stop here
+            self.finish(partial(self.poison, RunsDied(died)))
+            return
+        started = time.monotonic()
+        keeper.start()
+        try:
+            outcome = self.execute(keeper, resume=decision is Decision.RESUME)
+        except ClaimLost:
+            raise
+        except PermanentError as exc:
+            keeper.stop()
+            self.finish(partial(self.poison, exc))
+            return
+        except TransientError as exc:
+            keeper.stop()
+            self.finish(partial(self.retry_or_poison, exc))
+            return
+        except Exception as exc:
+            keeper.stop()
+            self.release(exc)
+            raise
+        keeper.stop()
+        if isinstance(outcome, Completed):
+            self.finish(partial(self.complete, outcome, time.monotonic() - started))
+        else:
+            self.finish(partial(self.continue_later, outcome))
+
+    def finish(self, step: Callable[[], None]) -> None:
+        """A last step; when it fails, give the claim up (best effort) and raise for the host's retry."""
+        try:
+            step()
+        except ClaimLost:
+            raise
+        except Exception as exc:
+            self.release(exc)
+            raise
+
+    # -- claim -------------------------------------------------------------------------------
+
+    def claim(self) -> Decision | None:
+        """Take the job (RUN / RESUME), or deal with the delivery and return None."""
+        env, current, decision = self.env, None, Decision.RUN
+        for _ in range(3):
+            facts = self.facts()
+            try:
+                record = self.rt.ledger.write(
+                    env.id,
+                    current,
+                    partial(_claimed, env=env, facts=facts, lease_s=self.rt.settings.claim_lease_s),
+                    self.mine,
+                )
+            except Conflict as conflict:
+                current = conflict.current if conflict.read_back else self.rt.ledger.get(env.id)
+                data = current.data if current is not None else None
+                decision = ledger.decide(data, env.attempt, env.continuation_seq, self.rt.clock())
+                if current is not None and decision not in (Decision.RUN, Decision.RESUME):
+                    self.meet(decision, current)
+                    return None
+                continue
+            self.keeper = ClaimKeeper(self.rt, env.id, self.owner, record, self.mine)
+            return decision
+        self.defer(RECHECK_MARGIN_S, "contended")
+        return None
+
+    def meet(self, decision: Decision, current: Record) -> None:
+        """A delivery that may not run: acknowledge it, leaving a re-check when a live claim holds it."""
+        fields = self.delivery.fields(self.env.attempt)
+        if decision is Decision.BUSY:
+            view = RecordView.of(current)
+            end = view.lease_end
+            wait = (end - self.rt.clock()).total_seconds() if end else 0.0
+            self.defer(max(1, math.ceil(wait)) + RECHECK_MARGIN_S, "busy", owner=view.owner)
+            return
+        log_decision(decision.value, self.env.id, status=current.status, **fields)
+
+    def defer(self, delay_s: int, why: str, **details: Any) -> None:
+        """Leave a copy of this message for `delay_s`, then acknowledge this one."""
+        self.send_followup(self.env, delay_s)
+        log_decision(
+            why, self.env.id, recheck_in_s=delay_s, **details, **self.delivery.fields(self.env.attempt)
+        )
+
+    def after_claim_lost(self) -> None:
+        """Another writer moved the record: acknowledge, with a re-check unless the job is settled."""
+        current = self.rt.ledger.get(self.env.id)
+        decision = ledger.decide(
+            current.data if current else None, self.env.attempt, self.env.continuation_seq, self.rt.clock()
+        )
+        if current is not None and decision not in (Decision.RUN, Decision.RESUME):
+            self.meet(decision, current)
+        else:
+            self.defer(RECHECK_MARGIN_S, "claim_lost")
+
+    def expiry(self) -> datetime:
+        return self.env.expires_at or self.env.created_at + timedelta(seconds=self.rt.settings.job_ttl_s)
+
+    def expired(self) -> bool:
+        return bool(self.rt.clock() > self.expiry())
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def execute(self, keeper: ClaimKeeper, resume: bool) -> Outcome:
+        handler = self.rt.handlers[self.env.kind]
+        payload = load_payload(self.rt, self.env)
+        handler.validate(payload)
+        record = RecordView.of(keeper.record)
+        cancel = record.cancel_request
+        if cancel is not None:  # an operator asked: poison now (offloaded work is stopped)
+            raise CancelledByOperator(f"cancelled by {cancel.by}: {cancel.reason or 'no reason given'}")
+        continuation = record.continuation if resume else None
+        ctx = JobContext(
+            job_id=self.env.id,
+            kind=self.env.kind,
+            attempt=self.env.attempt,
+            payload=payload,
+            settings=self.rt.settings,
+            storage=self.rt.storage,
+            log=logging.LoggerAdapter(logging.getLogger(f"jobs.{self.env.kind}"), {"job_id": self.env.id}),
+            checkpoint=self.checkpoint,
+            resume_state=continuation.state if continuation else None,
+            progress=record.progress,
+        )
+        if resume:
+            log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
+        return handler.run(ctx)
+
+    def checkpoint(self, progress: Mapping[str, Any]) -> None:
+        """Save progress in the ledger and extend our claim; ClaimLost if someone took over."""
+        assert self.keeper is not None
+        facts = self.facts()
+        self.keeper.write(
+            lambda prev: ledger.progressed(prev, facts, progress, self.rt.settings.claim_lease_s)
+        )
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def write(self, change: ledger.Change) -> Record:
+        assert self.keeper is not None
+        return self.keeper.write(change)
+
+    def complete(self, outcome: Completed, duration_s: float) -> None:
+        facts, env = self.facts(), self.env
+        self.write(
+            lambda prev: ledger.completed(
+                prev, env.id, facts, env.attempt, outcome.result_ref, outcome.summary, duration_s
+            )
+        )
+        log_decision(
+            "completed",
+            env.id,
+            duration_s=round(duration_s, 3),
+            latency_s=round((facts.now - env.created_at).total_seconds(), 3),
+            **self.delivery.fields(env.attempt),
+        )
+
+    def continue_later(self, outcome: Continue) -> None:
+        """Enqueue the continuation first, then record it: a crash in between loses nothing."""
+        assert self.keeper is not None
+        seq = RecordView.of(self.keeper.record).next_continuation_seq
+        self.send_followup(self.env.with_attempt(self.env.attempt, seq), outcome.delay_s)
+        facts = self.facts()
+        self.write(
+            lambda prev: ledger.continued(
+                prev, self.env.id, facts, outcome.status, seq, outcome.state, outcome.delay_s
+            )
+        )
+        log_decision(
+            outcome.status,
+            self.env.id,
+            delay_s=outcome.delay_s,
+            seq=seq,
+            **self.delivery.fields(self.env.attempt),
+        )
+
+    def retry_or_poison(self, exc: TransientError) -> None:
+        settings, env = self.rt.settings, self.env
+        next_attempt = env.attempt + 1
+        if next_attempt >= settings.max_attempts:
+            self.poison(exc, reason=f"gave up after {next_attempt} attempts; last error: {exc}")
+            return
+        delay = retry_delay(next_attempt, settings.retry_base_s, settings.retry_max_s)
+        assert self.keeper is not None
+        seq = RecordView.of(self.keeper.record).retry_seq
+        self.send_followup(env.with_attempt(next_attempt, seq), delay)
+        facts, error = self.facts(), _describe(exc)
+        self.write(lambda prev: ledger.retry_scheduled(prev, env.id, facts, env.attempt, error, delay, seq))
+        log_decision(
+            "retry_scheduled",
+            env.id,
+            delay_s=delay,
+            error=error,
+            next_attempt=next_attempt,
+            level=logging.WARNING,
+            **self.delivery.fields(env.attempt),
+        )
+
+    def poison(self, exc: PermanentError | TransientError, reason: str | None = None) -> None:
+        """Note the reason, copy the body to <queue>-poison (nothing is lost), then record it."""
+        text = reason or f"{exc.reason_code}: {exc}"
+        send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
+        assert self.keeper is not None
+        handler = self.rt.handlers.get(self.env.kind)
+        run = abandon_work(handler, self.rt.settings, self.rt.storage, self.keeper.record.data, exc)
+        facts = self.facts()
+        self.write(
+            lambda prev: ledger.poisoned(
+                ledger.run_cancelled(prev, self.env.id, facts, run) if run else prev,
+                self.env.id,
+                facts,
+                text,
+                exc.reason_code,
+                self.delivery.body,
+            )
+        )
+        log_decision(
+            "poisoned",
+            self.env.id,
+            reason=text,
+            reason_code=exc.reason_code,
+            level=logging.WARNING,
+            **self.delivery.fields(self.env.attempt),
+        )
+
+    def release(self, exc: BaseException) -> None:
+        """Unexpected error: give the claim up (best effort) so the host's retry can run at once."""
+        error, facts = _describe(exc), self.facts()
+        if self.keeper is not None and not self.keeper.lost:
+            try:
+                self.write(lambda prev: ledger.released(prev, self.env.id, facts, self.env.attempt, error))
+            except Exception as write_error:  # the claim then ends with its lease
+                log.warning(
+                    "job %s: could not release the claim (%s); it ends with its lease",
+                    self.env.id,
+                    write_error,
+                )
+        log_decision(
+            "failed", self.env.id, error=error, level=logging.ERROR, **self.delivery.fields(self.env.attempt)
+        )
+
+    def send_followup(self, env: Envelope, delay_s: int) -> None:
+        send_job(self.rt, env, delay_s)
+
+
+def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
+    """The inline payload, or the claim-checked one from the payloads container.
+
+    A claim-checked payload is read only up to MAX_PAYLOAD_BYTES (a larger blob is refused from
+    its size, never read whole): the limit the API applies when it writes one.
+    """
+    if env.payload_ref is None:
+        return env.payload or {}
+    blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(env.payload_ref)
+    limit = rt.settings.max_payload_bytes
+    try:
+        raw = read_capped(blob, limit)
+    except ResourceNotFoundError:
+        raise InputMissing(
+            f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} does not exist (dangling claim check)"
+        ) from None
+    except BlobTooLarge as big:
+        raise LimitExceeded(
+            f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} is {big.size} bytes, "
+            f"over MAX_PAYLOAD_BYTES={limit}: not read"
+        ) from None
+    try:
+        payload = jsontext.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise EnvelopeError([f"payload_ref: blob {env.payload_ref} is not JSON"], job_id=env.id) from None
+    if not isinstance(payload, dict):
+        raise EnvelopeError([f"payload_ref: blob {env.payload_ref} must hold a JSON object"], job_id=env.id)
+    return payload
+
+
+def send_poison_copy(
+    rt: Runtime, body: bytes, reason: str, job_id: str | None, code: str | None, *, under_claim: bool
+) -> None:
+    """Note why (by the body's digest), then put a copy of the body on <queue>-poison.
+
+    The copy is base64 text, which `decode_message` gives back as `body` byte for byte (a body
+    that is not UTF-8 included), as do the host's own raw moves of what it received."""
+    note_reason(rt.archive, body, reason, job_id, code, under_claim=under_claim, now=rt.clock())
+    rt.poison_queue.send_message(base64.b64encode(body).decode("ascii"), time_to_live=NEVER_EXPIRE)
+
+
+def poison_unparsed(rt: Runtime, delivery: Delivery, exc: EnvelopeError) -> None:
+    """A message that is not a valid envelope: poison it at once, with the problems as its reason.
+
+    A body whose id is well formed gets a `poisoned` record when that job has none (a create
+    only: it never changes another job's record), so the job answers with its reason at once."""
+    job_id = exc.job_id or best_effort_id(delivery.body)
+    reason = f"{exc.reason_code}: {exc}"
+    if exc.job_id is not None:
+        rt.ledger.create_rejected(exc.job_id, Facts(rt.clock()), reason, exc.reason_code, delivery.body)
+    send_poison_copy(rt, delivery.body, reason, job_id, exc.reason_code, under_claim=False)
+    log_decision(
+        "poisoned",
+        job_id,
+        reason=reason,
+        reason_code=exc.reason_code,
+        level=logging.WARNING,
+        **delivery.fields(),
+    )
+
+
+def _claimed(prev: ledger.Data | None, *, env: Envelope, facts: Facts, lease_s: float) -> ledger.Data:
+    return ledger.claimed(prev, env, facts, lease_s)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}"[:2000]

@@ -1,0 +1,127 @@
+"""Claims that ended without an outcome, found and handed to a live instance (issue 21).
+
+A host killed mid-job leaves its records `in_progress` under a claim that ends within
+`CLAIM_LEASE_SECONDS`, while its messages stay leased by the dead host for 10 minutes. Every
+claim and heartbeat write sets the record's `lease_until` index tag in the same PUT (no extra
+request); every write that ends a claim clears it. So one Find Blobs by Tags request
+(`lease_until < now - grace`) lists exactly the claims that ended unfinished, without listing
+the ledger. For each, the record is read, `ledger_view.claim_to_recover` confirms it (pure),
+and the claim's envelope (kept in the record while the claim lasts) is sent again: a live
+instance takes the job over at once (one takeover). The dead host's message, back after its lease, is
+then acknowledged as a duplicate (or stale, or meets a live claim and re-checks): the ledger
+runs the job's effect once.
+
+Who runs it: every worker that processes jobs, every `RECOVERY_INTERVAL_SECONDS` while it lives
+(`watch`), and the `recover_claims` timer, which also runs when a host starts. An idle app has
+no worker awake and nothing to recover, so it costs nothing there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shared.app.runtime import Runtime, get_runtime
+from shared.app.sending import send_job
+from shared.config.observability import log_decision
+from shared.core.documents import TagQuery
+from shared.core.envelope import isoformat, parse_dict
+from shared.core.errors import EnvelopeError
+from shared.ledger import view as ledger_view
+
+log = logging.getLogger("jobs.recovery")
+GRACE_S = 10.0
+"""Seconds after a claim's end before recovery acts: a delivery that met the live claim re-checks
+at its end + 1 s (the host alive, only the worker died), so recovery leaves that path its turn."""
+
+
+@dataclass
+class Recovered:
+    """What one pass found and did."""
+
+    ended: int = 0
+    """Records the tag query returned (claims ended at least GRACE_S ago, as indexed)."""
+    resent: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Moved on since the index was written, or not recoverable here (see the log)."""
+
+
+def ended_claims_query(now: datetime, grace_s: float = GRACE_S) -> TagQuery:
+    """The index query for claims that ended at least `grace_s` before `now` (pure)."""
+    return TagQuery(ledger_view.TAG_LEASE, "<", isoformat(now - timedelta(seconds=grace_s)))
+
+
+def recover_claims(rt: Runtime, grace_s: float = GRACE_S) -> Recovered:
+    """One pass: find ended claims, confirm each from its record, re-send its envelope.
+    A failing query raises (the next pass retries); a failing job is logged and skipped."""
+    report = Recovered()
+    for name in list(rt.ledger.store.find(ended_claims_query(rt.clock(), grace_s))):
+        report.ended += 1
+        job_id = name.removesuffix(".json")
+        try:
+            resent = _recover_one(rt, job_id, grace_s)
+        except Exception as exc:  # another pass retries it: the tag stays until a claim moves it
+            log.warning("job %s: recovery failed (%s); the next pass retries", job_id, exc)
+            resent = False
+        (report.resent if resent else report.skipped).append(job_id)
+    return report
+
+
+def _recover_one(rt: Runtime, job_id: str, grace_s: float) -> bool:
+    record = rt.ledger.get(job_id)
+    data = record.data if record is not None else None
+    raw = ledger_view.claim_to_recover(data, rt.clock(), grace_s)
+    if raw is None or data is None:
+        return False
+    try:
+        env = parse_dict(raw, rt.handlers.keys())
+    except EnvelopeError as exc:  # e.g. a kind no longer deployed: its own message settles it
+        log.warning("job %s: claim not recovered, its envelope is refused (%s)", job_id, exc)
+        return False
+    send_job(rt, env)
+    log_decision(
+        "recovered",
+        job_id,
+        attempt=env.attempt,
+        owner=data.get("owner"),
+        lease_until=data.get("lease_until"),
+        level=logging.WARNING,
+    )
+    return True
+
+
+# -- the watch: every worker that processes jobs, while it lives -----------------------------
+
+_watched: set[int] = set()
+_lock = threading.Lock()
+
+
+def watch(rt: Runtime) -> None:
+    """Run `recover_claims` every `RECOVERY_INTERVAL_SECONDS` on this runtime's timers, from now
+    until the process ends (idempotent: one watch per runtime)."""
+    with _lock:
+        if id(rt) in _watched:
+            return
+        _watched.add(id(rt))
+    rt.timers.call_later(rt.settings.recovery_interval_s, lambda: _tick(rt))
+
+
+def _tick(rt: Runtime) -> None:
+    try:
+        recover_claims(rt)
+    except Exception as exc:
+        log.warning("recovery pass failed (%s); retrying at the next one", exc)
+    finally:
+        rt.timers.call_later(rt.settings.recovery_interval_s, lambda: _tick(rt))
+
+
+def on_timer(rt: Runtime | None = None) -> Recovered:
+    """The `recover_claims` timer (also run when a host starts): one pass, and the watch."""
+    rt = rt or get_runtime()
+    watch(rt)
+    report = recover_claims(rt)
+    if report.ended:
+        log.info("recovery: %d ended claim(s), %d re-sent", report.ended, len(report.resent))
+    return report

@@ -1,0 +1,258 @@
+"""Producing jobs: validate, record `queued`, claim-check large payloads, enqueue.
+
+The ledger's conditional create decides which request owns a job id: the `queued` record is
+created first (If-None-Match), carrying `send_pending`, the request's digest and a send lease;
+then the payload is uploaded (claim check only) and the message sent; then the marker is cleared
+(`sent`, If-Match). Happy path: 3 storage requests (create, send, clear), 4 with a claim check.
+
+- Two requests for one id at once: one creates; the other reads the record and waits while the
+  creator holds the send lease, then answers 409 (the marker cleared, or a delivery took the job).
+- The send fails: the creator ends its lease (`send_failed`) and answers 503; the same request
+  retried (same id, kind, payload, expires_at) takes the send over (`send_resumed`) and answers 202.
+- The creator dies between create and clear: its lease runs out (`SEND_LEASE_S`) and the same
+  request retried takes the send over. The message may then be on the queue twice; the ledger
+  runs the job once.
+- A retry that finds the job taken by a delivery (in progress, completed, ...), or a different
+  request with the same id, answers 409 with the status and sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared import ledger
+from shared.app.runtime import Runtime
+from shared.app.sending import send_job
+from shared.core.documents import Conflict
+from shared.core.envelope import (
+    Envelope,
+    body_digest,
+    claim_check_name,
+    fits_queue,
+    isoformat,
+    parse_dict,
+)
+from shared.core.errors import EnvelopeError, MessageTooLarge, PayloadError
+from shared.ledger import Facts, Record
+from shared.ledger import send as ledger_send
+
+log = logging.getLogger("jobs.submit")
+SEND_LEASE_S = 30.0
+"""Seconds the request that created a job's record has to send its message (plus
+`SEND_LEASE_S_PER_MIB` per MiB of claim-checked payload to upload) before the same request,
+retried, may send it instead."""
+SEND_LEASE_S_PER_MIB = 1.0
+WAIT_FIRST_S = 0.05
+"""First pause of a request waiting on another request's pending send (doubling, up to `WAIT_MAX_S`)."""
+WAIT_MAX_S = 2.0
+MAX_WAIT_S = 60.0
+"""Longest a request waits on another's pending send before answering 503 with Retry-After."""
+MAX_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The outcome of a submission."""
+
+    envelope: Envelope
+    created: bool
+    """True: this request put the job on the queue (202). False: the job was there (409)."""
+    existing: Record | None = None
+    claim_checked: bool = False
+    same_request: bool = False
+    """With `created=False`: the existing job came from a request like this one (a retry)."""
+
+
+class SubmissionBusy(Exception):
+    """Another request holds the job's pending send for longer than a request waits (503)."""
+
+    def __init__(self, job_id: str, retry_after_s: float) -> None:
+        self.retry_after_s = max(1, int(retry_after_s + 0.999))
+        super().__init__(
+            f"job {job_id} is being submitted by another request; retry in {self.retry_after_s} s"
+        )
+
+
+def validate_request(rt: Runtime, data: object) -> Envelope:
+    """Envelope + payload validation; EnvelopeError lists every problem (payload ones included).
+    A producer may not set the app's own fields (`attempt`, `continuation_seq`)."""
+    env = parse_dict(data, rt.handlers.keys(), require_id=False, producer=True)
+    if env.payload is not None:
+        try:
+            rt.handlers[env.kind].validate(env.payload)
+        except PayloadError as exc:
+            raise EnvelopeError(exc.problems, job_id=env.id) from None
+    return env
+
+
+def request_digest(env: Envelope) -> str:
+    """What makes two submissions the same request: id, kind, payload (or payload_ref) and
+    expires_at; not created_at, which defaults to each request's own time."""
+    fields = {
+        "id": env.id,
+        "kind": env.kind,
+        "payload": None if env.payload is None else dict(env.payload),
+        "payload_ref": env.payload_ref,
+        "expires_at": None if env.expires_at is None else isoformat(env.expires_at),
+    }
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return body_digest(text.encode("utf-8"))
+
+
+def submit(rt: Runtime, env: Envelope) -> Submitted:
+    """Create the job's `queued` record, then put its message on the queue (module docstring)."""
+    request = request_digest(env)
+    payload: bytes | None = None
+    if not fits_queue(env):
+        env, payload = _claim_check_plan(rt, env)
+    lease_s = SEND_LEASE_S + SEND_LEASE_S_PER_MIB * len(payload or b"") / 2**20
+    return _Submission(rt, env, request, payload, lease_s).run()
+
+
+class _Submission:
+    """One request's submission of one job."""
+
+    def __init__(
+        self, rt: Runtime, env: Envelope, request: str, payload: bytes | None, lease_s: float
+    ) -> None:
+        self.rt = rt
+        self.env = env
+        self.request = request
+        self.payload = payload
+        """The claim-checked payload to upload before sending (None: inline)."""
+        self.lease_s = lease_s
+        self.me = uuid.uuid4().hex
+        self.mine: set[str] = set()
+
+    def run(self) -> Submitted:
+        rt, job_id = self.rt, self.env.id
+        give_up = rt.clock() + timedelta(seconds=MAX_WAIT_S)
+        pause = WAIT_FIRST_S
+        current: Record | None = None
+        for _ in range(MAX_ROUNDS):
+            if current is None:
+                try:
+                    return self.send(rt.ledger.write(job_id, None, self._queued, self.mine))
+                except Conflict:
+                    pass  # the id exists: what happens depends on its record
+            current = rt.ledger.get(job_id)
+            if current is None:
+                continue  # removed since (an operator): create it afresh
+            if current.data.get("request_digest") != self.request or not ledger_send.send_is_pending(
+                current.data
+            ):
+                return self.exists(current)
+            now = rt.clock()
+            end = ledger_send.send_lease_end(current.data)
+            if end is None or end <= now:  # its submitter failed or died: take the send over
+                try:
+                    record = rt.ledger.write(job_id, current, self._resumed, self.mine)
+                except Conflict:
+                    continue
+                self.env = replace(self.env, created_at=_created_at(record, self.env.created_at))
+                return self.send(record)
+            if now >= give_up:
+                raise SubmissionBusy(job_id, (end - now).total_seconds())
+            rt.sleep(min(pause, (end - now).total_seconds()))
+            pause = min(2 * pause, WAIT_MAX_S)
+        raise SubmissionBusy(job_id, WAIT_MAX_S)  # the record kept changing under us
+
+    def send(self, record: Record) -> Submitted:
+        """Upload (claim check), send, then clear the marker: the job is accepted."""
+        rt, env = self.rt, self.env
+        try:
+            if self.payload is not None:
+                _upload_payload(rt, env, self.payload)
+            send_job(rt, env)
+        except Exception as exc:
+            self._send_failed(record, exc)
+            raise
+        try:
+            rt.ledger.write(env.id, record, self._sent, self.mine)
+        except Conflict:  # a delivery claimed it already (fine), or a retry took over after our lease
+            current = self._read_quietly()
+            if current is not None and current.data.get("submitter") != self.me:
+                return self.exists(current)
+        except Exception:
+            # The message is on the queue, but the marker stays: a 202 now would let the same
+            # request, posted again, get a second 202 once our lease ends. Answer 503 instead;
+            # the retry answers 409 once a delivery has the job, else takes the send over.
+            log.warning("job %s: sent, but the send_pending marker could not be cleared", env.id)
+            raise
+        return Submitted(env, created=True, claim_checked=self.payload is not None)
+
+    def exists(self, current: Record) -> Submitted:
+        same = current.data.get("request_digest") == self.request
+        return Submitted(self.env, created=False, existing=current, same_request=same)
+
+    def _send_failed(self, record: Record, exc: Exception) -> None:
+        """End our send lease at once so the producer's retry can send (best effort)."""
+        error = f"{exc.__class__.__name__}: {exc}"[:500]
+        facts = Facts(self.rt.clock())
+        try:
+            self.rt.ledger.write(
+                self.env.id,
+                record,
+                lambda prev: ledger_send.send_failed(prev, self.env.id, facts, self.me, error),
+                self.mine,
+            )
+        except Exception as write_error:  # the lease then ends by itself
+            log.warning("job %s: send failed; lease not released (%s)", self.env.id, write_error)
+
+    def _read_quietly(self) -> Record | None:
+        try:
+            return self.rt.ledger.get(self.env.id)
+        except Exception:
+            return None
+
+    def _queued(self, prev: ledger.Data | None) -> ledger.Data:
+        facts = Facts(self.rt.clock())
+        return ledger_send.queued(
+            self.env, facts, request=self.request, submitter=self.me, send_lease_s=self.lease_s
+        )
+
+    def _resumed(self, prev: ledger.Data | None) -> ledger.Data:
+        return ledger_send.send_resumed(prev, self.env.id, Facts(self.rt.clock()), self.me, self.lease_s)
+
+    def _sent(self, prev: ledger.Data | None) -> ledger.Data:
+        return ledger_send.sent(prev, self.env.id, Facts(self.rt.clock()), self.me)
+
+
+def _created_at(record: Record, default: datetime) -> datetime:
+    """The job's created_at as first recorded (a retried request's own time is later)."""
+    raw = record.data.get("created_at")
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return default
+
+
+def _claim_check_plan(rt: Runtime, env: Envelope) -> tuple[Envelope, bytes]:
+    """The envelope that refers to the payload blob, and the bytes to upload; no I/O yet."""
+    raw = json.dumps(env.payload or {}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if len(raw) > rt.settings.max_payload_bytes:
+        raise MessageTooLarge(
+            f"payload is {len(raw)} bytes; the limit even with claim check is {rt.settings.max_payload_bytes} "
+            "(MAX_PAYLOAD_BYTES)"
+        )
+    return replace(env, payload=None, payload_ref=claim_check_name(env, raw)), raw
+
+
+def _upload_payload(rt: Runtime, env: Envelope, raw: bytes) -> None:
+    """The claim-checked payload; its name is keyed by content, so a retry writes the same bytes."""
+    assert env.payload_ref is not None
+    container = rt.storage.container(rt.settings.payloads_container)
+    container.upload_blob(env.payload_ref, raw, overwrite=True)
+
+
+def envelope_from_args(kind: str, payload: Mapping[str, Any], job_id: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"kind": kind, "payload": dict(payload)}
+    if job_id:
+        data["id"] = job_id
+    return data
