@@ -204,8 +204,6 @@ def test_jws_token_shape() -> None:
 
 
 def test_driver_error_from_log_picks_the_last_exception_line() -> None:
-    log = (
-        "INFO a\nTraceback:\n  File x\nKeyError: 'k'\nshared.core.errors.InputDataError: column 'v' bad\nINFO b\n"
-    )
+    log = "INFO a\nTraceback:\n  File x\nKeyError: 'k'\nshared.core.errors.InputDataError: column 'v' bad\nINFO b\n"
     assert driver_error_from_log(log) == "shared.core.errors.InputDataError: column 'v' bad"
     assert driver_error_from_log("INFO nothing\n") == ""
