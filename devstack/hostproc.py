@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from devhost.config import load_settings_values
+
 if TYPE_CHECKING:
     from devstack.faultproxy import FaultProxy
 
@@ -119,21 +121,40 @@ class HostProcess:
             self._log = None
 
 
+SAMPLE_SETTINGS = REPO_ROOT / "local.settings.sample.json"
+LOCAL_SETTINGS = REPO_ROOT / "local.settings.json"
+
+
+def layer_settings(
+    sample: Mapping[str, str],
+    local: Mapping[str, str],
+    environ: Mapping[str, str],
+    overrides: Mapping[str, str],
+) -> dict[str, str]:
+    """A host's environment, each layer over the ones before it: the sample's Values, then
+    local.settings.json's Values, then the exported environment (variables already set win over
+    the settings file, as with `func start`), then the caller's explicit overrides."""
+    return {**sample, **local, **environ, **overrides}
+
+
 def host_env(
     connection_string: str,
     settings: Mapping[str, str] | None = None,
     storage_proxy: FaultProxy | None = None,
+    local_settings: Path | None = LOCAL_SETTINGS,
 ) -> dict[str, str]:
-    """Environment for a devhost: the repo's local settings sample plus overrides.
+    """Environment for a devhost (`layer_settings`): the repo's settings sample, `local_settings`
+    when that file exists (None: not read), the environment, then `AzureWebJobsStorage` and
+    `settings`.
 
     With `storage_proxy`, the host's blob and queue requests go through it (devstack/faultproxy.py).
     """
     if storage_proxy is not None:
         connection_string = storage_proxy.route(connection_string)
-    sample = json.loads((REPO_ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))["Values"]
-    env = {**os.environ, **sample, "AzureWebJobsStorage": connection_string, "PYTHONUNBUFFERED": "1"}
-    env.update(settings or {})
-    return env
+    sample = load_settings_values(SAMPLE_SETTINGS)
+    local = load_settings_values(local_settings) if local_settings and local_settings.is_file() else {}
+    overrides = {"AzureWebJobsStorage": connection_string, "PYTHONUNBUFFERED": "1", **(settings or {})}
+    return layer_settings(sample, local, os.environ, overrides)
 
 
 def count_decisions(*logs: Path) -> Counter[str]:
