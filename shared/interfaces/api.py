@@ -18,12 +18,15 @@ from shared.core.envelope import ID_RE, ID_RULE
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record
 from shared.ledger.view import RecordView
-from shared.pipeline.submit import SubmissionBusy, submit, validate_request
+from shared.pipeline.submit import SUBMIT_CALLS, SubmissionBusy, submit, validate_request
 from shared.poison import bulk
+from shared.storage.clients import bounded_calls
 from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
 
 log = logging.getLogger("jobs.api")
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
+STORAGE_RETRY_AFTER_S = 5
+"""Retry-After of a 503 for a storage failure."""
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> func.HttpResponse:
@@ -48,7 +51,14 @@ def _guarded(
             return _error(503, str(exc))
         except (AzureError, StorageThrottled) as exc:
             log.exception("storage error in %s", handler.__name__)
-            return _error(503, f"storage unavailable ({exc.__class__.__name__}); try again later")
+            return _json(
+                503,
+                {
+                    "error": f"storage unavailable ({exc.__class__.__name__}); try again later",
+                    "retry_after_s": STORAGE_RETRY_AFTER_S,
+                },
+                {"Retry-After": str(STORAGE_RETRY_AFTER_S)},
+            )
 
     wrapper.__name__ = handler.__name__
     return wrapper
@@ -62,10 +72,12 @@ def _status_url(req: func.HttpRequest, job_id: str) -> str:
 @_guarded
 def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     """POST /api/jobs: 202 {id, status_url}; 400 with problems (the app's own fields `attempt` and
-    `continuation_seq` included); 409 if the id exists; 413 too large; 503 to retry.
+    `continuation_seq` included); 409 if the id exists; 413 too large; 503 with Retry-After to retry.
 
-    Exactly one request per id gets 202 (the ledger's conditional create decides); the same
-    request retried after an error finishes the send and gets 202 (see shared/pipeline/submit.py)."""
+    One request per id gets 202 (the ledger's conditional create decides); the same request
+    retried after an error finishes the send and gets 202 (see shared/pipeline/submit.py). Its
+    storage calls are bounded (`SUBMIT_CALLS`): a storage failure before the send answers 503
+    within seconds; once the message is sent the answer is 202, whatever the write after it does."""
     body = req.get_body()
     if len(body) > MAX_REQUEST_BYTES:
         return _error(413, f"request body is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}")
@@ -75,7 +87,8 @@ def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
         return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
     try:
         env = validate_request(rt, data)
-        result = submit(rt, env)
+        with bounded_calls(SUBMIT_CALLS):
+            result = submit(rt, env)
     except EnvelopeError as exc:
         return _error(400, "invalid job", problems=exc.problems)
     except MessageTooLarge as exc:

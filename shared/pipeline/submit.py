@@ -5,6 +5,11 @@ created first (If-None-Match), carrying `send_pending`, the request's digest and
 then the payload is uploaded (claim check only) and the message sent; then the marker is cleared
 (`sent`, If-Match). Happy path: 3 storage requests (create, send, clear), 4 with a claim check.
 
+Bounded in time: the API makes these calls inside `bounded_calls(SUBMIT_CALLS)` (one retry, short
+timeouts), so a storage failure before the send answers 503 with Retry-After within seconds, not
+after the SDK's retries. Once the message is sent the job is accepted: the clear is tried once
+(`CLEAR_CALLS`, no retry) and, if it fails, the marker stays and the request still answers 202.
+
 - Two requests for one id at once: one creates; the other reads the record and waits while the
   creator holds the send lease, then answers 409 (the marker cleared, or a delivery took the job).
 - The send fails: the creator ends its lease (`send_failed`) and answers 503; the same request
@@ -12,6 +17,10 @@ then the payload is uploaded (claim check only) and the message sent; then the m
 - The creator dies between create and clear: its lease runs out (`SEND_LEASE_S`) and the same
   request retried takes the send over. The message may then be on the queue twice; the ledger
   runs the job once.
+- The clear fails after the send (202): as if the creator had died after sending. The first
+  delivery drops the marker (`claimed`); until then the same request, posted again, waits out the
+  lease, sends again and answers 202 again; the second message meets the ledger, which runs the
+  job once. A different request with the id still gets 409.
 - A retry that finds the job taken by a delivery (in progress, completed, ...), or a different
   request with the same id, answers 409 with the status and sends nothing.
 """
@@ -41,6 +50,7 @@ from shared.core.envelope import (
 from shared.core.errors import EnvelopeError, MessageTooLarge, PayloadError
 from shared.ledger import Facts, Record
 from shared.ledger import send as ledger_send
+from shared.storage.clients import CallBudget, bounded_calls
 
 log = logging.getLogger("jobs.submit")
 SEND_LEASE_S = 30.0
@@ -54,6 +64,11 @@ WAIT_MAX_S = 2.0
 MAX_WAIT_S = 60.0
 """Longest a request waits on another's pending send before answering 503 with Retry-After."""
 MAX_ROUNDS = 200
+SUBMIT_CALLS = CallBudget(retries=1, backoff_s=0.5, connect_s=3.0, read_s=5.0)
+"""Each storage call of a POST /api/jobs: one retry after 0.5 s, 3 s to connect, 5 s to answer.
+A storage answering 503 costs a call about 0.5 s (the clients' own retries: about 10 s)."""
+CLEAR_CALLS = CallBudget(retries=0, backoff_s=0.0, connect_s=2.0, read_s=3.0)
+"""The write that clears `send_pending` once the message is sent: one try; the lease covers a failure."""
 
 
 @dataclass(frozen=True)
@@ -173,18 +188,22 @@ class _Submission:
         except Exception as exc:
             self._send_failed(record, exc)
             raise
-        try:
-            rt.ledger.write(env.id, record, self._sent, self.mine)
-        except Conflict:  # a delivery claimed it already (fine), or a retry took over after our lease
-            current = self._read_quietly()
-            if current is not None and current.data.get("submitter") != self.me:
-                return self.exists(current)
-        except Exception:
-            # The message is on the queue, but the marker stays: a 202 now would let the same
-            # request, posted again, get a second 202 once our lease ends. Answer 503 instead;
-            # the retry answers 409 once a delivery has the job, else takes the send over.
-            log.warning("job %s: sent, but the send_pending marker could not be cleared", env.id)
-            raise
+        with bounded_calls(CLEAR_CALLS):  # one try per call once the message is sent
+            try:
+                rt.ledger.write(env.id, record, self._sent, set())  # set(): no retry on our own record
+            except Conflict:  # a delivery claimed it already (fine), or a retry took over after our lease
+                current = self._read_quietly()
+                if current is not None and current.data.get("submitter") != self.me:
+                    return self.exists(current)
+            except Exception as exc:
+                # The message is on the queue: the job is accepted. The marker stays until the
+                # first delivery drops it; meanwhile the same request, posted again, may send it
+                # once more after our lease, and the ledger runs the job once (module docstring).
+                log.warning(
+                    "job %s: sent; send_pending left for its first delivery to clear (%s)",
+                    env.id,
+                    exc.__class__.__name__,
+                )
         return Submitted(env, created=True, claim_checked=self.payload is not None)
 
     def exists(self, current: Record) -> Submitted:

@@ -6,7 +6,8 @@ import contextlib
 import logging
 import os
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,10 @@ import requests
 import requests.adapters
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, HttpResponseError
+from azure.core.pipeline import PipelineRequest
 from azure.storage.blob import BlobServiceClient, ContainerClient
+from azure.storage.blob import ExponentialRetry as BlobExponentialRetry
+from azure.storage.queue import ExponentialRetry as QueueExponentialRetry
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 from shared.config.settings import Settings, StorageConnection
@@ -28,18 +32,18 @@ DEV_CONNECTION = (
     "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
 )
 
-_CLIENT_KW: dict[str, Any] = {
+_RETRY_KW: dict[str, Any] = {
     "retry_total": 3,
     "initial_backoff": 1,
     "increment_base": 1.5,
     "random_jitter_range": 1,
-    "connection_timeout": 10,
-    "read_timeout": 30,
 }
 """The SDK's retries of one call wait about 2.5 + 3.3 + 4.4 s (measured: 10 s for 4 requests that
 each answered 503). Its default, 18 + 24 + 42 s, would outlast the 30-s claim lease: this way a
 failure reaches the app's own recovery (read-back, release, a re-check message) while the claim
-still holds, and a heartbeat's renewal is retried before the lease ends."""
+still holds, and a heartbeat's renewal is retried before the lease ends. Calls made inside
+`bounded_calls` follow its `CallBudget` instead."""
+_CLIENT_KW: dict[str, Any] = {"connection_timeout": 10, "read_timeout": 30}
 POOL_SIZE = 64
 """HTTP connections kept per client: above the host's messages in flight (batchSize + newBatchThreshold)."""
 
@@ -62,9 +66,76 @@ def ca_bundle(environ: Mapping[str, str]) -> str | None:
 
 
 def _client_kwargs() -> dict[str, Any]:
-    """Client options: retries, timeouts, and the environment's CA bundle, passed once."""
+    """Client options: timeouts, and the environment's CA bundle, passed once."""
     bundle = ca_bundle(os.environ)
     return {**_CLIENT_KW, "connection_verify": bundle} if bundle else dict(_CLIENT_KW)
+
+
+@dataclass(frozen=True)
+class CallBudget:
+    """What one storage call may spend inside `bounded_calls`: `retries` after the first try,
+    `backoff_s` between tries, and each try's connect and read timeouts."""
+
+    retries: int
+    backoff_s: float
+    connect_s: float
+    read_s: float
+
+    @property
+    def worst_s(self) -> float:
+        """The longest one call can take: every try timing out."""
+        return (self.retries + 1) * (self.connect_s + self.read_s) + self.retries * self.backoff_s
+
+
+_BUDGET: ContextVar[CallBudget | None] = ContextVar("storage_call_budget", default=None)
+
+
+@contextlib.contextmanager
+def bounded_calls(budget: CallBudget) -> Iterator[None]:
+    """The blob and queue calls made in this context (this thread, this request) follow `budget`
+    instead of the clients' retries and timeouts (`_RETRY_KW`, `_CLIENT_KW`). A per-call
+    `connection_timeout` or `read_timeout` still wins. Inner contexts win over outer ones."""
+    token = _BUDGET.set(budget)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def within_budget(settings: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """A retry policy's settings for one call, cut to the current `CallBudget` (if any); its
+    timeouts go in the call's transport `options`."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return settings
+    for key in ("total", "connect", "read", "status"):
+        settings[key] = budget.retries
+    settings["budget"] = budget
+    options.setdefault("connection_timeout", budget.connect_s)
+    options.setdefault("read_timeout", budget.read_s)
+    return settings
+
+
+class _BlobRetry(BlobExponentialRetry):
+    """The blob SDK's exponential retry, cut to the `CallBudget` of `bounded_calls`."""
+
+    def configure_retries(self, request: PipelineRequest[Any]) -> dict[str, Any]:
+        return within_budget(super().configure_retries(request), request.context.options)
+
+    def get_backoff_time(self, settings: dict[str, Any]) -> float:
+        budget = settings.get("budget")
+        return budget.backoff_s if isinstance(budget, CallBudget) else super().get_backoff_time(settings)
+
+
+class _QueueRetry(QueueExponentialRetry):
+    """The queue SDK's exponential retry (its own copy of the class), cut the same way."""
+
+    def configure_retries(self, request: PipelineRequest[Any]) -> dict[str, Any]:
+        return within_budget(super().configure_retries(request), request.context.options)
+
+    def get_backoff_time(self, settings: dict[str, Any]) -> float:
+        budget = settings.get("budget")
+        return budget.backoff_s if isinstance(budget, CallBudget) else super().get_backoff_time(settings)
 
 
 def _session() -> requests.Session:
@@ -140,6 +211,8 @@ def credential_for(conn: StorageConnection) -> TokenCredential:
 
 
 def clients_for(conn: StorageConnection) -> StorageClients:
+    blob_kw = {**_client_kwargs(), "retry_policy": _BlobRetry(**_RETRY_KW)}
+    queue_kw = {**_client_kwargs(), "retry_policy": _QueueRetry(**_RETRY_KW)}
     if conn.connection_string is not None:
         text = (
             DEV_CONNECTION
@@ -147,19 +220,15 @@ def clients_for(conn: StorageConnection) -> StorageClients:
             else conn.connection_string
         )
         return StorageClients(
-            blob=BlobServiceClient.from_connection_string(text, session=_session(), **_client_kwargs()),
-            queue_service=QueueServiceClient.from_connection_string(
-                text, session=_session(), **_client_kwargs()
-            ),
+            blob=BlobServiceClient.from_connection_string(text, session=_session(), **blob_kw),
+            queue_service=QueueServiceClient.from_connection_string(text, session=_session(), **queue_kw),
         )
     credential = credential_for(conn)
     assert conn.blob_service_uri and conn.queue_service_uri  # guaranteed by settings validation
     return StorageClients(
-        blob=BlobServiceClient(
-            conn.blob_service_uri, credential=credential, session=_session(), **_client_kwargs()
-        ),
+        blob=BlobServiceClient(conn.blob_service_uri, credential=credential, session=_session(), **blob_kw),
         queue_service=QueueServiceClient(
-            conn.queue_service_uri, credential=credential, session=_session(), **_client_kwargs()
+            conn.queue_service_uri, credential=credential, session=_session(), **queue_kw
         ),
     )
 
@@ -210,7 +279,9 @@ def ensure_resources(clients: StorageClients, settings: Settings) -> list[str]:
 __all__ = [
     "GONE_MESSAGE_CODES",
     "AzureError",
+    "CallBudget",
     "StorageClients",
+    "bounded_calls",
     "clients_for",
     "connect",
     "credential_for",

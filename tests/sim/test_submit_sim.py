@@ -6,8 +6,10 @@ One schedule = one producer flow with one kind of fault (the API process crashin
 error; a write applied whose answer is lost) at call number k of the submit path, and at the
 0-2 calls right after it (`BURSTS`). After each schedule:
 - the producer's POSTs got at most one 202; retried at once until answered, the producer ends
-  with a 202, or with a 409 naming its own request (`same_request`) when the write that clears
-  `send_pending` was applied but its answer and the read-back were lost (the POST said 503);
+  with a 202 (also when the write that clears `send_pending` after the send failed: the marker
+  stays for the first delivery to drop), or with a 409 naming its own request (`same_request`);
+- the same request posted again after its 202: 409, nothing sent; or, when that 202 left
+  `send_pending`, a second 202 and a second message (the send lease had ended);
 - once the producer has an answer (202 or 409), a `queued` record has a message on the queue, and
   at every answer a `queued` record without `send_pending` has one (what GET shows is true);
 - the world then runs to quiescence: the job completed, its effect applied, its handler run once
@@ -45,6 +47,8 @@ class _Api:
     """Routes the API handlers' runtime to the world of the schedule being run."""
 
     world: World | None = None
+    markers_left = 0
+    """202 answers given with `send_pending` left on the record (the clear failed after the send)."""
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +76,8 @@ def post(world: World, body: dict[str, object]) -> Answer:
         return "crash"
     if resp.status_code == 409 and not json.loads(resp.get_body())["same_request"]:
         return "409 other"
+    if resp.status_code == 202 and (record_of(world) or {}).get("send_pending"):
+        _Api.markers_left += 1
     status: int = resp.status_code
     return status
 
@@ -163,16 +169,22 @@ def run_then_retry(world: World) -> tuple[list[Answer], list[str]]:
 
 def answer_lost_then_again(world: World) -> tuple[list[Answer], list[str]]:
     """Retried until answered; then the same POST once more (its 202 never reached the client)
-    and a different request with the same id: both 409, neither sends."""
+    and a different request with the same id. The different one: 409, sends nothing. The same
+    one: 409 sending nothing; or, when the 202 left `send_pending` (the clear failed after the
+    send), 202 after sending once more (the job still runs once: `settled`)."""
     answers, problems = retry_at_once(world)
     sent = messages_sent(world)
+    marker_left = answers[-1] == 202 and bool((record_of(world) or {}).get("send_pending"))
     again_answers, again_problems = retry_at_once(world)
+    again_sent = messages_sent(world) - sent
     other_answers, other_problems = retry_at_once(world, OTHER_BODY)
     again, other = again_answers[-1], other_answers[-1]
     problems += again_problems + other_problems
-    if again != 409 or other != "409 other" or messages_sent(world) != sent:
+    expected = (202, 1) if marker_left else (409, 0)
+    if (again, again_sent) != expected or other != "409 other" or messages_sent(world) != sent + again_sent:
         problems.append(
-            f"POST again: {again}, a different body: {other}, messages {sent} -> {messages_sent(world)}"
+            f"POST again: {again} ({again_sent} sent, {marker_left=}), a different body: {other}, "
+            f"messages {sent} -> {messages_sent(world)}"
         )
     return answers, problems
 
@@ -195,6 +207,8 @@ FLOWS = [
 class Explored:
     schedules: int = 0
     failures: list[str] = field(default_factory=list)
+    markers_left: int = 0
+    """Schedules where a POST answered 202 with `send_pending` left (the clear failed after the send)."""
     double_sends: int = 0
     """Schedules where the job's message was sent twice (a retry took over a send that had
     happened after all); the ledger ran the job once."""
@@ -213,12 +227,14 @@ def explore(flow: Flow, max_calls: int = 60) -> Explored:
         for at in [None] if kind is None else range(1, max_calls):
             world = World(Faults(at=at, kind=kind or "error", burst=burst))
             _Api.world = world
+            left_before = _Api.markers_left
             answers, problems = flow.run(world)
             if at is not None and world.faults.injected is None:
                 break  # k is past the submit path's last call
             found.schedules += 1
             problems += settled(world, answers, flow.one_202)
             found.double_sends += messages_sent(world) > 1
+            found.markers_left += _Api.markers_left > left_before
             found.retry_409s += answers[-1] == 409 and len(answers) > 1
             if problems:
                 found.failures.append(
@@ -228,7 +244,7 @@ def explore(flow: Flow, max_calls: int = 60) -> Explored:
 
 
 def test_the_submit_path_with_a_fault_at_every_storage_call() -> None:
-    total = 0
+    total = markers_left = 0
     failures: list[str] = []
     print()
     for flow in FLOWS:
@@ -237,11 +253,14 @@ def test_the_submit_path_with_a_fault_at_every_storage_call() -> None:
         failures += found.failures
         print(
             f"submit simulation: {flow.name}: {found.schedules} schedules, {found.double_sends} with the "
-            f"message sent twice, {found.retry_409s} ending in a retry's 409, {len(found.failures)} failed"
+            f"message sent twice, {found.markers_left} with a 202 that left send_pending, "
+            f"{found.retry_409s} ending in a retry's 409, {len(found.failures)} failed"
         )
+        markers_left += found.markers_left
     print(f"submit simulation: {total} schedules in all")
     assert failures == []
     assert total >= 3 * 3 * 5
+    assert markers_left >= 3  # the failed clear was among the schedules, in each flow
 
 
 def test_a_fault_free_post_costs_three_storage_requests() -> None:
@@ -263,6 +282,36 @@ def test_a_crashed_submitter_is_taken_over_once_its_send_lease_ends() -> None:
     assert post(world, BODY) == 202  # waits out the dead request's lease, then sends
     assert (world.clock() - started).total_seconds() >= SEND_LEASE_S - 1
     assert messages_on_queue(world) == 1 and "send_pending" not in (record_of(world) or {})
+
+
+def test_a_failed_clear_after_the_send_answers_202_and_the_job_runs_once() -> None:
+    world = World(Faults(at=3, kind="error", burst=2))  # the clear, and its read-back
+    _Api.world = world
+    started = world.clock()
+    assert post(world, BODY) == 202
+    assert world.clock() == started  # no wait: not on the lease, not on a retry
+    assert world.faults.calls[:3] == ["ledger.create s1.json", "queue.send jobs", "ledger.replace s1.json"]
+    assert world.faults.calls.count("ledger.replace s1.json") == 1  # tried once
+    data = record_of(world) or {}
+    assert data["status"] == ledger.QUEUED and data["send_pending"] is True and messages_on_queue(world) == 1
+    assert post(world, OTHER_BODY) == "409 other"  # another request with the id: refused at once
+    world.faults.at = None
+    assert post(world, BODY) == 202  # the same request again: waits out the lease, sends again
+    assert (world.clock() - started).total_seconds() >= SEND_LEASE_S - 1
+    assert messages_sent(world) == 2 and "send_pending" not in (record_of(world) or {})
+    assert settled(world, [202], one_202=True) == []  # both messages delivered: the job ran once
+    assert world.executions.get(JOB) == 1
+
+
+def test_a_failed_clear_is_dropped_by_the_first_delivery() -> None:
+    world = World(Faults(at=3, kind="error", burst=2))
+    _Api.world = world
+    assert post(world, BODY) == 202 and (record_of(world) or {}).get("send_pending") is True
+    world.faults.at = None
+    world.run()
+    final = record_of(world) or {}
+    assert final["status"] == ledger.COMPLETED and not any(key in final for key in ledger.SEND_MARKERS)
+    assert post(world, BODY) == 409 and messages_sent(world) == 1 and world.executions.get(JOB) == 1
 
 
 # -- two POSTs of one id at once -----------------------------------------------------------------
