@@ -64,9 +64,10 @@ WAIT_MAX_S = 2.0
 MAX_WAIT_S = 60.0
 """Longest a request waits on another's pending send before answering 503 with Retry-After."""
 MAX_ROUNDS = 200
-SUBMIT_CALLS = CallBudget(retries=1, backoff_s=0.5, connect_s=3.0, read_s=5.0)
-"""Each storage call of a POST /api/jobs: one retry after 0.5 s, 3 s to connect, 5 s to answer.
-A storage answering 503 costs a call about 0.5 s (the clients' own retries: about 10 s)."""
+SUBMIT_CALLS = CallBudget(retries=1, backoff_s=0.5, connect_s=2.0, read_s=3.0)
+"""Each storage call of a POST /api/jobs: one retry after 0.5 s, 2 s to connect, 3 s to answer.
+A storage answering 503 costs a call about 0.5 s, one that does not answer about 6.5 s (the
+clients' own retries: about 10 s, and 30 s per try)."""
 CLEAR_CALLS = CallBudget(retries=0, backoff_s=0.0, connect_s=2.0, read_s=3.0)
 """The write that clears `send_pending` once the message is sent: one try; the lease covers a failure."""
 

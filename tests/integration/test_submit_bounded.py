@@ -135,6 +135,39 @@ def test_ledger_writes_failing_before_the_send_answer_503_with_retry_after(
     ran_once(rt, "before-send")
 
 
+def test_a_ledger_create_that_hangs_answers_503_within_the_bound_and_the_retry_sends(
+    rt: Runtime, proxy: FaultProxy
+) -> None:
+    """Storage that does not answer: each try is cut at SUBMIT_CALLS' read timeout. The writes
+    land later (the proxy forwards them after its delay): the record then waits, `send_pending`,
+    for the same request's retry to take the send over once the dead try's lease has ended."""
+    delay_s = 8.0
+    rule = proxy.add(
+        FaultRule(
+            "delay",
+            methods=("PUT",),
+            service="blob",
+            path=rf"^/{DEV_ACCOUNT}/{rt.settings.ledger_container}/",
+            has_header=("If-None-Match",),
+            delay_s=delay_s,
+            for_s=FAULT_FOR_S,
+        )
+    )
+    status, body, headers, took = post(job("hangs"))
+    print(f"\nPOST, the ledger create not answering: {status} in {took:.2f} s")
+    assert status == 503 and int(headers["Retry-After"]) >= 1, body
+    assert took < ANSWER_WITHIN_S, f"POST took {took:.1f} s"
+    assert rule.injected == 2 and queue_length(rt, rt.settings.jobs_queue) == 0
+    proxy.remove(rule.id)
+    time.sleep(delay_s + 1)  # both delayed creates reach Azurite (the second finds the first)
+    record = rt.ledger.get("hangs")
+    assert record is not None and record.data["send_pending"] is True
+    status, _, _, _ = post(job("hangs"))  # waits out the lost request's send lease, then sends
+    assert status == 202
+    assert run_all(rt) == 1
+    ran_once(rt, "hangs")
+
+
 def test_the_send_failing_answers_503_with_retry_after_and_the_retry_sends(
     rt: Runtime, proxy: FaultProxy
 ) -> None:

@@ -66,3 +66,29 @@ def test_session_trusts_the_environment_only_with_a_proxy(monkeypatch: pytest.Mo
 def _dev_connection() -> StorageConnection:
 
     return Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"}).storage
+
+
+def test_a_call_budget_cuts_retries_and_sets_timeouts_only_inside_its_context() -> None:
+    settings = {"total": 3, "connect": 3, "read": 3, "status": 3}
+    options: dict[str, Any] = {"read_timeout": 1.5}
+    assert storage.within_budget(dict(settings), options) == settings and options == {"read_timeout": 1.5}
+    budget = storage.CallBudget(retries=1, backoff_s=0.5, connect_s=2.0, read_s=3.0)
+    assert budget.worst_s == 2 * (2.0 + 3.0) + 0.5
+    with storage.bounded_calls(budget):
+        cut = storage.within_budget(dict(settings), options)
+        assert {k: cut[k] for k in settings} == dict.fromkeys(settings, 1) and cut["budget"] is budget
+        assert options == {"read_timeout": 1.5, "connection_timeout": 2.0}  # a per-call value wins
+        with storage.bounded_calls(storage.CallBudget(0, 0.0, 1.0, 1.0)):
+            assert storage.within_budget(dict(settings), {})["total"] == 0  # the inner one
+        assert storage.within_budget(dict(settings), {})["total"] == 1
+    assert storage.within_budget(dict(settings), {}) == settings
+
+
+def test_the_clients_retry_policies_read_the_budget() -> None:
+    clients = storage.clients_for(_dev_connection())
+    for client in (clients.blob, clients.queue_service):
+        policy: Any = client._config.retry_policy  # the SDK's configuration object
+        assert policy.total_retries == 3 and policy.initial_backoff == 1
+        budget = storage.CallBudget(0, 0.25, 1.0, 1.0)
+        assert policy.get_backoff_time({"count": 1, "budget": budget}) == 0.25
+        assert 1.5 <= policy.get_backoff_time({"count": 1}) <= 3.5  # 1 + 1.5 ** 1, jitter 1
