@@ -92,9 +92,10 @@ _BUDGET: ContextVar[CallBudget | None] = ContextVar("storage_call_budget", defau
 
 @contextlib.contextmanager
 def bounded_calls(budget: CallBudget) -> Iterator[None]:
-    """The blob and queue calls made in this context (this thread, this request) follow `budget`
-    instead of the clients' retries and timeouts (`_RETRY_KW`, `_CLIENT_KW`). A per-call
-    `connection_timeout` or `read_timeout` still wins. Inner contexts win over outer ones."""
+    """The blob, queue and table calls made in this context (this thread, this request) follow
+    `budget` instead of the clients' retries and timeouts (`_RETRY_KW`, `_CLIENT_KW`; the table
+    clients of shared/storage/tables.py too). A per-call `connection_timeout` or `read_timeout`
+    still wins. Inner contexts win over outer ones."""
     token = _BUDGET.set(budget)
     try:
         yield

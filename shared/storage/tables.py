@@ -14,11 +14,30 @@ from typing import Any, cast
 
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from azure.data.tables._policies import TablesRetryPolicy
 
 from shared.config.settings import StorageConnection
+from shared.storage.clients import within_budget
 
 KEPT_TABLE_CLIENTS = 64
 """Table clients kept per process (the jobs index adds one table a day; older ones are rebuilt)."""
+
+
+class _TablesRetry(TablesRetryPolicy):
+    """The Tables SDK's retry, cut to the `CallBudget` of `bounded_calls` (shared/storage/clients.py)."""
+
+    def configure_retries(self, options: dict[str, Any]) -> dict[str, Any]:
+        settings: dict[str, Any] = super().configure_retries(options)  # type: ignore[no-untyped-call]
+        return within_budget(settings, options)
+
+
+class _TableClient(TableClient):
+    """A table client whose retry policy reads the current `CallBudget`."""
+
+    def _configure_policies(self, **kwargs: Any) -> list[Any]:
+        policies: list[Any] = super()._configure_policies(**kwargs)
+        retry = _TablesRetry(**kwargs)  # type: ignore[no-untyped-call]
+        return [retry if isinstance(p, TablesRetryPolicy) else p for p in policies]
 
 
 class TableService(TableServiceClient):
@@ -42,7 +61,7 @@ class TableService(TableServiceClient):
         with self._tables_lock:
             client = self._tables.get(table_name)
             if client is None:
-                client = TableClient(
+                client = _TableClient(
                     self.url, table_name, credential=self.credential, api_version=self.api_version
                 )
                 self._tables[table_name] = client

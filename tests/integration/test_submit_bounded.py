@@ -211,6 +211,25 @@ def test_a_budget_cuts_the_clients_retries_and_only_inside_its_context(
     assert rule.injected == 1
 
 
+def test_the_job_index_failing_answers_202_within_the_bound_and_the_job_runs_once(
+    azurite: Azurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs index (Table storage) is a view: its writes answering 503 do not hold up a POST."""
+    upstreams = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
+    with FaultProxy(upstreams) as proxy:
+        conn = proxy.route(azurite.connection_string)
+        runtime = build_runtime(Settings.from_env(settings_env(conn)), handlers=app_handlers())
+        monkeypatch.setattr(api, "get_runtime", lambda: runtime)
+        rule = proxy.add(FaultRule("error", methods=("PUT", "POST", "MERGE"), service="table", for_s=60))
+        status, _, _, took = post(job("unindexed"))
+        print(f"\nPOST, the jobs index answering 503: {status} in {took:.2f} s")
+        assert status == 202 and took < ANSWER_WITHIN_S, f"{status} after {took:.1f} s"
+        assert rule.injected == 2 + 1  # the create's index write and its one retry; the clear's, once
+        proxy.remove(rule.id)
+        assert run_all(runtime) == 1
+        ran_once(runtime, "unindexed")
+
+
 # -- through the local host ------------------------------------------------------------------
 
 
