@@ -22,6 +22,7 @@ from shared.spark.fabric import (
     pick_newest,
 )
 from shared.spark.model import SparkJobRequest
+from shared.spark.states import fabric_status
 from tests.spark.fake_fabric import BATCHES, LAKEHOUSE, TOKEN, WORKSPACE, FakeFabric, batch_id
 from tests.spark.fakes import Reply
 
@@ -118,6 +119,13 @@ def test_states(fabric: FakeFabric, state: str, result: str, expected: str) -> N
     assert sid is not None
     fabric.set_state(sid, state, result)
     assert b.status(sid).state == expected
+
+
+def test_the_state_mapping_reads_livy_info_when_state_is_absent() -> None:
+    assert fabric_status({"livyInfo": {"livyState": "running", "result": "Uncertain"}}).state == "running"
+    failed = fabric_status({"livyInfo": {"livyState": "dead", "result": "Failed"}})
+    assert (failed.state, failed.message) == ("failed", "Fabric batch ended in state dead (Failed)")
+    assert fabric_status({"state": "some_new_state"}).state == "pending"  # unknown: keep checking
 
 
 def test_a_failed_batch_carries_fabrics_error_and_the_driver_error(fabric: FakeFabric) -> None:
