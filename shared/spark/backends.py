@@ -16,10 +16,11 @@ from shared.core.errors import NotAvailable, SettingsError
 from shared.core.setting_reader import SettingReader
 from shared.spark.config import STEP_MARGIN_S, BackendOptions, SparkSettings, read_common
 from shared.spark.databricks import DatabricksBackend, DatabricksOptions
+from shared.spark.fabric import FABRIC_API, FabricBackend, FabricOptions
 from shared.spark.livy import LivyBackend, LivyOptions
 from shared.spark.model import RunState, SparkBackend
 from shared.spark.standalone import StandaloneBackend, StandaloneOptions
-from shared.spark.states import DATABRICKS_LIFE_CYCLE, LIVY, STANDALONE
+from shared.spark.states import DATABRICKS_LIFE_CYCLE, FABRIC, LIVY, STANDALONE
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class BackendEntry:
     duplicate_check: str
     """How a submit whose answer was lost is told from one that never arrived."""
     default_max_concurrent_runs: int = 0
+    default_url: str = ""
+    """`SPARK_URL` when unset ('' : required)."""
 
 
 BACKENDS: Mapping[str, BackendEntry] = {
@@ -46,6 +49,13 @@ BACKENDS: Mapping[str, BackendEntry] = {
     "databricks": BackendEntry(
         DatabricksBackend, DatabricksOptions.read, DATABRICKS_LIFE_CYCLE, "idempotency_token"
     ),
+    "fabric": BackendEntry(
+        FabricBackend,
+        FabricOptions.read,
+        FABRIC,
+        "batches listed and matched by name",
+        default_url=FABRIC_API,
+    ),
 }
 NAMES: tuple[str, ...] = ("none", *BACKENDS)
 """What `SPARK_BACKEND` accepts."""
@@ -55,7 +65,9 @@ def read_spark(r: SettingReader, function_timeout_s: float) -> SparkSettings:
     """The Spark settings, typed and checked (problems go to the reader, naming the setting)."""
     name = r.choice("SPARK_BACKEND", "none", NAMES)
     entry = BACKENDS.get(name)
-    spark = read_common(r, name, entry.default_max_concurrent_runs if entry else 0)
+    spark = read_common(
+        r, name, entry.default_max_concurrent_runs if entry else 0, entry.default_url if entry else ""
+    )
     if entry is None:
         return spark
     spark = replace(spark, options=entry.read_options(r, spark.url))
@@ -96,7 +108,7 @@ def check_spark(spark: SparkSettings, function_timeout_s: float) -> list[str]:
         )
     options = spark.options
     if (
-        spark.backend in ("livy", "databricks")
+        spark.backend in ("livy", "databricks", "fabric")
         and options is not None
         and not options.server_timeout_s < spark.read_timeout_s
     ):

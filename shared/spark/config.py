@@ -33,7 +33,8 @@ class SparkSettings:
     backend: str = "none"
     """`SPARK_BACKEND`: none, or a backend of `shared.spark.backends.BACKENDS`."""
     url: str = ""
-    """`SPARK_URL`: the submission API's base URL (standalone REST, Livy batches, Databricks host)."""
+    """`SPARK_URL`: the submission API's base URL (standalone REST, Livy batches, Databricks host,
+    the Fabric REST API: its default for `fabric`)."""
     job_file: str = ""
     """`SPARK_JOB_FILE`: where the cluster finds spark_jobs/aggregate_job.py (path or URL)."""
     py_files: tuple[str, ...] = ()
@@ -71,7 +72,8 @@ class SparkSettings:
     storage_url_template: str = "abfss://{container}@{account}.dfs.core.windows.net/{path}"
     """`SPARK_STORAGE_URL_TEMPLATE`: how the cluster names a blob in `hadoop` mode."""
     options: BackendOptions | None = field(default=None, repr=False)
-    """The backend's own settings (`StandaloneOptions`, `LivyOptions`, `DatabricksOptions`)."""
+    """The backend's own settings (`StandaloneOptions`, `LivyOptions`, `DatabricksOptions`,
+    `FabricOptions`)."""
 
     def request_worst_case_s(self) -> float:
         """The longest one HTTP call may take: connect + read, retried after each waited 429."""
@@ -79,13 +81,15 @@ class SparkSettings:
         return (MAX_THROTTLE_RETRIES + 1) * per_try + MAX_THROTTLE_RETRIES * self.retry_after_max_s
 
 
-def read_common(r: SettingReader, backend: str, max_concurrent_default: int) -> SparkSettings:
+def read_common(
+    r: SettingReader, backend: str, max_concurrent_default: int, url_default: str = ""
+) -> SparkSettings:
     """The settings shared by every backend (options are added by the caller)."""
     raw_py = r.text("SPARK_PY_FILES", "")
     split = r.number("SPARK_SPLIT_MB", 0.0, 0.0)
     return SparkSettings(
         backend=backend,
-        url=r.url("SPARK_URL"),
+        url=r.url("SPARK_URL", url_default),
         job_file=r.text("SPARK_JOB_FILE", ""),
         py_files=tuple(p.strip() for p in raw_py.split(",") if p.strip()),
         offload_threshold_bytes=r.integer("SPARK_OFFLOAD_THRESHOLD_BYTES", 4 * 1024**3, 0),

@@ -49,28 +49,33 @@ class LivyOptions:
         user, password = r.text("SPARK_LIVY_USER", ""), r.secret("SPARK_LIVY_PASSWORD")
         if auth == "basic" and not (user and password):
             r.problem("SPARK_LIVY_AUTH=basic needs SPARK_LIVY_USER and SPARK_LIVY_PASSWORD")
-        sizes: list[tuple[str, str | int]] = []
-        for name, key in (
-            ("SPARK_DRIVER_MEMORY", "driverMemory"),
-            ("SPARK_EXECUTOR_MEMORY", "executorMemory"),
-        ):
-            if r.text(name, ""):
-                sizes.append((key, r.text(name, "")))
-        for name, key in (
-            ("SPARK_DRIVER_CORES", "driverCores"),
-            ("SPARK_EXECUTOR_CORES", "executorCores"),
-            ("SPARK_NUM_EXECUTORS", "numExecutors"),
-        ):
-            if r.text(name, ""):
-                sizes.append((key, r.integer(name, 1, 1)))
         return cls(
             auth=auth,
             scope=r.text("SPARK_LIVY_SCOPE", SYNAPSE_SCOPE),
             user=user,
             password=password,
-            sizes=tuple(sizes),
+            sizes=batch_sizes(r),
             server_timeout_s=r.number("SPARK_DOWNSTREAM_TIMEOUT_SECONDS", 10.0, 0.1),
         )
+
+
+def batch_sizes(r: SettingReader) -> tuple[tuple[str, str | int], ...]:
+    """The batch's driver and executor sizes from SPARK_DRIVER_MEMORY ... SPARK_NUM_EXECUTORS."""
+    sizes: list[tuple[str, str | int]] = []
+    for name, key in (
+        ("SPARK_DRIVER_MEMORY", "driverMemory"),
+        ("SPARK_EXECUTOR_MEMORY", "executorMemory"),
+    ):
+        if r.text(name, ""):
+            sizes.append((key, r.text(name, "")))
+    for name, key in (
+        ("SPARK_DRIVER_CORES", "driverCores"),
+        ("SPARK_EXECUTOR_CORES", "executorCores"),
+        ("SPARK_NUM_EXECUTORS", "numExecutors"),
+    ):
+        if r.text(name, ""):
+            sizes.append((key, r.integer(name, 1, 1)))
+    return tuple(sizes)
 
 
 class LivyBackend:
@@ -148,7 +153,7 @@ class LivyBackend:
         body = json_body(resp, self.name)
         status = livy_status(body)
         if status.state == "failed":
-            tail = _log_tail(body.get("log"))
+            tail = log_tail(body.get("log"))
             if tail:
                 return RunStatus(status.state, f"{status.message}: {tail}", status.raw_state)
         return status
@@ -174,21 +179,23 @@ class LivyBackend:
                 self.http.request("GET", self.batches, params={"from": start, "size": _PAGE}), self.name
             )
             sessions += list(last.get("sessions") or [])
-        matches = [s for s in sessions if _is_ours(s, job)]
+        matches = [s for s in sessions if is_ours(s, job)]
         if not matches:
             return None
         newest = max(matches, key=lambda s: int(s.get("id") or 0))
         return Submission(self.name, str(newest["id"]), job.name, self.clock())
 
 
-def _is_ours(batch: Mapping[str, Any], job: SparkJobRequest) -> bool:
+def is_ours(batch: Mapping[str, Any], job: SparkJobRequest) -> bool:
+    """The batch is this request's: same name, or tagged with its job id and submission."""
     if batch.get("name") == job.name:
         return True
     tags = batch.get("tags") or {}
     return isinstance(tags, Mapping) and dict(tags) == job.tags
 
 
-def _log_tail(log: Any, lines: int = 5) -> str:
+def log_tail(log: Any, lines: int = 5) -> str:
+    """The driver's error line from a batch log (or its last lines), scrubbed."""
     if not isinstance(log, list):
         return ""
     useful = [str(x).strip() for x in log if str(x).strip() and not str(x).startswith(("stdout:", "stderr:"))]

@@ -89,3 +89,28 @@ def databricks_status(body: Mapping[str, Any]) -> RunStatus:
     if state == "failed":
         message = f"Databricks run {raw}" + (f": {message}" if message else "")
     return RunStatus(state, message or raw, raw)
+
+
+FABRIC: Mapping[str, RunState] = {
+    **LIVY,
+    "submitting": "pending",
+    "not_submitted": "pending",  # queued before Spark has it; a failed one says so in `result`
+}
+_FABRIC_FAILED_RESULTS = ("failed", "cancelled", "canceled")
+
+
+def fabric_status(body: Mapping[str, Any]) -> RunStatus:
+    """`GET .../livyApi/versions/<v>/batches/<id>`: Livy's `state`, refined by Fabric's `result`
+    (Succeeded, Failed, Cancelled, Uncertain) and `livyInfo.livyState` when `state` is absent."""
+    info = body.get("livyInfo")
+    nested = info.get("livyState") if isinstance(info, Mapping) else None
+    raw = str(body.get("state") or nested or "").lower()
+    result = str(body.get("result") or (info.get("result") if isinstance(info, Mapping) else "") or "")
+    state = FABRIC.get(raw, "pending")
+    if result.lower() in _FABRIC_FAILED_RESULTS:
+        state = "failed"
+    if state != "failed":
+        return RunStatus(state, raw, raw)
+    return RunStatus(
+        state, f"Fabric batch ended in state {raw or '?'}" + (f" ({result})" if result else ""), raw
+    )

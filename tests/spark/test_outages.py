@@ -1,6 +1,6 @@
 """Offloaded jobs ride out Spark API outages and are cancelled at their deadline or when poisoned.
 
-Against the Livy and Databricks fakes (real HTTP on loopback, results on a real Azurite), with a
+Against the Livy, Databricks and Fabric fakes (real HTTP on loopback, results on a real Azurite), with a
 fake clock driving the tracking steps: a 30-minute outage is 30 minutes of the clock, not of the
 test. The shipped polling settings are used (10 s first delay, 300 s cap, 6-hour deadline).
 """
@@ -28,11 +28,13 @@ from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.processing import process_message
 from shared.spark.databricks import DatabricksBackend
+from shared.spark.fabric import FabricBackend
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkBackend
 from shared.storage.clients import StorageClients
 from tests.integration.helpers import drain_raw, message
 from tests.integration.helpers import settings_for as app_settings_for
+from tests.spark.fake_fabric import BATCHES, LAKEHOUSE, TOKEN, WORKSPACE, FakeFabric, batch_id
 from tests.spark.fakes import FakeDatabricks, FakeLivy, FakeServer
 from tests.spark.helpers import PAYLOAD, make_ctx, settings_for, storage_for, unique, upload
 
@@ -65,42 +67,63 @@ def databricks_env(server: FakeServer) -> dict[str, str]:
     }  # fmt: skip
 
 
+def fabric_env(server: FakeServer) -> dict[str, str]:
+    return {
+        "SPARK_BACKEND": "fabric", "SPARK_URL": server.url + "/v1", "SPARK_JOB_FILE": JOB_FILE,
+        "SPARK_FABRIC_WORKSPACE_ID": WORKSPACE, "SPARK_FABRIC_LAKEHOUSE_ID": LAKEHOUSE,
+    }  # fmt: skip
+
+
+ENVS = {"livy": livy_env, "databricks": databricks_env, "fabric": fabric_env}
+
+
 class Api:
     """One fake API with its backend on a fake clock, and how to move its first run."""
 
     def __init__(self, kind: str, azurite: Azurite, **extra: str) -> None:
         self.kind = kind
         self.clock = Clock()
-        self.server: FakeLivy | FakeDatabricks = (
-            FakeLivy(auth="basic") if kind == "livy" else FakeDatabricks()
+        self.server: FakeLivy | FakeDatabricks | FakeFabric = (
+            FakeLivy(auth="basic")
+            if kind == "livy"
+            else FakeDatabricks()
+            if kind == "databricks"
+            else FakeFabric()
         )
-        env = livy_env(self.server) if kind == "livy" else databricks_env(self.server)
-        self.settings = settings_for(azurite, {**env, **SHIPPED_POLLING, **extra})
+        self.settings = settings_for(azurite, {**ENVS[kind](self.server), **SHIPPED_POLLING, **extra})
         self.storage = storage_for(self.settings)
         if kind == "livy":
             self.backend: SparkBackend = LivyBackend(self.settings.spark, clock=self.clock)
-        else:
+        elif kind == "databricks":
             self.backend = DatabricksBackend(self.settings.spark, clock=self.clock)
+        else:
+            self.backend = FabricBackend(
+                self.settings.spark, clock=self.clock, token_provider=lambda s: TOKEN
+            )
 
-    def run_id(self, n: int = 0) -> int:
-        return n if self.kind == "livy" else 1001 + n
+    def run_id(self, n: int = 0) -> str:
+        return {"livy": str(n), "databricks": str(1001 + n), "fabric": batch_id(n)}[self.kind]
 
     def set(self, state: str, n: int = 0) -> None:
         """state: running | success."""
         if isinstance(self.server, FakeLivy):
-            self.server.set_state(self.run_id(n), state)
+            self.server.set_state(int(self.run_id(n)), state)
+        elif isinstance(self.server, FakeFabric):
+            self.server.set_state(self.run_id(n), state, "Succeeded" if state == "success" else "Uncertain")
         elif state == "running":
-            self.server.set_state(self.run_id(n), "RUNNING")
+            self.server.set_state(int(self.run_id(n)), "RUNNING")
         else:
-            self.server.set_state(self.run_id(n), "TERMINATED", "SUCCESS")
+            self.server.set_state(int(self.run_id(n)), "TERMINATED", "SUCCESS")
 
     def submits(self) -> int:
-        pattern = "/batches" if self.kind == "livy" else "/api/2.2/jobs/runs/submit"
-        return self.server.count("POST", pattern)
+        pattern = {"livy": "/batches", "databricks": "/api/2.2/jobs/runs/submit", "fabric": BATCHES}
+        return self.server.count("POST", pattern[self.kind])
 
     def cancels(self) -> int:
         if self.kind == "livy":
             return self.server.count("DELETE", r"/batches/\d+")
+        if self.kind == "fabric":
+            return self.server.count("DELETE", BATCHES + r"/[0-9a-f-]{36}")
         return self.server.count("POST", "/api/2.2/jobs/runs/cancel")
 
     def write_result(self, job_id: str) -> None:
@@ -121,7 +144,7 @@ class Api:
         return resume(ctx, backend=self.backend, now=self.clock.now)
 
 
-@pytest.fixture(params=["livy", "databricks"])
+@pytest.fixture(params=["livy", "databricks", "fabric"])
 def api(request: pytest.FixtureRequest, azurite: Azurite) -> Iterator[Api]:
     made = Api(request.param, azurite)
     yield made
@@ -171,9 +194,9 @@ def test_submit_during_an_outage_is_left_unconfirmed_and_made_once_when_the_api_
     api.clock.now += 600  # past the confirm window: the first create never arrived
     out = api.step(ctx, out)
     assert isinstance(out, Continue) and out.state["submission_id"]
-    # Livy: not found past the window, so submission 2 is made. Databricks: the look-up is the
-    # idempotent re-post of submission 1, which starts it. Either way one create, one run.
-    assert out.state["submissions"] == (2 if api.kind == "livy" else 1)
+    # Livy, Fabric: not found past the window, so submission 2 is made. Databricks: the look-up is
+    # the idempotent re-post of submission 1, which starts it. Either way one create, one run.
+    assert out.state["submissions"] == (1 if api.kind == "databricks" else 2)
     assert api.submits() == 1 and api.cancels() == 0
 
 
@@ -191,8 +214,11 @@ def test_a_run_past_its_deadline_is_cancelled_on_the_cluster(api: Api) -> None:
     assert after.state["submissions"] == 2 and after.state["submission_id"] != first
 
 
-def test_deadline_during_an_outage_cancels_once_the_api_answers_then_gives_up(azurite: Azurite) -> None:
-    api = Api("databricks", azurite, SPARK_MAX_SUBMISSIONS="1")
+@pytest.mark.parametrize("kind", ["livy", "databricks", "fabric"])
+def test_deadline_during_an_outage_cancels_once_the_api_answers_then_gives_up(
+    azurite: Azurite, kind: str
+) -> None:
+    api = Api(kind, azurite, SPARK_MAX_SUBMISSIONS="1")
     try:
         ctx = make_ctx(api.settings, api.storage, PAYLOAD)
         out = offload(ctx, backend=api.backend)
@@ -207,7 +233,7 @@ def test_deadline_during_an_outage_cancels_once_the_api_answers_then_gives_up(az
             api.step(ctx, out)
         assert api.cancels() == 1
         assert info.value.cancelled_run is not None and info.value.cancelled_run["cancelled"] is True
-        assert info.value.cancelled_run["submission_id"] == str(api.run_id())
+        assert info.value.cancelled_run["submission_id"] == api.run_id()
     finally:
         api.server.stop()
 
