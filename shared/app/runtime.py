@@ -160,7 +160,7 @@ def ensure_console_resources(rt: Runtime) -> None:
             with contextlib.suppress(AlreadyExists), translated("creating the operations queue"):
                 rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
     except StorageError as exc:  # identity scoped to its resources: the deployment creates them
-        if exc.status_code is None:  # no answer at all: not a refusal
+        if not exc.answered:  # no answer at all: not a refusal
             raise
         log.warning("console resources not created here (%s)", failure_name(exc))
 

@@ -74,7 +74,7 @@ def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
     except NotFound:
         return "its parked message was already gone (expired with the archive's retention, or deleted)"
     except StorageError as exc:
-        if exc.status_code is None:  # no answer from the service: not a refusal to note
+        if not exc.answered:  # no answer from the service: not a refusal to note
             raise
         return f"its parked message could not be deleted ({exc.error_code or exc.status_code})"
     return ""

@@ -29,10 +29,18 @@ class StorageError(Exception):
     """A storage call failed (an SDK error, translated); `status_code` and `error_code` as the
     service answered them, when it did."""
 
-    def __init__(self, message: str, status_code: int | None = None, error_code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status_code: int | None = None,
+        error_code: str | None = None,
+        answered: bool = True,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.error_code = error_code
+        self.answered = answered
+        """False when no answer came (a connection refused or dropped, a timeout)."""
 
 
 class NotFound(StorageError):
@@ -99,6 +107,7 @@ def translate(exc: AzureError, what: str) -> StorageError:
     """The exception of this package for an SDK error met while doing `what`."""
     status = status_code(exc)
     code = error_code(exc)
+    answered = isinstance(exc, HttpResponseError)
     kind: type[StorageError]
     if isinstance(exc, ResourceNotFoundError):
         kind = NotFound
@@ -107,10 +116,12 @@ def translate(exc: AzureError, what: str) -> StorageError:
     elif isinstance(exc, ResourceModifiedError):
         kind = ConditionFailed
     elif is_throttled(exc):
-        return StorageBusy(f"{what}: storage busy ({status or exc.__class__.__name__})", status, code)
+        return StorageBusy(
+            f"{what}: storage busy ({status or exc.__class__.__name__})", status, code, answered
+        )
     else:
         kind = StorageError
-    return kind(f"{what}: {code or status or exc.__class__.__name__}: {exc.message}", status, code)
+    return kind(f"{what}: {code or status or exc.__class__.__name__}: {exc.message}", status, code, answered)
 
 
 def failure_name(exc: BaseException) -> str:

@@ -75,6 +75,7 @@ def test_translated_turns_each_sdk_error_into_the_storage_packages_own(
     assert str(caught.value).startswith("reading x: ")
     assert caught.value.status_code == getattr(raised, "status_code", None)
     assert caught.value.error_code == error_code(raised)
+    assert caught.value.answered is isinstance(raised, HttpResponseError)
     assert failure_name(caught.value) == type(raised).__name__
 
 
