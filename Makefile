@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install run up test test-fast test-unit lint bench chaos chaos-long package clean fuzz
+.PHONY: install run up test test-fast test-unit lint bench chaos-long package clean fuzz
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -61,7 +61,7 @@ test: install lint  ## unit + integration tests (real Azurite, real Spark), shor
 test-fast: $(STAMP)  ## under a minute: unit, simulation, contract tests on fakes; no Azurite, host, Spark, browser or deploy
 	$(TEST_ENV) JOBS_TEST_TIER=fast $(PY) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow and not ($(RESOURCES))'
 
-test-unit: $(STAMP)
+test-unit: $(STAMP)  ## tests/unit alone, one process, no lint
 	$(TEST_ENV) $(PY) -m pytest -q tests/unit
 
 bench: install $(BENCH_STAMP)  ## benchmarks: prints tables, saves JSON under bench/out/

@@ -62,6 +62,11 @@ class Scheduler:
         with self._cond:
             return sum(1 for entry in self._heap if not entry[2].cancelled)
 
+    def held(self) -> int:
+        """Entries the heap holds, cancelled ones included: compaction keeps this near `pending()`."""
+        with self._cond:
+            return len(self._heap)
+
     def _loop(self) -> None:
         while True:
             with self._cond:

@@ -197,8 +197,8 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     else:
         task_results, header_lines = _blob_tasks(sc, args, partials)
     task_results.persist()
-    metas = sorted(task_results.map(_meta).collect())
-    _raise_first_error(metas, header_lines, spec.format)
+    metas = sorted(task_results.map(task_meta).collect())
+    raise_first_error(metas, header_lines, spec.format)
     merged = task_results.flatMap(lambda r: r.vectors).reduceByKey(merge).collect()
     rows = partials.finish(merged)
     input_rows = sum(m[4] for m in metas)
@@ -210,13 +210,16 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     )
 
 
-def _meta(r: TaskResult) -> tuple[int, int, str | None, str, int, tuple[str, ...]]:
+def task_meta(r: TaskResult) -> tuple[int, int, str | None, str, int, tuple[str, ...]]:
+    """What the driver collects of a task's result (the partial itself stays on the executor)."""
     return (r.index, r.lines, r.error, r.error_kind, r.input_rows, r.unseen)
 
 
-def _raise_first_error(
+def raise_first_error(
     metas: list[tuple[int, int, str | None, str, int, tuple[str, ...]]], header_lines: int, fmt: str
 ) -> None:
+    """JobFailure for the first task's error (its line numbered in the whole input), or for
+    JSON-lines columns no line holds."""
     from spark_jobs.aggregate_partials import global_line_message
 
     before = 0

@@ -63,7 +63,7 @@ def csv_partials(
     after it, and the input is cut again from its start by `record_cut`, to the end: the same
     blocks as `record_cut` gives throughout, once per input at most. Over a stream that hands
     over its buffers (the blob reader) the bytes already read are cut again from a copy, not
-    read again (`_cut_again`).
+    read again (`cut_again`).
     """
     origin = _position(stream)
     splitter = Splitter.over(stream, options.block_size, record_cut, "a CSV record", options.max_record_bytes)
@@ -118,7 +118,7 @@ def csv_partials(
                 return
             except CutInQuotes:
                 assert origin is not None
-                splitter = _cut_again(splitter, stream, origin, pending, unsent, copy=not stopped)
+                splitter = cut_again(splitter, stream, origin, pending, unsent, copy=not stopped)
                 stopped = False
     except BadRecord as bad:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -131,7 +131,7 @@ def csv_partials(
         splitter.close()
 
 
-def _cut_again(
+def cut_again(
     splitter: Splitter,
     stream: ByteStream,
     origin: int,
@@ -353,7 +353,7 @@ def record_cut(buf: bytearray, start: int, end: int) -> int:
     return pos + 1
 
 
-def _quote_counter(native: bool = True) -> Callable[[bytearray, int, int], int]:
+def quote_counter(native: bool = True) -> Callable[[bytearray, int, int], int]:
     """Counts the quotes in buf[start:end]: the C scanner's counter (16 bytes a step, off the
     GIL), else numpy 256 KiB at a time (~6x faster than bytes.count, which is the fallback where
     numpy is missing, e.g. on a Spark executor)."""
@@ -379,7 +379,7 @@ def _quote_counter(native: bool = True) -> Callable[[bytearray, int, int], int]:
     return count_quotes
 
 
-_count_quotes: Final = _quote_counter()
+_count_quotes: Final = quote_counter()
 
 
 def _header_end(buf: bytearray, end: int) -> int:

@@ -272,7 +272,7 @@ class JsonParser:
             options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
             with contextlib.suppress(pa.ArrowInvalid):
                 return pajson.read_json(pa.BufferReader(data), read, options)
-        prefix = _guess_prefix(data)
+        prefix = guess_prefix(data)
         if prefix is None:
             return None
         try:
@@ -358,7 +358,7 @@ class JsonParser:
         return frozenset(seen)
 
 
-def _guess_prefix(data: pa.Buffer) -> pa.Buffer | None:
+def guess_prefix(data: pa.Buffer) -> pa.Buffer | None:
     """The block's first lines whose types are guessed (GUESS_LINES, GUESS_BYTES), or None if
     its first line is longer (the exact path reads such a block)."""
     head = memoryview(data)[: GUESS_BYTES + 1].tobytes()

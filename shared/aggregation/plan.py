@@ -123,13 +123,14 @@ class Accumulator:
             raise TooManyGroups(limit, partial.num_rows)
         floor = self.combine_rows if limit is None else min(self.combine_rows, limit + 1)
         if self.pending_rows > max(floor, 2 * self.combined_rows):
-            self._combine()
+            self.combine()
 
     def _ordered(self, table: pa.Table) -> pa.Table:
         names = ["count_all", *(f"{c}_{f}" for c, f, _ in self.plan.partial), *self.key_names]
         return table.select(names)
 
-    def _combine(self) -> None:
+    def combine(self) -> None:
+        """Fold the partials held into one table (called when enough rows are pending, and at the end)."""
         if len(self.partials) > 1:
             merged = pa.concat_tables(self.partials)
             aggs: list[tuple[Any, ...]] = [("count_all", "sum")]
@@ -148,7 +149,7 @@ class Accumulator:
         if not self.partials:
             self.add(self._empty_frame())
             self.input_rows = 0
-        self._combine()
+        self.combine()
         return self.partials[0]
 
     def _empty_frame(self) -> pa.Table:

@@ -147,19 +147,22 @@ def build_runtime(
 
 def ensure_console_resources(rt: Runtime) -> None:
     """The entry index's table and the bulk operations' queue (start-up, never per message)."""
-    from azure.core.exceptions import HttpResponseError, ResourceExistsError
+    from shared.storage.errors import AlreadyExists, StorageError, failure_name, translated
 
     try:
-        if rt.entry_index is not None:
-            rt.entry_index.ensure()
-        if rt.audit is not None:
-            rt.audit.ensure()
-        if isinstance(rt.counters, TableCounters):
-            rt.counters.ensure()
-        with contextlib.suppress(ResourceExistsError):
-            rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
-    except HttpResponseError as exc:  # identity scoped to its resources: the deployment creates them
-        log.warning("console resources not created here (%s)", exc.__class__.__name__)
+        with translated("creating the console's resources"):
+            if rt.entry_index is not None:
+                rt.entry_index.ensure()
+            if rt.audit is not None:
+                rt.audit.ensure()
+            if isinstance(rt.counters, TableCounters):
+                rt.counters.ensure()
+            with contextlib.suppress(AlreadyExists), translated("creating the operations queue"):
+                rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
+    except StorageError as exc:  # identity scoped to its resources: the deployment creates them
+        if not exc.answered:  # no answer at all: not a refusal
+            raise
+        log.warning("console resources not created here (%s)", failure_name(exc))
 
 
 def get_runtime() -> Runtime:

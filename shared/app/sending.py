@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from azure.core.exceptions import AzureError
-
 from shared.app.runtime import Runtime
 from shared.core.envelope import Envelope, encode_json
-from shared.core.errors import StorageThrottled
 from shared.core.messages import NEVER_EXPIRE
-from shared.storage.clients import is_throttled
+from shared.storage.errors import translated
 
 
 def send_job(rt: Runtime, env: Envelope, delay_s: int = 0) -> None:
     """Put a job message on the jobs queue (never expiring), visible after `delay_s`."""
-    try:
+    with translated(f"could not enqueue a message of job {env.id}"):
         rt.jobs_queue.send_message(
             encode_json(env), visibility_timeout=delay_s or None, time_to_live=NEVER_EXPIRE
         )
-    except AzureError as exc:
-        if is_throttled(exc):
-            raise StorageThrottled(
-                f"could not enqueue a message of job {env.id}: {exc.__class__.__name__}"
-            ) from exc
-        raise

@@ -128,7 +128,8 @@ class _Connections:
         self.scheme, self.host, self.port, self.timeout = scheme, host, port, timeout
         self.idle_s = idle_s
         self._idle: queue.LifoQueue[tuple[http.client.HTTPConnection, float]] = queue.LifoQueue(maxsize=keep)
-        self._ssl = ssl.create_default_context() if scheme == "https" else None
+        self.ssl_context = ssl.create_default_context() if scheme == "https" else None
+        """The TLS context of https connections (a test trusts its own certificate here)."""
 
     def get(self, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
         """(a connection, whether it was used before)."""
@@ -140,11 +141,15 @@ class _Connections:
             if time.monotonic() - since <= self.idle_s:
                 return conn, True
             conn.close()
-        if self._ssl is not None:
+        if self.ssl_context is not None:
             return http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.timeout, context=self._ssl
+                self.host, self.port, timeout=self.timeout, context=self.ssl_context
             ), False
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout), False
+
+    def idle(self) -> int:
+        """Connections kept for reuse."""
+        return self._idle.qsize()
 
     def put(self, conn: http.client.HTTPConnection) -> None:
         try:
@@ -292,19 +297,19 @@ def _read_body(resp: http.client.HTTPResponse, view: memoryview, sock: Any, lowa
     """The body into view, its reading thread woken every `lowat` bytes while more than that and
     LOWAT_SLACK are still to come (on the wire, so each wait ends), then at each packet again."""
     upto = len(view) - LOWAT_SLACK - lowat
-    if lowat <= 1 or upto <= 0 or not _set_lowat(sock, lowat):
+    if lowat <= 1 or upto <= 0 or not set_lowat(sock, lowat):
         _read_exactly(resp, view)
         return
     try:
         _read_exactly(resp, view[:upto])
     finally:
-        if not _set_lowat(sock, 1):  # a kept-alive connection must not wait for its next answer
+        if not set_lowat(sock, 1):  # a kept-alive connection must not wait for its next answer
             resp.close()
             sock.close()
     _read_exactly(resp, view[upto:])
 
 
-def _set_lowat(sock: Any, size: int) -> bool:
+def set_lowat(sock: Any, size: int) -> bool:
     """SO_RCVLOWAT on the GET's socket; False where the platform refuses it (or no socket)."""
     if sock is None or not hasattr(socket, "SO_RCVLOWAT"):
         return False

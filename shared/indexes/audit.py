@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient
 
 from shared.core.documents import DocumentStore
 from shared.core.envelope import isoformat
 from shared.indexes.keys import clip, newest_first, quoted
+from shared.storage.errors import AlreadyExists, NotFound, StorageError, failure_name, translated
 from shared.storage.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.audit")
@@ -167,7 +167,7 @@ class AuditLog:
         self.table = service.get_table_client(name)
 
     def ensure(self) -> None:
-        with contextlib.suppress(ResourceExistsError):
+        with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
             self.service.create_table(self.name)
 
     def write(self, entity: Mapping[str, Any]) -> None:
@@ -176,9 +176,10 @@ class AuditLog:
     def record(self, at: datetime, by: str, action: str, target: str = "", **details: Any) -> None:
         """One action's row; a failure is logged, never raised (one request)."""
         try:
-            self.write(entity_of(at, by, action, target, details, uuid.uuid4().hex[:12]))
-        except AzureError as exc:
-            log.warning("audit: %s by %s not recorded (%s)", action, by, exc.__class__.__name__)
+            with translated("recording an action"):
+                self.write(entity_of(at, by, action, target, details, uuid.uuid4().hex[:12]))
+        except StorageError as exc:
+            log.warning("audit: %s by %s not recorded (%s)", action, by, failure_name(exc))
 
     def page(self, after: str = "", size: int = 50, action: str = "") -> tuple[list[AuditRow], str]:
         """Up to `size` actions newest first after RowKey `after` (one query; with an action filter,
@@ -201,8 +202,9 @@ class AuditLog:
                 edits.append((name, doc.data))
         ops = [d.data for d in (archive.read(n) for n, _ in archive.names("ops/")) if d is not None]
         try:
-            known = list(self.table.query_entities(f"PartitionKey eq {quoted(PARTITION)}"))
-        except ResourceNotFoundError:
+            with translated("reading the audit log"):
+                known = list(self.table.query_entities(f"PartitionKey eq {quoted(PARTITION)}"))
+        except NotFound:
             known = []
         rows = backfill_rows(edits, ops, [k for k in known if '"backfilled"' not in str(k.get("details"))])
         for row in rows:

@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient
 
 from shared.core.documents import DocumentStore
 from shared.indexes import metrics
 from shared.indexes.keys import quoted
+from shared.storage.errors import AlreadyExists, NotFound, translated
 from shared.storage.tables import upsert_creating
 
 log = logging.getLogger("jobs.console.metrics")
@@ -58,7 +58,7 @@ class TableCounters:
         self.legacy_left = True
 
     def ensure(self) -> None:
-        with contextlib.suppress(ResourceExistsError):
+        with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
             self.service.create_table(self.name)
 
     def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
@@ -68,8 +68,9 @@ class TableCounters:
         """The documents of `hours`: one query."""
         skip = metrics.instance_key(skip_instance) if skip_instance is not None else None
         try:
-            found = list(self.table.query_entities(hours_filter(hours), results_per_page=1000))
-        except ResourceNotFoundError:
+            with translated("reading counters"):
+                found = list(self.table.query_entities(hours_filter(hours), results_per_page=1000))
+        except NotFound:
             return []
         docs: list[Mapping[str, Any]] = []
         for entity in found:
@@ -89,11 +90,12 @@ class TableCounters:
     def prune(self, now: datetime) -> int:
         """Delete the hours past `RETENTION_H` (and the counter blobs of before the table)."""
         try:
-            due = list(self.table.query_entities(expired_filter(now), select=["PartitionKey", "RowKey"]))
-        except ResourceNotFoundError:
+            with translated("listing expired counters"):
+                due = list(self.table.query_entities(expired_filter(now), select=["PartitionKey", "RowKey"]))
+        except NotFound:
             due = []
         for entity in due:
-            with contextlib.suppress(ResourceNotFoundError):
+            with contextlib.suppress(NotFound), translated("deleting expired counters"):
                 self.table.delete_entity(str(entity["PartitionKey"]), str(entity["RowKey"]))
         return len(due) + self._prune_legacy(now)
 

@@ -44,15 +44,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import (
-    AzureError,
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-)
 from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
 
 from shared.indexes.keys import MAX_MS, clip, newest_first, quoted
+from shared.storage.errors import (
+    AlreadyExists,
+    ConditionFailed,
+    NotFound,
+    StorageError,
+    failure_name,
+    translated,
+)
 from shared.storage.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.index")
@@ -211,9 +213,10 @@ def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
     """Run an index write; a failure is logged, never raised: the entry blob is the truth, and a
     poison handler must not fail (and retry) because the view could not be updated."""
     try:
-        action(name, *args)
-    except AzureError as exc:
-        log.warning("poison entry %s: index not updated (%s)", name, exc.__class__.__name__)
+        with translated(f"indexing entry {name}"):
+            action(name, *args)
+    except StorageError as exc:
+        log.warning("poison entry %s: index not updated (%s)", name, failure_name(exc))
 
 
 class EntryIndex:
@@ -228,7 +231,7 @@ class EntryIndex:
         self._key_locks: dict[str, threading.Lock] = {}
 
     def ensure(self) -> None:
-        with contextlib.suppress(ResourceExistsError):
+        with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
             self.service.create_table(self.name)
 
     def put(self, name: str, entry: Mapping[str, Any]) -> None:
@@ -242,7 +245,7 @@ class EntryIndex:
 
     def _delete_row(self, name: str, entry: Mapping[str, Any]) -> None:
         state = str(entry.get("state") or "poisoned")
-        with contextlib.suppress(ResourceNotFoundError):
+        with contextlib.suppress(NotFound), translated(f"deleting the row of {name}"):
             self.table.delete_entity(
                 state, index_key(name, entry), match_condition=MatchConditions.Unconditionally
             )
@@ -267,13 +270,14 @@ class EntryIndex:
         done = Pruned()
         deltas: dict[str, int] = {}
         try:
-            for state in states:
-                for rows in self._due_pages(state, cutoff, limit, done):
-                    if not dry_run:
-                        self._delete_due(state, rows, done, deltas)
-                if done.stopped_at_limit:
-                    break
-        except ResourceNotFoundError:  # no table: nothing indexed
+            with translated("pruning the entry index"):
+                for state in states:
+                    for rows in self._due_pages(state, cutoff, limit, done):
+                        if not dry_run:
+                            self._delete_due(state, rows, done, deltas)
+                    if done.stopped_at_limit:
+                        break
+        except NotFound:  # no table: nothing indexed
             pass
         for key, delta in deltas.items():
             done.requests += 1
@@ -314,21 +318,21 @@ class EntryIndex:
         gone: list[TableEntity] = []
         done.requests += 1
         try:
-            self.table.submit_transaction(
-                [("delete", {"PartitionKey": state, "RowKey": str(r["RowKey"])}, option(r)) for r in rows]
-            )
-            gone = rows
-        except AzureError:
+            with translated("deleting entry rows"):
+                self.table.submit_transaction(
+                    [("delete", {"PartitionKey": state, "RowKey": str(r["RowKey"])}, option(r)) for r in rows]
+                )
+                gone = rows
+        except StorageError:
             for row in rows:
                 done.requests += 1
                 try:
-                    self.table.delete_entity(state, str(row["RowKey"]), **option(row))
-                except (ResourceModifiedError, ResourceNotFoundError):
+                    with translated("deleting an entry row"):
+                        self.table.delete_entity(state, str(row["RowKey"]), **option(row))
+                except (ConditionFailed, NotFound):
                     continue
-                except AzureError as exc:
-                    log.warning(
-                        "entry index row %s not deleted (%s)", row.get("name"), exc.__class__.__name__
-                    )
+                except StorageError as exc:
+                    log.warning("entry index row %s not deleted (%s)", row.get("name"), failure_name(exc))
                     continue
                 gone.append(row)
         done.deleted += len(gone)
@@ -345,9 +349,10 @@ class EntryIndex:
 
     def _count_key(self, key: str, delta: int) -> None:
         try:
-            self._bump(key, delta)
-        except AzureError as exc:
-            log.warning("poison count %s not updated by %+d (%s)", key, delta, exc.__class__.__name__)
+            with translated(f"counting {key}"):
+                self._bump(key, delta)
+        except StorageError as exc:
+            log.warning("poison count %s not updated by %+d (%s)", key, delta, failure_name(exc))
 
     def _bump(self, key: str, delta: int) -> None:
         """Add `delta` to one counter row, If-Match on its ETag (the one this process last saw
@@ -363,14 +368,16 @@ class EntryIndex:
         for _ in range(COUNT_TRIES):
             if known is None:
                 try:
-                    got = self.table.get_entity(COUNT_PARTITION, key)
-                    known = (str(got.metadata["etag"]), int(got.get("n") or 0))
-                except ResourceNotFoundError:
+                    with translated(f"reading counter {key}"):
+                        got = self.table.get_entity(COUNT_PARTITION, key)
+                        known = (str(got.metadata["etag"]), int(got.get("n") or 0))
+                except NotFound:
                     try:
-                        made = self.table.create_entity(
-                            {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta}
-                        )
-                    except ResourceExistsError:
+                        with translated(f"creating counter {key}"):
+                            made = self.table.create_entity(
+                                {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta}
+                            )
+                    except AlreadyExists:
                         continue
                     with self._lock:
                         self._etags[key] = (str(made.get("etag")), delta)
@@ -378,25 +385,27 @@ class EntryIndex:
             etag, n = known
             value = n + delta  # a shard may go below 0 (its +1 was counted in another): the sum counts
             try:
-                done = self.table.update_entity(
-                    {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value},
-                    mode=UpdateMode.REPLACE,
-                    etag=etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-            except (ResourceModifiedError, ResourceNotFoundError):
+                with translated(f"updating counter {key}"):
+                    done = self.table.update_entity(
+                        {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value},
+                        mode=UpdateMode.REPLACE,
+                        etag=etag,
+                        match_condition=MatchConditions.IfNotModified,
+                    )
+            except (ConditionFailed, NotFound):
                 known = None
                 continue
             with self._lock:
                 self._etags[key] = (str(done.get("etag")), value)
             return
-        raise ResourceModifiedError(f"counter {key} kept changing")
+        raise ConditionFailed(f"counter {key} kept changing")
 
     def counts(self) -> dict[str, int]:
         """Listed entries per reason code, largest first: one query."""
         try:
-            rows = list(self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
-        except ResourceNotFoundError:
+            with translated("reading the poison counts"):
+                rows = list(self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
+        except NotFound:
             return {}
         with self._lock:  # the page's next actions then change a counter with one request
             for e in rows:
@@ -450,16 +459,17 @@ class EntryIndex:
                     chunk = rows[i : i + TRANSACTION_SIZE]
                     sent += 1
                     try:
-                        self.table.submit_transaction(
-                            [
-                                ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
-                                if kind == "upsert"
-                                else ("delete", {"PartitionKey": state, "RowKey": key})
-                                for key, (name, entry) in chunk
-                            ]
-                        )
-                        continue
-                    except AzureError:
+                        with translated(f"indexing entries ({kind})"):
+                            self.table.submit_transaction(
+                                [
+                                    ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
+                                    if kind == "upsert"
+                                    else ("delete", {"PartitionKey": state, "RowKey": key})
+                                    for key, (name, entry) in chunk
+                                ]
+                            )
+                            continue
+                    except StorageError:
                         pass
                     for _, (name, entry) in chunk:
                         sent += 1
@@ -511,21 +521,22 @@ class EntryIndex:
         reached = after_key
         started = time.monotonic()
         try:
-            for _ in range(queries or SCAN_QUERIES):
-                if time.monotonic() - started > SCAN_SECONDS:
-                    break
-                pager = self.table.query_entities(where, results_per_page=SCAN_ROWS).by_page(
-                    continuation_token=cont
-                )
-                for e in next(pager, []):
-                    reached = str(e.get("RowKey", ""))
-                    if matches(text, e):
-                        rows.append(row_of(e))
-                        if len(rows) >= size:
-                            return rows, reached
-                cont = getattr(pager, "continuation_token", None)
-                if not cont:
-                    return rows, ""
-        except ResourceNotFoundError:
+            with translated("searching the entry index"):
+                for _ in range(queries or SCAN_QUERIES):
+                    if time.monotonic() - started > SCAN_SECONDS:
+                        break
+                    pager = self.table.query_entities(where, results_per_page=SCAN_ROWS).by_page(
+                        continuation_token=cont
+                    )
+                    for e in next(pager, []):
+                        reached = str(e.get("RowKey", ""))
+                        if matches(text, e):
+                            rows.append(row_of(e))
+                            if len(rows) >= size:
+                                return rows, reached
+                    cont = getattr(pager, "continuation_token", None)
+                    if not cont:
+                        return rows, ""
+        except NotFound:
             return [], ""
         return rows, reached

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.config.retention import day_tables_filter, table_day
@@ -42,6 +41,7 @@ from shared.indexes.keys import (
     quoted,
     stamp_ms,
 )
+from shared.storage.errors import AlreadyExists, NotFound, StorageError, failure_name, translated
 
 log = logging.getLogger("jobs.index")
 PARTITION = "j"
@@ -164,8 +164,9 @@ class JobIndex:
         name = self.table_name(day_of(entity["created_at"]))
         client = self.service.get_table_client(name)
         try:
-            client.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        except ResourceNotFoundError:  # a new day, or a day table retention dropped
+            with translated(f"indexing into {name}"):
+                client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        except NotFound:  # a new day, or a day table retention dropped
             self.ensure_table(name, fresh=True)
             client.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
@@ -186,18 +187,20 @@ class JobIndex:
                 chunk = rows[i : i + TRANSACTION_SIZE]
                 sent += 1
                 try:
-                    self.service.get_table_client(name).submit_transaction(
-                        [("upsert", entity, {"mode": UpdateMode.REPLACE}) for _, entity in chunk]
-                    )
-                    continue
-                except AzureError:  # a missing day table, a reset connection: one by one
+                    with translated(f"indexing into {name}"):
+                        self.service.get_table_client(name).submit_transaction(
+                            [("upsert", entity, {"mode": UpdateMode.REPLACE}) for _, entity in chunk]
+                        )
+                        continue
+                except StorageError:  # a missing day table, a reset connection: one by one
                     pass
                 for data, entity in chunk:
                     sent += 1
                     try:
-                        self.put(data)
-                    except AzureError as exc:
-                        log.warning("job %s: index not updated (%s)", entity["id"], exc.__class__.__name__)
+                        with translated("indexing a job"):
+                            self.put(data)
+                    except StorageError as exc:
+                        log.warning("job %s: index not updated (%s)", entity["id"], failure_name(exc))
         return sent
 
     def table_name(self, day: str) -> str:
@@ -207,7 +210,7 @@ class JobIndex:
         """Create the table unless this process knows it exists (`fresh`: it was found missing)."""
         if name in self._known and not fresh:
             return
-        with contextlib.suppress(ResourceExistsError):
+        with contextlib.suppress(AlreadyExists), translated(f"creating table {name}"):
             self.service.create_table(name)
         with self._lock:
             self._known.add(name)
@@ -276,8 +279,9 @@ class JobIndex:
                 )
                 queries += 1
                 try:
-                    got = list(next(pager, []))
-                except ResourceNotFoundError:  # dropped by retention since the day list was read
+                    with translated(f"reading index table {self.table_name(day)}"):
+                        got = list(next(pager, []))
+                except NotFound:  # dropped by retention since the day list was read
                     with self._lock:
                         self._days = None
                     break
@@ -304,9 +308,10 @@ class IndexedStore:
     def _indexed(self, doc: Document) -> Document:
         if should_index(doc.data):
             try:
-                self.index.put(doc.data)
-            except AzureError as exc:  # a view: the ledger write stands
-                log.warning("job %s: index not updated (%s)", doc.data.get("id"), exc.__class__.__name__)
+                with translated("indexing a job"):
+                    self.index.put(doc.data)
+            except StorageError as exc:  # a view: the ledger write stands
+                log.warning("job %s: index not updated (%s)", doc.data.get("id"), failure_name(exc))
         return doc
 
     def read(self, name: str) -> Document | None:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from shared import poison
 from shared.app.runtime import Runtime, get_runtime
@@ -21,6 +20,7 @@ from shared.ledger.view import RecordView
 from shared.pipeline.submit import SUBMIT_CALLS, SubmissionBusy, submit, validate_request
 from shared.poison import bulk
 from shared.storage.clients import bounded_calls
+from shared.storage.errors import NotFound, StorageError, failure_name, translated
 from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
 
 log = logging.getLogger("jobs.api")
@@ -46,15 +46,16 @@ def _guarded(
 
     def wrapper(req: func.HttpRequest) -> func.HttpResponse:
         try:
-            return handler(req, get_runtime())
+            with translated(handler.__name__):
+                return handler(req, get_runtime())
         except SettingsError as exc:
             return _error(503, str(exc))
-        except (AzureError, StorageThrottled) as exc:
+        except (StorageError, StorageThrottled) as exc:
             log.exception("storage error in %s", handler.__name__)
             return _json(
                 503,
                 {
-                    "error": f"storage unavailable ({exc.__class__.__name__}); try again later",
+                    "error": f"storage unavailable ({failure_name(exc)}); try again later",
                     "retry_after_s": STORAGE_RETRY_AFTER_S,
                 },
                 {"Retry-After": str(STORAGE_RETRY_AFTER_S)},
@@ -150,8 +151,9 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     container, _, name = ref.partition("/")
     limit = result_limit_bytes(rt.settings.max_groups)
     try:
-        raw = read_capped(rt.storage.container(container).get_blob_client(name), limit)
-    except ResourceNotFoundError:
+        with translated(f"reading result {ref}"):
+            raw = read_capped(rt.storage.container(container).get_blob_client(name), limit)
+    except NotFound:
         return _error(404, f"result {ref} of job {job_id} is missing")
     except BlobTooLarge as big:
         return _error(
@@ -168,16 +170,18 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
 def health(req: func.HttpRequest) -> func.HttpResponse:
     """GET /api/health (anonymous): 200 when settings are valid and storage answers."""
     try:
-        rt = get_runtime()
+        with translated("runtime"):
+            rt = get_runtime()
     except SettingsError as exc:
         return _error(503, str(exc), status="unhealthy")
-    except AzureError as exc:
-        return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
+    except StorageError as exc:
+        return _error(503, f"storage unreachable ({failure_name(exc)})", status="unhealthy")
     try:
-        rt.storage.container(rt.settings.ledger_container).get_container_properties()
-        rt.storage.queue(rt.settings.jobs_queue).get_queue_properties()
-    except AzureError as exc:
-        return _error(503, f"storage unreachable ({exc.__class__.__name__})", status="unhealthy")
+        with translated("health check"):
+            rt.storage.container(rt.settings.ledger_container).get_container_properties()
+            rt.storage.queue(rt.settings.jobs_queue).get_queue_properties()
+    except StorageError as exc:
+        return _error(503, f"storage unreachable ({failure_name(exc)})", status="unhealthy")
     return _json(
         200, {"status": "ok", "queue": rt.settings.jobs_queue, "storage": rt.settings.storage.describe()}
     )

@@ -16,7 +16,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from azure.core.exceptions import AzureError
 from azure.storage.blob import BlobClient, ContentSettings
 
 from shared import aggregation
@@ -32,10 +31,11 @@ from shared.aggregation.result import result_json
 from shared.blobio.reader import open_blob_stream
 from shared.config.settings import Settings
 from shared.core.containers import cut
-from shared.core.errors import InputRefused, LimitExceeded, NotAvailable, StorageThrottled
+from shared.core.errors import InputRefused, LimitExceeded, NotAvailable
 from shared.jobs import aggregate_offload
 from shared.jobs.base import Completed, JobContext, Outcome
-from shared.storage.clients import StorageClients, is_throttled
+from shared.storage.clients import StorageClients
+from shared.storage.errors import translated
 from shared.storage.limits import input_refusal, result_limit_bytes
 
 if not aggregation.NATIVE:  # the remote build could not compile native/: same answers, slower
@@ -105,12 +105,8 @@ def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
     data = document if isinstance(document, bytes) else aggregate_result.dumps(document)
     label = f"{blob.container_name}/{blob.blob_name}"
     settings = ContentSettings(content_type="application/json; charset=utf-8")
-    try:
+    with translated(f"writing {label}"):
         blob.upload_blob(data, overwrite=True, content_settings=settings)
-    except AzureError as exc:
-        if is_throttled(exc):
-            raise StorageThrottled(f"storage busy writing {label}") from exc
-        raise
 
 
 # --- the handler -------------------------------------------------------------------------------

@@ -7,25 +7,24 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from collections.abc import Mapping
+from typing import Any, Final
 
 from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, ContainerClient
 
 from shared.aggregation import result as aggregate_result
 from shared.config.settings import Settings
 from shared.core import jsontext
-from shared.core.errors import InputRefused, StorageThrottled
+from shared.core.errors import InputRefused
 from shared.jobs import spark_offload as tracking
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.spark_storage import job_storage
 from shared.spark.model import RunError, SparkBackend, SparkJobRequest
-from shared.storage.clients import StorageClients, is_throttled
+from shared.storage.clients import StorageClients
+from shared.storage.errors import NotFound, translated
 from shared.storage.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
 
-T = TypeVar("T")
 ERROR_MAX_BYTES: Final = 1024 * 1024
 """An error report is a few hundred bytes; a larger one is not read."""
 END_BYTES: Final = 4096
@@ -184,9 +183,10 @@ def _ends(blob: BlobClient, job_id: str, size: int) -> dict[str, Any] | None:
         return downloader.readall()
 
     try:
-        first, etag = _storage(head, blob.blob_name)
-        last = _storage(lambda: tail(etag), blob.blob_name)
-    except ResourceNotFoundError:
+        with translated(f"reading {blob.blob_name}"):
+            first, etag = head()
+            last = tail(etag)
+    except NotFound:
         return None
     match = aggregate_result.TAIL.search(last)
     if not first.startswith(aggregate_result.head_bytes(job_id)) or match is None:
@@ -208,27 +208,12 @@ def _ends(blob: BlobClient, job_id: str, size: int) -> dict[str, Any] | None:
 def _read_json(blob: BlobClient, max_bytes: int) -> dict[str, Any] | None:
     """The blob as a JSON object (None if absent or not one); BlobTooLarge over `max_bytes`."""
     try:
-        raw = _storage(lambda: read_capped(blob, max_bytes), blob.blob_name)
-    except ResourceNotFoundError:
+        with translated(f"reading {blob.blob_name}"):
+            raw = read_capped(blob, max_bytes)
+    except NotFound:
         return None
     try:
         doc = jsontext.loads(raw)
     except ValueError:
         return None
     return doc if isinstance(doc, dict) else None
-
-
-def _storage(call: Callable[[], T], name: str) -> T:
-    """One storage call; a busy or unreachable service is StorageThrottled."""
-    try:
-        return call()
-    except ResourceNotFoundError:
-        raise
-    except HttpResponseError as exc:
-        if is_throttled(exc):
-            raise StorageThrottled(f"storage busy while reading {name}") from None
-        raise
-    except Exception as exc:
-        if is_throttled(exc):
-            raise StorageThrottled(f"storage unreachable while reading {name}") from None
-        raise

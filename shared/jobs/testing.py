@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError
 
 from shared.core.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, JobContext, Outcome
+from shared.storage.errors import AlreadyExists, translated
 
 EFFECTS_PREFIX = "effects/"
 _FIELDS = {
@@ -104,10 +104,11 @@ def apply_effect(ctx: JobContext) -> None:
     doc = json.dumps({"id": ctx.job_id, "attempt": ctx.attempt, "run": run, "at": time.time()})
     container.upload_blob(f"runs/{ctx.job_id}/{run}.json", doc)
     try:
-        container.upload_blob(
-            f"{EFFECTS_PREFIX}{ctx.job_id}.json", doc, match_condition=MatchConditions.IfMissing
-        )
-    except ResourceExistsError:
+        with translated("create the effect blob"):
+            container.upload_blob(
+                f"{EFFECTS_PREFIX}{ctx.job_id}.json", doc, match_condition=MatchConditions.IfMissing
+            )
+    except AlreadyExists:
         container.upload_blob(f"repeats/{ctx.job_id}/{run}.json", doc)
 
 

@@ -21,8 +21,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
-
 from shared import ledger
 from shared.app.abandon import abandon_work
 from shared.app.runtime import Runtime, get_runtime
@@ -52,6 +50,7 @@ from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
 from shared.pipeline import recovery
 from shared.poison.archive import note_reason
+from shared.storage.errors import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
 
 log = logging.getLogger("jobs.processing")
@@ -439,8 +438,9 @@ def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
     blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(env.payload_ref)
     limit = rt.settings.max_payload_bytes
     try:
-        raw = read_capped(blob, limit)
-    except ResourceNotFoundError:
+        with translated(f"reading payload {env.payload_ref}"):
+            raw = read_capped(blob, limit)
+    except NotFound:
         raise InputMissing(
             f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} does not exist (dangling claim check)"
         ) from None

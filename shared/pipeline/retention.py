@@ -26,7 +26,6 @@ from datetime import date, datetime
 from itertools import islice
 from typing import Protocol
 
-from azure.core.exceptions import AzureError, ResourceModifiedError, ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
 from shared.app.runtime import Runtime, get_runtime
@@ -36,6 +35,7 @@ from shared.indexes.entries import EntryIndex, Pruned
 from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
+from shared.storage.errors import ConditionFailed, NotFound, StorageError, failure_name, translated
 
 log = logging.getLogger("jobs.retention")
 PAGE = 500
@@ -88,8 +88,9 @@ class BlobTarget:
 
     def delete_unmodified(self, name: str, cutoff: datetime) -> bool:
         try:
-            self.container.delete_blob(name, if_unmodified_since=cutoff)
-        except (ResourceModifiedError, ResourceNotFoundError):
+            with translated(f"deleting {name}"):
+                self.container.delete_blob(name, if_unmodified_since=cutoff)
+        except (ConditionFailed, NotFound):
             return False
         return True
 
@@ -259,27 +260,28 @@ def apply_tables(
     (logged, in `error`): what is left is due again at the next."""
     done = TablesReport()
     try:
-        last = day_tables_last_due(now, ledger_days, job_ttl_s)
-        if job_index is not None and last is not None:
-            done.last_due_day = last
-            listed = job_index.due_tables(last)
-            done.requests += 1 + len(listed) // 1000
-            due = due_day_tables(listed, job_index.prefix, last)
-            if table_limit is not None and len(due) > table_limit:
-                due, done.stopped_at_limit = due[:table_limit], True
-            done.tables_due = due
-            for name in [] if dry_run else due:
-                done.requests += 1
-                job_index.drop(name)
-                done.tables_dropped += 1
-        cutoff = entry_rows_cutoff(now, archive_days)
-        if entry_index is not None and cutoff is not None:
-            done.rows_cutoff = cutoff
-            done.rows = entry_index.prune(states, cutoff, limit=row_limit or 10**9, dry_run=dry_run)
-            done.requests += done.rows.requests
-            done.stopped_at_limit |= done.rows.stopped_at_limit
-    except AzureError as exc:
-        done.error = exc.__class__.__name__
+        with translated("retention of the index tables"):
+            last = day_tables_last_due(now, ledger_days, job_ttl_s)
+            if job_index is not None and last is not None:
+                done.last_due_day = last
+                listed = job_index.due_tables(last)
+                done.requests += 1 + len(listed) // 1000
+                due = due_day_tables(listed, job_index.prefix, last)
+                if table_limit is not None and len(due) > table_limit:
+                    due, done.stopped_at_limit = due[:table_limit], True
+                done.tables_due = due
+                for name in [] if dry_run else due:
+                    done.requests += 1
+                    job_index.drop(name)
+                    done.tables_dropped += 1
+            cutoff = entry_rows_cutoff(now, archive_days)
+            if entry_index is not None and cutoff is not None:
+                done.rows_cutoff = cutoff
+                done.rows = entry_index.prune(states, cutoff, limit=row_limit or 10**9, dry_run=dry_run)
+                done.requests += done.rows.requests
+                done.stopped_at_limit |= done.rows.stopped_at_limit
+    except StorageError as exc:
+        done.error = failure_name(exc)
         log.warning("retention of the index tables stopped (%s); the next run goes on", done.error)
     return done
 

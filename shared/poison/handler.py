@@ -17,8 +17,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from azure.core.exceptions import AzureError
-
 from shared import ledger
 from shared.app.abandon import abandon_work
 from shared.app.runtime import Runtime, get_runtime
@@ -37,6 +35,7 @@ from shared.core.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
 from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
+from shared.storage.errors import StorageError, translated
 
 log = logging.getLogger("jobs.poison")
 HOST_REASON = "the host moved it after maxDequeueCount failed runs"
@@ -105,9 +104,10 @@ def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None) -> N
     rt = rt or get_runtime()
     for attempt in range(1, HANDLER_TRIES + 1):
         try:
-            archive_message(rt, body, msg.id, msg.dequeue_count)
+            with translated(f"archiving poison message {msg.id}"):
+                archive_message(rt, body, msg.id, msg.dequeue_count)
             return
-        except (AzureError, JobError, Conflict) as exc:
+        except (StorageError, JobError, Conflict) as exc:
             if attempt == HANDLER_TRIES:
                 give_back(rt, msg, body, exc)
                 return
@@ -239,10 +239,11 @@ def sweep(rt: Runtime | None = None, limit: int = 32) -> int:
     swept = 0
     for msg in queue.receive_messages(max_messages=limit, visibility_timeout=60):
         try:
-            body = decode_message(str(msg.content or "").encode("utf-8"))
-            archive_message(rt, body, msg.id, msg.dequeue_count)
-            queue.delete_message(msg)
+            with translated(f"sweeping poison message {msg.id}"):
+                body = decode_message(str(msg.content or "").encode("utf-8"))
+                archive_message(rt, body, msg.id, msg.dequeue_count)
+                queue.delete_message(msg)
             swept += 1
-        except (AzureError, JobError, Conflict) as exc:  # visible again in 60 s; the next sweep retries
+        except (StorageError, JobError, Conflict) as exc:  # visible again in 60 s; the next sweep retries
             log.warning("sweep: poison message %s could not be archived (%s)", msg.id, exc)
     return swept

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-
 from shared.app.runtime import Runtime
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import isoformat
 from shared.core.messages import NEVER_EXPIRE
 from shared.indexes.entries import index_key
 from shared.poison.archive import LISTED_STATE, set_state
-from shared.storage.errors import error_code
+from shared.storage.errors import NotFound, StorageError, translated
 
 PARKED = "parked"
 DAY_S = 86_400
@@ -71,11 +69,14 @@ def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
     if not msg_id or not receipt:
         return "parked before receipts were kept: its parked message is left on the queue"
     try:
-        rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
-    except ResourceNotFoundError:
+        with translated("deleting a parked message"):
+            rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+    except NotFound:
         return "its parked message was already gone (expired with the archive's retention, or deleted)"
-    except HttpResponseError as exc:
-        return f"its parked message could not be deleted ({error_code(exc) or exc.status_code})"
+    except StorageError as exc:
+        if not exc.answered:  # no answer from the service: not a refusal to note
+            raise
+        return f"its parked message could not be deleted ({exc.error_code or exc.status_code})"
     return ""
 
 

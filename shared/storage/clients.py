@@ -65,7 +65,7 @@ def ca_bundle(environ: Mapping[str, str]) -> str | None:
     return environ.get("REQUESTS_CA_BUNDLE") or environ.get("CURL_CA_BUNDLE") or None
 
 
-def _client_kwargs() -> dict[str, Any]:
+def client_kwargs() -> dict[str, Any]:
     """Client options: timeouts, and the environment's CA bundle, passed once."""
     bundle = ca_bundle(os.environ)
     return {**_CLIENT_KW, "connection_verify": bundle} if bundle else dict(_CLIENT_KW)
@@ -139,12 +139,12 @@ class _QueueRetry(QueueExponentialRetry):
         return budget.backoff_s if isinstance(budget, CallBudget) else super().get_backoff_time(settings)
 
 
-def _session() -> requests.Session:
+def requests_session() -> requests.Session:
     """A session whose pool holds a connection for every invocation in flight (the default is 10).
 
     requests looks for proxies, a CA bundle and .netrc credentials in the environment on every
     request (`trust_env`): 5.5 -> 5.1 ms of the local host's CPU per message (bench). With no proxy
-    and no .netrc configured the session skips that; the CA bundle goes in `_client_kwargs`.
+    and no .netrc configured the session skips that; the CA bundle goes in `client_kwargs`.
     """
     session = requests.Session()
     session.trust_env = needs_environment(os.environ, NETRC_FILES)
@@ -212,8 +212,8 @@ def credential_for(conn: StorageConnection) -> TokenCredential:
 
 
 def clients_for(conn: StorageConnection) -> StorageClients:
-    blob_kw = {**_client_kwargs(), "retry_policy": _BlobRetry(**_RETRY_KW)}
-    queue_kw = {**_client_kwargs(), "retry_policy": _QueueRetry(**_RETRY_KW)}
+    blob_kw = {**client_kwargs(), "retry_policy": _BlobRetry(**_RETRY_KW)}
+    queue_kw = {**client_kwargs(), "retry_policy": _QueueRetry(**_RETRY_KW)}
     if conn.connection_string is not None:
         text = (
             DEV_CONNECTION
@@ -221,15 +221,19 @@ def clients_for(conn: StorageConnection) -> StorageClients:
             else conn.connection_string
         )
         return StorageClients(
-            blob=BlobServiceClient.from_connection_string(text, session=_session(), **blob_kw),
-            queue_service=QueueServiceClient.from_connection_string(text, session=_session(), **queue_kw),
+            blob=BlobServiceClient.from_connection_string(text, session=requests_session(), **blob_kw),
+            queue_service=QueueServiceClient.from_connection_string(
+                text, session=requests_session(), **queue_kw
+            ),
         )
     credential = credential_for(conn)
     assert conn.blob_service_uri and conn.queue_service_uri  # guaranteed by settings validation
     return StorageClients(
-        blob=BlobServiceClient(conn.blob_service_uri, credential=credential, session=_session(), **blob_kw),
+        blob=BlobServiceClient(
+            conn.blob_service_uri, credential=credential, session=requests_session(), **blob_kw
+        ),
         queue_service=QueueServiceClient(
-            conn.queue_service_uri, credential=credential, session=_session(), **queue_kw
+            conn.queue_service_uri, credential=credential, session=requests_session(), **queue_kw
         ),
     )
 

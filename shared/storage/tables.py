@@ -71,6 +71,11 @@ class TableService(TableServiceClient):
                 self._tables.move_to_end(table_name)
             return client
 
+    def kept(self) -> list[str]:
+        """The tables whose clients are kept, least recently used first."""
+        with self._tables_lock:
+            return list(self._tables)
+
 
 def query_rows(table: TableClient, where: str, size: int, max_queries: int) -> list[Mapping[str, Any]]:
     """Up to `size` entities matching `where`, in key order: one query, more only while the service

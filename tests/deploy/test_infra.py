@@ -16,17 +16,14 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jsonschema
-import pycep
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from armeval import (
-    RG_ID,
     ArmError,
     Deployed,
     calls_in,
@@ -38,151 +35,22 @@ from armeval import (
 )
 
 from shared.config.settings import Settings
-from shared.indexes.keys import table_prefix
-
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_PATH = ROOT / "infra" / "main.json"
-BICEP_PATH = ROOT / "infra" / "main.bicep"
-SCHEMA_PATH = Path(__file__).resolve().parent / "arm_template.schema.json"
-
-ROLE = {
-    "blob_owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
-    "blob_contributor": "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
-    "blob_reader": "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1",
-    "queue_contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
-    "table_contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
-    "account_contributor": "17d1049b-9a84-46fb-8f53-869881c3d3ab",
-    "metrics_publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
-}
-APP_CONTAINERS = {"ledger", "results", "payloads", "poison-archive"}
-TAGGED_CONTAINERS = {"ledger"}
-"""Containers whose blobs the app tags and finds by tag: Storage Blob Data Owner (tags/write,
-tags/read and filter/action are in no smaller built-in role)."""
-HOST_CONTAINERS = {"azure-webjobs-hosts", "azure-webjobs-secrets", "app-package"}
-"""The Functions host's own containers (identity-based AzureWebJobsStorage) and the Flex deployment one."""
-CONTAINERS = APP_CONTAINERS | HOST_CONTAINERS | {"inputs", "spark-jobs"}
-QUEUE_ENDS = ("", "-poison", "-parked", "-ops")
-"""The jobs queue, the host's poison queue, the console's parking queue and its bulk operations' queue."""
-ENTRIES_TABLE = "poisonarchiveentries"
-"""The poison archive's index (table_prefix("poison-archive") + "entries"); the jobs index's per-day
-tables (ledger<YYYYMMDD>) are created by the app."""
-REQUIRED_SETTINGS = {
-    "AzureWebJobsStorage__accountName",
-    "AzureWebJobsStorage__credential",
-    "AzureWebJobsStorage__clientId",
-    "AzureWebJobsStorage__tableServiceUri",
-    "APPLICATIONINSIGHTS_CONNECTION_STRING",
-    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
-    "JOBS_QUEUE",
-    "LEDGER_CONTAINER",
-    "RESULTS_CONTAINER",
-    "PAYLOADS_CONTAINER",
-    "POISON_ARCHIVE_CONTAINER",
-    "INPUT_CONTAINERS",
-    "PYTHON_ENABLE_OPENTELEMETRY",
-    "MAX_ATTEMPTS",
-    "SPARK_BACKEND",
-    "SPARK_URL",
-    "SPARK_LIVY_AUTH",
-    "SPARK_JOB_FILE",
-    "SPARK_OFFLOAD_THRESHOLD_BYTES",
-    "SPARK_DATABRICKS_CLUSTER_ID",
-}
-# Settings Flex Consumption rejects (the runtime comes from functionAppConfig; no content share),
-# and the key-based storage connection.
-FORBIDDEN_SETTINGS = {
-    "FUNCTIONS_WORKER_RUNTIME",
-    "FUNCTIONS_EXTENSION_VERSION",
-    "WEBSITE_RUN_FROM_PACKAGE",
-    "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
-    "WEBSITE_CONTENTSHARE",
-    "WEBSITE_NODE_DEFAULT_VERSION",
-    "SCM_DO_BUILD_DURING_DEPLOYMENT",
-    "ENABLE_ORYX_BUILD",
-    "AzureWebJobsStorage",
-    "APPINSIGHTS_INSTRUMENTATIONKEY",
-}
-# Settings read by the platform / SDKs rather than by shared/config/settings.py.
-PLATFORM_SETTINGS = {
-    "AzureWebJobsStorage__credential",
-    "AZURE_CLIENT_ID",
-    "APPLICATIONINSIGHTS_CONNECTION_STRING",
-    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
-    "PYTHON_THREADPOOL_THREAD_COUNT",  # the Python worker's thread pool for sync functions
-}
-
-PARAM_SETS: dict[str, dict[str, Any]] = {
-    "defaults": {"namePrefix": "jobs"},
-    "livy": {
-        "namePrefix": "qj",
-        "consoleClientId": "0a1b2c3d-0000-4000-8000-00000000c0de",
-        "consoleAllowedGroups": "11111111-aaaa-bbbb-cccc-222222222222",
-        "sparkBackend": "livy",
-        "sparkUrl": "https://myws.dev.azuresynapse.net/livyApi/versions/2019-11-01-preview/sparkPools/pool1",
-        "sparkPrincipalId": "11111111-2222-3333-4444-555555555555",
-        "deployerPrincipalId": "66666666-7777-8888-9999-000000000000",
-        "extraAppSettings": {"SPARK_READ_TIMEOUT_SECONDS": "45", "SPARK_BACKEND": "databricks"},
-    },
-    "hdinsight": {
-        "namePrefix": "hdi",
-        "sparkBackend": "livy",
-        "sparkUrl": "https://mycluster.azurehdinsight.net/livy",
-        "sparkLivyAuth": "basic",
-        "sparkLivyUser": "admin",
-        "sparkLivyPasswordSecretUri": "https://kv-jobs.vault.azure.net/secrets/livy-password",
-        "sparkJobFile": "abfss://jobs@hdistore.dfs.core.windows.net/aggregate_job.py",
-        "sparkPyFiles": "abfss://jobs@hdistore.dfs.core.windows.net/aggregate_engine.zip",
-    },
-    "databricks": {
-        "namePrefix": "jobs9prod",
-        "sparkBackend": "databricks",
-        "sparkUrl": "https://adb-123.4.azuredatabricks.net",
-        "sparkDatabricksClusterId": "0101-123456-abcdefgh",
-        "sparkDatabricksTokenSecretUri": "https://kv-jobs.vault.azure.net/secrets/databricks-pat",
-        "grantStorageAccountContributor": True,
-        "maxAttempts": 7,
-        "instanceMemoryMB": 4096,
-    },
-    "standalone": {
-        "namePrefix": "ab",
-        "sparkBackend": "standalone",
-        "sparkUrl": "http://spark-master.internal:6066",
-        "sparkJobFile": "/opt/jobs/aggregate_job.py",
-        "jobsQueueName": "work",
-        "extraAppSettings": {"SPARK_MASTER_UI_URL": "http://spark-master.internal:8080"},
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(TEMPLATE_PATH.read_text(encoding="utf-8"))
-    return data
-
-
-def deployment(template: dict[str, Any], case: str) -> tuple[list[Deployed], dict[str, Any]]:
-    # `armeval` is imported from this folder by path, so mypy sees it as untyped here
-    result: tuple[list[Deployed], dict[str, Any]] = expand(template, PARAM_SETS[case])
-    return result
-
-
-def one(resources: list[Deployed], type_: str) -> Deployed:
-    found = [r for r in resources if r.type == type_]
-    assert len(found) == 1, f"expected one {type_}, got {[r.name for r in found]}"
-    return found[0]
-
-
-def app_settings(resources: list[Deployed]) -> dict[str, str]:
-    configs = [
-        r for r in resources if r.type == "Microsoft.Web/sites/config" and r.name.endswith("/appsettings")
-    ]
-    assert len(configs) == 1, "one appsettings resource"
-    config = configs[0]
-    assert config.name == one(resources, "Microsoft.Web/sites").name + "/appsettings"
-    settings = config.body["properties"]
-    assert all(isinstance(v, str) for v in settings.values()), "app setting values must be strings"
-    return dict(settings)
-
+from tests.deploy.infra_support import (
+    CONTAINERS,
+    ENTRIES_TABLE,
+    FORBIDDEN_SETTINGS,
+    PARAM_SETS,
+    PLATFORM_SETTINGS,
+    QUEUE_ENDS,
+    REQUIRED_SETTINGS,
+    ROOT,
+    SCHEMA_PATH,
+    TEMPLATE_PATH,
+    app_settings,
+    deployment,
+    host_json_file,
+    one,
+)
 
 # ------------------------------------------------------------------ structure and expressions
 
@@ -436,168 +304,14 @@ def test_template_settings_win_over_extra_app_settings(template: dict[str, Any])
     assert settings["SPARK_READ_TIMEOUT_SECONDS"] == "45"
 
 
-def _assignments(resources: list[Deployed]) -> list[tuple[str, str, str, str]]:
-    out = []
-    for r in resources:
-        if r.type == "Microsoft.Authorization/roleAssignments":
-            props = r.body["properties"]
-            role = props["roleDefinitionId"].rsplit("/", 1)[1]
-            scope = r.id.split("/providers/Microsoft.Authorization/")[0]
-            out.append((role, props["principalId"], scope, props["principalType"]))
-            assert re.fullmatch(r"[0-9a-f-]{36}", r.name), "role assignment names must be guid()"
-            assert props["roleDefinitionId"].startswith(
-                f"{RG_ID.split('/resourceGroups/')[0]}/providers/Microsoft.Authorization/roleDefinitions/"
-            )
-    return out
-
-
-def _container_id(account: Deployed, name: str) -> str:
-    return f"{account.id}/blobServices/default/containers/{name}"
-
-
-def _queue_id(account: Deployed, name: str) -> str:
-    return f"{account.id}/queueServices/default/queues/{name}"
-
-
-@pytest.mark.parametrize("case", sorted(PARAM_SETS))
-def test_role_assignments(template: dict[str, Any], case: str) -> None:
-    resources, _ = deployment(template, case)
-    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
-    account = one(resources, "Microsoft.Storage/storageAccounts")
-    insights = one(resources, "Microsoft.Insights/components")
-    principal = fake_guid("principal", identity.id)
-    params = PARAM_SETS[case]
-    queue = params.get("jobsQueueName", "jobs")
-    app = "ServicePrincipal"
-    expected = {
-        # account-wide: tables only (the host's monthly diagnostic-events tables, the console's
-        # entries table and its jobs index's per-day tables, created by the app)
-        (ROLE["table_contributor"], principal, account.id, app),
-        (ROLE["metrics_publisher"], principal, insights.id, app),
-        # per queue, per container
-        (ROLE["queue_contributor"], principal, _queue_id(account, queue), app),
-        (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-poison"), app),
-        (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-parked"), app),
-        (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-ops"), app),
-        (ROLE["blob_reader"], principal, _container_id(account, "inputs"), app),
-    }
-    expected |= {
-        (ROLE["blob_contributor"], principal, _container_id(account, c), app)
-        for c in APP_CONTAINERS - TAGGED_CONTAINERS
-    }
-    # Owner where the app sets and queries blob index tags (issue 21: the ledger)
-    expected |= {
-        (ROLE["blob_owner"], principal, _container_id(account, c), app)
-        for c in HOST_CONTAINERS | TAGGED_CONTAINERS
-    }
-    if params.get("grantStorageAccountContributor"):
-        expected.add((ROLE["account_contributor"], principal, account.id, app))
-    if params.get("sparkPrincipalId"):
-        spark = params["sparkPrincipalId"]
-        expected |= {
-            (ROLE["blob_reader"], spark, _container_id(account, "spark-jobs"), app),
-            (ROLE["blob_reader"], spark, _container_id(account, "inputs"), app),
-            (ROLE["blob_contributor"], spark, _container_id(account, "results"), app),
-        }
-    if params.get("deployerPrincipalId"):
-        deployer = params["deployerPrincipalId"]
-        expected.add((ROLE["blob_contributor"], deployer, _container_id(account, "spark-jobs"), "User"))
-    actual = _assignments(resources)
-    assert len(actual) == len(set(actual))
-    assert set(actual) == expected
-
-
-@pytest.mark.parametrize("case", sorted(PARAM_SETS))
-def test_no_blob_or_queue_role_on_the_whole_account(template: dict[str, Any], case: str) -> None:
-    resources, _ = deployment(template, case)
-    account = one(resources, "Microsoft.Storage/storageAccounts")
-    for role, principal, scope, _ in _assignments(resources):
-        if scope == account.id:
-            assert role in (ROLE["table_contributor"], ROLE["account_contributor"]), (role, principal)
-        elif scope.startswith(account.id):
-            assert "/containers/" in scope or "/queues/" in scope, scope
-
-
-@pytest.mark.parametrize("case", sorted(PARAM_SETS))
-def test_the_app_identity_reaches_what_the_app_and_the_host_use(
-    template: dict[str, Any], case: str, tmp_path: Path
-) -> None:
-    """Derived from the settings the app reads, not from the template's own lists."""
-    resources, _ = deployment(template, case)
-    account = one(resources, "Microsoft.Storage/storageAccounts")
-    identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
-    principal = fake_guid("principal", identity.id)
-    parsed = Settings.from_env(app_settings(resources), host_json=_host_json(tmp_path))
-    deployment_container = one(resources, "Microsoft.Web/sites").body["properties"]["functionAppConfig"]
-    deployment_container = deployment_container["deployment"]["storage"]["value"].rsplit("/", 1)[1]
-    write = {parsed.results_container, parsed.payloads_container, parsed.poison_archive_container}
-    tagged = {parsed.ledger_container}  # the app sets and finds blob index tags there (issue 21)
-    read = set(parsed.input_containers or ())
-    host = {"azure-webjobs-hosts", "azure-webjobs-secrets", deployment_container}
-    created = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/blobServices/containers")}
-    assert write | tagged | read | host <= created, (
-        "every container the identity needs is created by the template"
-    )
-    mine = {(role, scope) for role, who, scope, _ in _assignments(resources) if who == principal}
-    for name in write:
-        assert (ROLE["blob_contributor"], _container_id(account, name)) in mine, name
-    for name in read:
-        assert (ROLE["blob_reader"], _container_id(account, name)) in mine, name
-        assert (ROLE["blob_contributor"], _container_id(account, name)) not in mine, "inputs are read-only"
-    for name in host | tagged:
-        assert (ROLE["blob_owner"], _container_id(account, name)) in mine, name
-    queues = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/queueServices/queues")}
-    triggers = re.findall(r'queue_name="([^"]+)"', (ROOT / "function_app.py").read_text(encoding="utf-8"))
-    listened = {t.replace("%JOBS_QUEUE%", parsed.jobs_queue) for t in triggers}
-    assert f"{parsed.jobs_queue}-ops" in listened, "run_op_step listens to <JOBS_QUEUE>-ops"
-    for name in listened:
-        assert name in queues, f"the host never creates a queue it listens to: {name}"
-    for name in listened | {parsed.jobs_queue, parsed.poison_queue, parsed.parked_queue}:
-        assert (ROLE["queue_contributor"], _queue_id(account, name)) in mine, name
-    # the console's indexes: the entries table is declared; the jobs index creates a table per UTC
-    # day, which needs Storage Table Data Contributor on the account (no table scope can create one)
-    tables = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/tableServices/tables")}
-    assert table_prefix(parsed.poison_archive_container) + "entries" in tables
-    assert (ROLE["table_contributor"], account.id) in mine
-    assert parsed.storage.table_endpoint() == f"https://{account.name}.table.core.windows.net"
-    blob_scopes = {scope for role, scope in mine if "/containers/" in scope}
-    assert blob_scopes == {_container_id(account, c) for c in write | tagged | read | host}, "nothing else"
-
-
-def test_role_assignment_names_are_stable_across_runs(template: dict[str, Any]) -> None:
-    """Re-deploying must update the same assignments, not fail with RoleAssignmentExists."""
-    first = sorted(r.id for r in deployment(template, "livy")[0])
-    second = sorted(r.id for r in deployment(template, "livy")[0])
-    assert first == second
-
-
-@pytest.mark.parametrize("case", sorted(PARAM_SETS))
-def test_telemetry_is_entra_only(template: dict[str, Any], case: str) -> None:
-    resources, _ = deployment(template, case)
-    insights = one(resources, "Microsoft.Insights/components")
-    workspace = one(resources, "Microsoft.OperationalInsights/workspaces")
-    assert insights.body["properties"]["DisableLocalAuth"] is True
-    assert insights.body["properties"]["WorkspaceResourceId"] == workspace.id
-    assert workspace.body["properties"]["workspaceCapping"]["dailyQuotaGb"] == 1
-
-
 # ------------------------------------------------------------------ the app accepts these settings
-
-
-def _host_json(tmp_path: Path) -> Path:
-    real = ROOT / "host.json"
-    if real.exists():
-        return real
-    fallback = tmp_path / "host.json"
-    fallback.write_text(json.dumps({"version": "2.0", "functionTimeout": "00:10:00"}), encoding="utf-8")
-    return fallback
 
 
 @pytest.mark.parametrize("case", sorted(PARAM_SETS))
 def test_app_settings_pass_the_apps_validation(template: dict[str, Any], case: str, tmp_path: Path) -> None:
     resources, _ = deployment(template, case)
     env = app_settings(resources)
-    parsed = Settings.from_env(env, host_json=_host_json(tmp_path))
+    parsed = Settings.from_env(env, host_json=host_json_file(tmp_path))
     account = one(resources, "Microsoft.Storage/storageAccounts").name
     identity = one(resources, "Microsoft.ManagedIdentity/userAssignedIdentities")
     assert parsed.storage.identity_based
@@ -620,104 +334,6 @@ def test_every_app_setting_is_read_by_the_app(template: dict[str, Any]) -> None:
         if name in PLATFORM_SETTINGS:
             continue
         assert name in sources, f"app setting {name} is not read anywhere in shared/"
-
-
-# ------------------------------------------------------------------ Bicep mirrors the JSON
-
-
-@pytest.fixture(scope="module")
-def bicep() -> dict[str, Any]:
-    # pycep's TypedDict, walked here as plain JSON
-    parsed = cast(dict[str, Any], pycep.BicepParser().parse(file_path=BICEP_PATH))
-    return parsed
-
-
-def _decorator(spec: dict[str, Any], kind: str) -> Any:
-    for d in spec.get("decorators", []):
-        if d["type"] == kind:
-            return d["argument"]
-    return None
-
-
-def test_bicep_declares_the_same_parameters(bicep: dict[str, Any], template: dict[str, Any]) -> None:
-    assert list(bicep["parameters"]) == list(template["parameters"])
-    for name, spec in bicep["parameters"].items():
-        arm = template["parameters"][name]
-        secure = any(d["type"] == "secure" for d in spec.get("decorators", []))
-        assert ("secure" + spec["type"] if secure else spec["type"]) == arm["type"], name
-        assert _decorator(spec, "description") == arm["metadata"]["description"], name
-        assert _decorator(spec, "allowed") == arm.get("allowedValues"), name
-        for bicep_kind, arm_kind in (
-            ("min_length", "minLength"),
-            ("max_length", "maxLength"),
-            ("min_value", "minValue"),
-            ("max_value", "maxValue"),
-        ):
-            assert _decorator(spec, bicep_kind) == arm.get(arm_kind), (name, arm_kind)
-        if not is_expression(arm.get("defaultValue")):
-            assert spec["default"] == arm.get("defaultValue"), name
-
-
-def test_bicep_declares_the_same_resources(bicep: dict[str, Any], template: dict[str, Any]) -> None:
-    bicep_types = sorted((r["type"], r["api_version"]) for r in bicep["resources"].values())
-    arm_types = sorted((r["type"], r["apiVersion"]) for r in template["resources"])
-    assert bicep_types == arm_types
-    assert list(bicep["outputs"]) == list(template["outputs"])
-    assert bicep["variables"]["roles"]["value"] == template["variables"]["roles"]
-    assert bicep["globals"]["scope"]["value"] == "resourceGroup"
-
-
-def test_bicep_app_settings_match(bicep: dict[str, Any], template: dict[str, Any]) -> None:
-    union = bicep["resources"]["appSettings"]["config"]["properties"]["function"]
-    assert union["type"] == "union"
-    assert union["parameters"]["arg_1"] == "extraAppSettings"
-    assert union["parameters"]["arg_3"] == "consoleSettings"
-    bicep_settings = {**union["parameters"]["arg_2"], **bicep["variables"]["consoleSettings"]["value"]}
-    resources, _ = deployment(template, "defaults")
-    assert list(bicep_settings) == list(app_settings(resources))
-    assert bicep_settings["AzureWebJobsStorage__credential"] == "managedidentity"
-    assert bicep_settings["LEDGER_CONTAINER"] == "ledger"
-    site = bicep["resources"]["functionApp"]["config"]["properties"]
-    assert "appSettings" not in site["siteConfig"], "app settings live in the sites/config resource only"
-    assert site["functionAppConfig"]["runtime"] == {"name": "python", "version": "3.11"}
-    storage = bicep["resources"]["storage"]["config"]["properties"]
-    assert storage["allowSharedKeyAccess"] is False
-
-
-def _bicep_symbols(text: str) -> set[str]:
-    return set(re.findall(r"^(?:param|var|resource|output)\s+([A-Za-z_]\w*)", text, flags=re.M))
-
-
-def test_bicep_references_only_declared_symbols() -> None:
-    text = BICEP_PATH.read_text(encoding="utf-8")
-    code = re.sub(r"(?<!:)//.*", "", text)  # comments, not the // of a URL
-    declared = _bicep_symbols(code)
-    builtins = {"resourceGroup", "environment", "subscription", "tenant", "deployment"}
-    interpolated = set(re.findall(r"\$\{\s*([A-Za-z_]\w*)", code))
-    accessed = set(re.findall(r"\b([A-Za-z_]\w*)\.(?:id|name|properties)\b", code))
-    assert interpolated | accessed <= declared | builtins, (interpolated | accessed) - declared - builtins
-    # every param and var is used somewhere besides its declaration
-    for symbol in re.findall(r"^(?:param|var)\s+([A-Za-z_]\w*)", code, flags=re.M):
-        uses = re.findall(rf"(?<![\w.']){symbol}\b", code)
-        assert len(uses) >= 2, f"{symbol} is declared but never used"
-
-
-def _iter_bicep_strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _iter_bicep_strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _iter_bicep_strings(v)
-
-
-def test_bicep_reads_no_keys(bicep: dict[str, Any]) -> None:
-    text = BICEP_PATH.read_text(encoding="utf-8")
-    assert "listKeys" not in text
-    assert "AccountKey" not in text
-    assert not any("list_keys" in s for s in _iter_bicep_strings(bicep["resources"]))
 
 
 # ------------------------------------------------------------------ the app runs with what the template sets
@@ -830,7 +446,7 @@ def test_the_lifecycle_policy_implements_the_apps_retention_rules(
     account = one(resources, "Microsoft.Storage/storageAccounts")
     policy = one(resources, "Microsoft.Storage/storageAccounts/managementPolicies")
     assert policy.id.startswith(account.id) and policy.name.endswith("/default")
-    parsed = Settings.from_env(app_settings(resources), host_json=_host_json(Path(ROOT / "build")))
+    parsed = Settings.from_env(app_settings(resources), host_json=host_json_file(Path(ROOT / "build")))
     wanted = {
         (
             rule.name,

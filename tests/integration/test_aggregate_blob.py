@@ -243,13 +243,13 @@ def test_quoted_line_breaks_over_the_blob_reader(env: Env, monkeypatch: pytest.M
     )
     blob = env.storage.blob.get_blob_client(env.data, "multiline.csv")
     recuts: list[int] = []
-    cut_again = csv_path._cut_again
+    cut_again = csv_path.cut_again
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         recuts.append(1)
         return cut_again(*args, **kwargs)
 
-    monkeypatch.setattr(csv_path, "_cut_again", counted)
+    monkeypatch.setattr(csv_path, "cut_again", counted)
     for speculative in (True, False):
         recuts.clear()
         with open_blob_stream(blob, chunk_size=100_000, max_concurrency=3) as stream:

@@ -190,7 +190,7 @@ def test_the_jobs_page_filters_by_creation_time_and_pages_within_it(rt: Runtime)
     until = queries.parse_when((base + timedelta(days=1)).date().isoformat(), end=True)
     page = queries.jobs_page(rt, since=since, until=until)
     assert [r.id for r in page.rows] == ["t-3", "t-2", "t-1"]
-    rt.job_index._days = None
+    rt.job_index.days(fresh=True)  # the day list read again (as after DAYS_TTL_S), now with day 2
     first = rt.job_index.page(since=since, until=until, size=2)
     rest = rt.job_index.page(token=first.next_token, since=since, until=until, size=2)
     assert [r.id for r in first.rows + rest.rows] == ["t-3", "t-2", "t-1"] and rest.next_token is None

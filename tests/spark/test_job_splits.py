@@ -53,9 +53,9 @@ def simulate(
         )
         for i, (s, e) in enumerate(splits)
     ]
-    metas = sorted(job._meta(r) for r in results)
+    metas = sorted(job.task_meta(r) for r in results)
     try:
-        job._raise_first_error(metas, header.count(b"\n"), spec.format)
+        job.raise_first_error(metas, header.count(b"\n"), spec.format)
     except job.JobFailure as exc:
         raise InputDataError(str(exc)) from None
     merged: dict[Any, Any] = {}

@@ -239,7 +239,7 @@ def test_the_scanners_blocks_are_whole_buffers(fmt: str, monkeypatch: pytest.Mon
     """The engine sets `whole_buffers` where the C scanner parses its blocks, and only there; a
     CSV cut again (a block cut inside a quoted line break) keeps it."""
     made: list[blocks.Splitter] = []
-    over, cut_again = blocks.Splitter.over, csv_path._cut_again
+    over, cut_again = blocks.Splitter.over, csv_path.cut_again
 
     def recording_over(*args: Any) -> blocks.Splitter:
         made.append(over(*args))
@@ -250,7 +250,7 @@ def test_the_scanners_blocks_are_whole_buffers(fmt: str, monkeypatch: pytest.Mon
         return made[-1]
 
     monkeypatch.setattr(blocks.Splitter, "over", staticmethod(recording_over))
-    monkeypatch.setattr(csv_path, "_cut_again", recording_cut_again)
+    monkeypatch.setattr(csv_path, "cut_again", recording_cut_again)
     data = (
         multiline_csv(2000, every=4)
         if fmt == "csv"
@@ -290,14 +290,14 @@ class SeekCountingFile(io.BytesIO):
 def recuts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The input offsets the CSV path cuts again from (a block cut inside quotes)."""
     seen: list[int] = []
-    cut_again = csv_path._cut_again
+    cut_again = csv_path.cut_again
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         pending, unsent = args[3], args[4]
         seen.append(([block for _job, block, _lines in pending] + unsent)[0].offset)
         return cut_again(*args, **kwargs)
 
-    monkeypatch.setattr(csv_path, "_cut_again", counted)
+    monkeypatch.setattr(csv_path, "cut_again", counted)
     return seen
 
 

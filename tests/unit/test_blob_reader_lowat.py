@@ -126,7 +126,7 @@ def lean(url: str, client: ssl.SSLContext | None, depth: int = 2) -> BlobReader:
         retries=0,
         sleep=lambda s: None,
     )
-    reader.connections._ssl = client  # trust the test's certificate (https), as a CA bundle would
+    reader.connections.ssl_context = client  # trust the test's certificate (https), as a CA bundle would
     return reader
 
 
@@ -140,20 +140,20 @@ def test_a_trickled_body_is_read_whole_and_the_connection_reused(
 ) -> None:
     url, client = trickle
     marks: list[int] = []
-    real = blob_reader._set_lowat
+    real = blob_reader.set_lowat
 
     def spy(sock: Any, size: int) -> bool:
         ok = real(sock, size)
         marks.append(size if ok else -size)
         return ok
 
-    monkeypatch.setattr(blob_reader, "_set_lowat", spy)
+    monkeypatch.setattr(blob_reader, "set_lowat", spy)
     reader = lean(url, client, depth=1)  # one connection: each answer after a body read under the mark
     for _ in range(2):
         with reader.open("data", "big.bin") as stream:
             assert stream.read() == BIG
     assert marks == [LOWAT_BYTES, 1] * 6  # three full ranges a read; the short last one needs none
-    assert reader.connections._idle.qsize() == 1
+    assert reader.connections.idle() == 1
 
 
 def test_a_body_cut_short_under_the_mark_fails_at_once_not_at_the_timeout(

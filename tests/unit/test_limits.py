@@ -260,13 +260,13 @@ def test_many_distinct_keys_stop_early(monkeypatch: pytest.MonkeyPatch) -> None:
     from shared.aggregation import plan
 
     combined: list[int] = []
-    real = plan.Accumulator._combine
+    real = plan.Accumulator.combine
 
     def spy(self: Any) -> None:
         combined.append(self.pending_rows)
         real(self)
 
-    monkeypatch.setattr(plan.Accumulator, "_combine", spy)
+    monkeypatch.setattr(plan.Accumulator, "combine", spy)
     with pytest.raises(TooManyGroups):
         aggregate_stream(
             io.BytesIO(distinct(50_000, "csv")),

@@ -51,16 +51,16 @@ def test_ca_bundle_is_passed_to_the_clients_once(monkeypatch: pytest.MonkeyPatch
     assert transport.connection_config.verify == "/a.pem"
     monkeypatch.delenv("REQUESTS_CA_BUNDLE")
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
-    assert "connection_verify" not in storage._client_kwargs()
+    assert "connection_verify" not in storage.client_kwargs()
 
 
 def test_session_trusts_the_environment_only_with_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(storage, "NETRC_FILES", ())
     for name in [n for n in os.environ if n.lower().endswith("_proxy") or n.lower() == "netrc"]:
         monkeypatch.delenv(name)
-    assert storage._session().trust_env is False
+    assert storage.requests_session().trust_env is False
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    assert storage._session().trust_env is True
+    assert storage.requests_session().trust_env is True
 
 
 def _dev_connection() -> StorageConnection:

@@ -58,8 +58,8 @@ def test_a_table_client_is_built_once_per_name_and_old_ones_are_let_go() -> None
     assert service.get_table_client("jobs") is service.get_table_client(table_name="jobs")
     for i in range(KEPT_TABLE_CLIENTS + 5):
         service.get_table_client(f"day{i}")
-    assert len(service._tables) == KEPT_TABLE_CLIENTS
-    assert "jobs" not in service._tables
+    assert len(service.kept()) == KEPT_TABLE_CLIENTS
+    assert "jobs" not in service.kept()
     assert service.get_table_client("jobs").table_name == "jobs"
 
 

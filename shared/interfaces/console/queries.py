@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
-
 from shared import poison
 from shared.app.runtime import Runtime
 from shared.core import jsontext
@@ -34,6 +32,7 @@ from shared.indexes.entries import EntryRow
 from shared.indexes.keys import stamp_ms
 from shared.interfaces.console import job_archive
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
+from shared.storage.errors import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
 
 LIST_PAGE = 5000
@@ -48,8 +47,9 @@ PAYLOAD_SHOW_BYTES = 256 * 1024
 
 def queue_depth(rt: Runtime, name: str) -> int | None:
     try:
-        count = rt.storage.raw_queue(name).get_queue_properties().approximate_message_count
-    except ResourceNotFoundError:
+        with translated(f"depth of queue {name}"):
+            count = rt.storage.raw_queue(name).get_queue_properties().approximate_message_count
+    except NotFound:
         return None
     return int(count or 0)
 
@@ -323,8 +323,9 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
     if isinstance(ref, str) and ref:
         blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(ref)
         try:
-            raw = read_capped(blob, PAYLOAD_SHOW_BYTES)
-        except ResourceNotFoundError:
+            with translated(f"reading payload {ref}"):
+                raw = read_capped(blob, PAYLOAD_SHOW_BYTES)
+        except NotFound:
             return None, f"claim-checked payload {ref} is missing"
         except BlobTooLarge as big:
             return None, f"claim-checked payload {ref} is {big.size} bytes: read it from storage"

@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import azure.functions as func
-from azure.core.exceptions import AzureError
 
 from shared.app.runtime import Runtime, get_runtime
 from shared.core import jsontext
@@ -44,6 +43,7 @@ from shared.interfaces.console.security import (
     token_refusal,
 )
 from shared.poison import bulk
+from shared.storage.errors import StorageError, failure_name, translated
 
 log = logging.getLogger("jobs.console")
 SAFE_HEADERS = {
@@ -120,16 +120,17 @@ def _handle(req: func.HttpRequest, env: Mapping[str, str], keyed: bool) -> func.
             return _json(denied.status, {"error": str(denied)})
     call = Call(req, path, base_path(req.url), principal, headers, env)
     try:
-        if req.method == "POST":
-            return _post(call, keyed)
-        if req.method != "GET":
-            return _json(405, {"error": f"{req.method} is not supported; pages are GETs, changes POSTs"})
-        return _get(call)
+        with translated(f"console {path}"):
+            if req.method == "POST":
+                return _post(call, keyed)
+            if req.method != "GET":
+                return _json(405, {"error": f"{req.method} is not supported; pages are GETs, changes POSTs"})
+            return _get(call)
     except SettingsError as exc:
         return _json(503, {"error": str(exc)})
-    except (AzureError, StorageThrottled) as exc:
+    except (StorageError, StorageThrottled) as exc:
         log.exception("console: storage error on %s", path)
-        return _json(503, {"error": f"storage unavailable ({exc.__class__.__name__}); try again later"})
+        return _json(503, {"error": f"storage unavailable ({failure_name(exc)}); try again later"})
 
 
 # -- pages and data ---------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""An in-memory storage account: the blob, queue and table calls the app makes, and no others.
+
+`MemoryStorage` holds containers, queues and tables behind one lock. Its clients (`clients()` for
+`StorageClients`, `table_service()` for the console's indexes) stand in for azure-storage-blob's
+`BlobServiceClient`, azure-storage-queue's `QueueServiceClient` and azure-data-tables'
+`TableServiceClient`, so `process_message`, the poison handler and the operator tools run unchanged
+in logic tests, without Azurite.
+
+Faithful where the app's guarantees depend on it; tests/integration/test_storage_contract.py runs
+the same assertions against this and against Azurite:
+
+- blobs: ETags; `match_condition` IfMissing (If-None-Match: *, also what `overwrite=False` sends)
+  and IfNotModified (If-Match), `if_unmodified_since`; failures raised as the SDK raises them (its
+  own error processing builds them: the same classes, status codes and `error_code`s); metadata and
+  index tags replaced by every write (none given: cleared); listings by prefix in name order, in
+  pages; Find Blobs by Tags (consistent at once here, where the service's index may lag); ranged
+  downloads with their Content-Range, 416 for a range of an empty blob.
+- queues: visibility timeouts on send and receive, dequeue counts, pop receipts (a stale one is
+  refused: 400 PopReceiptMismatch), time-to-live (-1: never), the 64 KiB message limit; the SDK's
+  own encode/decode policies and pager (`receive_messages(max_messages=n)` takes one message a
+  request, lazily, as the SDK does).
+- tables: create/upsert (merge or replace)/update (If-Match)/delete/get, queries with OData filters
+  (comparisons joined by `and`: what the app sends) in pages with continuation tokens, entity group
+  transactions (all or nothing), the SDK's value rules (ints are Int32) and the key rules.
+
+A module per service: `blobs.py`, `queues.py`, `tables.py`; `account.py` holds them behind one
+lock, one clock and one request log; `common.py` has the limits, the clocks and the SDKs' errors.
+Import from the package (`from tests.fakes.storage import MemoryStorage`).
+
+Time comes from `clock`: the real time by default; `ManualClock` (only a test moves it) or
+`SkippingClock` (the real time, plus what a test skipped) let a test wait without sleeping. Every call is
+logged in `requests` as the REST request it stands for (`PUT /devstoreaccount1/ledger/a.json`), so
+request counts can be asserted here as they are over HTTP. Keyword arguments the fake does not know
+raise TypeError, and filters it cannot evaluate raise NotImplementedError: a new call of the app
+fails here until the fake (and its contract test) learn it, rather than passing unchecked.
+"""
+
+from tests.fakes.storage.account import MemoryStorage
+from tests.fakes.storage.blobs import (
+    MemoryBlobClient,
+    MemoryBlobService,
+    MemoryContainerClient,
+    MemoryDownloader,
+)
+from tests.fakes.storage.common import (
+    ACCOUNT,
+    Clock,
+    ManualClock,
+    SkippingClock,
+    blob_error,
+    queue_error,
+    real_time,
+    table_error,
+)
+from tests.fakes.storage.queues import MemoryQueueClient, MemoryQueueService
+from tests.fakes.storage.tables import MemoryTableClient, MemoryTableService
+
+__all__ = [
+    "ACCOUNT",
+    "Clock",
+    "ManualClock",
+    "MemoryBlobClient",
+    "MemoryBlobService",
+    "MemoryContainerClient",
+    "MemoryDownloader",
+    "MemoryQueueClient",
+    "MemoryQueueService",
+    "MemoryStorage",
+    "MemoryTableClient",
+    "MemoryTableService",
+    "SkippingClock",
+    "blob_error",
+    "parse_tag_filter",
+    "queue_error",
+    "real_time",
+    "table_error",
+]

@@ -1,0 +1,142 @@
+"""What the services of the in-memory account share: limits, clocks, and errors built by the SDKs' own
+error processing (the same classes, status codes and `error_code`s as the SDKs raise)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
+from typing import Any, NoReturn, cast
+
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.data.tables._error import _decode_error
+from azure.storage.blob._shared.response_handlers import process_storage_error as _process_blob_error
+from azure.storage.queue._shared.response_handlers import process_storage_error as _process_queue_error
+
+ACCOUNT = "devstoreaccount1"
+NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+"""The expiry the service reports for a message put with time-to-live -1."""
+MAX_MESSAGE_BYTES = 64 * 1024
+DEFAULT_TTL_S = 7 * 24 * 3600
+MAX_VISIBILITY_S = 7 * 24 * 3600
+TABLE_PAGE = 1000
+"""Entities a query answers at most (the service's limit, whatever `results_per_page` asks)."""
+LIST_PAGE = 5000
+TRANSACTION_LIMIT = 100
+MAX_KEY_CHARS = 1024
+MAX_STRING_CHARS = 32 * 1024
+"""A string property holds at most 64 KiB of UTF-16."""
+MAX_PROPERTIES = 255
+FORBIDDEN_KEY = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
+LOWER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
+"""Container and queue names: lower-case letters, digits, single hyphens inside."""
+TAG_CHARS = re.compile(r"^[A-Za-z0-9 +\-./:=_]*$")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Clock = Callable[[], datetime]
+
+
+def real_time() -> datetime:
+    return datetime.now(UTC)
+
+
+class ManualClock:
+    """Time that moves only when a test says so."""
+
+    def __init__(self, start: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class SkippingClock:
+    """The real time, plus what a test skipped (`advance`): the account's time passes at once,
+    while the app's own clock (the real time) does not move."""
+
+    def __init__(self) -> None:
+        self.skipped = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.skipped
+
+    def advance(self, seconds: float) -> None:
+        self.skipped += timedelta(seconds=seconds)
+
+
+def whole_seconds(moment: datetime) -> datetime:
+    """A time as the service reports it in headers and listings: whole seconds."""
+    return moment.replace(microsecond=0)
+
+
+# -- errors, built by the SDKs' own error processing ----------------------------------------
+
+
+class ErrorResponse:
+    """The parts of an HTTP error response that azure-core's exceptions and the SDKs read."""
+
+    def __init__(self, status: int, code: str) -> None:
+        self.status_code = status
+        self.reason = HTTPStatus(status).phrase
+        self.headers = {"x-ms-error-code": code}
+        self.content_type = "application/xml"
+
+    def text(self, encoding: str | None = None) -> str:
+        return ""
+
+
+def raw_error(status: int, code: str, message: str) -> HttpResponseError:
+    """What the SDKs' generated layer raises for an answer (its error map: 404 and 409), before the
+    client's error processing."""
+    kind: type[HttpResponseError] = {404: ResourceNotFoundError, 409: ResourceExistsError}.get(
+        status, HttpResponseError
+    )
+    return kind(message=message, response=cast(Any, ErrorResponse(status, code)))
+
+
+def _processed(process: Callable[[HttpResponseError], NoReturn], raw: HttpResponseError) -> HttpResponseError:
+    try:
+        process(raw)
+    except HttpResponseError as exc:
+        return exc
+    raise AssertionError("the SDK's error processing always raises")
+
+
+def blob_error(status: int, code: str, message: str) -> HttpResponseError:
+    """The exception azure-storage-blob raises for this answer."""
+    return _processed(_process_blob_error, raw_error(status, code, message))
+
+
+def queue_error(status: int, code: str, message: str) -> HttpResponseError:
+    """The exception azure-storage-queue raises for this answer."""
+    return _processed(_process_queue_error, raw_error(status, code, message))
+
+
+def table_error(status: int, code: str, message: str) -> HttpResponseError:
+    """The exception azure-data-tables raises for this answer."""
+    return cast(HttpResponseError, _decode_error(ErrorResponse(status, code), message))  # type: ignore[no-untyped-call]
+
+
+def refuse_unknown(kwargs: Mapping[str, Any], call: str) -> None:
+    if kwargs:
+        raise TypeError(
+            f"the in-memory {call} does not take {sorted(kwargs)} (teach it, and its contract test)"
+        )
+
+
+def check_name(name: str, error: Callable[[int, str, str], HttpResponseError]) -> None:
+    if not 3 <= len(name) <= 63:
+        raise error(
+            400, "OutOfRangeInput", "The specified resource name length is not within the permissible limits."
+        )
+    if not LOWER_NAME.match(name):
+        raise error(400, "InvalidResourceName", "The specified resource name contains invalid characters.")
+
+
+def same_page(answer: Any) -> Any:
+    """The pager's page as it comes (`ItemPaged`'s extract step)."""
+    return answer
