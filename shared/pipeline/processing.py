@@ -379,7 +379,7 @@ class Processor:
         if next_attempt >= policy.attempts:
             self.poison(exc, reason=f"gave up after {next_attempt} attempts; last error: {exc}")
             return
-        delay = policy.delay(next_attempt, exc.retry_after_s)
+        delay = policy.delay(next_attempt, getattr(exc, "retry_after_s", None))
         assert self.keeper is not None
         seq = RecordView.of(self.keeper.record).retry_seq
         self.send_followup(env.with_attempt(next_attempt, seq), delay)

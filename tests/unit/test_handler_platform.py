@@ -175,3 +175,9 @@ def test_the_default_kit_runtime_is_the_apps_registry() -> None:
     assert set(kit.rt.handlers) == set(registry())
     with pytest.raises(Exception, match="unknown"):
         submit_job(kit, "no-such-kind", {})
+
+
+def test_the_app_refuses_to_start_on_a_wrong_kind_setting() -> None:
+    """The runtime reads the kinds' settings as it is built (start-up), with the app's."""
+    with pytest.raises(SettingsError, match="HTTP_MAX_ATTEMPTS=0 must be >= 1"):
+        kit_runtime(HTTP_MAX_ATTEMPTS="0")
