@@ -165,3 +165,30 @@ def test_the_happy_path_takes_four_storage_requests_a_job(receiver: Receiver) ->
         drain(kit)
     storage = [r for r in kit.account.requests[before:] if "/messages" not in r]
     assert len(storage) == 4, storage
+
+
+def test_every_payload_problem_is_listed_at_once() -> None:
+    from shared.core.errors import PayloadError
+    from shared.jobs.http_payload import HttpKindSettings, parse_call
+
+    payload = {
+        "url": "ftp://x",
+        "method": "TRACE",
+        "headers": {"Idempotency-Key": "mine", "Bad Name": "v", "X": {"secret": "lower"}, "Y": 5},
+        "timeout_seconds": 0,
+        "extra": 1,
+    }
+    with pytest.raises(PayloadError) as failed:
+        parse_call(payload, HttpKindSettings())
+    text = "; ".join(failed.value.problems)
+    for expected in (
+        "payload.extra: unknown field",
+        "payload.url: only http(s)",
+        "payload.method",
+        "Idempotency-Key: set by the app",
+        "not a header name",
+        "secret must name an app setting HTTP_SECRET_",
+        'payload.headers.Y: a string, or {"secret"',
+        "payload.timeout_seconds: a number",
+    ):
+        assert expected in text, (expected, text)
