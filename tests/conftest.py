@@ -27,6 +27,9 @@ if str(REPO_ROOT) not in sys.path:
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
 from tests.storage_params import STORAGE_BACKENDS  # noqa: E402
 
+pytest_plugins = ("tests.handlerkit",)
+"""The handler test kit's fixtures (`receiver`)."""
+
 if TYPE_CHECKING:
     from tests.integration.backends import Backend
 

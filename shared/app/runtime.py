@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from shared.config.platform import in_azure
 from shared.config.settings import Settings
 from shared.config.telemetry import configure_telemetry
+from shared.core.backoff import RetryPolicy
 from shared.core.documents import DocumentStore
 from shared.core.messages import QueueSender
 from shared.core.timers import Clock, ThreadTimers, Timers, system_clock
@@ -30,6 +31,7 @@ from shared.indexes.jobs import IndexedStore, JobIndex
 from shared.indexes.keys import table_prefix
 from shared.jobs import registry
 from shared.jobs.base import Handler
+from shared.jobs.kinds import app_policy, configure_kinds
 from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
 from shared.storage.blob_documents import BlobDocuments
@@ -69,6 +71,8 @@ class Runtime:
     """The audit of operator actions (Table storage), None likewise."""
     counters: metrics.CounterStore | None = None
     """The overview's counters (Table storage); None: blobs in the archive container (`counter_store`)."""
+    retry_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
+    """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
 
     @classmethod
     def over(
@@ -80,7 +84,9 @@ class Runtime:
         tables: TableServiceClient | None = None,
     ) -> Runtime:
         """A runtime on the configured storage account; its Table service is `tables` when given
-        (tests: an in-memory account), else the configured account's."""
+        (tests: an in-memory account), else the configured account's. The kinds' own settings
+        are read and checked here (SettingsError naming each bad one)."""
+        kinds = configure_kinds(settings, handlers)
         archive_tables = table_prefix(settings.poison_archive_container)
         try:
             tables = tables if tables is not None else table_service(settings.storage)
@@ -101,7 +107,7 @@ class Runtime:
         return cls(
             settings=settings,
             storage=storage,
-            handlers=handlers,
+            handlers=kinds.handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index) if job_index else ledger_store),
             archive=archive,
@@ -111,11 +117,16 @@ class Runtime:
             entry_index=entry_index,
             audit=audit,
             counters=counters,
+            retry_policies=kinds.retry,
         )
 
     def counter_store(self) -> metrics.CounterStore:
         """Where the overview's counters are kept: the table, else blobs in the archive container."""
         return self.counters if self.counters is not None else metrics.BlobCounters(self.archive)
+
+    def retry_policy(self, kind: str) -> RetryPolicy:
+        """The kind's retry policy: its own, else the app's settings."""
+        return self.retry_policies.get(kind) or app_policy(self.settings)
 
     def new_owner(self) -> str:
         """An owner id for one invocation's claim."""

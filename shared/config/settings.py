@@ -168,6 +168,10 @@ class Settings:
     `PAYLOADS_RETENTION_DAYS`, `ARCHIVE_RETENTION_DAYS` (poison archive entries; reasons 7 days
     longer; edits never): days without modification before deletion, 0 = never. Applied by the
     lifecycle policy in Azure, by `python -m shared.interfaces.cli retention` locally (shared/config/retention.py)."""
+    source: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """The app settings these were read from (the process environment itself in a host): the
+    job kinds read their own settings from it (shared/jobs/kinds.py), and the `http` kind its
+    secret headers at call time. Never printed (repr=False)."""
     retention_by_app: bool = False
     """`RETENTION_BY_APP` (`true`/`false`): the sweep timer also deletes what the rules make
     due, at most every 5 minutes (shared/pipeline/retention.py). Off by default: in Azure the lifecycle policy does it at
@@ -243,6 +247,7 @@ class Settings:
                 archive=reader.integer("ARCHIVE_RETENTION_DAYS", RetentionDays.archive, 0),
             ),
             retention_by_app=reader.choice("RETENTION_BY_APP", "false", ("true", "false")) == "true",
+            source=src,
         )
         problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))

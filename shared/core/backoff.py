@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def backoff_ceiling(attempt: int, base_s: float, cap_s: float) -> float:
@@ -22,3 +24,40 @@ def retry_delay(attempt: int, base_s: float, cap_s: float, rand: Callable[[], fl
 def poll_delay(polls: int, initial_s: int, cap_s: int) -> int:
     """A growing delay for status checks of offloaded work: initial * 2^polls, capped."""
     return int(min(cap_s, initial_s * (2 ** min(polls, 30))))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a kind's transient failures are retried: at most `attempts` runs in all, the delay
+    before run n+1 drawn up to base * 2^(n-1) capped at `cap_s` (full jitter; without jitter,
+    the ceiling itself). A cause's Retry-After is honoured up to the cap."""
+
+    attempts: int
+    base_s: float
+    cap_s: float
+    jitter: bool = True
+
+    def problems(self, prefix: str = "") -> list[str]:
+        """What is wrong with the policy, naming the settings under `prefix` (pure)."""
+        found = []
+        if self.attempts < 1:
+            found.append(f"{prefix}MAX_ATTEMPTS={self.attempts} must be >= 1")
+        if self.base_s < 0:
+            found.append(f"{prefix}RETRY_BASE_SECONDS={self.base_s:g} must be >= 0")
+        if self.cap_s < self.base_s:
+            found.append(
+                f"{prefix}RETRY_MAX_SECONDS={self.cap_s:g} must be >= {prefix}RETRY_BASE_SECONDS={self.base_s:g}"
+            )
+        return found
+
+    def delay(
+        self, attempt: int, retry_after_s: float | None = None, rand: Callable[[], float] = random.random
+    ) -> int:
+        """Whole seconds before run `attempt` (>= 1 failures so far) (pure but for `rand`)."""
+        if self.jitter:
+            wait = retry_delay(attempt, self.base_s, self.cap_s, rand)
+        else:
+            wait = max(1, round(backoff_ceiling(attempt, self.base_s, self.cap_s)))
+        if retry_after_s is not None and retry_after_s > 0:
+            wait = max(wait, math.ceil(min(self.cap_s, retry_after_s)))
+        return wait

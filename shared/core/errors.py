@@ -116,10 +116,35 @@ class RunsDied(PermanentError):
     reason_code = "runs_died"
 
 
+class DownstreamRejected(PermanentError):
+    """A downstream service refused the request (a 4xx other than 408 and 429): the same request
+    cannot succeed later. `status` is the HTTP status; the message has the start of the answer."""
+
+    reason_code = "downstream_rejected"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class DestinationRefused(PermanentError):
+    """The outbound guard refused the destination (loopback, private, link-local, the app's own
+    storage, plain http:// to a host not in `HTTP_ALLOWED_HOSTS`): no connection was made."""
+
+    reason_code = "destination_refused"
+
+
 class TransientError(JobError):
-    """May succeed later: retried with backoff, poisoned after MAX_ATTEMPTS."""
+    """May succeed later: retried with backoff, poisoned after the kind's attempts (MAX_ATTEMPTS).
+
+    `retry_after_s`: the least delay the cause asked for (e.g. an answer's Retry-After), honoured
+    up to the kind's retry cap."""
 
     reason_code = "transient"
+
+    def __init__(self, message: str = "", retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class DownstreamUnavailable(TransientError):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from shared.config.settings import Settings
 from shared.storage.clients import StorageClients
@@ -35,6 +39,21 @@ class Continue:
 
 
 Outcome = Completed | Continue
+T = TypeVar("T")
+KEY_NAMESPACE = uuid.UUID("6f1c1f3e-34a0-4c55-9a51-8f2f0b1d2c34")
+"""The namespace of idempotency keys (UUID v5 of job id, payload version and scope)."""
+MAX_EFFECT_BYTES = 8 * 1024
+"""Largest JSON result of one `ctx.effect` (it is kept in the ledger record)."""
+
+
+def deadline_margin(function_timeout_s: float) -> float:
+    """Seconds kept back from functionTimeout for the run's last writes: a tenth, 2 to 30 s (pure)."""
+    return min(30.0, max(2.0, function_timeout_s / 10))
+
+
+def idempotency_key(job_id: str, version: int, scope: str = "") -> str:
+    """The key of a job's effect (pure): the same for every run of this payload version."""
+    return str(uuid.uuid5(KEY_NAMESPACE, f"{job_id}/{version}/{scope}"))
 
 
 @dataclass
@@ -54,6 +73,42 @@ class JobContext:
     """The `Continue.state` saved earlier, when this call continues an offloaded job."""
     progress: Mapping[str, Any] | None = None
     """The last checkpoint saved by an earlier attempt of this job, if any."""
+    version: int = 0
+    """The payload's version: 0, then one more at each operator edit (ledger `edit_count`)."""
+    effects: dict[str, Any] = field(default_factory=dict)
+    """The effects of this payload version already recorded (name -> result)."""
+    record_effect: Callable[[str, Any], None] | None = None
+    """Saves one effect's result in the ledger record (one conditional write)."""
+    deadline: float = math.inf
+    """When this run must be done (`time.monotonic()`): functionTimeout less `deadline_margin`."""
+    monotonic: Callable[[], float] = time.monotonic
+
+    def idempotency_key(self, scope: str = "") -> str:
+        """A key for an `Idempotency-Key` header: the same across retries, redeliveries, recovery
+        and a plain replay of the job; a new one after an edited replay. `scope` tells a job's
+        effects apart (e.g. two calls of one job)."""
+        return idempotency_key(self.job_id, self.version, scope)
+
+    def time_left(self) -> float:
+        """Seconds until `deadline` (never negative)."""
+        return max(0.0, self.deadline - self.monotonic())
+
+    def effect(self, name: str, fn: Callable[[], T]) -> T:
+        """Run `fn` at most once per job and payload version: its JSON result is recorded in the
+        ledger record and returned by later runs without calling `fn`.
+
+        The record is written after `fn` returns: a run that dies in between runs `fn` again.
+        Make `fn` idempotent with `idempotency_key(name)` (the receiver then sees one effect)."""
+        if name in self.effects:
+            return self.effects[name]  # type: ignore[no-any-return]
+        result = fn()
+        size = len(json.dumps(result, separators=(",", ":")))  # TypeError: not JSON
+        if size > MAX_EFFECT_BYTES:
+            raise ValueError(f"effect {name!r}: result is {size} bytes of JSON, over {MAX_EFFECT_BYTES}")
+        if self.record_effect is not None:
+            self.record_effect(name, result)
+        self.effects[name] = result
+        return result
 
 
 class Handler(Protocol):

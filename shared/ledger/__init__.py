@@ -229,6 +229,41 @@ def progressed(prev: Data | None, facts: Facts, progress: Mapping[str, Any], lea
     return data
 
 
+EFFECTS = "effects"
+"""A record's external effects (`ctx.effect`): name -> {"version", "result", "at"}."""
+
+
+def effect_recorded(
+    prev: Data | None, facts: Facts, name: str, version: int, result: Any, lease_s: float
+) -> Data:
+    """A handler's effect is done: its result kept under `effects` (merged with the others,
+    progress untouched), the lease extended. Only the owner of the claim records one."""
+    data = renewed(prev, facts, lease_s)
+    effects = dict(data.get(EFFECTS) or {})
+    effects[name] = {"version": version, "result": result, "at": isoformat(facts.now)}
+    data[EFFECTS] = effects
+    data["updated_at"] = isoformat(facts.now)
+    return data
+
+
+def effects_of(data: Mapping[str, Any] | None, version: int) -> dict[str, Any]:
+    """The recorded effects of payload `version`: name -> result (pure)."""
+    raw = (data or {}).get(EFFECTS)
+    if not isinstance(raw, Mapping):
+        return {}
+    return {
+        str(name): entry.get("result")
+        for name, entry in raw.items()
+        if isinstance(entry, Mapping) and entry.get("version") == version
+    }
+
+
+def payload_version(data: Mapping[str, Any] | None) -> int:
+    """The payload's version: how many times an operator edited the job's envelope (pure)."""
+    raw = (data or {}).get("edit_count", 0)
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
+
+
 def completed(
     prev: Data | None,
     job_id: str,

@@ -10,7 +10,6 @@ claim, leaves a re-check message and is acknowledged: it never spends the host's
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import math
 import threading
@@ -26,8 +25,6 @@ from shared.app.abandon import abandon_work
 from shared.app.runtime import Runtime, get_runtime
 from shared.app.sending import send_job
 from shared.config.observability import log_decision
-from shared.core import jsontext
-from shared.core.backoff import retry_delay
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
 from shared.core.errors import (
@@ -35,8 +32,6 @@ from shared.core.errors import (
     ClaimLost,
     EnvelopeError,
     Expired,
-    InputMissing,
-    LimitExceeded,
     PermanentError,
     RunsDied,
     StorageThrottled,
@@ -45,13 +40,13 @@ from shared.core.errors import (
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
 from shared.core.timers import Timer
 from shared.indexes import metrics
-from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
+from shared.net.client import deadline_at
 from shared.pipeline import recovery
+from shared.pipeline.payload import load_payload
 from shared.poison.archive import note_reason
-from shared.storage.errors import NotFound, translated
-from shared.storage.limits import BlobTooLarge, read_capped
 
 log = logging.getLogger("jobs.processing")
 RECHECK_MARGIN_S = 1
@@ -153,6 +148,8 @@ class Processor:
         self.env = env
         self.delivery = delivery
         self.owner = rt.new_owner()
+        self.started = time.monotonic()
+        """When this invocation began: its deadline counts from here (functionTimeout)."""
         self.mine: set[str] = set()
         self.keeper: ClaimKeeper | None = None
 
@@ -294,6 +291,8 @@ class Processor:
         if cancel is not None:  # an operator asked: poison now (offloaded work is stopped)
             raise CancelledByOperator(f"cancelled by {cancel.by}: {cancel.reason or 'no reason given'}")
         continuation = record.continuation if resume else None
+        version = ledger.payload_version(keeper.record.data)
+        timeout = self.rt.settings.function_timeout_s
         ctx = JobContext(
             job_id=self.env.id,
             kind=self.env.kind,
@@ -305,10 +304,25 @@ class Processor:
             checkpoint=self.checkpoint,
             resume_state=continuation.state if continuation else None,
             progress=record.progress,
+            version=version,
+            effects=ledger.effects_of(keeper.record.data, version),
+            record_effect=partial(self.record_effect, version),
+            deadline=self.started + timeout - deadline_margin(timeout),
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
-        return handler.run(ctx)
+        with deadline_at(ctx.deadline):  # the app's HTTP client cuts every call to it
+            return handler.run(ctx)
+
+    def record_effect(self, version: int, name: str, result: Any) -> None:
+        """Keep an effect's result in the ledger record (`ctx.effect`); ClaimLost if taken over."""
+        assert self.keeper is not None
+        facts = self.facts()
+        self.keeper.write(
+            lambda prev: ledger.effect_recorded(
+                prev, facts, name, version, result, self.rt.settings.claim_lease_s
+            )
+        )
 
     def checkpoint(self, progress: Mapping[str, Any]) -> None:
         """Save progress in the ledger and extend our claim; ClaimLost if someone took over."""
@@ -359,12 +373,13 @@ class Processor:
         )
 
     def retry_or_poison(self, exc: TransientError) -> None:
-        settings, env = self.rt.settings, self.env
+        env = self.env
+        policy = self.rt.retry_policy(env.kind)
         next_attempt = env.attempt + 1
-        if next_attempt >= settings.max_attempts:
+        if next_attempt >= policy.attempts:
             self.poison(exc, reason=f"gave up after {next_attempt} attempts; last error: {exc}")
             return
-        delay = retry_delay(next_attempt, settings.retry_base_s, settings.retry_max_s)
+        delay = policy.delay(next_attempt, getattr(exc, "retry_after_s", None))
         assert self.keeper is not None
         seq = RecordView.of(self.keeper.record).retry_seq
         self.send_followup(env.with_attempt(next_attempt, seq), delay)
@@ -425,37 +440,6 @@ class Processor:
 
     def send_followup(self, env: Envelope, delay_s: int) -> None:
         send_job(self.rt, env, delay_s)
-
-
-def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
-    """The inline payload, or the claim-checked one from the payloads container.
-
-    A claim-checked payload is read only up to MAX_PAYLOAD_BYTES (a larger blob is refused from
-    its size, never read whole): the limit the API applies when it writes one.
-    """
-    if env.payload_ref is None:
-        return env.payload or {}
-    blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(env.payload_ref)
-    limit = rt.settings.max_payload_bytes
-    try:
-        with translated(f"reading payload {env.payload_ref}"):
-            raw = read_capped(blob, limit)
-    except NotFound:
-        raise InputMissing(
-            f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} does not exist (dangling claim check)"
-        ) from None
-    except BlobTooLarge as big:
-        raise LimitExceeded(
-            f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} is {big.size} bytes, "
-            f"over MAX_PAYLOAD_BYTES={limit}: not read"
-        ) from None
-    try:
-        payload = jsontext.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise EnvelopeError([f"payload_ref: blob {env.payload_ref} is not JSON"], job_id=env.id) from None
-    if not isinstance(payload, dict):
-        raise EnvelopeError([f"payload_ref: blob {env.payload_ref} must hold a JSON object"], job_id=env.id)
-    return payload
 
 
 def send_poison_copy(

@@ -21,7 +21,7 @@ from azure.data.tables import TableServiceClient
 from devstack.azurite import Azurite
 from shared.app.runtime import Runtime, build_runtime, ensure_console_resources
 from shared.config.settings import Settings
-from shared.jobs import noop, testing
+from shared.jobs import registry
 from shared.storage.clients import StorageClients, clients_for, ensure_resources
 from shared.storage.tables import table_service
 from tests.fakes.storage import MemoryStorage, SkippingClock
@@ -30,7 +30,8 @@ from tests.storage_params import AZURITE, MEMORY
 
 
 def app_handlers() -> dict[str, Any]:
-    return {"noop": noop.HANDLER, **testing.HANDLERS}
+    """The app's registry, with the test kinds (fault injection)."""
+    return dict(registry(enable_test_kinds=True))
 
 
 @dataclass

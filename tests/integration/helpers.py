@@ -13,7 +13,7 @@ import azure.functions as func
 from devstack.azurite import Azurite
 from shared.app.runtime import Runtime, build_runtime
 from shared.config.settings import Settings
-from shared.jobs import noop, testing
+from shared.jobs import registry
 
 
 def unique(prefix: str) -> str:
@@ -39,7 +39,7 @@ def settings_for(azurite: Azurite, **extra: str) -> Settings:
 
 def runtime_for(azurite: Azurite, handlers: Mapping[str, Any] | None = None, **extra: str) -> Runtime:
     return build_runtime(
-        settings_for(azurite, **extra), handlers=handlers or {"noop": noop.HANDLER, **testing.HANDLERS}
+        settings_for(azurite, **extra), handlers=handlers or registry(enable_test_kinds=True)
     )
 
 

@@ -1,0 +1,59 @@
+"""`webhook`: POST the payload's `body` to its `url`, once per job (docs/handlers.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from shared.config.settings import Settings
+from shared.core.errors import PayloadError
+from shared.core.setting_reader import SettingReader
+from shared.jobs.base import Completed, JobContext, Outcome
+from shared.net.client import HttpClient
+from shared.net.guard import Guard
+
+
+class WebhookHandler:
+    """5xx, 408, 429 and timeouts: retried later; other 4xx: poisoned; the answer is the result."""
+
+    settings_prefix = "WEBHOOK_"
+
+    def __init__(self, allowed_hosts: tuple[str, ...] = (), timeout_s: float = 10.0) -> None:
+        self.guard = Guard.of(allowed_hosts)
+        self.timeout_s = timeout_s
+
+    def configure(self, reader: SettingReader, settings: Settings) -> WebhookHandler:
+        hosts = reader.text("WEBHOOK_ALLOWED_HOSTS", "")
+        return WebhookHandler(
+            tuple(h.strip() for h in hosts.split(",") if h.strip()),
+            reader.number("WEBHOOK_TIMEOUT_SECONDS", 10.0, 1.0),
+        )
+
+    def validate(self, payload: Mapping[str, Any]) -> None:
+        problems = [f"payload.{k}: unknown field" for k in sorted(set(payload) - {"url", "body"})]
+        url = payload.get("url")
+        if not isinstance(url, str):
+            problems.append("payload.url: required, a URL")
+        elif refusal := self.guard.url_refusal(url):
+            problems.append(f"payload.url: {refusal}")
+        if problems:
+            raise PayloadError(problems)
+
+    def run(self, ctx: JobContext) -> Outcome:
+        client = HttpClient("webhook", 5.0, self.timeout_s, guard=self.guard, max_throttle_retries=0)
+
+        def post() -> dict[str, Any]:
+            resp = client.request(
+                "POST",
+                ctx.payload["url"],
+                json=ctx.payload.get("body"),
+                headers={"Idempotency-Key": ctx.idempotency_key()},
+            )
+            return {"status": resp.status_code, "answer": resp.text[:200]}
+
+        answer = ctx.effect("post", post)  # recorded: a later run of this job does not post again
+        name = f"{ctx.job_id}.json"
+        blob = ctx.storage.container(ctx.settings.results_container).get_blob_client(name)
+        blob.upload_blob(json.dumps(answer), overwrite=True)
+        return Completed(result_ref=f"{ctx.settings.results_container}/{name}", summary=answer)

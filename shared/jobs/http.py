@@ -1,0 +1,168 @@
+"""`http`: the Async Caller. Calls the URL in the payload and keeps the answer as the job's result.
+
+- Every call sends `Idempotency-Key: <ctx.idempotency_key()>`: the same on every retry,
+  redelivery, recovery and plain replay of the job (a new one after an edited replay), so the
+  downstream can tell a repeat from a new request.
+- 5xx, 408, 429, connection errors and timeouts are transient: retried later by the kind's retry
+  policy (jittered exponential backoff; an answer's Retry-After honoured up to the cap). Other
+  4xx are poisoned at once, the status and the start of the answer in the reason.
+- The outbound guard (shared/net/guard.py) refuses loopback, private, link-local, the app's own
+  storage and plain http:// unless the host is in `HTTP_ALLOWED_HOSTS`: at POST for a literal
+  address (400), else on the resolved address before connecting (poisoned, no connection made).
+- Secret headers (`{"secret": "HTTP_SECRET_..."}`) are read from the app settings at call time:
+  the ledger, archive and result hold only the setting's name.
+- The result (`<results>/<id>.json`): `status`, selected `headers`, the `body` (JSON when the
+  answer is JSON, else text; bodies over `HTTP_INLINE_BODY_BYTES` are in `<id>.body` beside it,
+  named by `body_ref`), `attempts`, `duration_s`. Happy path storage requests: claim, result,
+  complete (+ the jobs index's write).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import requests
+from azure.storage.blob import ContentSettings
+
+from shared.config.settings import Settings
+from shared.core.errors import NotAvailable
+from shared.core.setting_reader import SettingReader
+from shared.jobs.base import Completed, JobContext, Outcome
+from shared.jobs.http_payload import HttpCall, HttpKindSettings, parse_call, read_settings
+from shared.net.client import HttpClient
+from shared.net.guard import Guard, Resolver, resolve
+
+KIND: Final = "http"
+RESULT_HEADERS = (
+    "content-type",
+    "content-length",
+    "location",
+    "etag",
+    "retry-after",
+    "x-request-id",
+    "request-id",
+)
+"""The answer's headers kept in the result."""
+
+
+class HttpHandler:
+    """The `http` kind; `configure` binds it to the deployment's settings."""
+
+    settings_prefix = "HTTP_"
+
+    def __init__(self, config: HttpKindSettings | None = None, resolver: Resolver = resolve) -> None:
+        self.resolver = resolver
+        """How host names are resolved for the guard (tests give their own)."""
+        self.config = config or HttpKindSettings(guard=Guard(resolver=resolver))
+
+    def configure(self, reader: SettingReader, settings: Settings) -> HttpHandler:
+        return HttpHandler(read_settings(reader, settings, self.resolver), self.resolver)
+
+    def validate(self, payload: Mapping[str, Any]) -> None:
+        parse_call(payload, self.config)
+
+    def run(self, ctx: JobContext) -> Outcome:
+        call = parse_call(ctx.payload, self.config)
+        headers = secret_headers(call, ctx.settings.source)
+        headers["Idempotency-Key"] = ctx.idempotency_key()
+        client = HttpClient(
+            KIND,
+            self.config.connect_timeout_s,
+            call.wait_s,
+            guard=self.config.guard,
+            follow_redirects=self.config.follow_redirects,
+            max_throttle_retries=0,  # a 429 is retried by the queue, after its Retry-After
+            max_body_bytes=self.config.max_body_bytes,
+        )
+        started = time.monotonic()
+        resp = client.request(
+            call.method,
+            call.url,
+            json=call.body if call.has_body and not isinstance(call.body, str) else None,
+            data=call.body.encode() if isinstance(call.body, str) else None,
+            headers=headers,
+            need_s=call.wait_s + self.config.connect_timeout_s,
+        )
+        duration = time.monotonic() - started
+        ctx.log.info(
+            "http: %s %s answered %s in %.3fs", call.method, _where(call.url), resp.status_code, duration
+        )
+        return write_result(ctx, resp, self.config, duration)
+
+
+def secret_headers(call: HttpCall, source: Mapping[str, str]) -> dict[str, str]:
+    """The request's headers, secrets read from the app settings now (NotAvailable when unset)."""
+    out: dict[str, str] = {}
+    for name, value in call.headers.items():
+        if isinstance(value, str):
+            out[name] = value
+            continue
+        setting = value["secret"]
+        secret = source.get(setting, "").strip()
+        if not secret:
+            raise NotAvailable(f"header {name}: app setting {setting} is not set (replay once it is)")
+        out[name] = secret
+    return out
+
+
+def result_document(
+    ctx: JobContext, resp: requests.Response, config: HttpKindSettings, duration_s: float
+) -> tuple[dict[str, Any], bytes | None]:
+    """The result document, and the body bytes to store beside it when too large to inline (pure)."""
+    content = resp.content or b""
+    truncated = len(content) > config.max_body_bytes
+    content = content[: config.max_body_bytes]
+    doc: dict[str, Any] = {
+        "id": ctx.job_id,
+        "status": int(resp.status_code),
+        "headers": {k: v for k, v in ((h, resp.headers.get(h)) for h in RESULT_HEADERS) if v is not None},
+        "attempts": ctx.attempt + 1,
+        "duration_s": round(duration_s, 3),
+        "body_bytes": len(content),
+    }
+    if truncated:
+        doc["body_truncated"] = True
+    if len(content) > config.inline_body_bytes:
+        doc["body_ref"] = f"{ctx.settings.results_container}/{ctx.job_id}.body"
+        return doc, content
+    kind = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if kind == "application/json" or kind.endswith("+json"):
+        try:
+            doc["body"] = json.loads(content)
+            return doc, None
+        except (ValueError, UnicodeDecodeError):
+            pass
+    doc["body"] = content.decode("utf-8", errors="replace")
+    return doc, None
+
+
+def write_result(
+    ctx: JobContext, resp: requests.Response, config: HttpKindSettings, duration_s: float
+) -> Completed:
+    """Upload the result (and a large body first) to the results container."""
+    doc, spill = result_document(ctx, resp, config, duration_s)
+    container = ctx.storage.container(ctx.settings.results_container)
+    if spill is not None:
+        body_type = resp.headers.get("content-type") or "application/octet-stream"
+        container.get_blob_client(f"{ctx.job_id}.body").upload_blob(
+            spill, overwrite=True, content_settings=ContentSettings(content_type=body_type)
+        )
+    name = f"{ctx.job_id}.json"
+    container.get_blob_client(name).upload_blob(
+        json.dumps(doc, ensure_ascii=False).encode(),
+        overwrite=True,
+        content_settings=ContentSettings(content_type="application/json; charset=utf-8"),
+    )
+    summary = {"status": doc["status"], "attempts": doc["attempts"], "duration_s": doc["duration_s"]}
+    return Completed(result_ref=f"{ctx.settings.results_container}/{name}", summary=summary)
+
+
+def _where(url: str) -> str:
+    """The URL for logs: scheme, host and path (the query may carry tokens)."""
+    return url.split("?")[0].split("#")[0]
+
+
+HANDLER = HttpHandler()

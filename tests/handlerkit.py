@@ -1,0 +1,256 @@
+"""The handler test kit: run a job kind's handler as the app runs it, on an in-memory account.
+
+- `kit_runtime(handlers, **settings)`: the app's runtime on a `MemoryStorage` account whose clock
+  skips ahead (`SkippingClock`); by default with the app's registry (`shared.jobs.registry`).
+- `submit_job(kit, kind, payload)`: POST /api/jobs's path (validation: `EnvelopeError` is the 400).
+- `drain(kit)`: what the host does until no message is left, skipping the account's time to
+  each delayed message (retries, Retry-After): the waits skipped are returned.
+- `run_handler(handler, payload, **settings)`: all three for one handler; a `JobRun` to read.
+- `receiver` (a pytest fixture, registered by tests/conftest.py): a real HTTP server on a free
+  loopback port answering what the test scripts, recording every request.
+
+It lives under tests/ because the in-memory account (tests/fakes/storage.py) does: the app's
+package ships no test doubles.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from shared.app.runtime import Runtime, ensure_console_resources
+from shared.config.settings import Settings
+from shared.jobs import registry
+from shared.jobs.base import Handler
+from shared.pipeline.processing import process_message
+from shared.pipeline.submit import submit, validate_request
+from shared.storage.clients import ensure_resources
+from tests.fakes.storage import MemoryStorage, SkippingClock
+
+KIT_SETTINGS = {"AzureWebJobsStorage": "UseDevelopmentStorage=true"}
+
+
+@dataclass
+class Kit:
+    """The app on an in-memory account."""
+
+    rt: Runtime
+    account: MemoryStorage
+    clock: SkippingClock
+
+
+def kit_runtime(handlers: Mapping[str, Handler] | None = None, /, **settings: str) -> Kit:
+    """The app's runtime on a fresh in-memory account; `settings` are app settings."""
+    clock = SkippingClock()
+    account = MemoryStorage(clock)
+    app_settings = Settings.from_env({**KIT_SETTINGS, **settings})
+    clients = account.clients()
+    ensure_resources(clients, app_settings)
+    rt = Runtime.over(
+        app_settings,
+        clients,
+        dict(handlers) if handlers is not None else registry(),
+        "kit:1",
+        tables=account.table_service(),
+    )
+    ensure_console_resources(rt)
+    return Kit(rt, account, clock)
+
+
+def submit_job(kit: Kit, kind: str, payload: Mapping[str, Any], job_id: str | None = None) -> str:
+    """Validate and submit as POST /api/jobs does (EnvelopeError: the 400); the job's id."""
+    body = {"id": job_id or uuid.uuid4().hex, "kind": kind, "payload": dict(payload)}
+    env = validate_request(kit.rt, body)
+    submit(kit.rt, env)
+    return env.id
+
+
+def drain(kit: Kit, max_deliveries: int = 200) -> list[float]:
+    """Process every message of the jobs queue as the host would, following retries: when only
+    delayed messages are left, the account's time skips to the first. The skipped waits."""
+    queue = kit.rt.storage.raw_queue(kit.rt.settings.jobs_queue)
+    skipped: list[float] = []
+    for _ in range(max_deliveries):
+        batch = list(queue.receive_messages(max_messages=1, visibility_timeout=600))
+        if batch:
+            msg = batch[0]
+            body = base64.b64decode(msg.content)
+            process_message(
+                func.queue.QueueMessage(  # type: ignore[no-untyped-call]
+                    id=msg.id, body=body, dequeue_count=msg.dequeue_count, pop_receipt="r"
+                ),
+                kit.rt,
+            )
+            queue.delete_message(msg)
+            continue
+        waiting = kit.account.queues[kit.rt.settings.jobs_queue].live(kit.clock())
+        if not waiting:
+            return skipped
+        wait = max(0.0, (min(m.visible_at for m in waiting) - kit.clock()).total_seconds()) + 0.001
+        kit.clock.advance(wait)
+        skipped.append(round(wait, 3))
+    raise AssertionError(f"the queue was not drained in {max_deliveries} deliveries")
+
+
+@dataclass
+class JobRun:
+    """A job run by the kit, to read."""
+
+    kit: Kit
+    job_id: str
+    waits: list[float] = field(default_factory=list)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        found = self.kit.rt.ledger.get(self.job_id)
+        assert found is not None, f"job {self.job_id} has no ledger record"
+        return dict(found.data)
+
+    @property
+    def status(self) -> str:
+        return str(self.record.get("status"))
+
+    @property
+    def reason(self) -> str:
+        return str(self.record.get("reason") or "")
+
+    @property
+    def attempts(self) -> int:
+        """Runs of the job: the claims in its history."""
+        return sum(1 for h in self.record.get("history", []) if h.get("event") == "claimed")
+
+    @property
+    def retry_delays(self) -> list[int]:
+        """The delay of each retry scheduled, in seconds, as the ledger's history has them."""
+        history = self.record.get("history", [])
+        return [int(h["delay_s"]) for h in history if h.get("event") == "retry_scheduled"]
+
+    def result(self) -> dict[str, Any]:
+        """The result document (GET /api/jobs/{id}/result's body)."""
+        ref = str(self.record.get("result_ref") or "")
+        container, _, name = ref.partition("/")
+        raw = self.kit.rt.storage.container(container).get_blob_client(name).download_blob().readall()
+        data: dict[str, Any] = json.loads(raw)
+        return data
+
+    def blob(self, ref: str) -> bytes:
+        container, _, name = ref.partition("/")
+        return bytes(self.kit.rt.storage.container(container).get_blob_client(name).download_blob().readall())
+
+
+def run_handler(
+    handler: Handler,
+    payload: Mapping[str, Any],
+    *,
+    kind: str = "test",
+    job_id: str | None = None,
+    **settings: str,
+) -> JobRun:
+    """Submit one job of `handler` (registered as `kind`) and drain the queue: its run."""
+    kit = kit_runtime({kind: handler}, **settings)
+    job = submit_job(kit, kind, payload, job_id)
+    return JobRun(kit, job, drain(kit))
+
+
+# -- the fake HTTP receiver --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: bytes | str | Mapping[str, Any] = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A request the receiver got."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+    at: float
+
+
+class Receiver:
+    """A real HTTP server on 127.0.0.1 (free port) answering scripted replies, then `default`."""
+
+    def __init__(self) -> None:
+        self.script: list[Reply] = []
+        self.default = Reply(200, {"ok": True})
+        self.requests: list[Seen] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with receiver._lock:
+                    receiver.requests.append(
+                        Seen(self.command, self.path, dict(self.headers.items()), body, time.monotonic())
+                    )
+                    reply = receiver.script.pop(0) if receiver.script else receiver.default
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                data = reply.body
+                headers = dict(reply.headers)
+                if isinstance(data, Mapping):
+                    data = json.dumps(data).encode()
+                    headers.setdefault("Content-Type", "application/json")
+                elif isinstance(data, str):
+                    data = data.encode()
+                    headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+                try:
+                    self.send_response(reply.status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+                    pass
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def reply(self, *replies: Reply) -> None:
+        with self._lock:
+            self.script.extend(replies)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A scripted HTTP receiver on a free loopback port, stopped after the test."""
+    server = Receiver()
+    try:
+        yield server
+    finally:
+        server.stop()
