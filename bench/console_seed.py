@@ -54,8 +54,8 @@ from shared import ledger
 from shared.app.runtime import Runtime
 from shared.core.documents import dump
 from shared.core.envelope import isoformat, utcnow
-from shared.indexes.entries import COUNT_PARTITION, shard_of
-from shared.indexes.entries import entity_of as entry_entity
+from shared.indexes.entry_rows import COUNT_PARTITION, shard_of
+from shared.indexes.entry_rows import entity_of as entry_entity
 from shared.indexes.jobs import entity_of as job_entity
 from shared.ledger import Facts
 from shared.ledger.view import index_tags, listing_metadata

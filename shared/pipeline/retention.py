@@ -32,7 +32,8 @@ from azure.storage.blob import ContainerClient
 from shared.app.runtime import Runtime, get_runtime
 from shared.config.retention import Rule, day_tables_last_due, due_day_tables, entry_rows_cutoff
 from shared.core.documents import DocumentStore, TagQuery
-from shared.indexes.entries import EntryIndex, Pruned
+from shared.indexes.entries import EntryIndex
+from shared.indexes.entry_rows import Pruned
 from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
@@ -292,9 +293,7 @@ def run_tables(
     table_limit: int | None = None,
     row_limit: int | None = None,
 ) -> TablesReport | None:
-    """`apply_tables` with the runtime's indexes and settings; None without a table endpoint."""
-    if rt.job_index is None and rt.entry_index is None:
-        return None
+    """`apply_tables` with the runtime's indexes and settings."""
     return apply_tables(
         rt.job_index,
         rt.entry_index,

@@ -15,7 +15,7 @@ import pytest
 
 from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
-from shared.indexes.entries import COUNT_PARTITION, LISTED
+from shared.indexes.entry_rows import COUNT_PARTITION, LISTED
 from shared.indexes.jobs import JobIndex
 from shared.pipeline import retention as retention_apply
 from shared.poison import archive

@@ -148,7 +148,7 @@ def test_runs_that_keep_dying_are_poisoned_at_the_takeover_limit_and_replay_coun
         f"\nsimulated: poisoned after {limit} dead runs, {took:.0f} s after submit (each run kills its worker)"
     )
 
-    assert poison.replay(world.rt, ["j1"], rate_per_s=0).replayed == ["j1"]
+    assert poison.replay_jobs(world.rt, ["j1"], rate_per_s=0).replayed == ["j1"]
     world.run()
     record = world.ledger_docs.docs["j1.json"][0]
     assert record["status"] == ledger.POISONED and world.executions == {"j1": 2 * limit}

@@ -15,7 +15,7 @@ from shared.config.settings import Settings
 from shared.core.envelope import Envelope, isoformat
 from shared.core.errors import SettingsError
 from shared.core.messages import NEVER_EXPIRE
-from shared.indexes import entries as entry_index
+from shared.indexes import entry_rows as entry_index
 from shared.ledger import Facts
 from shared.ledger import view as ledger_view
 from shared.pipeline.retention import ENTRY_STATES, DocumentTarget, apply
