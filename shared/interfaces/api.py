@@ -131,9 +131,10 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     job_id = req.route_params["id"]
     if record.status != COMPLETED:
         return _error(409, f"job {job_id} is {record.status}, not completed", status=record.status)
-    ref = RecordView.of(record).result_ref
+    view = RecordView.of(record)
+    ref = view.result_ref
     if not ref:
-        return _json(200, {"id": job_id, "summary": record.data.get("summary", {})})
+        return _json(200, {"id": job_id, "summary": dict(view.summary)})
     container, _, name = ref.partition("/")
     limit = result_limit_bytes(rt.settings.max_groups)
     try:

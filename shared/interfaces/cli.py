@@ -26,6 +26,7 @@ from shared.app.runtime import Runtime, get_runtime
 from shared.core.documents import Conflict
 from shared.core.envelope import isoformat
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.ledger.view import RecordView
 from shared.pipeline import retention as retention_apply
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import SubmissionBusy, envelope_from_args, submit, validate_request
@@ -103,9 +104,10 @@ def cmd_result(rt: Runtime, args: argparse.Namespace) -> int:
     if record is None or record.status != "completed":
         print(f"job {args.id} is {record.status if record else 'unknown'}", file=sys.stderr)
         return 1
-    ref = str(record.data.get("result_ref") or "")
+    view = RecordView.of(record)
+    ref = view.result_ref
     if not ref:
-        _print(record.data.get("summary", {}))
+        _print(dict(view.summary))
         return 0
     container, _, name = ref.partition("/")
     print(rt.storage.container(container).download_blob(name).readall().decode("utf-8"))

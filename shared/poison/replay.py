@@ -34,6 +34,7 @@ from shared.core.errors import EnvelopeError
 from shared.indexes.jobs import IndexedStore
 from shared.ledger import Facts, Record
 from shared.ledger import operator as ledger_operator
+from shared.ledger.view import RecordView
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.poison.bulk_pacing import StepWrites
 
@@ -158,7 +159,7 @@ def replay_entry(
         return "skipped", refused
     if refused:
         assert record is not None
-        if mine or record.data.get("replayed_by") == by:
+        if mine or RecordView.of(record).replayed_by == by:
             # this caller took it out of `poisoned`, and stopped before marking the entry
             if record.status == ledger.QUEUED:
                 # it may have stopped before the message too: send it (again). A second copy is a

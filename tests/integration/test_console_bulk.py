@@ -296,3 +296,47 @@ def test_a_step_over_its_time_budget_leaves_the_rest_to_the_next_step(
     purge = bulk.start(rt, "delete", "t", states=["replayed"], rate_per_s=0)
     assert take_steps(rt) == 4, "three cut steps over the index, then one that finds none"
     assert read_op(rt, purge["id"])["counts"] == {"deleted": 3}
+
+
+def test_a_console_replay_of_ten_ids_costs_five_requests_a_job_and_a_few(
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [poisoned_noop(rt, f"ten-{i}") for i in range(10)]
+    ids = [n.split("/")[1] for n in names]
+    listed_before = sum(rt.entry_index.counts().values())  # the page's counts (as the console shows them)
+    sent = storage_backend.record_requests(monkeypatch)
+    answer = actions.replay_batch(rt, ids, 20, "alice", names)
+    seen = sent()
+    monkeypatch.undo()
+    assert answer == {"replayed": ids, "skipped": [], "not_found": []}
+    # per job: entry GET, record GET, record PUT, message, entry PUT; then the entry rows (upsert,
+    # delete), the job rows, the counters (a query and a transaction) and the audit row
+    assert len(seen) <= 5 * 10 + 6, sorted(seen)
+    assert sum(rt.entry_index.counts().values()) == listed_before - 10
+    assert {r.name for r in rt.entry_index.page("replayed", size=100)} == set(names)
+    assert rt.entry_index.page("poisoned", size=100) == []
+    assert {r.status for r in rt.job_index.page(id_prefix="ten-", size=100).rows} == {"queued"}
+    record = rt.ledger.get(ids[0])
+    assert record is not None and record.data["replayed_by"] == "alice"
+
+
+def test_the_admin_purge_dry_run_starts_the_purge_operation_and_lists_nothing(
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import azure.functions as func
+
+    from shared.interfaces import api
+
+    names = [poisoned_noop(rt, f"dry-{i}") for i in range(3)]
+    monkeypatch.setattr(api, "get_runtime", lambda: rt)
+    sent = storage_backend.record_requests(monkeypatch)
+    body = json.dumps({"older_than_days": 0, "dry_run": True}).encode()
+    answer = api.purge_poison(func.HttpRequest("POST", "http://h/api/poison/purge", body=body))
+    seen = sent()
+    assert answer.status_code == 202, answer.get_body()
+    started = json.loads(answer.get_body())
+    assert started["dry_run"] is True
+    assert len(seen) <= 3 and not any(r.startswith("GET") for r in seen), seen  # document, message, audit
+    take_steps(rt)
+    assert read_op(rt, started["op"])["counts"] == {"counted": 3}
+    assert all(rt.archive.read(n) is not None for n in names), "a dry run deletes nothing"

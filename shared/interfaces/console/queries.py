@@ -29,6 +29,7 @@ from shared.indexes import metrics
 from shared.indexes.entry_rows import EntryRow
 from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
+from shared.ledger.view import RecordView
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.storage.limits import BlobTooLarge, read_capped
 
@@ -203,7 +204,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
             pass
     return JobView(
         record=record.data,
-        timeline=timeline(record.data.get("history") or []),
+        timeline=timeline(RecordView.of(record).history),
         envelope=envelope,
         envelope_text=json.dumps(envelope, indent=2) if envelope is not None else text,
         payload=payload,
