@@ -90,7 +90,7 @@ def new_entry(
     body: bytes,
     job_id: str | None,
     parsed: bool,
-    state: str,
+    state: EntryState,
     reason: str,
     *,
     now: datetime,
@@ -161,7 +161,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
 def set_state(
     archive: DocumentStore,
     name: str,
-    state: str,
+    state: EntryState,
     now: datetime,
     index: EntryIndex | None = None,
     by: str | None = None,

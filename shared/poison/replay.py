@@ -31,6 +31,7 @@ from shared.config.observability import log_decision
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import Envelope, parse_body
 from shared.core.errors import EnvelopeError
+from shared.indexes.entry_rows import EntryState
 from shared.indexes.jobs import IndexedStore
 from shared.ledger import Facts, Record
 from shared.ledger import operator as ledger_operator
@@ -134,7 +135,7 @@ def replay_entry(
     applies the job once. With `writes` the
     index rows are left there (the caller flushes them), else written here."""
     state = str(doc.data.get("state", ""))
-    if state == "replayed" and mine:
+    if state == EntryState.REPLAYED and mine:
         _moved(name, {**doc.data, "state": LISTED_STATE}, doc.data, writes)
         return "replayed", ""
     refused = entry_refusal(name, state)
@@ -155,7 +156,7 @@ def replay_entry(
     if dry_run:
         return ("skipped", refused) if refused else ("replayed", "")
     if record is not None and record.status == ledger.COMPLETED:
-        _mark(rt, name, doc, "skipped_completed", by, writes)
+        _mark(rt, name, doc, EntryState.SKIPPED_COMPLETED, by, writes)
         return "skipped", refused
     if refused:
         assert record is not None
@@ -165,7 +166,7 @@ def replay_entry(
                 # it may have stopped before the message too: send it (again). A second copy is a
                 # duplicate the ledger runs once; a job queued with no message would be lost.
                 send_job(rt, env.with_attempt(0))
-            _mark(rt, name, doc, "replayed", by, writes)
+            _mark(rt, name, doc, EntryState.REPLAYED, by, writes)
             return "replayed", ""
         return "skipped", refused
     facts = Facts(now)
@@ -176,7 +177,7 @@ def replay_entry(
     if writes is not None:
         writes.record(written.data)
     send_job(rt, env.with_attempt(0))
-    _mark(rt, name, doc, "replayed", by, writes)
+    _mark(rt, name, doc, EntryState.REPLAYED, by, writes)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""
 
@@ -189,7 +190,9 @@ def _ledger_for(rt: Runtime, writes: StepWrites | None) -> ledger.Ledger:
     return rt.ledger
 
 
-def _mark(rt: Runtime, name: str, doc: Document, state: str, by: str, writes: StepWrites | None) -> None:
+def _mark(
+    rt: Runtime, name: str, doc: Document, state: EntryState, by: str, writes: StepWrites | None
+) -> None:
     """The entry's new state (a conditional write on the entry as read); its index row moves now,
     or with the caller's `writes`."""
     index = rt.entry_index if writes is None else None
@@ -309,5 +312,5 @@ def replay_edit(
         raise ReplayRefused(f"job {env.id} changed meanwhile; reload and try again") from None
     send_job(rt, env)
     for name in entry_names:
-        set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index, by)
+        set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), rt.entry_index, by)
     log_decision("replayed", env.id, attempt=0, by=by)

@@ -14,6 +14,7 @@ from shared.app import sending
 from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
 from shared.indexes import metrics
+from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.pipeline.processing import process_message
@@ -40,7 +41,15 @@ def poisoned_noop(rt: Runtime, job_id: str) -> str:
         job_id, record, lambda prev: ledger.poisoned(prev, job_id, Facts(now), "bench", None, body)
     )
     entry = new_entry(
-        body, job_id, True, "poisoned", "test", now=now, queue_message_id=None, dequeue_count=5, record=None
+        body,
+        job_id,
+        True,
+        EntryState.POISONED,
+        "test",
+        now=now,
+        queue_message_id=None,
+        dequeue_count=5,
+        record=None,
     )
     return write_entry(rt.archive, entry, rt.entry_index)
 

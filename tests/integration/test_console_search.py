@@ -14,6 +14,7 @@ from shared import ledger, poison
 from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
 from shared.indexes import entries as entry_index
+from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.poison import bulk
@@ -56,7 +57,7 @@ def poisoned(
         body,
         job_id,
         True,
-        "poisoned",
+        EntryState.POISONED,
         reason,
         now=now,
         queue_message_id=None,
