@@ -160,7 +160,7 @@ class RetentionReport:
     rules: list[RuleReport] = field(default_factory=list)
     stopped_at_limit: bool = False
     tables: TablesReport | None = None
-    """The index tables' part (None: not run, or no table endpoint)."""
+    """The index tables' part (None: not run)."""
 
     @property
     def due(self) -> int:
@@ -191,7 +191,7 @@ def apply(
     for rule in rules:
         done = RuleReport(rule, kept=None if rule.due_query(now) is not None else 0)
         report.rules.append(done)
-        room = None if limit is None else limit - report.due
+        room = limit - report.due if limit is not None else None
         if room is not None and room <= 0:
             report.stopped_at_limit = True
             continue
@@ -292,7 +292,7 @@ def run_tables(
     dry_run: bool = False,
     table_limit: int | None = None,
     row_limit: int | None = None,
-) -> TablesReport | None:
+) -> TablesReport:
     """`apply_tables` with the runtime's indexes and settings."""
     return apply_tables(
         rt.job_index,

@@ -195,10 +195,12 @@ def _mark(
 ) -> None:
     """The entry's new state (a conditional write on the entry as read); its index row moves now,
     or with the caller's `writes`."""
-    index = rt.entry_index if writes is None else None
-    after = set_state(rt.archive, name, state, rt.clock(), index, by, current=doc)
+    if writes is None:
+        set_state(rt.archive, name, state, rt.clock(), rt.entry_index, by, current=doc)
+        return
+    after = set_state(rt.archive, name, state, rt.clock(), None, by, current=doc)
     if after is not None:
-        _moved(name, doc.data, after, writes)
+        writes.move(name, doc.data, after)
 
 
 def _moved(name: str, before: dict[str, Any], after: dict[str, Any], writes: StepWrites | None) -> None:
