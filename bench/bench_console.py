@@ -378,10 +378,30 @@ def replay_purge_rows(
     log(f"bulk replay of {len(chosen):,} at {args.rate}/s ...")
     replayed = run_bulk(rt, chosen, args.rate, log)
     log(f"  {replayed}")
+    delete_ms = blob_delete_ms(rt)
+    log(f"  one blob delete on this Azurite: {delete_ms} ms (Azurite's grows with the blobs it holds)")
     log(f"bulk purge of the same {len(chosen):,} (no rate, as every purge) ...")
     purged = run_bulk(rt, chosen, 0, log, kind="purge")
     log(f"  {purged}")
-    return {"pages": results, "purge_dry_run": dry_run, "bulk_replay": replayed, "bulk_purge": purged}
+    return {
+        "pages": results,
+        "purge_dry_run": dry_run,
+        "bulk_replay": replayed,
+        "blob_delete_ms": delete_ms,
+        "bulk_purge": purged,
+    }
+
+
+def blob_delete_ms(rt: Runtime, samples: int = 10) -> float:
+    """The median time of one blob delete on this account (a purge deletes one blob an entry)."""
+    container = rt.storage.container(rt.settings.poison_archive_container)
+    spent = []
+    for i in range(samples):
+        container.upload_blob(f"bench-delete/{i}.json", b"{}", overwrite=True)
+        t = time.perf_counter()
+        container.delete_blob(f"bench-delete/{i}.json")
+        spent.append((time.perf_counter() - t) * 1000)
+    return round(sorted(spent)[samples // 2], 1)
 
 
 def replay_purge_table(result: dict[str, Any]) -> str:
@@ -393,6 +413,7 @@ def replay_purge_table(result: dict[str, Any]) -> str:
         ok = "ok" if row["requests"] <= limit and row["ms"] < 2000 else "OVER"
         lines.append(f"{row['what']:<46}{row['requests']:>9}{row['ms']:>9.0f}  <= {limit}, < 2 s: {ok}")
     lines.append(f"the purge dry run carried out by the app: {result['purge_dry_run']}")
+    lines.append(f"one blob delete on this Azurite (median): {result['blob_delete_ms']} ms")
     for key in ("bulk_replay", "bulk_purge"):
         b = result[key]
         lines.append(

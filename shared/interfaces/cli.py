@@ -325,7 +325,7 @@ def _audit(rt: Runtime, by: str, action: str, op: dict[str, Any], **details: Any
 def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
     """Start a replay of every listed entry (of a reason code, matching a text) as a bulk operation
     the app carries out in steps; with --dry-run, print the listed counts now and start a dry run
-    that counts exactly what the replay would touch."""
+    that counts the listed rows the replay would visit (from the entry index, no read)."""
     counts = rt.entry_index.counts()
     where = {k: v for k, v in (("reason_code", args.reason_code), ("text", args.text)) if v}
     listed = counts.get(args.reason_code, 0) if args.reason_code else sum(counts.values())
