@@ -18,6 +18,11 @@ at `--rate`/s carried out by the op's steps here in-process, as the `run_op_step
 Also the happy path: one message (claim, complete) with the jobs index on.
 
     python -m bench.bench_console [--records 1000000] [--entries 100000] [--bulk 10000] [--rate 200]
+
+`--only replay-purge` measures just the admin purge dry run, a console replay of 10 ids, and a
+bulk replay and a bulk purge of the same `--bulk` entries (their rates side by side):
+
+    python -m bench.bench_console --only replay-purge --records 25000 --entries 5000 --bulk 1000
 """
 
 from __future__ import annotations
@@ -111,11 +116,13 @@ def timed(name: str, fn: Callable[[], Any], results: list[dict[str, Any]]) -> An
     return value
 
 
-def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], None]) -> dict[str, Any]:
-    """Start a replay of `names` and carry out its steps here as the trigger would."""
+def run_bulk(
+    rt: Runtime, names: list[str], rate: float, log: Callable[[str], None], kind: str = "replay"
+) -> dict[str, Any]:
+    """Start a `kind` operation over `names` and carry out its steps here as the trigger would."""
     queue = rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue))
     with counted() as start_found:
-        op = bulk.start(rt, "replay", "bench", names=names, rate_per_s=rate)
+        op = bulk.start(rt, kind, "bench", names=names, rate_per_s=rate)
     started = time.monotonic()
     longest = 0.0
     steps = 0
@@ -144,10 +151,11 @@ def run_bulk(rt: Runtime, names: list[str], rate: float, log: Callable[[str], No
             steps += 1
             if steps % 20 == 0:
                 data = bulk.read(rt, op["id"]) or {}
-                log(f"  bulk replay: {data.get('done')} of {len(names)} ({time.monotonic() - started:.0f} s)")
+                log(f"  bulk {kind}: {data.get('done')} of {len(names)} ({time.monotonic() - started:.0f} s)")
     seconds = time.monotonic() - started
     data = bulk.read(rt, op["id"]) or {}
     return {
+        "kind": kind,
         "items": len(names),
         "rate_asked": rate,
         "start_requests": sum(start_found.values()),
@@ -206,6 +214,14 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         job_id = "job-0000000"
         names = archive_seed.pop("names")
         results: list[dict[str, Any]] = []
+        if args.only == "replay-purge":
+            return {
+                "records": args.records,
+                "entries": args.entries,
+                "seed_jobs": jobs_seed,
+                "seed_archive": archive_seed,
+                **replay_purge_rows(rt, names, args, log),
+            }
         timed("overview", lambda: queries.overview(rt), results)
         timed("jobs page 1", lambda: queries.jobs_page(rt), results)
         token = ""
@@ -279,7 +295,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
             lambda: actions.purge(rt, 30, "bench", dry_run=True),
             results,
         )
-        timed("audit page (after the actions above)", lambda: rt.audit.page() if rt.audit else None, results)
+        timed("audit page (after the actions above)", lambda: rt.audit.page(), results)
         for row in results:  # printed now: the bulk replay below takes minutes
             log(f"  {row['what']:<40}{row['requests']:>9}{row['ms']:>9.0f}")
         rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue)).clear_messages()
@@ -304,6 +320,107 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
     finally:
         if azurite is not None:
             azurite.cleanup()
+
+
+def admin_purge_dry_run(rt: Runtime, days: float) -> dict[str, Any]:
+    """`POST /api/poison/purge {"older_than_days": days, "dry_run": true}` through the app's handler."""
+    from azure import functions as func
+
+    from shared.app import runtime as runtime_module
+    from shared.interfaces import api
+
+    runtime_module._runtime = rt  # the handler's `get_runtime()`: this runtime
+    body = json.dumps({"older_than_days": days, "dry_run": True}).encode()
+    answer = api.purge_poison(func.HttpRequest("POST", "http://bench/api/poison/purge", body=body))
+    assert answer.status_code == 202, answer.get_body()
+    found: dict[str, Any] = json.loads(answer.get_body())
+    return found
+
+
+def replay_purge_rows(
+    rt: Runtime, names: list[str], args: argparse.Namespace, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The rows of issue 35: the admin purge dry run and a console replay of 10 ids (targets: <= 20
+    and <= 60 requests, < 2 s each), the dry run carried out, then a bulk replay and a bulk purge
+    of the same `--bulk` entries (their rates side by side)."""
+    results: list[dict[str, Any]] = []
+    queries.poison_view(rt)  # the page the operator replays from (its counts warm the counters' ETags)
+    started = timed(
+        "admin purge dry run (POST /api/poison/purge)", lambda: admin_purge_dry_run(rt, 0), results
+    )
+    ten = names[-10:]
+    timed(
+        "console replay of 10 ids (action/replay)",
+        lambda: actions.replay_batch(rt, [n.split("/")[1] for n in ten], 20, "bench", ten),
+        results,
+    )
+    for row in results:
+        log(f"  {row['what']:<46}{row['requests']:>9}{row['ms']:>9.0f}")
+    with counted() as found:
+        t = time.monotonic()
+        queue = rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue))
+        while True:  # the dry run's steps, as the trigger runs them
+            batch = list(queue.receive_messages(max_messages=1, visibility_timeout=120))
+            if not batch:
+                break
+            bulk_step.run_step(rt, base64.b64decode(batch[0].content))
+            queue.delete_message(batch[0])
+        dry_seconds = time.monotonic() - t
+    dry = bulk.read(rt, started["op"]) or {}
+    dry_run = {
+        "seconds": round(dry_seconds, 2),
+        "requests": sum(found.values()),
+        "counts": dry.get("counts"),
+        "steps": int(dry.get("step") or 1) - 1,
+    }
+    log(f"  the dry run carried out: {dry_run}")
+    chosen = names[: args.bulk]
+    log(f"bulk replay of {len(chosen):,} at {args.rate}/s ...")
+    replayed = run_bulk(rt, chosen, args.rate, log)
+    log(f"  {replayed}")
+    delete_ms = blob_delete_ms(rt)
+    log(f"  one blob delete on this Azurite: {delete_ms} ms (Azurite's grows with the blobs it holds)")
+    log(f"bulk purge of the same {len(chosen):,} (no rate, as every purge) ...")
+    purged = run_bulk(rt, chosen, 0, log, kind="purge")
+    log(f"  {purged}")
+    return {
+        "pages": results,
+        "purge_dry_run": dry_run,
+        "bulk_replay": replayed,
+        "blob_delete_ms": delete_ms,
+        "bulk_purge": purged,
+    }
+
+
+def blob_delete_ms(rt: Runtime, samples: int = 10) -> float:
+    """The median time of one blob delete on this account (a purge deletes one blob an entry)."""
+    container = rt.storage.container(rt.settings.poison_archive_container)
+    spent = []
+    for i in range(samples):
+        container.upload_blob(f"bench-delete/{i}.json", b"{}", overwrite=True)
+        t = time.perf_counter()
+        container.delete_blob(f"bench-delete/{i}.json")
+        spent.append((time.perf_counter() - t) * 1000)
+    return round(sorted(spent)[samples // 2], 1)
+
+
+def replay_purge_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"replay and purge at {result['records']:,} jobs and {result['entries']:,} archive entries, Azurite",
+        f"{'action':<46}{'requests':>9}{'ms':>9}  target",
+    ]
+    for row, limit in zip(result["pages"], (20, 60), strict=True):
+        ok = "ok" if row["requests"] <= limit and row["ms"] < 2000 else "OVER"
+        lines.append(f"{row['what']:<46}{row['requests']:>9}{row['ms']:>9.0f}  <= {limit}, < 2 s: {ok}")
+    lines.append(f"the purge dry run carried out by the app: {result['purge_dry_run']}")
+    lines.append(f"one blob delete on this Azurite (median): {result['blob_delete_ms']} ms")
+    for key in ("bulk_replay", "bulk_purge"):
+        b = result[key]
+        lines.append(
+            f"bulk {b['kind']} of {b['items']:,}: {b['seconds']} s ({b['rate_reached']}/s), {b['steps']} steps, "
+            f"longest {b['longest_step_s']} s, {b['requests_per_item']} requests per item; {b['counts']}"
+        )
+    return "\n".join(lines)
 
 
 def table(result: dict[str, Any]) -> str:
@@ -366,6 +483,13 @@ def main(argv: list[str] | None = None) -> int:
         help="processes PUTting the seeded blobs",
     )
     parser.add_argument(
+        "--only",
+        choices=("all", "replay-purge"),
+        default="all",
+        help="replay-purge: only the admin purge dry run, a console replay of 10 ids, a bulk replay "
+        "and a bulk purge (e.g. --records 25000 --entries 5000 --bulk 1000)",
+    )
+    parser.add_argument(
         "--serve",
         action="store_true",
         help="start Azurite as the bench does, print its connection string, wait",
@@ -385,8 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.phase == "seed-jobs":
         print(json.dumps(result))
         return 0
-    print(table(result))
     OUT.mkdir(exist_ok=True)
+    if args.only == "replay-purge":
+        print(replay_purge_table(result))
+        (OUT / "console-replay-purge.json").write_text(json.dumps(result, indent=2))
+        return 0
+    print(table(result))
     (OUT / "console.json").write_text(json.dumps(result, indent=2))
     return 0
 

@@ -54,8 +54,8 @@ from shared import ledger
 from shared.app.runtime import Runtime
 from shared.core.documents import dump
 from shared.core.envelope import isoformat, utcnow
-from shared.indexes.entries import COUNT_PARTITION, shard_of
-from shared.indexes.entries import entity_of as entry_entity
+from shared.indexes.entry_rows import COUNT_PARTITION, EntryState, shard_of
+from shared.indexes.entry_rows import entity_of as entry_entity
 from shared.indexes.jobs import entity_of as job_entity
 from shared.ledger import Facts
 from shared.ledger.view import index_tags, listing_metadata
@@ -531,7 +531,7 @@ def archive_item(i: int, now: datetime) -> tuple[str, dict[str, Any], dict[str, 
     start = {"id": job_id, "kind": "noop", "attempt": 4, "created_at": created}
     record = ledger.poisoned(start, job_id, Facts(at), "bad_input_data: seeded", "bad_input_data", body)
     entry = new_entry(
-        body, job_id, True, "poisoned", "bad_input_data: seeded", now=at,
+        body, job_id, True, EntryState.POISONED, "bad_input_data: seeded", now=at,
         queue_message_id=None, dequeue_count=5, record=record,
     )  # fmt: skip
     name = entry_name(job_id, entry["digest"])

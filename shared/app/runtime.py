@@ -11,22 +11,23 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shared.config.platform import in_azure
 from shared.config.settings import Settings
 from shared.config.telemetry import configure_telemetry
 from shared.core.backoff import RetryPolicy
 from shared.core.documents import DocumentStore
-from shared.core.messages import QueueSender
+from shared.core.errors import SettingsError
+from shared.core.messages import MessageQueue, QueueSender
 from shared.core.timers import Clock, ThreadTimers, Timers, system_clock
 from shared.indexes import metrics
 from shared.indexes.audit import SUFFIX as AUDIT_SUFFIX
 from shared.indexes.audit import AuditLog
 from shared.indexes.counters import SUFFIX as METRICS_SUFFIX
 from shared.indexes.counters import TableCounters
-from shared.indexes.entries import SUFFIX as ENTRIES_SUFFIX
 from shared.indexes.entries import EntryIndex
+from shared.indexes.entry_rows import SUFFIX as ENTRIES_SUFFIX
 from shared.indexes.jobs import IndexedStore, JobIndex
 from shared.indexes.keys import table_prefix
 from shared.jobs import registry
@@ -58,19 +59,19 @@ class Runtime:
     archive: DocumentStore
     """The poison archive (see shared/poison/archive.py for its layout)."""
     jobs_queue: QueueSender
-    poison_queue: Any
+    poison_queue: MessageQueue
     """Sends copies (`send_message`); the sweeper and operators also peek, receive and delete."""
+    job_index: JobIndex
+    """The jobs index (Table storage): the console's jobs pages."""
+    entry_index: EntryIndex
+    """The poison archive's index (Table storage): its pages, replay and purge."""
+    audit: AuditLog
+    """The audit of operator actions (Table storage)."""
+    counters: metrics.CounterStore
+    """The overview's counters (Table storage)."""
     clock: Clock = system_clock
     timers: Timers = field(default_factory=ThreadTimers)
     sleep: Callable[[float], None] = time.sleep
-    job_index: JobIndex | None = None
-    """The jobs index (Table storage), None without a table endpoint: the console then lists blobs."""
-    entry_index: EntryIndex | None = None
-    """The poison archive's index (Table storage), None likewise."""
-    audit: AuditLog | None = None
-    """The audit of operator actions (Table storage), None likewise."""
-    counters: metrics.CounterStore | None = None
-    """The overview's counters (Table storage); None: blobs in the archive container (`counter_store`)."""
     retry_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
 
@@ -84,32 +85,25 @@ class Runtime:
         tables: TableServiceClient | None = None,
     ) -> Runtime:
         """A runtime on the configured storage account; its Table service is `tables` when given
-        (tests: an in-memory account), else the configured account's. The kinds' own settings
+        (tests: an in-memory account), else the configured account's. SettingsError when the
+        connection names no Table service: the indexes are not optional. The kinds' own settings
         are read and checked here (SettingsError naming each bad one)."""
         kinds = configure_kinds(settings, handlers)
-        archive_tables = table_prefix(settings.poison_archive_container)
         try:
             tables = tables if tables is not None else table_service(settings.storage)
-            job_index: JobIndex | None = JobIndex(tables, table_prefix(settings.ledger_container))
-            entry_index: EntryIndex | None = EntryIndex(tables, archive_tables + ENTRIES_SUFFIX)
-            audit: AuditLog | None = AuditLog(tables, archive_tables + AUDIT_SUFFIX)
         except NoTableEndpoint as exc:
-            log.warning("no console indexes: %s", exc)
-            tables = job_index = entry_index = None
-            audit = None
+            raise SettingsError(f"AzureWebJobsStorage: {exc}") from None
         ledger_store: DocumentStore = BlobDocuments(
             storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
         )
         archive = BlobDocuments(storage.container(settings.poison_archive_container))
-        counters = (
-            TableCounters(tables, archive_tables + METRICS_SUFFIX, archive) if tables is not None else None
-        )
+        job_index, entry_index, audit, counters = indexes(settings, tables, archive)
         return cls(
             settings=settings,
             storage=storage,
             handlers=kinds.handlers,
             instance=instance,
-            ledger=Ledger(IndexedStore(ledger_store, job_index) if job_index else ledger_store),
+            ledger=Ledger(IndexedStore(ledger_store, job_index)),
             archive=archive,
             jobs_queue=storage.queue(settings.jobs_queue),
             poison_queue=storage.raw_queue(settings.poison_queue),
@@ -121,8 +115,8 @@ class Runtime:
         )
 
     def counter_store(self) -> metrics.CounterStore:
-        """Where the overview's counters are kept: the table, else blobs in the archive container."""
-        return self.counters if self.counters is not None else metrics.BlobCounters(self.archive)
+        """Where the overview's counters are kept."""
+        return self.counters
 
     def retry_policy(self, kind: str) -> RetryPolicy:
         """The kind's retry policy: its own, else the app's settings."""
@@ -131,6 +125,19 @@ class Runtime:
     def new_owner(self) -> str:
         """An owner id for one invocation's claim."""
         return f"{self.instance}/{uuid.uuid4().hex[:12]}"
+
+
+def indexes(
+    settings: Settings, tables: TableServiceClient, archive: DocumentStore
+) -> tuple[JobIndex, EntryIndex, AuditLog, TableCounters]:
+    """The console's indexes on `tables`, named after the containers they index."""
+    archive_tables = table_prefix(settings.poison_archive_container)
+    return (
+        JobIndex(tables, table_prefix(settings.ledger_container)),
+        EntryIndex(tables, archive_tables + ENTRIES_SUFFIX),
+        AuditLog(tables, archive_tables + AUDIT_SUFFIX),
+        TableCounters(tables, archive_tables + METRICS_SUFFIX, archive),
+    )
 
 
 _lock = threading.Lock()
@@ -162,10 +169,8 @@ def ensure_console_resources(rt: Runtime) -> None:
 
     try:
         with translated("creating the console's resources"):
-            if rt.entry_index is not None:
-                rt.entry_index.ensure()
-            if rt.audit is not None:
-                rt.audit.ensure()
+            rt.entry_index.ensure()
+            rt.audit.ensure()
             if isinstance(rt.counters, TableCounters):
                 rt.counters.ensure()
             with contextlib.suppress(AlreadyExists), translated("creating the operations queue"):

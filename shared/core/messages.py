@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -25,6 +26,17 @@ class QueueSender(Protocol):
     def send_message(
         self, content: Any, *, visibility_timeout: int | None = None, time_to_live: int | None = None
     ) -> Any: ...
+
+
+class MessageQueue(QueueSender, Protocol):
+    """A queue the app also reads (the poison queue: the sweeper and operators peek, receive and
+    delete); azure.storage.queue.QueueClient satisfies it."""
+
+    def peek_messages(self, max_messages: int | None = None) -> list[Any]: ...
+    def receive_messages(
+        self, *, max_messages: int | None = None, visibility_timeout: int | None = None
+    ) -> Iterable[Any]: ...
+    def delete_message(self, message: Any) -> None: ...
 
 
 def inserted_at(msg: object) -> datetime | None:

@@ -34,19 +34,38 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
 from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
 
-from shared.indexes.keys import MAX_MS, clip, newest_first, quoted
+from shared.indexes.entry_rows import (
+    COUNT_PARTITION,
+    COUNT_TRIES,
+    LISTED,
+    MAX_QUERIES,
+    SCAN_QUERIES,
+    SCAN_ROWS,
+    SCAN_SECONDS,
+    TRANSACTION_SIZE,
+    EntryRow,
+    Pruned,
+    add_deltas,
+    count_changes,
+    counter_key,
+    counts_of,
+    entity_of,
+    expired_filter,
+    index_key,
+    matches,
+    reason_code_of,
+    row_of,
+)
+from shared.indexes.keys import quoted
 from shared.storage.errors import (
     AlreadyExists,
     ConditionFailed,
@@ -58,155 +77,6 @@ from shared.storage.errors import (
 from shared.storage.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.index")
-SUFFIX = "entries"
-MAX_QUERIES = 8
-LISTED = "poisoned"
-COUNT_PARTITION = "~count"
-SHARDS = 16
-COUNT_TRIES = 8
-SCAN_ROWS = 500
-SCAN_QUERIES = 6
-SCAN_SECONDS = 0.6
-"""A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results), and starts
-no further query once SCAN_SECONDS have passed (a page answers within about a second)."""
-HOST_MOVED = "the host moved it"
-_CODE = re.compile(r"^([a-z][a-z0-9_]{1,47}): ")
-
-
-def reason_code_of(reason: str | None, code: str | None = None) -> str:
-    """An entry's reason code: the one the app gave, else the `<code>: ` its reason starts with
-    (the app's reasons for permanent errors and invalid envelopes), else `max_dequeue` when the
-    host moved it, `transient` when the app gave up retrying, `other` (pure)."""
-    if code:
-        return clip(code, 48)
-    text = str(reason or "")
-    found = _CODE.match(text)
-    if found:
-        return found.group(1)
-    if text.startswith(HOST_MOVED):
-        return "max_dequeue"
-    if text.startswith("gave up after"):
-        return "transient"
-    return "other"
-
-
-def matches(text: str, entity: Mapping[str, Any]) -> bool:
-    """True when `text` (case-insensitive) is in the row's reason, job id or entry name (pure)."""
-    needle = text.casefold()
-    return any(needle in str(entity.get(f) or "").casefold() for f in ("reason", "job_id", "name"))
-
-
-def shard_of(name: str) -> int:
-    return zlib.crc32(name.encode()) % SHARDS
-
-
-def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first; a shard
-    may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
-    found: dict[str, int] = {}
-    for e in entities:
-        code = str(e.get("RowKey", "")).rsplit("|", 1)[0]
-        found[code] = found.get(code, 0) + int(e.get("n") or 0)
-    return dict(sorted(((c, n) for c, n in found.items() if n > 0), key=lambda cn: (-cn[1], cn[0])))
-
-
-def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, int]]:
-    """(reason code, +1/-1) for the listed counts when an entry goes from `before` to `after`
-    (None: it did not exist / no longer exists) (pure)."""
-
-    def listed_code(entry: Mapping[str, Any] | None) -> str | None:
-        if entry is None or str(entry.get("state") or LISTED) != LISTED:
-            return None
-        return str(entry.get("reason_code") or reason_code_of(entry.get("reason")))
-
-    old, new = listed_code(before), listed_code(after)
-    if old == new:
-        return []
-    return [(c, d) for c, d in ((old, -1), (new, 1)) if c is not None]
-
-
-def counter_key(code: str, name: str) -> str:
-    """The RowKey of the counter row (in `COUNT_PARTITION`) that an entry's reason code counts in."""
-    return f"{code}|{shard_of(name):02d}"
-
-
-def add_deltas(deltas: dict[str, int], name: str, changes: list[tuple[str, int]]) -> None:
-    """Sum an entry's count changes (`count_changes`) into `deltas`, per counter row."""
-    for code, delta in changes:
-        key = counter_key(code, name)
-        deltas[key] = deltas.get(key, 0) + delta
-
-
-TRANSACTION_SIZE = 100
-"""Entities one entity group transaction may hold (Table storage's limit)."""
-
-
-def expired_filter(state: str, cutoff: datetime) -> str:
-    """The query of `state`'s rows first archived and last written before `cutoff` (pure): a
-    RowKey range (keys start with the newest-first archival stamp) and the rows' `Timestamp`."""
-    moment = cutoff.astimezone(UTC)
-    low = f"{MAX_MS - int(moment.timestamp() * 1000) + 1:013d}"
-    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return f"PartitionKey eq {quoted(state)} and RowKey ge {quoted(low)} and Timestamp lt datetime'{stamp}'"
-
-
-@dataclass
-class Pruned:
-    """What one retention pass over the entry index found and did."""
-
-    due: int = 0
-    deleted: int = 0
-    changed: int = 0
-    """Due when queried, written since (or moved): kept."""
-    requests: int = 0
-    stopped_at_limit: bool = False
-
-
-@dataclass(frozen=True)
-class EntryRow:
-    name: str
-    state: str
-    job_id: str
-    reason: str
-    archived_at: str
-    attempts: int
-    body_bytes: int
-    key: str
-    reason_code: str = ""
-
-
-def index_key(name: str, entry: Mapping[str, Any]) -> str:
-    """The entry's RowKey: its own when it has one, else from its first archival."""
-    return str(entry.get("index_key") or newest_first(str(entry.get("archived_at") or ""), name))
-
-
-def entity_of(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    history = entry.get("history") or []
-    return {
-        "PartitionKey": str(entry.get("state") or "poisoned"),
-        "RowKey": index_key(name, entry),
-        "name": name,
-        "job_id": clip(entry.get("job_id") or "", 128),
-        "reason": clip(entry.get("reason")),
-        "reason_code": str(entry.get("reason_code") or reason_code_of(entry.get("reason"))),
-        "archived_at": clip(entry.get("archived_at") or "", 40),
-        "attempts": int(entry.get("attempt") or len(history) or 0),
-        "body_bytes": int(entry.get("body_bytes") or 0),
-    }
-
-
-def row_of(entity: Mapping[str, Any]) -> EntryRow:
-    return EntryRow(
-        name=str(entity.get("name", "")),
-        state=str(entity.get("PartitionKey", "")),
-        job_id=str(entity.get("job_id", "")),
-        reason=str(entity.get("reason", "")),
-        archived_at=str(entity.get("archived_at", "")),
-        attempts=int(entity.get("attempts") or 0),
-        body_bytes=int(entity.get("body_bytes") or 0),
-        key=str(entity.get("RowKey", "")),
-        reason_code=str(entity.get("reason_code", "")),
-    )
 
 
 def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
@@ -435,14 +305,18 @@ class EntryIndex:
             self._etags.clear()
         return counts_of({"RowKey": f"{c}|00", "n": n} for c, n in found.items())
 
-    def move_many(self, moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]]) -> int:
-        """`move` for many entries (name, before, after): the upserts as entity group transactions
-        per new state (100 a transaction), then the deletes per old state; a transaction that fails
-        (a row already gone, a reset connection) is done row by row; the reason-code counts change
-        once per counter row, by the sum of the moves. Best effort, like `best_effort`.
-        Returns the requests sent."""
+    def move_many(
+        self,
+        moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+        removes: Iterable[tuple[str, Mapping[str, Any]]] = (),
+    ) -> int:
+        """`move` for many entries (name, before, after) and `remove` for many (name, entry): the
+        upserts as entity group transactions per new state (100 a transaction), then the deletes
+        per old state; a transaction that fails (a row already gone, a reset connection) is done
+        row by row; the reason-code counts change by the sum of the changes, in one transaction
+        (`count_many`). Best effort, like `best_effort`. Returns the requests sent."""
         puts: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
-        removes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        deletes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
         deltas: dict[str, int] = {}
         for name, before, after in moves:
             add_deltas(deltas, name, count_changes(before, after))
@@ -450,9 +324,13 @@ class EntryIndex:
             puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
             old_state = str(before.get("state") or "poisoned")
             if old_state != new["PartitionKey"]:
-                removes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
+                deletes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
+        for name, entry in removes:
+            add_deltas(deltas, name, count_changes(entry, None))
+            state = str(entry.get("state") or "poisoned")
+            deletes.setdefault(state, {})[index_key(name, entry)] = (name, entry)
         sent = 0
-        for kind, groups in (("upsert", puts), ("delete", removes)):
+        for kind, groups in (("upsert", puts), ("delete", deletes)):
             for state, keyed in groups.items():
                 rows = list(keyed.items())
                 for i in range(0, len(rows), TRANSACTION_SIZE):
@@ -474,10 +352,57 @@ class EntryIndex:
                     for _, (name, entry) in chunk:
                         sent += 1
                         best_effort(name, self.put if kind == "upsert" else self._delete_row, entry)
-        for key, delta in deltas.items():
-            if delta:
-                sent += 1
-                self._count_key(key, delta)
+        return sent + self.count_many(deltas)
+
+    def count_many(self, deltas: Mapping[str, int]) -> int:
+        """Change many counter rows (RowKey -> delta) at once: the counters' query and one
+        transaction (they share a partition), If-Match each row's ETag; a transaction that fails
+        (someone changed a counter meanwhile) is tried again, then row by row. Returns the
+        requests sent."""
+        changed = {k: d for k, d in deltas.items() if d}
+        sent = 0
+        for _ in range(COUNT_TRIES if len(changed) <= TRANSACTION_SIZE else 0):
+            sent += 1
+            try:
+                with translated("reading the counters"):
+                    current: dict[str, TableEntity] = {
+                        str(e["RowKey"]): e
+                        for e in self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
+                    }
+            except NotFound:
+                current = {}
+            operations: list[Any] = []
+            for key, delta in changed.items():
+                row = current.get(key)
+                n = int(row.get("n") or 0) if row is not None else 0
+                entity = {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": n + delta}
+                if row is None:
+                    operations.append(("create", entity))
+                else:
+                    condition = {
+                        "etag": row.metadata["etag"],
+                        "match_condition": MatchConditions.IfNotModified,
+                    }
+                    operations.append(("update", entity, {"mode": UpdateMode.REPLACE, **condition}))
+            sent += 1
+            try:
+                with translated("changing the counters"):
+                    answers = self.table.submit_transaction(operations)
+            except StorageError:
+                continue
+            with self._lock:
+                for (_, entity, *_), answer in zip(operations, answers, strict=False):
+                    etag = (answer or {}).get("etag")
+                    if etag:
+                        self._etags[str(entity["RowKey"])] = (str(etag), int(entity["n"]))
+            return sent
+        for key, delta in changed.items():  # many rows, or contended: one by one
+            sent += 1
+            try:
+                with translated(f"changing counter {key}"):
+                    self._count_key(key, delta)
+            except StorageError as exc:
+                log.warning("counter %s not changed (%s)", key, failure_name(exc))
         return sent
 
     # -- reads ---------------------------------------------------------------------------------

@@ -73,8 +73,8 @@ class CounterStore(Protocol):
 
 
 class BlobCounters:
-    """Counter documents as blobs of the poison-archive container (without a table endpoint, and
-    what the app wrote before the table): reading an hour lists its prefix."""
+    """Counter documents as blobs of the poison-archive container (what the app wrote before the
+    table; each worker still prunes them): reading an hour lists its prefix."""
 
     def __init__(self, store: DocumentStore) -> None:
         self.store = store

@@ -145,9 +145,10 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     job_id = req.route_params["id"]
     if record.status != COMPLETED:
         return _error(409, f"job {job_id} is {record.status}, not completed", status=record.status)
-    ref = RecordView.of(record).result_ref
+    view = RecordView.of(record)
+    ref = view.result_ref
     if not ref:
-        return _json(200, {"id": job_id, "summary": record.data.get("summary", {})})
+        return _json(200, {"id": job_id, "summary": dict(view.summary)})
     container, _, name = ref.partition("/")
     limit = result_limit_bytes(rt.settings.max_groups)
     try:
@@ -192,12 +193,7 @@ def list_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     """GET /api/poison[?state=poisoned&after=<key>&limit=100&code=<reason code>&q=<text>]: a page
     of archived poison entries (newest first, from the entry index: O(page)), `next` (the `after`
     of the next page, "" at the end), the counts per reason code and the messages still on the
-    poison queue. Without the entry index (no table endpoint): every entry, listed (`all=1`: every
-    state)."""
-    if rt.entry_index is None:
-        include_done = req.params.get("all", "") in ("1", "true")
-        entries = [vars(e) for e in poison.list_poisoned(rt, include_done=include_done)]
-        return _json(200, {"archived": entries, "on_queue": poison.peek_poison_queue(rt)})
+    poison queue."""
     try:
         limit = min(1000, max(1, int(req.params.get("limit") or 100)))
     except ValueError:
@@ -235,7 +231,7 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     rate = body.get("rate", 10)
     if not isinstance(rate, int | float) or rate <= 0 or rate > 1000:
         return _error(400, "rate: must be a number of messages per second in (0, 1000]")
-    if body.get("all") and rt.entry_index is not None:  # a bulk operation the app runs in steps
+    if body.get("all"):  # a bulk operation the app runs in steps
         op = bulk.start(
             rt,
             "replay",
@@ -244,24 +240,23 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
             rate_per_s=float(rate),
             dry_run=bool(body.get("dry_run")),
         )
-        if rt.audit is not None:
-            rt.audit.record(
-                rt.clock(), "admin key", "op_start", f"op:{op['id']}", op=op["id"], via="api", kind="replay",
-                state="poisoned", rate=rate, dry_run=op["dry_run"],
-            )  # fmt: skip
+        rt.audit.record(
+            rt.clock(), "admin key", "op_start", f"op:{op['id']}", op=op["id"], via="api", kind="replay",
+            state="poisoned", rate=rate, dry_run=op["dry_run"],
+        )  # fmt: skip
         listed = sum(rt.entry_index.counts().values())
         return _json(
             202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"], "listed": listed}
         )
-    report = poison.replay(
-        rt, None if body.get("all") else ids, rate_per_s=float(rate), dry_run=bool(body.get("dry_run"))
-    )
+    report = poison.replay_jobs(rt, ids, "api", rate_per_s=float(rate), dry_run=bool(body.get("dry_run")))
     return _json(200, report.as_dict())
 
 
 @_guarded
 def purge_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """POST /api/poison/purge {"older_than_days": N, "dry_run": false}."""
+    """POST /api/poison/purge {"older_than_days": N, "dry_run": false}: starts the purge operation
+    (shared/poison/purge.py; 202: its id), as the console and the CLI do; a dry run counts in the
+    operation's document what the purge would delete. Two requests, whatever the archive's size."""
     try:
         body = jsontext.loads(req.get_body() or b"{}")
     except json.JSONDecodeError:
@@ -269,5 +264,9 @@ def purge_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     days = body.get("older_than_days")
     if not isinstance(days, int | float) or days < 0:
         return _error(400, "older_than_days: required, a number >= 0")
-    names = poison.purge(rt, float(days), dry_run=bool(body.get("dry_run")))
-    return _json(200, {"dry_run": bool(body.get("dry_run")), "purged": names})
+    op = poison.start_purge(rt, float(days), "api", dry_run=bool(body.get("dry_run")))
+    rt.audit.record(
+        rt.clock(), "admin key", "purge", f"op:{op['id']}", op=op["id"], via="api",
+        older_than_days=days, dry_run=op["dry_run"],
+    )  # fmt: skip
+    return _json(202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"]})

@@ -26,6 +26,7 @@ from shared.app.runtime import Runtime, get_runtime
 from shared.core.documents import Conflict
 from shared.core.envelope import isoformat
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError
+from shared.ledger.view import RecordView
 from shared.pipeline import retention as retention_apply
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import SubmissionBusy, envelope_from_args, submit, validate_request
@@ -103,9 +104,10 @@ def cmd_result(rt: Runtime, args: argparse.Namespace) -> int:
     if record is None or record.status != "completed":
         print(f"job {args.id} is {record.status if record else 'unknown'}", file=sys.stderr)
         return 1
-    ref = str(record.data.get("result_ref") or "")
+    view = RecordView.of(record)
+    ref = view.result_ref
     if not ref:
-        _print(record.data.get("summary", {}))
+        _print(dict(view.summary))
         return 0
     container, _, name = ref.partition("/")
     print(rt.storage.container(container).download_blob(name).readall().decode("utf-8"))
@@ -145,7 +147,7 @@ def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
 
 
 def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
-    if args.action == "list" and rt.entry_index is not None and not args.all:
+    if args.action == "list" and not args.all:
         rows, reached = rt.entry_index.scan(
             "poisoned", args.after or "", args.limit, args.reason_code, args.text
         )
@@ -159,17 +161,15 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
         return 0
     if args.action == "list":
         entries = poison.list_poisoned(rt, include_done=args.all)
+        now = rt.clock()
         print(f"{'job id':40} {'state':22} {'age':>8} {'tries':>5}  reason")
         for e in entries:
             print(
-                f"{e.job_id or '(no id)':40} {e.state:22} {_age(e.age_s):>8} {e.attempts:>5}  {e.reason[:100]}"
+                f"{e.job_id or '(no id)':40} {e.state:22} {_age(e.age_s(now)):>8} {e.attempts:>5}  {e.reason[:100]}"
             )
         print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
         return 0
     if args.action == "recount":
-        if rt.entry_index is None:
-            print("recount: needs a table endpoint in the storage connection", file=sys.stderr)
-            return 2
         _print(rt.entry_index.recount())
         return 0
     if args.action == "peek":
@@ -179,16 +179,21 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
         if args.older_than_days is None:
             print("purge: --older-than-days is required", file=sys.stderr)
             return 2
-        names = poison.purge(rt, args.older_than_days, dry_run=args.dry_run)
-        print(f"{'would purge' if args.dry_run else 'purged'} {len(names)} poison entries")
+        op = poison.start_purge(rt, args.older_than_days, args.by, dry_run=args.dry_run)
+        _audit(rt, args.by, "purge", op, older_than_days=args.older_than_days, dry_run=args.dry_run)
+        what = "a dry run (counts, deletes nothing)" if args.dry_run else "a purge"
+        print(f"started operation {op['id']}: {what}, carried out by the app in steps")
+        print(f"follow it: python -m shared.interfaces.cli ops show {op['id']}")
         return 0
     ids = None if args.all else [i for i in (args.ids or "").split(",") if i]
     if ids is not None and not ids:
         print("replay: give --ids a,b,c or --all", file=sys.stderr)
         return 2
-    if ids is None and rt.entry_index is not None and not args.here:  # a bulk operation in the app
+    if ids is None and not args.here:  # a bulk operation in the app
         return _replay_all(rt, args)
-    report = poison.replay(rt, ids, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar)
+    report = poison.replay_jobs(
+        rt, ids, args.by, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar
+    )
     print(file=sys.stderr)
     _print(report.as_dict())
     return 0
@@ -301,9 +306,6 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
 
 def cmd_audit(rt: Runtime, args: argparse.Namespace) -> int:
     """The audit of operator actions: a page (newest first), or index what was recorded before it."""
-    if rt.audit is None:
-        print("audit: needs a table endpoint in the storage connection", file=sys.stderr)
-        return 2
     if args.action == "backfill":
         print(f"indexed {rt.audit.backfill(rt.archive)} earlier edits and operations")
         return 0
@@ -317,15 +319,13 @@ def cmd_audit(rt: Runtime, args: argparse.Namespace) -> int:
 
 def _audit(rt: Runtime, by: str, action: str, op: dict[str, Any], **details: Any) -> None:
     """Record an operator's action from the CLI in the audit table (as the console does)."""
-    if rt.audit is not None:
-        rt.audit.record(rt.clock(), by, action, f"op:{op.get('id')}", op=op.get("id"), via="cli", **details)
+    rt.audit.record(rt.clock(), by, action, f"op:{op.get('id')}", op=op.get("id"), via="cli", **details)
 
 
 def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
     """Start a replay of every listed entry (of a reason code, matching a text) as a bulk operation
     the app carries out in steps; with --dry-run, print the listed counts now and start a dry run
-    that counts exactly what the replay would touch."""
-    assert rt.entry_index is not None
+    that counts the listed rows the replay would visit (from the entry index, no read)."""
     counts = rt.entry_index.counts()
     where = {k: v for k, v in (("reason_code", args.reason_code), ("text", args.text)) if v}
     listed = counts.get(args.reason_code, 0) if args.reason_code else sum(counts.values())
@@ -393,9 +393,15 @@ def build_parser() -> argparse.ArgumentParser:
     pois.add_argument("--limit", type=int, default=50, help="list: entries a page (index)")
     pois.add_argument("--reason-code", default="", help="list / replay --all: only this reason code")
     pois.add_argument("--text", default="", help="list / replay --all: only entries whose reason holds it")
-    pois.add_argument("--by", default="cli", help="replay --all: who asks (kept in the operation)")
     pois.add_argument(
-        "--here", action="store_true", help="replay --all in this process (lists the archive; small archives)"
+        "--by",
+        default="cli",
+        help="replay, purge: who asks (kept in the ledger, the operation and the audit)",
+    )
+    pois.add_argument(
+        "--here",
+        action="store_true",
+        help="replay --all in this process (the entry index's listed entries, at --rate)",
     )
     audit = sub.add_parser("audit", help="operator actions, newest first; backfill indexes earlier ones")
     audit.add_argument("action", choices=["list", "backfill"])

@@ -178,6 +178,44 @@ class RecordView:
     def takeovers(self) -> int:
         return dead_runs(self.data)
 
+    @property
+    def summary(self) -> Mapping[str, Any]:
+        """A completed job's inline result (no `result_ref`)."""
+        raw = self.data.get("summary")
+        return raw if isinstance(raw, dict) else {}
+
+    @property
+    def history(self) -> list[Mapping[str, Any]]:
+        raw = self.data.get("history")
+        return [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
+
+    @property
+    def created_at(self) -> datetime | None:
+        """When the job was first recorded (None when missing or unreadable)."""
+        raw = self.data.get("created_at")
+        try:
+            return datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else None
+        except ValueError:
+            return None
+
+    @property
+    def request_digest(self) -> str | None:
+        """The digest of the submit request that created the record (the producer's retry check)."""
+        raw = self.data.get("request_digest")
+        return raw if isinstance(raw, str) else None
+
+    @property
+    def submitter(self) -> str | None:
+        """Who holds (or held) the record's send lease."""
+        raw = self.data.get("submitter")
+        return raw if isinstance(raw, str) else None
+
+    @property
+    def replayed_by(self) -> str | None:
+        """Who last replayed the job (an operator, or a bulk operation's `op:<id>`)."""
+        raw = self.data.get("replayed_by")
+        return raw if isinstance(raw, str) else None
+
 
 def _int(raw: object) -> int:
     return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0

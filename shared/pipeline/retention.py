@@ -31,7 +31,8 @@ from azure.storage.blob import ContainerClient
 from shared.app.runtime import Runtime, get_runtime
 from shared.config.retention import Rule, day_tables_last_due, due_day_tables, entry_rows_cutoff
 from shared.core.documents import DocumentStore, TagQuery
-from shared.indexes.entries import EntryIndex, Pruned
+from shared.indexes.entries import EntryIndex
+from shared.indexes.entry_rows import Pruned
 from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
@@ -160,7 +161,7 @@ class RetentionReport:
     rules: list[RuleReport] = field(default_factory=list)
     stopped_at_limit: bool = False
     tables: TablesReport | None = None
-    """The index tables' part (None: not run, or no table endpoint)."""
+    """The index tables' part (None: not run)."""
 
     @property
     def due(self) -> int:
@@ -191,7 +192,7 @@ def apply(
     for rule in rules:
         done = RuleReport(rule, kept=None if rule.due_query(now) is not None else 0)
         report.rules.append(done)
-        room = None if limit is None else limit - report.due
+        room = limit - report.due if limit is not None else None
         if room is not None and room <= 0:
             report.stopped_at_limit = True
             continue
@@ -293,10 +294,8 @@ def run_tables(
     dry_run: bool = False,
     table_limit: int | None = None,
     row_limit: int | None = None,
-) -> TablesReport | None:
-    """`apply_tables` with the runtime's indexes and settings; None without a table endpoint."""
-    if rt.job_index is None and rt.entry_index is None:
-        return None
+) -> TablesReport:
+    """`apply_tables` with the runtime's indexes and settings."""
     return apply_tables(
         rt.job_index,
         rt.entry_index,

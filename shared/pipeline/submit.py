@@ -50,6 +50,7 @@ from shared.core.envelope import (
 from shared.core.errors import EnvelopeError, MessageTooLarge, PayloadError
 from shared.ledger import Facts, Record
 from shared.ledger import send as ledger_send
+from shared.ledger.view import RecordView
 from shared.storage.clients import CallBudget, bounded_calls
 
 log = logging.getLogger("jobs.submit")
@@ -160,7 +161,7 @@ class _Submission:
             current = rt.ledger.get(job_id)
             if current is None:
                 continue  # removed since (an operator): create it afresh
-            if current.data.get("request_digest") != self.request or not ledger_send.send_is_pending(
+            if RecordView.of(current).request_digest != self.request or not ledger_send.send_is_pending(
                 current.data
             ):
                 return self.exists(current)
@@ -194,7 +195,7 @@ class _Submission:
                 rt.ledger.write(env.id, record, self._sent, set())  # set(): no retry on our own record
             except Conflict:  # a delivery claimed it already (fine), or a retry took over after our lease
                 current = self._read_quietly()
-                if current is not None and current.data.get("submitter") != self.me:
+                if current is not None and RecordView.of(current).submitter != self.me:
                     return self.exists(current)
             except Exception as exc:
                 # The message is on the queue: the job is accepted. The marker stays until the
@@ -208,7 +209,7 @@ class _Submission:
         return Submitted(env, created=True, claim_checked=self.payload is not None)
 
     def exists(self, current: Record) -> Submitted:
-        same = current.data.get("request_digest") == self.request
+        same = RecordView.of(current).request_digest == self.request
         return Submitted(self.env, created=False, existing=current, same_request=same)
 
     def _send_failed(self, record: Record, exc: Exception) -> None:
@@ -246,11 +247,7 @@ class _Submission:
 
 def _created_at(record: Record, default: datetime) -> datetime:
     """The job's created_at as first recorded (a retried request's own time is later)."""
-    raw = record.data.get("created_at")
-    try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return default
+    return RecordView.of(record).created_at or default
 
 
 def _claim_check_plan(rt: Runtime, env: Envelope) -> tuple[Envelope, bytes]:

@@ -3,18 +3,11 @@
 from shared.poison.archive import entry_name
 from shared.poison.bulk_step import handle_op_message
 from shared.poison.handler import archive_message, handle_poison_message, judge, sweep
-from shared.poison.operations import (
-    PoisonEntry,
-    ReplayReport,
-    list_poisoned,
-    peek_poison_queue,
-    purge,
-    replay,
-    replay_one,
-)
+from shared.poison.operations import list_poisoned, peek_poison_queue
+from shared.poison.purge import start_purge
+from shared.poison.replay import ReplayReport, replay_jobs
 
 __all__ = [
-    "PoisonEntry",
     "ReplayReport",
     "archive_message",
     "entry_name",
@@ -23,8 +16,7 @@ __all__ = [
     "judge",
     "list_poisoned",
     "peek_poison_queue",
-    "purge",
-    "replay",
-    "replay_one",
+    "replay_jobs",
+    "start_purge",
     "sweep",
 ]

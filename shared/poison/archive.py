@@ -5,6 +5,10 @@ In the poison-archive container:
   unparsed/<body digest>.json        bodies that are not their job's: not base64, JSON or UTF-8,
                                      no readable id, or an id whose record is another body's
   reasons/<body digest>.json         why the app itself poisoned a body (written before the copy)
+  edits/<job id>/<body digest>.json  an operator's edit of a job's envelope, replayed
+                                     (shared/poison/replay.py `replay_edit`)
+Beside them, not entries: ops/ (bulk operations, shared/poison/bulk.py) and the overview's
+counters without a table (shared/indexes/metrics.py).
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ from typing import Any
 
 from shared.core.documents import Conflict, Document, DocumentStore
 from shared.core.envelope import body_digest, isoformat
-from shared.indexes.entries import EntryIndex, best_effort, index_key, reason_code_of
+from shared.indexes.entries import EntryIndex, best_effort
+from shared.indexes.entry_rows import EntryState, index_key, reason_code_of
 
 JOBS_PREFIX = "jobs/"
 UNPARSED_PREFIX = "unparsed/"
 REASONS_PREFIX = "reasons/"
-LISTED_STATE = "poisoned"
+EDITS_PREFIX = "edits/"
+ENTRY_PREFIXES = (JOBS_PREFIX, UNPARSED_PREFIX)
+"""The namespaces of entries (listed, replayed, purged); reasons and edits are not entries."""
+LISTED_STATE = EntryState.POISONED
 """Entries in this state are listed and replayable; the others are kept for the record."""
 
 
@@ -34,6 +42,15 @@ def entry_name(job_id: str | None, digest: str, owned: bool = True) -> str:
 
 def reason_name(digest: str) -> str:
     return f"{REASONS_PREFIX}{digest}.json"
+
+
+def edit_name(job_id: str, digest: str) -> str:
+    """Where an operator's edit of the job's envelope is kept (`replay_edit`)."""
+    return f"{EDITS_PREFIX}{job_id}/{digest}.json"
+
+
+def is_entry_name(name: str) -> bool:
+    return name.startswith(ENTRY_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,7 @@ def new_entry(
     body: bytes,
     job_id: str | None,
     parsed: bool,
-    state: str,
+    state: EntryState,
     reason: str,
     *,
     now: datetime,
@@ -144,7 +161,7 @@ def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex
 def set_state(
     archive: DocumentStore,
     name: str,
-    state: str,
+    state: EntryState,
     now: datetime,
     index: EntryIndex | None = None,
     by: str | None = None,

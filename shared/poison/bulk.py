@@ -28,20 +28,13 @@ from shared.config.observability import log_decision
 from shared.core.documents import Conflict
 from shared.core.envelope import isoformat
 from shared.core.messages import NEVER_EXPIRE
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
+from shared.indexes.entry_rows import EntryState
+from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
 from shared.poison.parking import PARKED
 
 OPS_PREFIX = "ops/"
 KINDS = ("replay", "purge", "park", "unpark", "delete")
-PURGE_STATES = (
-    LISTED_STATE,
-    "replayed",
-    "deleted",
-    "skipped_completed",
-    "duplicate_of_completed",
-    "stale",
-    "rechecked",
-)
+PURGE_STATES = tuple(s for s in EntryState if s != EntryState.PARKED)
 """States purge deletes from; `parked` is never among them (parked entries stay until unparked or
 deleted explicitly)."""
 

@@ -64,15 +64,21 @@ class Pacer:
 @dataclass
 class StepWrites:
     """Index writes a step's entries leave for the end of the step, sent as entity group
-    transactions: the entry index moves (name, before, after) and the jobs' new records."""
+    transactions: the entry index moves (name, before, after), its removals (name, entry) and the
+    jobs' new records."""
 
     moves: list[tuple[str, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    removes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def move(self, name: str, before: dict[str, Any], after: dict[str, Any]) -> None:
         with self.lock:
             self.moves.append((name, before, after))
+
+    def remove(self, name: str, entry: dict[str, Any]) -> None:
+        with self.lock:
+            self.removes.append((name, entry))
 
     def record(self, data: dict[str, Any]) -> None:
         with self.lock:
@@ -81,7 +87,7 @@ class StepWrites:
     def flush(self, rt: Runtime) -> None:
         """Send them (best effort, like every index write: the blobs are the truth). A step
         redone after a crash finds its entries done and leaves their writes again."""
-        if rt.entry_index is not None and self.moves:
-            rt.entry_index.move_many(self.moves)
-        if rt.job_index is not None and self.records:
+        if self.moves or self.removes:
+            rt.entry_index.move_many(self.moves, self.removes)
+        if self.records:
             rt.job_index.put_many(self.records)

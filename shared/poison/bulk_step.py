@@ -7,7 +7,6 @@ the progress with a conditional write. A message whose step is not the document'
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -16,24 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from shared import ledger
 from shared.app.runtime import Runtime, get_runtime
-from shared.app.sending import send_job
-from shared.config.observability import log_decision
 from shared.core.documents import Conflict, Document
-from shared.core.envelope import decode_message, isoformat, parse_body
-from shared.core.errors import EnvelopeError
+from shared.core.envelope import decode_message, isoformat
 from shared.core.messages import QueueMessageLike
-from shared.indexes.entries import EntryRow
-from shared.indexes.jobs import IndexedStore
+from shared.indexes.entry_rows import EntryRow
 from shared.indexes.keys import newest_first
-from shared.ledger import Facts
-from shared.ledger import operator as ledger_operator
-from shared.poison.archive import LISTED_STATE, REASONS_PREFIX, UNPARSED_PREFIX, set_state
-from shared.poison.bulk import OpRefused, op_name, send_step
+from shared.poison.archive import LISTED_STATE
+from shared.poison.bulk import op_name, send_step
 from shared.poison.bulk_pacing import Pacer, StepWrites, step_plan, step_threads
-from shared.poison.operations import expiry_refusal
 from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
+from shared.poison.purge import purge_entry
+from shared.poison.replay import replay_entry
 
 log = logging.getLogger("jobs.ops")
 STEP_BUDGET_S = 15.0
@@ -115,8 +108,6 @@ def _next_items(
         chunk = names[i : i + size]
         cursor["i"] = i + len(chunk)
         return [(n, None) for n in chunk], cursor, cursor["i"] >= len(names)
-    if rt.entry_index is None:
-        raise OpRefused("operations over a state need the entry index (a table endpoint)")
     states = list(data.get("states") or [])
     bound = ""
     if data.get("older_than_days") is not None:
@@ -139,14 +130,19 @@ def _next_items(
 def _apply(
     rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None, writes: StepWrites | None = None
 ) -> tuple[str, str]:
-    """(outcome, reason) for one entry; a replay leaves its index writes in `writes`."""
+    """(outcome, reason) for one entry; its index writes are left in `writes`. A dry run over states
+    counts the rows the index gives (no read); over names, the entries that exist."""
     kind, by = str(op["kind"]), f"op:{op['id']}"
+    if op.get("dry_run") and row is not None:  # counted from the index: no read per entry
+        return "counted", row.state
     doc = rt.archive.read(name)
     if doc is None:
-        if row is not None and rt.entry_index is not None:
-            rt.entry_index.remove(
-                name, {"state": row.state, "index_key": row.key, "reason_code": row.reason_code}
-            )
+        if row is not None:  # a row left by an entry gone: it follows
+            gone = {"state": row.state, "index_key": row.key, "reason_code": row.reason_code}
+            if writes is not None:
+                writes.remove(name, gone)
+            else:
+                rt.entry_index.remove(name, gone)
         return "not_found", "no such archive entry"
     state = str(doc.data.get("state", ""))
     mine = any(e.get("by") == by for e in doc.data.get("events") or [])
@@ -155,13 +151,7 @@ def _apply(
     if kind == "replay":
         return replay_entry(rt, name, doc, by, mine, writes)
     if kind == "purge":
-        if state == PARKED:
-            return "skipped", "parked entries are never purged"
-        rt.archive.delete(name)
-        rt.archive.delete(f"{REASONS_PREFIX}{doc.data.get('digest')}.json")
-        if rt.entry_index is not None:
-            rt.entry_index.remove(name, doc.data)
-        return "purged", ""
+        return purge_entry(rt, name, doc, writes)
     if kind == "park":
         return park_entry(rt, name, doc, by) if not (state == PARKED and mine) else (PARKED, "")
     if kind == "unpark":
@@ -171,93 +161,6 @@ def _apply(
     if state == DELETED and mine:
         return DELETED, ""
     return delete_entry(rt, name, doc, by)
-
-
-def replay_entry(
-    rt: Runtime, name: str, doc: Document, by: str, mine: bool = False, writes: StepWrites | None = None
-) -> tuple[str, str]:
-    """Replay one archive entry: (outcome, reason). A job is replayed only while its record is
-    poisoned (or missing): the ledger write that takes it out of `poisoned` names who replayed it
-    (`replayed_by`). A repeated step of the same operation that finds its own write on a job still
-    `queued` sends the message again, since it cannot tell whether the message went out before the
-    stop: at least once, and the ledger applies the job once.
-
-    Requests: the entry (read by the caller), the record's read, its conditional write, the
-    message, the entry's conditional write; with `writes` (a bulk step) the index rows of the entry
-    and the job are left there for the step's transactions, else written here (3 more)."""
-    state = str(doc.data.get("state", ""))
-    if state == "replayed" and mine:
-        _moved(rt, name, {**doc.data, "state": LISTED_STATE}, doc.data, writes)
-        return "replayed", ""
-    if state != LISTED_STATE:
-        return "skipped", f"entry is {state}"
-    if name.startswith(UNPARSED_PREFIX):
-        return "skipped", "not a valid envelope: fix and replay it from the entry page"
-    body = base64.b64decode(str(doc.data.get("body_b64", "")))
-    try:
-        env = parse_body(body, rt.handlers.keys())
-    except EnvelopeError as exc:
-        return "skipped", f"invalid envelope: {exc}"
-    now = rt.clock()
-    expired = expiry_refusal(env.expires_at, now)
-    if expired:
-        return "skipped", expired
-    jobs = _ledger_for(rt, writes)
-    record = jobs.get(env.id)
-    status = record.status if record is not None else ""
-    sent_by_me = mine or (
-        record is not None and record.data.get("replayed_by") == by and by.startswith("op:")
-    )
-    if status == ledger.COMPLETED:
-        _mark(rt, name, doc, "skipped_completed", now, by, writes)
-        return "skipped", "the job completed meanwhile"
-    if record is not None and status != ledger.POISONED:
-        if sent_by_me:  # this operation took it out of `poisoned`, and stopped before marking the entry
-            if status == ledger.QUEUED and state == LISTED_STATE:
-                # it may have stopped before the message too: send it (again). A second copy is a
-                # duplicate the ledger runs once; a job queued with no message would be lost.
-                send_job(rt, env.with_attempt(0))
-            _mark(rt, name, doc, "replayed", now, by, writes)
-            return "replayed", ""
-        return "skipped", f"the job is {status}, not poisoned"
-    facts = Facts(now)
-    try:
-        written = jobs.write(env.id, record, lambda prev: ledger_operator.replayed(prev, env, facts, by=by))
-    except Conflict:
-        return "skipped", "the job changed meanwhile"
-    if writes is not None:
-        writes.record(written.data)
-    send_job(rt, env.with_attempt(0))
-    _mark(rt, name, doc, "replayed", now, by, writes)
-    log_decision("replayed", env.id, attempt=0, by=by)
-    return "replayed", ""
-
-
-def _ledger_for(rt: Runtime, writes: StepWrites | None) -> ledger.Ledger:
-    """The ledger, without its per-write index upsert when the step batches the index writes."""
-    store = rt.ledger.store
-    if writes is not None and isinstance(store, IndexedStore):
-        return ledger.Ledger(store.inner)
-    return rt.ledger
-
-
-def _mark(
-    rt: Runtime, name: str, doc: Document, state: str, now: Any, by: str, writes: StepWrites | None
-) -> None:
-    """The entry's new state (a conditional write on the entry as read); its index row moves now,
-    or with the step's transactions."""
-    after = set_state(
-        rt.archive, name, state, now, rt.entry_index if writes is None else None, by, current=doc
-    )
-    if after is not None:
-        _moved(rt, name, doc.data, after, writes)
-
-
-def _moved(
-    rt: Runtime, name: str, before: dict[str, Any], after: dict[str, Any], writes: StepWrites | None
-) -> None:
-    if writes is not None:
-        writes.move(name, before, after)
 
 
 def _record(

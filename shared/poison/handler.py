@@ -32,6 +32,7 @@ from shared.core.envelope import (
 )
 from shared.core.errors import EnvelopeError, JobError
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike
+from shared.indexes.entry_rows import EntryState
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
 from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
@@ -51,7 +52,7 @@ GIVE_BACK_DELAY_S = 600
 
 @dataclass(frozen=True)
 class Verdict:
-    state: str
+    state: EntryState
     """The archive entry's state; only `poisoned` entries are listed and replayable."""
     reason: str
     mark: bool = False
@@ -68,27 +69,29 @@ def judge(
     """What a poisoned body means for its job (pure). Only the job's own current message may
     poison it: a stale copy, a malformed body carrying its id, or a copy of a completed job may not."""
     if env is None:  # not an envelope: its id may be another job's, so no existing record changes
-        return Verdict("poisoned", app.reason if app else HOST_REASON, create=record is None)
+        return Verdict(EntryState.POISONED, app.reason if app else HOST_REASON, create=record is None)
     view = RecordView.of(record)
     if view.status == ledger.COMPLETED:
-        return Verdict("duplicate_of_completed", "a copy of a job that had already completed")
+        return Verdict(EntryState.DUPLICATE_OF_COMPLETED, "a copy of a job that had already completed")
     if app is not None and app.under_claim:
-        return Verdict("poisoned", app.reason, mark=view.status != ledger.POISONED)
+        return Verdict(EntryState.POISONED, app.reason, mark=view.status != ledger.POISONED)
     if record is None:
-        return Verdict("poisoned", HOST_REASON, mark=True)
+        return Verdict(EntryState.POISONED, HOST_REASON, mark=True)
     decision = ledger.decide(record, env.attempt, env.continuation_seq, now)
     if decision is Decision.ALREADY_POISONED:
-        return Verdict("poisoned", view.reason or HOST_REASON)
+        return Verdict(EntryState.POISONED, view.reason or HOST_REASON)
     if decision is Decision.STALE:
-        return Verdict("stale", "an older message of a job that has moved on")
+        return Verdict(EntryState.STALE, "an older message of a job that has moved on")
     if decision is Decision.BUSY:
         return Verdict(
-            "rechecked",
+            EntryState.RECHECKED,
             "another invocation held the job's claim; sent back to be re-checked when the claim ends",
             recheck_at=view.lease_end,
         )
     error = view.error
-    return Verdict("poisoned", f"{HOST_REASON}; last error: {error}" if error else HOST_REASON, mark=True)
+    return Verdict(
+        EntryState.POISONED, f"{HOST_REASON}; last error: {error}" if error else HOST_REASON, mark=True
+    )
 
 
 # -- the poison-queue trigger ---------------------------------------------------------------

@@ -19,13 +19,13 @@ from shared.app.runtime import Runtime
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import isoformat
 from shared.core.messages import NEVER_EXPIRE
-from shared.indexes.entries import index_key
+from shared.indexes.entry_rows import EntryState, index_key
 from shared.poison.archive import LISTED_STATE, set_state
 from shared.storage.errors import NotFound, StorageError, translated
 
-PARKED = "parked"
+PARKED = EntryState.PARKED
 DAY_S = 86_400
-DELETED = "deleted"
+DELETED = EntryState.DELETED
 RECEIPT_FIELDS = ("parked_message_id", "parked_pop_receipt")
 
 
@@ -58,8 +58,7 @@ def park_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str
     except Conflict:
         queue.delete_message(sent)
         return "skipped", "the entry changed meanwhile"
-    if rt.entry_index is not None:
-        rt.entry_index.move(name, doc.data, data)
+    rt.entry_index.move(name, doc.data, data)
     return PARKED, ""
 
 
@@ -93,8 +92,7 @@ def unpark_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, s
         rt.archive.replace(name, doc, data)
     except Conflict:
         return "not_found", "the entry changed meanwhile"
-    if rt.entry_index is not None:
-        rt.entry_index.move(name, doc.data, data)
+    rt.entry_index.move(name, doc.data, data)
     return "unparked", drop_parked_message(rt, doc.data)
 
 

@@ -130,7 +130,7 @@ def test_the_jobs_page_reads_the_listing_metadata_of_real_ledger_writes(rt: Runt
         "created_at": isoformat(utcnow() + timedelta(seconds=1)),
     }
     process_message(message(json.dumps(body).encode()), rt)
-    page = queries.jobs_page(rt, fresh=True)
+    page = queries.jobs_page(rt)
     assert [(r.id, r.status, r.kind) for r in page.rows] == [
         ("m2", "completed", "noop"),
         ("m1", "poisoned", "fault"),

@@ -14,11 +14,11 @@ from shared.app import sending
 from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
 from shared.indexes import metrics
-from shared.indexes.entries import SHARDS
+from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.pipeline.processing import process_message
-from shared.poison import archive, bulk, bulk_pacing, bulk_step
+from shared.poison import archive, bulk, bulk_pacing, bulk_step, replay
 from shared.poison.archive import new_entry, note_reason, write_entry
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
@@ -41,7 +41,15 @@ def poisoned_noop(rt: Runtime, job_id: str) -> str:
         job_id, record, lambda prev: ledger.poisoned(prev, job_id, Facts(now), "bench", None, body)
     )
     entry = new_entry(
-        body, job_id, True, "poisoned", "test", now=now, queue_message_id=None, dequeue_count=5, record=None
+        body,
+        job_id,
+        True,
+        EntryState.POISONED,
+        "test",
+        now=now,
+        queue_message_id=None,
+        dequeue_count=5,
+        record=None,
     )
     return write_entry(rt.archive, entry, rt.entry_index)
 
@@ -87,7 +95,7 @@ def test_a_bulk_replay_killed_half_way_and_resumed_applies_each_job_once(
             raise RuntimeError("killed: the job was sent, its entry not yet marked")
         return real_set_state(*args, **kwargs)
 
-    monkeypatch.setattr(bulk_step, "set_state", crashing)
+    monkeypatch.setattr(replay, "set_state", crashing)
 
     def step(body: bytes) -> None:
         try:
@@ -164,7 +172,9 @@ def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> N
     actions.park(rt, [kept], "t")
     rt.archive.upsert("edits/cli-listed/abc.json", {"job_id": "cli-listed"})
     rt.archive.upsert(f"{metrics.PREFIX}2026010100/cli.json", {"completed": [1]})
-    assert poison.purge(rt, 0.0) == [listed]
+    op = poison.start_purge(rt, 0.0, "cli")
+    take_steps(rt)
+    assert read_op(rt, op["id"])["counts"] == {"purged": 1}  # the parked entry is never visited
     left = {name for name, _ in rt.archive.names("")}
     assert kept in left and "edits/cli-listed/abc.json" in left
     assert f"{metrics.PREFIX}2026010100/cli.json" in left and listed not in left
@@ -186,12 +196,13 @@ def test_a_bulk_replay_step_costs_five_requests_an_entry_and_leaves_both_indexes
     # per entry: entry GET, record GET, record PUT, message, entry PUT; per step: the document's
     # read and write, the index transactions (entry rows moved, job rows upserted); take_steps'
     # own receive, delete and queue-length calls on the ops queue are not the step's; the listed
-    # counts per reason code change once per counter row the step touched (its ETag read first
-    # when this process has not seen it: at most 2 requests for each of the SHARDS rows)
+    # counts per reason code (up to SHARDS counter rows touched) change in one transaction after
+    # one query of the counters
     in_step = [r for r in seen if "-ops" not in r]
-    assert len(in_step) <= 5 * 40 + 5 + 2 * SHARDS, sorted(set(seen))
+    assert len(in_step) <= 5 * 40 + 5 + 2, sorted(set(seen))
     assert sum(rt.entry_index.counts().values()) == listed_before - 40
-    assert sum(1 for r in seen if r.startswith("POST") and "$batch" in r) == 3, "three transactions"
+    batches = sum(1 for r in seen if r.startswith("POST") and "$batch" in r)
+    assert batches == 4, "four transactions: rows upserted, rows deleted, job rows, counters"
     assert rt.entry_index.page("poisoned", size=100) == []
     assert {r.name for r in rt.entry_index.page("replayed", size=100)} == set(names)
     rows = rt.job_index.page(id_prefix="cost-", size=100).rows
@@ -215,7 +226,7 @@ def test_a_bulk_replay_killed_between_the_ledger_write_and_the_message_still_sen
             raise RuntimeError("killed: the record says queued, no message sent")
         return real_send(rt_, env)
 
-    monkeypatch.setattr(bulk_step, "send_job", crashing)
+    monkeypatch.setattr(replay, "send_job", crashing)
 
     def step(body: bytes) -> None:
         try:
@@ -294,3 +305,47 @@ def test_a_step_over_its_time_budget_leaves_the_rest_to_the_next_step(
     purge = bulk.start(rt, "delete", "t", states=["replayed"], rate_per_s=0)
     assert take_steps(rt) == 4, "three cut steps over the index, then one that finds none"
     assert read_op(rt, purge["id"])["counts"] == {"deleted": 3}
+
+
+def test_a_console_replay_of_ten_ids_costs_five_requests_a_job_and_a_few(
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [poisoned_noop(rt, f"ten-{i}") for i in range(10)]
+    ids = [n.split("/")[1] for n in names]
+    listed_before = sum(rt.entry_index.counts().values())  # the page's counts (as the console shows them)
+    sent = storage_backend.record_requests(monkeypatch)
+    answer = actions.replay_batch(rt, ids, 20, "alice", names)
+    seen = sent()
+    monkeypatch.undo()
+    assert answer == {"replayed": ids, "skipped": [], "not_found": []}
+    # per job: entry GET, record GET, record PUT, message, entry PUT; then the entry rows (upsert,
+    # delete), the job rows, the counters (a query and a transaction) and the audit row
+    assert len(seen) <= 5 * 10 + 6, sorted(seen)
+    assert sum(rt.entry_index.counts().values()) == listed_before - 10
+    assert {r.name for r in rt.entry_index.page("replayed", size=100)} == set(names)
+    assert rt.entry_index.page("poisoned", size=100) == []
+    assert {r.status for r in rt.job_index.page(id_prefix="ten-", size=100).rows} == {"queued"}
+    record = rt.ledger.get(ids[0])
+    assert record is not None and record.data["replayed_by"] == "alice"
+
+
+def test_the_admin_purge_dry_run_starts_the_purge_operation_and_lists_nothing(
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import azure.functions as func
+
+    from shared.interfaces import api
+
+    names = [poisoned_noop(rt, f"dry-{i}") for i in range(3)]
+    monkeypatch.setattr(api, "get_runtime", lambda: rt)
+    sent = storage_backend.record_requests(monkeypatch)
+    body = json.dumps({"older_than_days": 0, "dry_run": True}).encode()
+    answer = api.purge_poison(func.HttpRequest("POST", "http://h/api/poison/purge", body=body))
+    seen = sent()
+    assert answer.status_code == 202, answer.get_body()
+    started = json.loads(answer.get_body())
+    assert started["dry_run"] is True
+    assert len(seen) <= 3 and not any(r.startswith("GET") for r in seen), seen  # document, message, audit
+    take_steps(rt)
+    assert read_op(rt, started["op"])["counts"] == {"counted": 3}
+    assert all(rt.archive.read(n) is not None for n in names), "a dry run deletes nothing"

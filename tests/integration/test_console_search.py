@@ -14,6 +14,7 @@ from shared import ledger, poison
 from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
 from shared.indexes import entries as entry_index
+from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.poison import bulk
@@ -56,7 +57,7 @@ def poisoned(
         body,
         job_id,
         True,
-        "poisoned",
+        EntryState.POISONED,
         reason,
         now=now,
         queue_message_id=None,
@@ -205,7 +206,7 @@ def test_a_replay_says_why_it_skipped_each_job(rt: Runtime) -> None:
     record = rt.ledger.get(done)
     assert record is not None
     rt.ledger.write(done, record, lambda prev: {**(prev or {}), "status": ledger.COMPLETED})
-    report = poison.replay(rt, ["ok-1", "old-1", done, "nobody"], rate_per_s=1000).as_dict()
+    report = poison.replay_jobs(rt, ["ok-1", "old-1", done, "nobody"], rate_per_s=1000).as_dict()
     assert report["replayed"] == ["ok-1"]
     assert report["skipped_invalid"] == ["old-1"] and "extend expires_at" in report["reasons"]["old-1"]
     assert report["reasons"][done] == "the job completed meanwhile"

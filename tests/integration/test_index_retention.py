@@ -15,7 +15,7 @@ import pytest
 
 from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
-from shared.indexes.entries import COUNT_PARTITION, LISTED
+from shared.indexes.entry_rows import COUNT_PARTITION, LISTED, EntryState
 from shared.indexes.jobs import JobIndex
 from shared.pipeline import retention as retention_apply
 from shared.poison import archive
@@ -48,7 +48,7 @@ def _entry(rt: Runtime, job_id: str, state: str, archived: datetime) -> str:
         f'{{"id": "{job_id}"}}'.encode(),
         job_id,
         True,
-        state,
+        EntryState(state),
         f"bad_input: {job_id}",
         now=archived,
         queue_message_id="q",

@@ -21,6 +21,7 @@ from shared.pipeline.processing import process_message
 from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
 from tests.integration.helpers import message, queue_length, runtime_for
+from tests.integration.ops_helpers import read_op, take_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -137,11 +138,11 @@ def effects_per_job(rt: Runtime) -> dict[str, int]:
 
 def test_replay_moves_each_job_once_at_the_rate_limit(rt: Runtime) -> None:
     ids = poison_many(rt, 100, "fix-1")
-    dry = poison.replay(rt, None, dry_run=True, rate_per_s=1000)
+    dry = poison.replay_jobs(rt, None, dry_run=True, rate_per_s=1000)
     assert len(dry.replayed) == 100 and queue_length(rt, rt.settings.jobs_queue) == 0
     rt.storage.container(rt.settings.results_container).upload_blob("fix-1", b"fixed")
     started = time.monotonic()
-    report = poison.replay(rt, None, rate_per_s=40)
+    report = poison.replay_jobs(rt, None, rate_per_s=40)
     elapsed = time.monotonic() - started
     assert sorted(report.replayed) == sorted(ids)
     assert elapsed >= 99 / 40  # the rate limit held
@@ -149,7 +150,7 @@ def test_replay_moves_each_job_once_at_the_rate_limit(rt: Runtime) -> None:
     assert drain_jobs(rt) == 100
     assert effects_per_job(rt) == dict.fromkeys(ids, 1)
     assert all(rt.ledger.get(i).status == "completed" for i in ids)  # type: ignore[union-attr]
-    again = poison.replay(rt, None, rate_per_s=1000)  # nothing left to replay
+    again = poison.replay_jobs(rt, None, rate_per_s=1000)  # nothing left to replay
     assert again.replayed == []
 
 
@@ -157,7 +158,7 @@ def test_replay_of_selected_ids_skips_completed_and_unknown(rt: Runtime) -> None
     ids = poison_many(rt, 3, "fix-2")
     rt.storage.container(rt.settings.results_container).upload_blob("fix-2", b"fixed")
     rt.ledger.write(ids[0], rt.ledger.get(ids[0]), lambda prev: {**(prev or {}), "status": "completed"})
-    report = poison.replay(rt, [ids[0], ids[1], "nope"], rate_per_s=1000)
+    report = poison.replay_jobs(rt, [ids[0], ids[1], "nope"], rate_per_s=1000)
     assert (
         report.skipped_completed == [ids[0]] and report.replayed == [ids[1]] and report.not_found == ["nope"]
     )
@@ -210,11 +211,19 @@ def test_replay_killed_half_way_and_run_again_loses_nothing(azurite_rt: Runtime,
     assert poison.list_poisoned(rt) == []
 
 
+def purged(rt: Runtime, days: float, dry_run: bool = False) -> dict[str, int]:
+    """Start the purge as every caller does, carry out its steps here, and return its counts."""
+    op = poison.start_purge(rt, days, "t", dry_run=dry_run)
+    take_steps(rt)
+    return dict(read_op(rt, op["id"])["counts"])
+
+
 def test_purge_removes_old_archive_entries(rt: Runtime) -> None:
     poison.handle_poison_message(message(b"junk"), rt)
-    assert poison.purge(rt, 1.0) == []
-    assert len(poison.purge(rt, 0.0, dry_run=True)) >= 1
-    assert len(poison.purge(rt, 0.0)) >= 1
+    assert purged(rt, 1.0) == {}
+    assert purged(rt, 0.0, dry_run=True) == {"counted": 1}
+    assert len(poison.list_poisoned(rt, include_done=True)) == 1
+    assert purged(rt, 0.0) == {"purged": 1}
     assert poison.list_poisoned(rt, include_done=True) == []
 
 

@@ -14,6 +14,7 @@ from devstack.azurite import Azurite
 from shared import ledger
 from shared.app.runtime import Runtime
 from shared.core.envelope import Envelope, isoformat
+from shared.indexes.entry_rows import EntryState
 from shared.interfaces import cli
 from shared.ledger import Facts
 from shared.ledger import send as ledger_send
@@ -73,7 +74,7 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
             body,
             entry_job_id,
             owned,
-            state,
+            EntryState(state),
             "why",
             now=now,
             queue_message_id="q",

@@ -47,7 +47,7 @@ class Scenario:
 
 def _fix_and_replay(world: World) -> None:
     world.fixed = True
-    world.guarded(lambda: poison.replay(world.rt, ["j1"], rate_per_s=0))
+    world.guarded(lambda: poison.replay_jobs(world.rt, ["j1"], rate_per_s=0))
 
 
 def _malformed(world: World) -> None:
@@ -183,7 +183,7 @@ def check(world: World, expect: dict[str, str], replay: bool = True) -> list[str
             if job_id not in unparsed or not unparsed[job_id].reason:
                 problems.append(f"{job_id}: malformed body not listed with a reason")
             elif replay:
-                report = poison.replay(world.rt, [job_id], rate_per_s=0)
+                report = poison.replay_jobs(world.rt, [job_id], rate_per_s=0)
                 if report.skipped_invalid != [job_id]:
                     problems.append(f"{job_id}: replay of a malformed body said {report.as_dict()}")
             continue
@@ -209,7 +209,7 @@ def _unparsed_kept(world: World, bodies: tuple[bytes, ...]) -> list[str]:
 
 
 def _rejected(
-    world: World, job_id: str, data: Mapping[str, Any], listed: Mapping[str | None, Any], replay: bool
+    world: World, job_id: str, data: Mapping[str, Any], listed: Mapping[str, Any], replay: bool
 ) -> list[str]:
     problems = []
     if data.get("status") != ledger.POISONED or not data.get("reason"):
@@ -217,7 +217,7 @@ def _rejected(
     if job_id not in listed:
         problems.append(f"{job_id}: its malformed body is not listed under the job")
     elif replay:
-        report = poison.replay(world.rt, [job_id], rate_per_s=0)
+        report = poison.replay_jobs(world.rt, [job_id], rate_per_s=0)
         if report.skipped_invalid != [job_id]:
             problems.append(f"{job_id}: replay of its malformed body said {report.as_dict()}")
     return problems
@@ -270,7 +270,7 @@ def settled_after_fault(world: World, job_id: str) -> float | None:
 
 
 def _replayable(world: World, job_id: str, want: str) -> list[str]:
-    report = poison.replay(world.rt, [job_id], rate_per_s=0)
+    report = poison.replay_jobs(world.rt, [job_id], rate_per_s=0)
     if report.replayed != [job_id]:
         return [f"{job_id}: replay said {report.as_dict()}"]
     world.run()

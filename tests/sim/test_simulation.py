@@ -13,10 +13,12 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 import pytest
 
 from shared import ledger, poison
+from shared.indexes.entry_rows import EntryState
 from shared.pipeline import processing
 from shared.poison import handler
 from tests.sim.scenarios import (
@@ -148,7 +150,7 @@ def test_runs_that_keep_dying_are_poisoned_at_the_takeover_limit_and_replay_coun
         f"\nsimulated: poisoned after {limit} dead runs, {took:.0f} s after submit (each run kills its worker)"
     )
 
-    assert poison.replay(world.rt, ["j1"], rate_per_s=0).replayed == ["j1"]
+    assert poison.replay_jobs(world.rt, ["j1"], rate_per_s=0).replayed == ["j1"]
     world.run()
     record = world.ledger_docs.docs["j1.json"][0]
     assert record["status"] == ledger.POISONED and world.executions == {"j1": 2 * limit}
@@ -219,7 +221,11 @@ def test_the_stuck_job_of_issue_9_is_caught_when_its_fix_is_reverted(monkeypatch
 
     def no_recheck(*args, **kwargs):  # type: ignore[no-untyped-def]
         verdict = judge(*args, **kwargs)
-        return handler.Verdict("duplicate_of_running", verdict.reason) if verdict.recheck_at else verdict
+        return (
+            handler.Verdict(cast(EntryState, "duplicate_of_running"), verdict.reason)
+            if verdict.recheck_at
+            else verdict
+        )
 
     init = World.__init__
 

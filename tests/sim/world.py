@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from azure.core.exceptions import ServiceResponseError
 
-from shared.app.runtime import Runtime
+from shared.app.runtime import Runtime, indexes
 from shared.config.settings import HOST_JSON, Settings, parse_timespan
 from shared.core.documents import Conflict
 from shared.core.envelope import best_effort_id, decode_message
@@ -38,6 +38,7 @@ from shared.pipeline.recovery import recover_claims
 from shared.poison import handle_poison_message, sweep
 from shared.storage.clients import StorageClients
 from shared.storage.memory_documents import MemoryDocuments
+from tests.fakes.storage import MemoryStorage
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 HOST_LEASE_S = 600.0  # the real host's fixed message lease
@@ -230,16 +231,18 @@ class SimQueue:
         msg.pop_receipt = uuid.uuid4().hex
         return msg
 
-    def peek_messages(self, max_messages: int = 32) -> list[SimMessage]:
+    def peek_messages(self, max_messages: int | None = 32) -> list[Any]:
         self.faults.before("queue.peek", self.name)
-        return self.visible()[:max_messages]
+        return self.visible()[: max_messages or 32]
 
-    def receive_messages(self, max_messages: int = 32, visibility_timeout: int = 30) -> Iterator[SimMessage]:
+    def receive_messages(
+        self, *, max_messages: int | None = 32, visibility_timeout: int | None = 30
+    ) -> Iterator[SimMessage]:
         self.faults.before("queue.receive", self.name)
-        batch = [self.take(m, visibility_timeout) for m in self.visible()[:max_messages]]
+        batch = [self.take(m, visibility_timeout or 30) for m in self.visible()[: max_messages or 32]]
         yield from batch
 
-    def delete_message(self, msg: SimMessage) -> None:
+    def delete_message(self, msg: Any) -> None:
         after = self.faults.before("queue.delete", self.name)
         with self._lock:
             current = self.messages.get(msg.id)
@@ -361,6 +364,12 @@ class World:
         self.crashes = 0
         self.expect_unparsed: tuple[bytes, ...] = ()
         """Bodies the scenario expects archived under unparsed/ (checked at the end)."""
+        self.tables = MemoryStorage(self.clock)
+        """The indexes' tables (not faulted: index writes are best effort, the blobs the truth)."""
+        job_index, entry_index, audit, counters = indexes(
+            self.settings, self.tables.table_service(), self.archive_docs
+        )
+        entry_index.ensure()
         self.rt = Runtime(
             settings=self.settings,
             storage=cast(StorageClients, None),
@@ -370,6 +379,10 @@ class World:
             archive=self.archive_docs,
             jobs_queue=self.jobs,
             poison_queue=self.poison,
+            job_index=job_index,
+            entry_index=entry_index,
+            audit=audit,
+            counters=counters,
             clock=self.clock,
             timers=self.clock,
             sleep=self.clock.sleep,

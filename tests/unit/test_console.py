@@ -7,7 +7,6 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -45,7 +44,6 @@ from shared.ledger import Facts
 from shared.ledger import operator as ledger_operator
 from shared.ledger import view as ledger_view
 from shared.storage.memory_documents import MemoryDocuments
-from tests.conftest import FAST_TIER, tier_cases
 from tests.fakes.storage import MemoryStorage
 
 NOW = datetime(2026, 11, 24, 12, 30, 15, tzinfo=UTC)
@@ -225,7 +223,7 @@ def test_the_policy_allows_the_inlined_script_and_style_and_nothing_else() -> No
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     assert directives["script-src"] == f"'sha256-{digest}'"
     assert "unsafe" not in CSP and style == CSS
-    pages_html = poison_page(PoisonView([], [], []), "/b") + job_page(
+    pages_html = poison_page(PoisonView([], [], [], NOW), "/b") + job_page(
         JobView({"status": "poisoned"}, [], None, "{}", {}, "", []), "/b", "j"
     )
     assert not re.search(r"<[^>]*\s(on[a-z]+|style)=", pages_html), "no inline handlers or styles"
@@ -248,80 +246,6 @@ def test_rate_plan_sends_each_id_once_a_tick_at_a_time() -> None:
 
 
 # -- jobs list ------------------------------------------------------------------------------
-
-
-@dataclass
-class Blob:
-    name: str
-    metadata: dict[str, str]
-    last_modified: datetime | None = None
-
-
-class CountingContainer:
-    """A listing that counts its page requests (each page is one List Blobs request)."""
-
-    container_name = "ledger"
-
-    def __init__(self, jobs: int) -> None:
-        self.jobs = jobs
-        self.requests = 0
-
-    def list_blobs(self, include: list[str], results_per_page: int) -> Any:
-        assert include == ["metadata"]
-        outer = self
-
-        class Pager:
-            def by_page(self) -> Any:
-                for start in range(0, outer.jobs, results_per_page):
-                    outer.requests += 1
-                    yield [
-                        Blob(
-                            f"job-{i:06d}.json",
-                            {"status": "completed", "kind": "noop", "created_at": f"2026-11-24T{i:06d}"},
-                        )
-                        for i in range(start, min(outer.jobs, start + results_per_page))
-                    ]
-
-        return Pager()
-
-
-def test_a_ledger_of_100000_jobs_is_listed_in_20_requests_and_paged_from_memory() -> None:
-    clock = [0.0]
-    snapshots = queries.JobSnapshots(ttl_s=15, clock=lambda: clock[0])
-    jobs = tier_cases(100_000)  # the fast tier lists 20,000 (4 requests); `make test` all of them
-    requests = jobs // queries.LIST_PAGE
-    container = CountingContainer(jobs)
-    rows = snapshots.rows(container)
-    assert len(rows) == jobs and container.requests == requests == queries.listing_requests(jobs)
-    assert requests == 20 or FAST_TIER
-    page = queries.paginate(queries.filter_rows(rows), 3)
-    assert page.pages == jobs // 50 and [r.id for r in page.rows][:2] == [
-        f"job-{jobs - 101:06d}",
-        f"job-{jobs - 102:06d}",
-    ]
-    clock[0] = 10.0
-    snapshots.rows(container)
-    assert container.requests == requests, "a page turn within the snapshot's life costs no request"
-    clock[0] = 16.0
-    snapshots.rows(container)
-    assert container.requests == 2 * requests
-
-
-def test_rows_come_from_metadata_filters_and_pages() -> None:
-    listed = [
-        Blob("a.json", {"status": "poisoned", "kind": "fault", "created_at": "2026-01-02"}),
-        Blob("b.json", {"status": "completed", "kind": "noop", "created_at": "2026-01-03"}),
-        Blob("old.json", {}, NOW),
-        Blob("console/x.json", {}),
-    ]
-    rows = queries.rows_from_listing(listed)
-    assert [r.id for r in rows] == ["a", "b", "old"]
-    assert rows[2].status == "unknown" and rows[2].created_at == NOW.isoformat()
-    assert [r.id for r in queries.filter_rows(rows, status="poisoned")] == ["a"]
-    assert [r.id for r in queries.filter_rows(rows, kind="noop")] == ["b"]
-    assert [r.id for r in queries.filter_rows(rows, id_part="ol")] == ["old"]
-    assert [r.id for r in queries.filter_rows(rows[:2])] == ["b", "a"]
-    assert queries.paginate(rows, 99, size=2).page == 2 and queries.paginate([], 1).pages == 1
 
 
 def test_ledger_writes_carry_the_listing_metadata() -> None:

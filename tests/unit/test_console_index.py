@@ -7,8 +7,8 @@ from typing import Any
 from azure.core.exceptions import ServiceRequestError
 
 from shared.core.envelope import utcnow
-from shared.indexes.entries import entity_of as entry_entity
-from shared.indexes.entries import index_key
+from shared.indexes.entry_rows import entity_of as entry_entity
+from shared.indexes.entry_rows import index_key
 from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_index
 from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
 from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads

@@ -15,7 +15,8 @@ from shared.config.settings import Settings
 from shared.core.envelope import Envelope, isoformat
 from shared.core.errors import SettingsError
 from shared.core.messages import NEVER_EXPIRE
-from shared.indexes import entries as entry_index
+from shared.indexes import entry_rows as entry_index
+from shared.indexes.entry_rows import EntryState
 from shared.ledger import Facts
 from shared.ledger import view as ledger_view
 from shared.pipeline.retention import ENTRY_STATES, DocumentTarget, apply
@@ -208,15 +209,19 @@ def test_the_entry_rows_query_is_a_key_range_and_a_write_time() -> None:
 
 
 def test_retention_queries_every_state_an_entry_can_be_in() -> None:
-    """The entry index's partitions are its entries' states: every state the code writes is queried."""
+    """The entry index's partitions are its entries' states: the code writes states as EntryState
+    members only (no raw string), and retention queries every member."""
     root = Path(__file__).resolve().parents[2] / "shared"
-    written: set[str] = set()
+    raw: set[str] = set()
+    used: set[str] = set()
     for path in [*root.glob("poison/*.py"), root / "interfaces" / "console" / "actions.py"]:
         text = path.read_text()
-        written |= set(re.findall(r'Verdict\(\s*"(\w+)"', text))
-        written |= set(re.findall(r'(?:set_state|_mark)\([^)]*?"(\w+)"', text))
-    assert {"poisoned", "replayed", "skipped_completed", "stale", "duplicate_of_completed"} <= written
-    assert written | {"parked", "deleted"} <= set(ENTRY_STATES)
+        raw |= set(re.findall(r'Verdict\(\s*"(\w+)"', text))
+        raw |= set(re.findall(r'(?:set_state|_mark)\([^)]*?"(\w+)"', text))
+        used |= set(re.findall(r"EntryState\.([A-Z_]+)", text))
+    assert raw == set(), "states written as strings"
+    assert {"POISONED", "REPLAYED", "SKIPPED_COMPLETED", "STALE", "DUPLICATE_OF_COMPLETED", "PARKED"} <= used
+    assert set(EntryState) == set(ENTRY_STATES)
 
 
 def test_a_parked_message_expires_with_the_archive_retention() -> None:

@@ -11,22 +11,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import ledger, poison
+from shared import ledger
 from shared.app.runtime import Runtime
-from shared.app.sending import send_job
 from shared.config.observability import log_decision
 from shared.core import jsontext
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.core.errors import EnvelopeError, PayloadError
 from shared.indexes.audit import change_values
-from shared.interfaces.console.job_archive import archived_bodies, edit_name
-from shared.ledger import Facts
+from shared.indexes.entry_rows import EntryState
+from shared.interfaces.console.job_archive import archived_bodies
 from shared.ledger import operator as ledger_operator
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import submit, validate_request
-from shared.poison import bulk, bulk_step, parking
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
+from shared.poison import bulk, parking
+from shared.poison.archive import LISTED_STATE, UNPARSED_PREFIX, edit_name, is_entry_name, set_state
+from shared.poison.purge import start_purge
+from shared.poison.replay import ReplayRefused, replay_edit, replay_jobs
 
 log = logging.getLogger("jobs.console")
 MAX_BATCH = 50
@@ -44,9 +45,8 @@ class ActionRefused(Exception):
 def logged(rt: Runtime, action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
     """Log the action as a decision and record it in the audit table (one request, best effort)."""
     log_decision("console_action", job_id, action=action, by=by, **fields)
-    if rt.audit is not None:
-        target = job_id or str(fields.get("entry") or (f"op:{fields['op']}" if fields.get("op") else ""))
-        rt.audit.record(rt.clock(), by, action, target, **fields)
+    target = job_id or str(fields.get("entry") or (f"op:{fields['op']}" if fields.get("op") else ""))
+    rt.audit.record(rt.clock(), by, action, target, **fields)
 
 
 # -- planning (pure) --------------------------------------------------------------------------
@@ -88,33 +88,21 @@ def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix
 def replay_batch(
     rt: Runtime, ids: list[str], rate_per_s: float, by: str, names: list[str] | None = None
 ) -> dict[str, Any]:
-    """Replay up to MAX_BATCH poisoned jobs at `rate_per_s`. With the entry index each id costs
-    its own requests: its entry is read by the name the page sent (`names`, aligned with `ids`:
-    the page's rows), else found by one query; without the index, the archive is listed."""
+    """Replay up to one tick's worth of poisoned jobs (shared/poison/replay.py): each entry is read
+    by the name the page sent (`names`, aligned with `ids`: the page's rows), else found by one
+    query of the entry index; the index writes go out together (5 requests a job, then a few)."""
     plan = rate_plan(ids, rate_per_s)
     if len(plan.batches) != 1:  # the page sends one tick's worth per request (its progress bar)
         size = len(plan.batches[0])
         raise ActionRefused(f"give at most {size} job ids per request at this rate", [f"ids: at most {size}"])
-    if rt.entry_index is None:
-        report = poison.replay(rt, ids, rate_per_s=rate_per_s)
-        logged(rt, "replay", by, None, ids=ids, replayed=len(report.replayed), rate_per_s=rate_per_s)
-        return report.as_dict()
-    out: dict[str, Any] = {"replayed": [], "skipped": [], "not_found": []}
-    given = dict(zip(ids, names, strict=True)) if names is not None and len(names) == len(ids) else {}
-    for job_id in dict.fromkeys(ids):
-        name = given.get(job_id, "")
-        if not name.startswith(f"{JOBS_PREFIX}{job_id}/"):  # only the job's own entries
-            rows = rt.entry_index.page(LISTED_STATE, "", 1, job_id=job_id)
-            name = rows[0].name if rows else ""
-        doc = rt.archive.read(name) if name else None
-        if doc is None or doc.data.get("job_id") != job_id:
-            out["not_found"].append(job_id)
-            continue
-        outcome, reason = bulk_step.replay_entry(rt, name, doc, by)
-        if outcome == "replayed":
-            out["replayed"].append(job_id)
-        else:
-            out["skipped"].append({"id": job_id, "reason": reason})
+    given = names if names is not None and len(names) == len(ids) else None
+    report = replay_jobs(rt, ids, by, names=given)
+    skipped = [{"id": i, "reason": report.reasons.get(i, "")} for i in ids if i in report.reasons]
+    out: dict[str, Any] = {
+        "replayed": report.replayed,
+        "skipped": [s for s in skipped if s["id"] not in report.not_found],
+        "not_found": report.not_found,
+    }
     logged(rt, "replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
     return out
 
@@ -123,7 +111,7 @@ def replay_batch(
 
 
 def _entry(rt: Runtime, name: str) -> Any:
-    if not name.startswith(JOBS_PREFIX) and not name.startswith("unparsed/"):
+    if not is_entry_name(name):
         raise ActionRefused(f"{name} is not a poison archive entry", [f"names: {name!r} is not an entry"])
     return rt.archive.read(name)
 
@@ -182,21 +170,9 @@ def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
 
 
 def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -> dict[str, Any]:
-    """Start a purge operation (in the app, in steps): poison entries only, never parked ones,
-    edits, the audit or counters. Without the entry index: the old one-request purge of entries."""
-    if rt.entry_index is None:
-        names = poison.purge(rt, older_than_days, dry_run=dry_run)
-        logged(rt, "purge", by, None, older_than_days=older_than_days, purged=len(names))
-        return {"purged": names}
-    op = bulk.start(
-        rt,
-        "purge",
-        by,
-        states=list(bulk.PURGE_STATES),
-        older_than_days=older_than_days,
-        rate_per_s=0,
-        dry_run=dry_run,
-    )
+    """Start a purge operation (shared/poison/purge.py: in the app, in steps): poison entries
+    only, never parked ones, edits, the audit or counters."""
+    op = start_purge(rt, older_than_days, by, dry_run=dry_run)
     logged(rt, "purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
     return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
 
@@ -342,31 +318,28 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     changes = describe_changes(original, checked.data)
     body = encode_json(env).encode("utf-8")
     digest = body_digest(body)
-    facts = Facts(rt.clock())
     rt.archive.upsert(
         edit_name(job_id, digest),
         {
             "job_id": job_id,
             "by": by,
-            "at": isoformat(facts.now),
+            "at": isoformat(rt.clock()),
             "changes": changes,
             "original_entry": entries[0][0] if entries else None,
             "body_b64": base64.b64encode(body).decode("ascii"),
         },
     )
     try:
-        rt.ledger.write(
-            job_id,
+        replay_edit(
+            rt,
+            env,
             record,
-            lambda prev: ledger_operator.replayed(
-                ledger_operator.edited(prev, job_id, facts, by, changes, digest), env, facts
-            ),
+            [name for name, _ in entries],
+            by,
+            lambda prev, facts: ledger_operator.edited(prev, job_id, facts, by, changes, digest),
         )
-    except Conflict:
-        raise ActionRefused(f"job {job_id} changed meanwhile; reload and try again", status=409) from None
-    send_job(rt, env)
-    for name, _ in entries:
-        set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
+    except ReplayRefused as exc:
+        raise ActionRefused(str(exc), status=exc.status) from None
     logged(
         rt, "replay_edited", by, job_id, changes=change_values(original, checked.data, changes), digest=digest
     )
@@ -391,7 +364,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
     if not result.created:
         status = result.existing.status if result.existing else "unknown"
         raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
-    set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
+    set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), rt.entry_index, by)
     logged(rt, "replay_fixed", by, result.envelope.id, entry=name)
     return {"id": result.envelope.id, "replayed": True}
 

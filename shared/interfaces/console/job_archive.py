@@ -20,15 +20,9 @@ from typing import Any
 
 from shared.app.runtime import Runtime
 from shared.ledger import POISON_DIGESTS_PARTIAL, ever_archived, history_events, poison_digests_of
-from shared.poison.archive import JOBS_PREFIX, entry_name
+from shared.poison.archive import EDITS_PREFIX, JOBS_PREFIX, edit_name, entry_name
 
-EDITS_PREFIX = "edits/"
 LAST_EDIT = "last_edit_digest"
-
-
-def edit_name(job_id: str, digest: str) -> str:
-    """Where an operator's edit of the job's envelope is kept (shared/interfaces/console/actions.replay_edited)."""
-    return f"{EDITS_PREFIX}{job_id}/{digest}.json"
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from shared.indexes.entry_rows import EntryRow
 from shared.interfaces.console.assets import CSS, JS
 from shared.interfaces.console.queries import EntryView, JobView, Page, PoisonView
 from shared.ledger import COMPLETED, POISONED, STATUSES
-from shared.poison import PoisonEntry
 
 COLORS = {"completed": "#1a7f37", "retried": "#bf8700", "poisoned": "#cf222e"}
 
@@ -252,7 +253,7 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
 
 
-def _entries_table(table_id: str, entries: list[PoisonEntry], base: str) -> str:
+def _entries_table(table_id: str, entries: list[EntryRow], base: str, now: datetime) -> str:
     rows = "".join(
         f"<tr><td><input type=checkbox class=pick data-job='{escape(e.job_id or '')}' data-name='{escape(e.name)}'></td>"
         + (
@@ -261,7 +262,7 @@ def _entries_table(table_id: str, entries: list[PoisonEntry], base: str) -> str:
             else f"<td><a class=entry href='{base}/poison/entry?{escape(urlencode({'name': e.name}))}'>"
             f"{escape(e.job_id or 'unparsed')} (body)</a></td>"
         )
-        + f"<td class=reason>{escape(e.reason)}</td><td>{_age(e.age_s)}</td><td>{e.attempts}</td></tr>"
+        + f"<td class=reason>{escape(e.reason)}</td><td>{_age(e.age_s(now))}</td><td>{e.attempts}</td></tr>"
         for e in entries
     )
     return (
@@ -314,10 +315,10 @@ def poison_page(view: PoisonView, base: str) -> str:
             if view.paged
             else ""
         )
-        + _entries_table("archived", view.archived, base)
+        + _entries_table("archived", view.archived, base, view.now)
         + f"<h2>Parked ({len(view.parked)})</h2>"
         "<p><button id=unpark data-do=entries data-op=unpark data-table=parked>Unpark selected</button></p>"
-        + _entries_table("parked", view.parked, base)
+        + _entries_table("parked", view.parked, base, view.now)
         + f"<h2>Still on the poison queue ({len(view.on_queue)}, first 32)</h2>"
         "<table id=on-queue><tr><th>job</th><th>message id</th><th>dequeues</th><th>inserted</th></tr>"
         f"{queue_rows}</table>"

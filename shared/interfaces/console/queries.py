@@ -1,14 +1,12 @@
 """What the console's pages show, read from storage with a bounded number of requests.
 
 - Overview: 3 queue-properties requests (jobs, poison, parked) and the other instances' counters
-  of the last two hours: one table query (without a table endpoint: a listing per hour and a read
-  per instance blob); the serving process's own counters are in memory.
+  of the last two hours: one table query; the serving process's own counters are in memory.
 - A job: its record, then its archive entries and latest edit by the names the record keeps
   (shared/interfaces/console/job_archive.py): no listing.
-- Jobs: the ledger is listed with blob metadata (status, kind, stamps set by the write that changes
-  a record), 5,000 jobs per listing request and no read per job: ceil(jobs / 5,000) requests for a
-  snapshot (20 at 100,000 jobs), kept `SNAPSHOT_TTL_S` so paging and filtering cost nothing more.
-  Finding a job by id is one read.
+- Jobs: a page of the jobs index (shared/indexes/jobs.py): one query or a few, whatever the
+  ledger's size. Finding a job by id is one read.
+- Poison: a page of the entry index (shared/indexes/entries.py) and its counts.
 """
 
 from __future__ import annotations
@@ -17,9 +15,7 @@ import base64
 import csv
 import io
 import json
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,16 +24,14 @@ from shared import poison
 from shared.app.runtime import Runtime
 from shared.core import jsontext
 from shared.indexes import metrics
-from shared.indexes.entries import EntryRow
-from shared.indexes.keys import stamp_ms
+from shared.indexes.entry_rows import EntryRow
+from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
+from shared.ledger.view import RecordView
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.storage.errors import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
 
-LIST_PAGE = 5000
-"""Blobs one listing request returns at most (the service's maximum)."""
-SNAPSHOT_TTL_S = 15.0
 PAGE_SIZE = 50
 PAYLOAD_SHOW_BYTES = 256 * 1024
 
@@ -75,97 +69,13 @@ def overview(rt: Runtime) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class JobRow:
-    """One job as its blob listing shows it."""
-
-    id: str
-    status: str
-    kind: str
-    created_at: str
-    updated_at: str
-    reason_code: str = ""
-
-
-@dataclass(frozen=True)
 class Page:
-    rows: list[JobRow]
+    rows: list[IndexRow]
     page: int
     pages: int
     """-1 when paged by the index (the total is not counted: that would cost the history)."""
     total: int
     next_token: str = ""
-
-
-def rows_from_listing(items: Iterable[Any]) -> list[JobRow]:
-    """JobRows from listed blobs (`name`, `metadata`); blobs that are not job records are skipped."""
-    rows = []
-    for item in items:
-        name = str(item.name)
-        if "/" in name or not name.endswith(".json"):
-            continue
-        meta = item.metadata or {}
-        modified = getattr(item, "last_modified", None)
-        stamp = modified.isoformat() if modified is not None else ""
-        rows.append(
-            JobRow(
-                id=name[: -len(".json")],
-                status=str(meta.get("status", "unknown")),
-                kind=str(meta.get("kind", "")),
-                created_at=str(meta.get("created_at", stamp)),
-                updated_at=str(meta.get("updated_at", stamp)),
-            )
-        )
-    return rows
-
-
-def filter_rows(rows: Iterable[JobRow], status: str = "", kind: str = "", id_part: str = "") -> list[JobRow]:
-    """Rows matching the filters, newest first (by creation, then id)."""
-    found = [
-        r
-        for r in rows
-        if (not status or r.status == status) and (not kind or r.kind == kind) and (id_part in r.id)
-    ]
-    return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
-
-
-def paginate(rows: list[JobRow], page: int, size: int = PAGE_SIZE) -> Page:
-    """Page `page` (1-based, clamped to what exists) of `rows`."""
-    pages = max(1, -(-len(rows) // size))
-    page = min(max(1, page), pages)
-    return Page(rows[(page - 1) * size : page * size], page, pages, len(rows))
-
-
-def listing_requests(jobs: int) -> int:
-    """Listing requests one snapshot of `jobs` records takes."""
-    return max(1, -(-jobs // LIST_PAGE))
-
-
-class JobSnapshots:
-    """The ledger's listing, kept `ttl_s` per container (page turns and filters reuse it)."""
-
-    def __init__(self, ttl_s: float = SNAPSHOT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s = ttl_s
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, list[JobRow]]] = {}
-
-    def rows(self, container: Any, fresh: bool = False) -> list[JobRow]:
-        key = str(getattr(container, "container_name", id(container)))
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit and not fresh and self.clock() - hit[0] < self.ttl_s:
-                return hit[1]
-        items: list[Any] = []
-        pages = container.list_blobs(include=["metadata"], results_per_page=LIST_PAGE).by_page()
-        for page in pages:
-            items.extend(page)
-        rows = rows_from_listing(items)
-        with self._lock:
-            self._cache[key] = (self.clock(), rows)
-        return rows
-
-
-SNAPSHOTS = JobSnapshots()
 
 
 def parse_when(text: str, end: bool = False) -> str:
@@ -199,37 +109,24 @@ def time_range(since_text: str, until_text: str) -> tuple[str, str, list[str]]:
     return since, until, problems
 
 
-def in_range(created_at: str, since: str, until: str) -> bool:
-    moment = stamp_ms(created_at)
-    return (not since or moment >= stamp_ms(since)) and (not until or moment <= stamp_ms(until))
-
-
 def jobs_page(
     rt: Runtime,
     status: str = "",
     kind: str = "",
     id_part: str = "",
     page: int = 1,
-    fresh: bool = False,
     token: str = "",
     reason_code: str = "",
     since: str = "",
     until: str = "",
 ) -> Page:
-    """A page of jobs, newest first. With the jobs index: one query or a few (O(page)), paged by
-    `token`; `id_part` is an id prefix there (the routes find a whole id by one read); `since` /
-    `until` (ISO) keep to jobs created in that range (its day tables, a RowKey range in each).
-    Without an index (no table endpoint): the ledger's listing, kept as a snapshot."""
-    if rt.job_index is not None:
-        found = rt.job_index.page(
-            status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part, since=since, until=until
-        )
-        rows = [JobRow(r.id, r.status, r.kind, r.created_at, r.updated_at, r.reason_code) for r in found.rows]
-        return Page(rows, max(1, page), -1, -1, found.next_token or "")
-    rows = SNAPSHOTS.rows(rt.storage.container(rt.settings.ledger_container), fresh)
-    if since or until:
-        rows = [r for r in rows if in_range(r.created_at, since, until)]
-    return paginate(filter_rows(rows, status, kind, id_part), page)
+    """A page of jobs from the jobs index, newest first: one query or a few (O(page)), paged by
+    `token`; `id_part` is an id prefix (the routes find a whole id by one read); `since` / `until`
+    (ISO) keep to jobs created in that range (its day tables, a RowKey range in each)."""
+    found = rt.job_index.page(
+        status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part, since=since, until=until
+    )
+    return Page(found.rows, max(1, page), -1, -1, found.next_token or "")
 
 
 # -- one job ----------------------------------------------------------------------------------
@@ -307,7 +204,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
             pass
     return JobView(
         record=record.data,
-        timeline=timeline(record.data.get("history") or []),
+        timeline=timeline(RecordView.of(record).history),
         envelope=envelope,
         envelope_text=json.dumps(envelope, indent=2) if envelope is not None else text,
         payload=payload,
@@ -369,9 +266,10 @@ def entry_view(rt: Runtime, name: str) -> EntryView | None:
 
 @dataclass
 class PoisonView:
-    archived: list[poison.PoisonEntry]
-    parked: list[poison.PoisonEntry]
+    archived: list[EntryRow]
+    parked: list[EntryRow]
     on_queue: list[dict[str, Any]]
+    now: datetime
     next_archived: str = ""
     """The RowKey the next page of listed entries starts after ("" when this is the last)."""
     next_parked: str = ""
@@ -381,20 +279,6 @@ class PoisonView:
     reason_code: str = ""
     text: str = ""
     """The filter of the listed entries shown: a reason code (a group) and/or error text."""
-
-
-def entry_of(row: EntryRow, now: datetime) -> poison.PoisonEntry:
-    age = (now - datetime.fromisoformat(row.archived_at)).total_seconds() if row.archived_at else 0.0
-    return poison.PoisonEntry(
-        row.name,
-        row.job_id or None,
-        row.state,
-        row.reason,
-        row.archived_at,
-        row.attempts,
-        row.body_bytes,
-        age,
-    )
 
 
 def poison_view(
@@ -408,27 +292,20 @@ def poison_view(
     """With the entry index: a page of listed entries (one query; of a reason code's group with
     `reason_code`; a search with `text`: a bounded scan, `EntryIndex.scan`), a page of
     parked ones (one query), the counts per reason code (one query) and up to 32 messages still
-    on the poison queue (one peek). Without: every entry, one read each."""
-    if rt.entry_index is not None:
-        now = rt.clock()
-        listed, reached = rt.entry_index.scan(LISTED_STATE, after, size, reason_code, text.strip())
-        parked = rt.entry_index.page(PARKED, after_parked, size)
-        return PoisonView(
-            archived=[entry_of(r, now) for r in listed],
-            parked=[entry_of(r, now) for r in parked],
-            on_queue=poison.peek_poison_queue(rt),
-            next_archived=reached,
-            next_parked=parked[-1].key if len(parked) == size else "",
-            paged=True,
-            groups=rt.entry_index.counts(),
-            reason_code=reason_code,
-            text=text.strip(),
-        )
-    entries = poison.list_poisoned(rt, include_done=True)
+    on the poison queue (one peek)."""
+    listed, reached = rt.entry_index.scan(LISTED_STATE, after, size, reason_code, text.strip())
+    parked = rt.entry_index.page(PARKED, after_parked, size)
     return PoisonView(
-        archived=[e for e in entries if e.state == "poisoned"],
-        parked=[e for e in entries if e.state == PARKED],
+        archived=listed,
+        parked=parked,
         on_queue=poison.peek_poison_queue(rt),
+        now=rt.clock(),
+        next_archived=reached,
+        next_parked=parked[-1].key if len(parked) == size else "",
+        paged=True,
+        groups=rt.entry_index.counts(),
+        reason_code=reason_code,
+        text=text.strip(),
     )
 
 
@@ -437,9 +314,7 @@ EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts",
 
 def export_entries(rt: Runtime, state: str, after: str = "", limit: int = 1000) -> list[dict[str, Any]]:
     """Up to `limit` (<= 1,000) entries of a state from the entry index, newest first, after a
-    RowKey; each row carries `key` (the next export's `after`). Empty without the index."""
-    if rt.entry_index is None:
-        return []
+    RowKey; each row carries `key` (the next export's `after`)."""
     rows = rt.entry_index.page(state, after, max(1, min(1000, limit)))
     return [{**{f: getattr(r, f) for f in EXPORT_FIELDS}, "key": r.key} for r in rows]
 

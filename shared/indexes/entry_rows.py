@@ -1,0 +1,196 @@
+"""The poison archive index's rows, pure: an entry's row (`entity_of`, `row_of`, `EntryRow`), its
+key (`index_key`), reason code (`reason_code_of`) and the listed counts' arithmetic
+(`count_changes`, `counts_of`); the I/O is shared/indexes/entries.py (`EntryIndex`)."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from shared.indexes.keys import MAX_MS, clip, newest_first, quoted
+
+
+class EntryState(StrEnum):
+    """An archive entry's state (its `state` field, its index row's partition). Only `POISONED`
+    entries are listed and replayable; the others are kept for the record."""
+
+    POISONED = "poisoned"
+    PARKED = "parked"
+    REPLAYED = "replayed"
+    DELETED = "deleted"
+    SKIPPED_COMPLETED = "skipped_completed"
+    DUPLICATE_OF_COMPLETED = "duplicate_of_completed"
+    STALE = "stale"
+    RECHECKED = "rechecked"
+
+
+SUFFIX = "entries"
+MAX_QUERIES = 8
+LISTED = EntryState.POISONED
+COUNT_PARTITION = "~count"
+SHARDS = 16
+COUNT_TRIES = 8
+SCAN_ROWS = 500
+SCAN_QUERIES = 6
+SCAN_SECONDS = 0.6
+"""A search reads at most SCAN_QUERIES x SCAN_ROWS rows per call (one page of results), and starts
+no further query once SCAN_SECONDS have passed (a page answers within about a second)."""
+HOST_MOVED = "the host moved it"
+_CODE = re.compile(r"^([a-z][a-z0-9_]{1,47}): ")
+
+
+def reason_code_of(reason: str | None, code: str | None = None) -> str:
+    """An entry's reason code: the one the app gave, else the `<code>: ` its reason starts with
+    (the app's reasons for permanent errors and invalid envelopes), else `max_dequeue` when the
+    host moved it, `transient` when the app gave up retrying, `other` (pure)."""
+    if code:
+        return clip(code, 48)
+    text = str(reason or "")
+    found = _CODE.match(text)
+    if found:
+        return found.group(1)
+    if text.startswith(HOST_MOVED):
+        return "max_dequeue"
+    if text.startswith("gave up after"):
+        return "transient"
+    return "other"
+
+
+def matches(text: str, entity: Mapping[str, Any]) -> bool:
+    """True when `text` (case-insensitive) is in the row's reason, job id or entry name (pure)."""
+    needle = text.casefold()
+    return any(needle in str(entity.get(f) or "").casefold() for f in ("reason", "job_id", "name"))
+
+
+def shard_of(name: str) -> int:
+    return zlib.crc32(name.encode()) % SHARDS
+
+
+def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first; a shard
+    may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
+    found: dict[str, int] = {}
+    for e in entities:
+        code = str(e.get("RowKey", "")).rsplit("|", 1)[0]
+        found[code] = found.get(code, 0) + int(e.get("n") or 0)
+    return dict(sorted(((c, n) for c, n in found.items() if n > 0), key=lambda cn: (-cn[1], cn[0])))
+
+
+def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, int]]:
+    """(reason code, +1/-1) for the listed counts when an entry goes from `before` to `after`
+    (None: it did not exist / no longer exists) (pure)."""
+
+    def listed_code(entry: Mapping[str, Any] | None) -> str | None:
+        if entry is None or str(entry.get("state") or LISTED) != LISTED:
+            return None
+        return str(entry.get("reason_code") or reason_code_of(entry.get("reason")))
+
+    old, new = listed_code(before), listed_code(after)
+    if old == new:
+        return []
+    return [(c, d) for c, d in ((old, -1), (new, 1)) if c is not None]
+
+
+def counter_key(code: str, name: str) -> str:
+    """The RowKey of the counter row (in `COUNT_PARTITION`) that an entry's reason code counts in."""
+    return f"{code}|{shard_of(name):02d}"
+
+
+def add_deltas(deltas: dict[str, int], name: str, changes: list[tuple[str, int]]) -> None:
+    """Sum an entry's count changes (`count_changes`) into `deltas`, per counter row."""
+    for code, delta in changes:
+        key = counter_key(code, name)
+        deltas[key] = deltas.get(key, 0) + delta
+
+
+TRANSACTION_SIZE = 100
+"""Entities one entity group transaction may hold (Table storage's limit)."""
+
+
+def expired_filter(state: str, cutoff: datetime) -> str:
+    """The query of `state`'s rows first archived and last written before `cutoff` (pure): a
+    RowKey range (keys start with the newest-first archival stamp) and the rows' `Timestamp`."""
+    moment = cutoff.astimezone(UTC)
+    low = f"{MAX_MS - int(moment.timestamp() * 1000) + 1:013d}"
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"PartitionKey eq {quoted(state)} and RowKey ge {quoted(low)} and Timestamp lt datetime'{stamp}'"
+
+
+@dataclass
+class Pruned:
+    """What one retention pass over the entry index found and did."""
+
+    due: int = 0
+    deleted: int = 0
+    changed: int = 0
+    """Due when queried, written since (or moved): kept."""
+    requests: int = 0
+    stopped_at_limit: bool = False
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    """An archive entry as operators see it (the console, the CLI, the API): its index row, or
+    the same fields read from its blob (`row_of(entity_of(name, entry))`)."""
+
+    name: str
+    state: str
+    job_id: str
+    reason: str
+    archived_at: str
+    attempts: int
+    body_bytes: int
+    key: str
+    reason_code: str = ""
+
+    def age_s(self, now: datetime) -> float:
+        """Seconds since it was archived (0 when its stamp cannot be read)."""
+        try:
+            return (now - datetime.fromisoformat(self.archived_at.replace("Z", "+00:00"))).total_seconds()
+        except ValueError:
+            return 0.0
+
+
+def index_key(name: str, entry: Mapping[str, Any]) -> str:
+    """The entry's RowKey: its own when it has one, else from its first archival."""
+    return str(entry.get("index_key") or newest_first(str(entry.get("archived_at") or ""), name))
+
+
+def attempts_of(entry: Mapping[str, Any]) -> int:
+    """The attempts an entry's job made: the claims in the history it keeps, else its `attempt`."""
+    history = entry.get("history") or []
+    claims = sum(1 for e in history if isinstance(e, Mapping) and e.get("event") == "claimed")
+    return claims or int(entry.get("attempt") or 0)
+
+
+def entity_of(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "PartitionKey": str(entry.get("state") or "poisoned"),
+        "RowKey": index_key(name, entry),
+        "name": name,
+        "job_id": clip(entry.get("job_id") or "", 128),
+        "reason": clip(entry.get("reason")),
+        "reason_code": str(entry.get("reason_code") or reason_code_of(entry.get("reason"))),
+        "archived_at": clip(entry.get("archived_at") or "", 40),
+        "attempts": attempts_of(entry),
+        "body_bytes": int(entry.get("body_bytes") or 0),
+    }
+
+
+def row_of(entity: Mapping[str, Any]) -> EntryRow:
+    return EntryRow(
+        name=str(entity.get("name", "")),
+        state=str(entity.get("PartitionKey", "")),
+        job_id=str(entity.get("job_id", "")),
+        reason=str(entity.get("reason", "")),
+        archived_at=str(entity.get("archived_at", "")),
+        attempts=int(entity.get("attempts") or 0),
+        body_bytes=int(entity.get("body_bytes") or 0),
+        key=str(entity.get("RowKey", "")),
+        reason_code=str(entity.get("reason_code", "")),
+    )
