@@ -13,6 +13,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from shared import poison
 from shared.app.runtime import Runtime, get_runtime
+from shared.config import tracing
 from shared.core import jsontext
 from shared.core.envelope import ID_RE, ID_RULE
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
@@ -75,7 +76,8 @@ def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
         return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
     try:
         env = validate_request(rt, data)
-        result = submit(rt, env)
+        with tracing.submission_span(env, req.headers) as env:  # issue 36: the caller's traceparent
+            result = submit(rt, env)
     except EnvelopeError as exc:
         return _error(400, "invalid job", problems=exc.problems)
     except MessageTooLarge as exc:

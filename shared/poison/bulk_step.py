@@ -19,6 +19,7 @@ from typing import Any
 from shared import ledger
 from shared.app.runtime import Runtime, get_runtime
 from shared.app.sending import send_job
+from shared.config import tracing
 from shared.config.observability import log_decision
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import decode_message, isoformat, parse_body
@@ -216,7 +217,9 @@ def replay_entry(
             if status == ledger.QUEUED and state == LISTED_STATE:
                 # it may have stopped before the message too: send it (again). A second copy is a
                 # duplicate the ledger runs once; a job queued with no message would be lost.
-                send_job(rt, env.with_attempt(0))
+                send_job(
+                    rt, tracing.replayed(env.with_attempt(0))
+                )  # issue 36: a new trace linked to the first
             _mark(rt, name, doc, "replayed", now, by, writes)
             return "replayed", ""
         return "skipped", f"the job is {status}, not poisoned"
@@ -227,7 +230,7 @@ def replay_entry(
         return "skipped", "the job changed meanwhile"
     if writes is not None:
         writes.record(written.data)
-    send_job(rt, env.with_attempt(0))
+    send_job(rt, tracing.replayed(env.with_attempt(0)))  # issue 36: a new trace linked to the first
     _mark(rt, name, doc, "replayed", now, by, writes)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""

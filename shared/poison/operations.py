@@ -13,6 +13,7 @@ from typing import Any
 from shared import ledger
 from shared.app.runtime import Runtime
 from shared.app.sending import send_job
+from shared.config import tracing
 from shared.config.observability import log_decision
 from shared.core.documents import Conflict
 from shared.core.envelope import best_effort_id, parse_body
@@ -202,7 +203,7 @@ def replay_one_why(rt: Runtime, job_id: str, names: list[str], dry_run: bool = F
         if latest_record and latest_record.status == ledger.COMPLETED:
             return "skipped_completed", SKIP_REASONS["skipped_completed"]
         return "not_found", "the job's record changed meanwhile"
-    send_job(rt, env.with_attempt(0))
+    send_job(rt, tracing.replayed(env.with_attempt(0)))  # issue 36: a new trace linked to the first
     _mark(rt, names, "replayed")
     log_decision("replayed", job_id, attempt=0)
     return "replayed", ""

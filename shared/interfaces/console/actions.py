@@ -14,6 +14,7 @@ from typing import Any
 from shared import ledger, poison
 from shared.app.runtime import Runtime
 from shared.app.sending import send_job
+from shared.config import tracing
 from shared.config.observability import log_decision
 from shared.core import jsontext
 from shared.core.documents import Conflict
@@ -364,7 +365,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         )
     except Conflict:
         raise ActionRefused(f"job {job_id} changed meanwhile; reload and try again", status=409) from None
-    send_job(rt, env)
+    send_job(rt, tracing.replayed(env))  # issue 36: a new trace linked to the first
     for name, _ in entries:
         set_state(rt.archive, name, "replayed", rt.clock(), rt.entry_index)
     logged(
