@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import requests
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.spark.config import MAX_THROTTLE_RETRIES, BackendOptions, SparkSettings
+
+PROPAGATOR = TraceContextTextMapPropagator()
 
 _SECRETS = re.compile(
     r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
@@ -170,7 +173,7 @@ class HttpClient:
                 url,
                 json=body,
                 params=params,
-                headers=dict(self.headers()),
+                headers=with_trace_context(dict(self.headers())),
                 auth=self.auth,
                 timeout=timeout,
             )
@@ -186,6 +189,12 @@ class HttpClient:
             raise PermanentError(
                 f"{self.backend}: bad request to {_path(url)} ({exc.__class__.__name__})"
             ) from None
+
+
+def with_trace_context(headers: dict[str, str]) -> dict[str, str]:
+    """Outbound headers with the current span's `traceparent` / `tracestate` (issue 36)."""
+    PROPAGATOR.inject(headers)
+    return headers
 
 
 def json_body(resp: requests.Response, backend: str) -> dict[str, Any]:
