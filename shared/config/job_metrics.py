@@ -31,6 +31,11 @@ NOT_DELIVERIES = frozenset(
 """Decisions that are not about a delivery (counted elsewhere, or not at all)."""
 DURATION_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 
+QUEUE_DEPTH_METRIC = "jobs.queue.depth"
+QUEUE_AGE_METRIC = "jobs.queue.oldest_age"
+DELIVERIES_METRIC = "jobs.deliveries"
+"""Names the alert rules of infra/main.bicep query (tests/deploy/test_infra.py checks them)."""
+
 _meter = metrics.get_meter(METER_NAME)
 DELIVERIES = _meter.create_counter(
     "jobs.deliveries", unit="{delivery}", description="Decisions about deliveries"
@@ -46,9 +51,9 @@ POISONED = _meter.create_counter("jobs.poisoned", unit="{job}", description="Job
 TAKEOVERS = _meter.create_counter("jobs.takeovers", unit="{claim}", description="Claims over a dead run")
 RECOVERIES = _meter.create_counter("jobs.recoveries", unit="{job}", description="Ended claims re-sent")
 REPLAYS = _meter.create_counter("jobs.replays", unit="{job}", description="Poisoned jobs replayed")
-QUEUE_DEPTH = _meter.create_gauge("jobs.queue.depth", unit="{message}", description="Approximate messages")
+QUEUE_DEPTH = _meter.create_gauge(QUEUE_DEPTH_METRIC, unit="{message}", description="Approximate messages")
 QUEUE_AGE = _meter.create_gauge(
-    "jobs.queue.oldest_age", unit="s", description="Age of the first visible message (0: none)"
+    QUEUE_AGE_METRIC, unit="s", description="Age of the first visible message (0: none)"
 )
 SPARK_IN_FLIGHT = _meter.create_gauge(
     "jobs.spark.runs_in_flight", unit="{run}", description="Spark runs held"
