@@ -7,6 +7,7 @@ import base64
 import json
 import uuid
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import azure.functions as func
@@ -16,11 +17,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from shared import poison
+from shared import ledger, poison
 from shared.app import queue_metrics
 from shared.app.runtime import Runtime
+from shared.core.envelope import Envelope, decode_message, parse_body
 from shared.interfaces import api
+from shared.ledger import Facts
 from shared.pipeline.processing import process_message
+from shared.pipeline.recovery import recover_claims
 from tests.integration.backends import Backend
 from tests.integration.helpers import message
 from tests.otel_support import counter_value, memory_telemetry, metric_points, spans_of
@@ -245,3 +249,23 @@ def test_telemetry_adds_no_storage_request_to_the_happy_path(
     process_message(message({"id": "k1", "kind": "noop", "payload": {}, "traceparent": TRACEPARENT}), rt)
     assert len(sent()) == 3, sent()
     assert len(spans_of(exporter, "k1")) == 4
+
+
+def test_a_recovery_resend_keeps_the_jobs_trace_context_and_is_counted(
+    rt: Runtime, otel: tuple[InMemorySpanExporter, InMemoryMetricReader]
+) -> None:
+    _, reader = otel
+    before = counter_value(reader, "jobs.recoveries")
+    now = rt.clock()
+    env = Envelope(
+        id=f"t-{uuid.uuid4().hex[:8]}", kind="noop", created_at=now, payload={}, traceparent=TRACEPARENT
+    )
+    facts = Facts(now - timedelta(seconds=60), "m1", 1, "dead-host/1")
+    rt.ledger.write(env.id, None, lambda prev: ledger.claimed(prev, env, facts, 30.0))
+    assert env.id in recover_claims(rt).resent
+    bodies = [
+        parse_body(decode_message(m.content.encode()))
+        for m in rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages()
+    ]
+    assert [(b.id, b.traceparent) for b in bodies] == [(env.id, TRACEPARENT)]
+    assert counter_value(reader, "jobs.recoveries") == before + 1
