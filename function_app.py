@@ -5,6 +5,7 @@ import os
 import azure.functions as func
 
 from shared import poison
+from shared.app import queue_metrics
 from shared.interfaces import api
 from shared.interfaces.console import routes as console_routes
 from shared.pipeline import processing, recovery
@@ -63,6 +64,19 @@ RECOVERY_SCHEDULE = os.environ.get("RECOVERY_SCHEDULE", "").strip() or SWEEP_SCH
 @app.timer_trigger(arg_name="timer", schedule=RECOVERY_SCHEDULE, run_on_startup=True)
 def recover_claims(timer: func.TimerRequest) -> None:
     recovery.on_timer()
+
+
+# Issue 36: depth and oldest-message age of the jobs, poison and parked queues (and the Spark runs in
+# flight) for the alert rules of infra/main.bicep. By default with the sweep (the same wake-up, so an
+# idle app wakes no more often): 3 to 6 requests a run (shared/app/queue_metrics.py), 0.2 to 0.4 a
+# minute every 15 minutes. QUEUE_METRICS_SCHEDULE samples more often, at the cost of wake-ups.
+QUEUE_METRICS_SCHEDULE = os.environ.get("QUEUE_METRICS_SCHEDULE", "").strip() or SWEEP_SCHEDULE
+
+
+@app.function_name("sample_queues")
+@app.timer_trigger(arg_name="timer", schedule=QUEUE_METRICS_SCHEDULE, run_on_startup=False)
+def sample_queues(timer: func.TimerRequest) -> None:
+    queue_metrics.on_timer()
 
 
 @app.function_name("submit_job")

@@ -151,6 +151,19 @@ param consoleCsrfSecret string = format('{0}{1}', newGuid(), newGuid())
 param consolePublicOrigins string = ''
 // -- end console --
 
+// -- alerts (issue 36; runbook: docs/operations.md, Alerts) --
+@description('Resource id of an action group the alert rules notify (e-mail, SMS, webhook, ...). Empty: the rules fire in the portal only.')
+param actionGroupId string = ''
+
+@description('The oldest-message alert fires when the first visible message of the jobs queue is older than this many minutes.')
+@minValue(1)
+param oldestMessageAlertMinutes int = 15
+
+@description('The failure-rate alert fires when more than this percentage of the delivery decisions of the last hour (at least 10) were poisoned or failed.')
+@minValue(1)
+@maxValue(100)
+param failureRateAlertPercent int = 10
+
 var suffix = uniqueString(resourceGroup().id, namePrefix)
 var storageAccountName = toLower(take('st${namePrefix}${suffix}', 24))
 var functionAppName = '${namePrefix}-func-${suffix}'
@@ -540,6 +553,113 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
     WorkspaceResourceId: workspace.id
     DisableLocalAuth: true
     IngestionMode: 'LogAnalytics'
+  }
+}
+
+var alertActions = empty(actionGroupId) ? [] : [actionGroupId]
+
+resource poisonBacklogAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${appInsightsName}-poison-backlog'
+  location: location
+  tags: tags
+  properties: {
+    displayName: 'Poison queue backlog for 15 minutes'
+    description: 'The poison queue held messages in every sample over at least 10 minutes of the last 30 (two 15-minute samples in a row): handle_poison is not archiving them. Runbook: docs/operations.md, Alerts.'
+    severity: 2
+    enabled: true
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT30M'
+    scopes: [
+      appInsights.id
+    ]
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics\n| where name == "jobs.queue.depth" and tostring(customDimensions["queue"]) == "poison"\n| summarize lowest = min(valueMin), first = min(timestamp), last = max(timestamp)\n| where lowest > 0 and last - first >= 10m'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: {
+      actionGroups: alertActions
+    }
+  }
+}
+
+resource oldestMessageAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${appInsightsName}-oldest-message'
+  location: location
+  tags: tags
+  properties: {
+    displayName: 'Oldest job message older than the threshold'
+    description: 'The first visible message of the jobs queue is older than oldestMessageAlertMinutes: jobs wait longer than they should (no instance processing, or a backlog). Runbook: docs/operations.md, Alerts.'
+    severity: 2
+    enabled: true
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT30M'
+    scopes: [
+      appInsights.id
+    ]
+    criteria: {
+      allOf: [
+        {
+          query: format('customMetrics\n| where name == "jobs.queue.oldest_age" and tostring(customDimensions["queue"]) == "jobs"\n| summarize oldest_s = max(valueMax)\n| where oldest_s > {0} * 60', oldestMessageAlertMinutes)
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: {
+      actionGroups: alertActions
+    }
+  }
+}
+
+resource failureRateAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${appInsightsName}-failure-rate'
+  location: location
+  tags: tags
+  properties: {
+    displayName: 'Job failure rate over the threshold'
+    description: 'Over the last hour, more than failureRateAlertPercent of at least 10 delivery decisions were poisoned or failed. Runbook: docs/operations.md, Alerts.'
+    severity: 1
+    enabled: true
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT1H'
+    scopes: [
+      appInsights.id
+    ]
+    criteria: {
+      allOf: [
+        {
+          query: format('customMetrics\n| where name == "jobs.deliveries"\n| extend outcome = tostring(customDimensions["job.outcome"])\n| summarize total = sum(valueSum), failed = sumif(valueSum, outcome in ("poisoned", "failed"))\n| where total >= 10 and failed * 100.0 / total > {0}', failureRateAlertPercent)
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: {
+      actionGroups: alertActions
+    }
   }
 }
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import os
 import re
 import sys
@@ -155,7 +156,34 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--blob-endpoint", default="", help="blob service URL, read with the cluster identity"
     )
     parser.add_argument("--split-mb", type=float, default=DEFAULT_SPLIT_MB)
+    parser.add_argument(
+        "--traceparent", default="", help="W3C trace context of the job (its log records carry it)"
+    )
     return parser.parse_args(list(argv))
+
+
+TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s job_id=%(job_id)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"
+
+
+def trace_fields(job_id: str, traceparent: str) -> dict[str, str]:
+    """What every driver log record carries: the job id, and the trace and parent span ids of the
+    app's handler span that submitted the run ("-" without a valid traceparent)."""
+    match = TRACEPARENT_RE.match(traceparent or "")
+    trace_id, span_id = match.groups() if match else ("-", "-")
+    return {"job_id": job_id, "trace_id": trace_id, "span_id": span_id}
+
+
+def driver_log(job_id: str, traceparent: str) -> logging.LoggerAdapter[logging.Logger]:
+    """The driver's logger (stderr, the driver log of every backend), its records carrying `trace_fields`."""
+    logger = logging.getLogger("spark_jobs.aggregate_job")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logging.LoggerAdapter(logger, trace_fields(job_id, traceparent))
 
 
 def decode_payload(text: str) -> dict[str, Any]:
@@ -301,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 when the result exists (written now or before), 1 on failure."""
     started = time.monotonic()
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    log = driver_log(args.job_id, args.traceparent)
+    log.info("started (submission %s)", args.submission)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
@@ -320,10 +350,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             results = BlobResults(access, args.results)
         run(spark, args, started, results)
+        log.info("finished in %.1f s", time.monotonic() - started)
         return 0
     except Exception as exc:
         failure = exc if isinstance(exc, JobFailure) else JobFailure(_describe(exc), _kind(exc))
         print(f"aggregate job {args.job_id} failed: {failure}", file=sys.stderr, flush=True)
+        log.error("failed (%s)", failure.kind)
         _report(results, args, failure)
         return 1
     finally:

@@ -147,7 +147,11 @@ _runtime: Runtime | None = None
 def build_runtime(
     settings: Settings, *, create_resources: bool = True, handlers: Mapping[str, Handler] | None = None
 ) -> Runtime:
-    configure_telemetry(os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING"), logger_name="jobs")
+    configure_telemetry(
+        os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING"),
+        logger_name="jobs",
+        otlp_endpoint=settings.otlp_endpoint,
+    )
     storage = connect(settings)
     if create_resources:
         ensure_resources(storage, settings)  # once per process, never per message

@@ -172,6 +172,11 @@ class Settings:
     """The app settings these were read from (the process environment itself in a host): the
     job kinds read their own settings from it (shared/jobs/kinds.py), and the `http` kind its
     secret headers at call time. Never printed (repr=False)."""
+    otlp_endpoint: str = ""
+    """`OTEL_EXPORTER_OTLP_ENDPOINT`: an OTLP/HTTP collector's base URL (traces to `/v1/traces`,
+    metrics to `/v1/metrics`); set, the app exports its spans and metrics there too, next to Azure
+    Monitor (shared/config/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
+    are read by the exporter itself and never logged. '' (unset): no OTLP export."""
     retention_by_app: bool = False
     """`RETENTION_BY_APP` (`true`/`false`): the sweep timer also deletes what the rules make
     due, at most every 5 minutes (shared/pipeline/retention.py). Off by default: in Azure the lifecycle policy does it at
@@ -248,6 +253,7 @@ class Settings:
             ),
             retention_by_app=reader.choice("RETENTION_BY_APP", "false", ("true", "false")) == "true",
             source=src,
+            otlp_endpoint=reader.url("OTEL_EXPORTER_OTLP_ENDPOINT"),
         )
         problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))

@@ -14,6 +14,10 @@
   With `APPLICATIONINSIGHTS_AUTHENTICATION_STRING` (`ClientId=<id>;Authorization=AAD`, as
   infra/main.bicep sets it) the exporter authenticates with that managed identity, as the App
   Insights resource accepts Entra tokens only.
+- With an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`, read by the settings), spans and metrics
+  also go to that collector over OTLP/HTTP protobuf (`otlp_exporters`): next to Azure Monitor (its
+  distro gets the OTLP span processor and metric reader), or alone (the app sets up the SDK's
+  tracer and meter providers itself). Logs stay with Azure Monitor / the host.
 - `quiet_azure_sdk_loggers()` sets the `azure` SDK loggers to WARNING (unless something configured
   them already): in the Python worker their per-request INFO records (every storage call's request
   and response headers) would reach the host as user logs; host.json's `Azure.Core` category only
@@ -43,11 +47,13 @@ __all__ = [
     "MISSING",
     "JobContextFilter",
     "TelemetryPlan",
+    "configure_otlp",
     "configure_telemetry",
     "host_telemetry_mode",
     "in_functions_worker",
     "install_log_context",
     "job_log_context",
+    "otlp_exporters",
     "parse_authentication_string",
     "quiet_azure_sdk_loggers",
     "telemetry_plan",
@@ -67,6 +73,9 @@ _VARS: dict[str, contextvars.ContextVar[str]] = {"job_id": _job_id, "queue_messa
 
 _lock = threading.Lock()
 _configured = False
+_otlp_configured = False
+SERVICE_NAME = "jobs"
+"""`service.name` of the app's telemetry unless `OTEL_SERVICE_NAME` says otherwise."""
 
 HOST_JSON = Path(__file__).resolve().parents[2] / "host.json"
 WORKER_MODULES = ("azure_functions_worker", "proxy_worker", "azure_functions_runtime")
@@ -250,6 +259,7 @@ def configure_telemetry(
     env: Mapping[str, str] | None = None,
     in_worker: bool | None = None,
     host_json: Path = HOST_JSON,
+    otlp_endpoint: str = "",
 ) -> bool:
     """Export to Application Insights what nobody else sends (`telemetry_plan`); quiet the SDK loggers.
 
@@ -273,6 +283,7 @@ def configure_telemetry(
     if not plan.export:
         if connection_string and connection_string.strip():
             logger.info("telemetry: %s", plan.reason)
+        configure_otlp(otlp_endpoint, environ)
         return False
     assert connection_string is not None
     with _lock:
@@ -291,6 +302,10 @@ def configure_telemetry(
             "logger_name": logger_name,
             "disable_logging": not plan.logs,
         }
+        if otlp_endpoint:  # the distro's providers export to the collector too
+            span_processor, metric_reader = otlp_exporters(otlp_endpoint)
+            kwargs["span_processors"] = [span_processor]
+            kwargs["metric_readers"] = [metric_reader]
         if authentication_string is None:
             authentication_string = environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING")
         client_id = parse_authentication_string(authentication_string)
@@ -302,6 +317,10 @@ def configure_telemetry(
             )
         configure_azure_monitor(**kwargs)
         _configured = True
+        if otlp_endpoint:
+            global _otlp_configured
+            _otlp_configured = True
+            logger.info("telemetry: spans and metrics also exported over OTLP to %s", otlp_endpoint)
     logger.info("telemetry: %s", plan.reason)
     if plan.logs and logger_name:
         # The SDK loggers sit outside `logger_name`; their warnings (retries, authentication
@@ -309,4 +328,61 @@ def configure_telemetry(
         _share_log_handlers(logger_name, EXPORTED_SDK_LOGGER)
     # The distro adds its handler to the logger; make sure that handler sees the fields too.
     install_log_context(logging.getLogger(logger_name or None).handlers)
+    return True
+
+
+def otlp_exporters(endpoint: str) -> tuple[Any, Any]:
+    """A batch span processor and a periodic metric reader exporting over OTLP/HTTP protobuf to
+    `endpoint` (`/v1/traces`, `/v1/metrics`). The exporters read `OTEL_EXPORTER_OTLP_HEADERS` and
+    the batch and interval settings (`OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`) themselves."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    base = endpoint.rstrip("/")
+    return (
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")),
+        PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics")),
+    )
+
+
+def configure_otlp(endpoint: str, env: Mapping[str, str] | None = None) -> bool:
+    """Without Azure Monitor: the SDK's tracer and meter providers, exporting over OTLP to
+    `endpoint`. Returns True when OTLP export is on (now or before); False without an endpoint,
+    or when the OTLP exporter is not installed (a warning says so). When another component set a
+    tracer provider already (the Python worker's own Azure Monitor), the span processor joins it
+    and metrics stay with that component."""
+    global _otlp_configured
+    if not endpoint:
+        return False
+    environ = os.environ if env is None else env
+    with _lock:
+        if _otlp_configured:
+            return True
+        try:
+            span_processor, metric_reader = otlp_exporters(endpoint)
+        except ImportError:
+            logger.warning(
+                "OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp-proto-http is not "
+                "installed: add it to requirements.txt to export over OTLP"
+            )
+            return False
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+
+        resource = Resource.create({} if environ.get("OTEL_SERVICE_NAME") else {"service.name": SERVICE_NAME})
+        existing = trace.get_tracer_provider()
+        if isinstance(existing, TracerProvider):
+            existing.add_span_processor(span_processor)
+        else:
+            provider = TracerProvider(resource=resource)
+            provider.add_span_processor(span_processor)
+            trace.set_tracer_provider(provider)
+        if not isinstance(metrics.get_meter_provider(), MeterProvider):
+            metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[metric_reader]))
+        _otlp_configured = True
+    logger.info("telemetry: spans and metrics exported over OTLP to %s", endpoint)
     return True

@@ -15,6 +15,7 @@ from typing import Any
 
 from shared.core import jsontext
 from shared.core.errors import EnvelopeError
+from shared.core.tracecontext import traceparent_problem, tracestate_problem
 
 ID_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._:-]{1,128}$")
 """A job id: 1 to 128 letters, digits, '.', '_', ':', '-', and not only dots (a blob name would
@@ -25,7 +26,18 @@ QUEUE_MESSAGE_LIMIT = 65536
 """Characters a queue message may hold (base64 text included)."""
 
 _FIELDS = frozenset(
-    {"id", "kind", "payload", "payload_ref", "attempt", "created_at", "expires_at", "continuation_seq"}
+    {
+        "id",
+        "kind",
+        "payload",
+        "payload_ref",
+        "attempt",
+        "created_at",
+        "expires_at",
+        "continuation_seq",
+        "traceparent",
+        "tracestate",
+    }
 )
 APP_FIELDS = ("attempt", "continuation_seq")
 """Fields only the app sets, on the messages it sends itself (retries, continuations, re-checks,
@@ -44,6 +56,10 @@ class Envelope:
     attempt: int = 0
     expires_at: datetime | None = None
     continuation_seq: int | None = None
+    traceparent: str | None = None
+    """W3C trace context of the job (the producer's, or the submission's span): every message of
+    the job (retries, continuations, re-checks, recovery re-sends) carries it; a replay gets a new one."""
+    tracestate: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "kind": self.kind}
@@ -57,6 +73,10 @@ class Envelope:
             data["expires_at"] = isoformat(self.expires_at)
         if self.continuation_seq is not None:
             data["continuation_seq"] = self.continuation_seq
+        if self.traceparent is not None:
+            data["traceparent"] = self.traceparent
+            if self.tracestate:
+                data["tracestate"] = self.tracestate
         return data
 
     def with_attempt(self, attempt: int, continuation_seq: int | None = None) -> Envelope:
@@ -184,6 +204,13 @@ def parse_dict(
         _parse_time(data, "created_at", problems) if "created_at" in data else received_at or utcnow()
     )
     expires_at = _parse_time(data, "expires_at", problems) if "expires_at" in data else None
+    traceparent, tracestate = data.get("traceparent"), data.get("tracestate")
+    if traceparent is not None and (problem := traceparent_problem(traceparent)):
+        problems.append(f"traceparent: {problem}, got {_short(traceparent)}")
+    if tracestate is not None and (problem := tracestate_problem(tracestate)):
+        problems.append(f"tracestate: {problem}, got {_short(tracestate)}")
+    elif tracestate is not None and traceparent is None:
+        problems.append("tracestate: only with a traceparent")
     if problems:
         raise EnvelopeError(
             problems, job_id=job_id if isinstance(job_id, str) and ID_RE.match(job_id) else None
@@ -198,6 +225,8 @@ def parse_dict(
         attempt=attempt,
         expires_at=expires_at,
         continuation_seq=seq,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
 
 

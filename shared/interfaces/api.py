@@ -12,6 +12,7 @@ import azure.functions as func
 
 from shared import poison
 from shared.app.runtime import Runtime, get_runtime
+from shared.config import tracing
 from shared.core import jsontext
 from shared.core.envelope import ID_RE, ID_RULE
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
@@ -88,7 +89,10 @@ def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
         return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
     try:
         env = validate_request(rt, data)
-        with bounded_calls(SUBMIT_CALLS):
+        with (
+            tracing.submission_span(env, req.headers) as env,
+            bounded_calls(SUBMIT_CALLS),
+        ):  # the caller's traceparent
             result = submit(rt, env)
     except EnvelopeError as exc:
         return _error(400, "invalid job", problems=exc.problems)

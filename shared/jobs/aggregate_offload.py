@@ -14,6 +14,7 @@ from azure.core import MatchConditions
 from azure.storage.blob import BlobClient, ContainerClient
 
 from shared.aggregation import result as aggregate_result
+from shared.config import tracing
 from shared.config.settings import Settings
 from shared.core import jsontext
 from shared.core.errors import InputRefused
@@ -60,6 +61,9 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
     ]
     if spark.split_mb:
         args += ["--split-mb", f"{spark.split_mb:g}"]
+    traceparent, _ = tracing.current_traceparent()
+    if traceparent:  # issue 36: the driver's log records carry the job's trace id
+        args += ["--traceparent", traceparent]
     return SparkJobRequest(
         job_id=ctx.job_id,
         submission=submission,

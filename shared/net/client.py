@@ -27,12 +27,15 @@ from typing import Any
 from urllib.parse import urljoin
 
 import requests
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from shared.core.errors import DestinationRefused, DownstreamRejected, DownstreamUnavailable, PermanentError
 from shared.net.guard import Guard, Refused
+
+PROPAGATOR = TraceContextTextMapPropagator()
 
 MAX_THROTTLE_RETRIES = 2
 MAX_REDIRECTS = 5
@@ -253,6 +256,7 @@ class HttpClient:
         timeout: tuple[float, float],
     ) -> requests.Response:
         headers = {**self.headers(), **(extra or {})}
+        PROPAGATOR.inject(headers)  # the job's trace goes with every outbound call (W3C traceparent)
         for _ in range(MAX_REDIRECTS + 1):
             session = self.session if self.guard is None else self._pinned_session(url)
             try:

@@ -24,6 +24,7 @@ from shared import ledger
 from shared.app.abandon import abandon_work
 from shared.app.runtime import Runtime, get_runtime
 from shared.app.sending import send_job
+from shared.config import job_metrics, tracing
 from shared.config.observability import log_decision
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
@@ -82,7 +83,8 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     except EnvelopeError as exc:
         poison_unparsed(rt, delivery, exc)
         return
-    Processor(rt, env, delivery).run()
+    with tracing.delivery_span(env, delivery.message_id, delivery.dequeue_count):
+        Processor(rt, env, delivery).run()
 
 
 class ClaimKeeper:
@@ -160,7 +162,8 @@ class Processor:
 
     def run(self) -> None:
         try:
-            decision = self.claim()
+            with tracing.step("claim"):
+                decision = self.claim()
         except StorageThrottled as exc:
             self.defer(STORAGE_BUSY_RECHECK_S, "storage_busy", error=str(exc))
             return
@@ -187,7 +190,8 @@ class Processor:
         started = time.monotonic()
         keeper.start()
         try:
-            outcome = self.execute(keeper, resume=decision is Decision.RESUME)
+            with tracing.step("handler"):
+                outcome = self.execute(keeper, resume=decision is Decision.RESUME)
         except ClaimLost:
             raise
         except PermanentError as exc:
@@ -211,7 +215,8 @@ class Processor:
     def finish(self, step: Callable[[], None]) -> None:
         """A last step; when it fails, give the claim up (best effort) and raise for the host's retry."""
         try:
-            step()
+            with tracing.step("outcome"):
+                step()
         except ClaimLost:
             raise
         except Exception as exc:
@@ -241,6 +246,7 @@ class Processor:
                     return None
                 continue
             self.keeper = ClaimKeeper(self.rt, env.id, self.owner, record, self.mine)
+            job_metrics.claimed(record.data)
             return decision
         self.defer(RECHECK_MARGIN_S, "contended")
         return None

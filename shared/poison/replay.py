@@ -27,6 +27,7 @@ from typing import Any
 from shared import ledger
 from shared.app.runtime import Runtime
 from shared.app.sending import send_job
+from shared.config import tracing
 from shared.config.observability import log_decision
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import Envelope, parse_body
@@ -165,7 +166,7 @@ def replay_entry(
             if record.status == ledger.QUEUED:
                 # it may have stopped before the message too: send it (again). A second copy is a
                 # duplicate the ledger runs once; a job queued with no message would be lost.
-                send_job(rt, env.with_attempt(0))
+                send_job(rt, tracing.replayed(env.with_attempt(0)))  # a new trace linked to the first
             _mark(rt, name, doc, EntryState.REPLAYED, by, writes)
             return "replayed", ""
         return "skipped", refused
@@ -176,7 +177,7 @@ def replay_entry(
         return "skipped", "the job changed meanwhile"
     if writes is not None:
         writes.record(written.data)
-    send_job(rt, env.with_attempt(0))
+    send_job(rt, tracing.replayed(env.with_attempt(0)))  # a new trace linked to the first
     _mark(rt, name, doc, EntryState.REPLAYED, by, writes)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""
@@ -312,7 +313,7 @@ def replay_edit(
         )
     except Conflict:
         raise ReplayRefused(f"job {env.id} changed meanwhile; reload and try again") from None
-    send_job(rt, env)
+    send_job(rt, tracing.replayed(env))  # a new trace linked to the first
     for name in entry_names:
         set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), rt.entry_index, by)
     log_decision("replayed", env.id, attempt=0, by=by)

@@ -1,7 +1,7 @@
 """A cap on Spark runs in flight across every instance: slot records with conditional writes.
 
 Slot `i` is the document `spark-slots/slot-<i>.json` in the ledger container (job ids never hold
-a '/', so it is never a job's record): `{"holder": <job id> | null, "until": <unix time>}`.
+a '/', so it is never a job's record): `{"holder": <job id> | null, "until": <unix time>, "since": <unix time the holder took it>}`.
 A job takes a free slot before its first submit (conditional create or replace: one winner),
 renews it at each tracking step, and frees it when its run ends (completed, given up, poisoned).
 A slot whose holder stopped renewing (an instance that died, a job poisoned by the host) is free
@@ -95,6 +95,17 @@ class Slots:
             log.info("slot %s changed while %s released it; left as it is", index, job_id)
         return True
 
+    def held_since(self) -> list[float]:
+        """When each live slot was taken (unix time): one read per slot (the queue-metrics sample)."""
+        now, out = self.clock(), []
+        for index in range(max(0, self.cap)):
+            doc = self.store.read(slot_name(index))
+            data = doc.data if doc else None
+            if data is not None and data.get("holder") and not is_free_for(data, "", now):
+                since = data.get("since")
+                out.append(float(since) if isinstance(since, int | float) and since > 0 else now)
+        return out
+
     def holders(self) -> list[str | None]:
         """Who holds each slot now (None: free). For tests and operators."""
         now, out = self.clock(), []
@@ -108,8 +119,9 @@ class Slots:
     def _take(self, index: int, job_id: str, only_ours: bool = False) -> bool:
         name = slot_name(index)
         now = self.clock()
-        data = {"holder": job_id, "until": now + self.lease_s}
         current = self.store.read(name)
+        since = current.data.get("since") if current and current.data.get("holder") == job_id else None
+        data = {"holder": job_id, "until": now + self.lease_s, "since": since if since else now}
         if only_ours and (current is None or current.data.get("holder") != job_id):
             return False
         if not is_free_for(current.data if current else None, job_id, now):

@@ -24,6 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from armeval import (
+    RG_ID,
     ArmError,
     Deployed,
     calls_in,
@@ -473,3 +474,62 @@ def test_the_lifecycle_policy_implements_the_apps_retention_rules(
         )
     assert got == wanted
     assert parsed.retention.ledger * 86400 > parsed.job_ttl_s
+
+
+# ------------------------------------------------------------------ alerts (issue 36)
+
+ALERTS = {"poison-backlog", "oldest-message", "failure-rate"}
+
+
+def _alerts(resources: list[Deployed]) -> dict[str, Deployed]:
+    rules = [r for r in resources if r.type == "Microsoft.Insights/scheduledQueryRules"]
+    return {r.name.rsplit("-appi-", 1)[1].split("-", 1)[1]: r for r in rules}
+
+
+@pytest.mark.parametrize("case", sorted(PARAM_SETS))
+def test_alert_rules_query_the_apps_metrics_in_its_application_insights(
+    template: dict[str, Any], case: str
+) -> None:
+    from shared.config import job_metrics
+
+    resources, _ = deployment(template, case)
+    insights = one(resources, "Microsoft.Insights/components")
+    rules = _alerts(resources)
+    assert set(rules) == ALERTS
+    for rule in rules.values():
+        props = rule.body["properties"]
+        assert props["scopes"] == [insights.id] and insights.id in rule.depends_on
+        assert props["enabled"] is True and props["autoMitigate"] is True
+        assert props["actions"]["actionGroups"] == []  # no action group given: the portal only
+        assert props["evaluationFrequency"] == "PT15M"
+        [criterion] = props["criteria"]["allOf"]
+        assert (criterion["timeAggregation"], criterion["operator"], criterion["threshold"]) == (
+            "Count",
+            "GreaterThan",
+            0,
+        )
+        assert "Runbook: docs/operations.md" in props["description"]
+    poison_query = rules["poison-backlog"].body["properties"]["criteria"]["allOf"][0]["query"]
+    assert job_metrics.QUEUE_DEPTH_METRIC in poison_query and '"poison"' in poison_query
+    assert rules["poison-backlog"].body["properties"]["windowSize"] == "PT30M"
+    age_query = rules["oldest-message"].body["properties"]["criteria"]["allOf"][0]["query"]
+    assert job_metrics.QUEUE_AGE_METRIC in age_query and age_query.endswith("> 15 * 60")
+    failure_query = rules["failure-rate"].body["properties"]["criteria"]["allOf"][0]["query"]
+    assert job_metrics.DELIVERIES_METRIC in failure_query and failure_query.endswith("> 10")
+    assert '"job.outcome"' in failure_query
+
+
+def test_alert_thresholds_and_action_group_are_parameters(template: dict[str, Any]) -> None:
+    group = f"{RG_ID}/providers/Microsoft.Insights/actionGroups/oncall"
+    params = {
+        "namePrefix": "jobs",
+        "actionGroupId": group,
+        "oldestMessageAlertMinutes": 45,
+        "failureRateAlertPercent": 25,
+    }
+    resources, _ = expand(template, params)
+    rules = _alerts(resources)
+    actions = {n: r.body["properties"]["actions"]["actionGroups"] for n, r in rules.items()}
+    assert actions == {name: [group] for name in ALERTS}
+    queries = {n: r.body["properties"]["criteria"]["allOf"][0]["query"] for n, r in rules.items()}
+    assert queries["oldest-message"].endswith("> 45 * 60") and queries["failure-rate"].endswith("> 25")

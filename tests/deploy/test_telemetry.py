@@ -308,3 +308,38 @@ def test_worker_configured_distro_is_not_configured_twice(distro: _FakeDistro) -
     )
     assert distro.calls == []
     assert logging.getLogger("azure").level == logging.WARNING, "the SDK loggers are quieted all the same"
+
+
+def test_an_otlp_endpoint_joins_the_distros_providers(
+    distro: _FakeDistro, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: with OTEL_EXPORTER_OTLP_ENDPOINT the distro gets an OTLP span processor and metric
+    reader (its providers export to both); the local host's OTLP-only path: test_otlp_host.py."""
+    monkeypatch.setattr(telemetry, "_otlp_configured", False)
+    assert telemetry.configure_telemetry(
+        CONN, logger_name="test.telemetry.app", env={}, in_worker=False, otlp_endpoint="http://127.0.0.1:4318"
+    )
+    [call] = distro.calls
+    [processor] = call["span_processors"]
+    [reader] = call["metric_readers"]
+    try:
+        assert type(processor).__name__ == "BatchSpanProcessor"
+        assert processor.span_exporter._endpoint == "http://127.0.0.1:4318/v1/traces"
+        assert type(reader).__name__ == "PeriodicExportingMetricReader"
+        assert reader._exporter._endpoint == "http://127.0.0.1:4318/v1/metrics"
+    finally:
+        processor.shutdown()
+    assert telemetry._otlp_configured
+
+
+def test_the_otlp_endpoint_is_a_setting() -> None:
+    from shared.config.settings import Settings
+    from shared.core.errors import SettingsError
+
+    base = {"AzureWebJobsStorage": "UseDevelopmentStorage=true"}
+    assert Settings.from_env(base).otlp_endpoint == ""
+    assert Settings.from_env(
+        {**base, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}
+    ).otlp_endpoint == ("http://collector:4318")
+    with pytest.raises(SettingsError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
+        Settings.from_env({**base, "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})

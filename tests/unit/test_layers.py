@@ -38,6 +38,7 @@ def test_the_ledger_loads_no_storage_sdk_http_client_or_spark() -> None:
         "shared.core.envelope",
         "shared.core.errors",
         "shared.core.jsontext",
+        "shared.core.tracecontext",
         "shared.ledger",
     ]
 

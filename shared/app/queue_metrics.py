@@ -1,0 +1,87 @@
+"""The queue-depth sample (issue 36): depth and oldest-message age of the jobs, poison and parked
+queues, and the Spark runs in flight, set on the `jobs.queue.*` / `jobs.spark.*` gauges.
+
+Run by the `sample_queues` timer (function_app.py). Cost per sample: one Get Queue Properties per
+queue (3) and one Peek Messages per queue that is not empty (0 to 3), plus one read per Spark slot
+when SPARK_MAX_CONCURRENT_RUNS caps the runs (none without a cap: nothing tracks runs then). With
+the default schedule (the sweep's, every 15 minutes in Azure) that is 3 to 6 requests per 15
+minutes, 0.2 to 0.4 a minute; sampled every minute, 3 to 6 a minute. No message is received or
+changed. The age is the first visible message's (a delayed retry is invisible until it is due).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.app.runtime import Runtime, get_runtime
+from shared.config import job_metrics
+from shared.storage.errors import NotFound, translated
+
+log = logging.getLogger("jobs.metrics")
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    queue: str
+    """jobs | poison | parked"""
+    depth: int | None
+    """None: the queue does not exist."""
+    oldest_age_s: float
+
+
+def oldest_age(inserted: Iterable[datetime | None], now: datetime) -> float:
+    """Age in seconds of the oldest of the peeked messages (0 when none; pure)."""
+    ages = [(now - moment).total_seconds() for moment in inserted if moment is not None]
+    return max(0.0, max(ages)) if ages else 0.0
+
+
+def sample_queue(rt: Runtime, role: str, name: str) -> QueueSample:
+    """One queue: its properties, and a peek at its first message when it is not empty."""
+    client = rt.storage.raw_queue(name)
+    try:
+        with translated(f"sampling queue {name}"):
+            depth = int(client.get_queue_properties().approximate_message_count or 0)
+            peeked = list(client.peek_messages(max_messages=1)) if depth else []
+    except NotFound:
+        return QueueSample(role, None, 0.0)
+    return QueueSample(role, depth, oldest_age((_inserted(m) for m in peeked), rt.clock()))
+
+
+def _inserted(msg: object) -> datetime | None:
+    value = getattr(msg, "inserted_on", None)
+    return value if isinstance(value, datetime) and value.tzinfo is not None else None
+
+
+def sample(rt: Runtime, clock: Callable[[], float] = time.time) -> list[QueueSample]:
+    """Sample the three queues and the Spark slots; set the gauges. Returns the queue samples."""
+    settings = rt.settings
+    roles = (
+        ("jobs", settings.jobs_queue),
+        ("poison", settings.poison_queue),
+        ("parked", settings.parked_queue),
+    )
+    samples = [sample_queue(rt, role, name) for role, name in roles]
+    for s in samples:
+        if s.depth is not None:
+            job_metrics.queue_sample(s.queue, s.depth, s.oldest_age_s)
+    if settings.spark.max_concurrent_runs > 0:
+        from shared.jobs.spark_offload import slots_for
+
+        since = slots_for(settings, rt.storage).held_since()
+        now = clock()
+        job_metrics.spark_sample(len(since), max((now - t for t in since), default=0.0))
+    return samples
+
+
+def on_timer() -> None:
+    """The `sample_queues` timer's body: a failed sample is logged, the next one tries again."""
+    try:
+        samples = sample(get_runtime())
+    except Exception as exc:
+        log.warning("queue metrics: sample failed (%s); the next run tries again", exc.__class__.__name__)
+        return
+    log.info("queue metrics: %s", ", ".join(f"{s.queue}={s.depth}/{s.oldest_age_s:.0f}s" for s in samples))
