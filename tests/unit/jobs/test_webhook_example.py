@@ -14,7 +14,7 @@ from shared.core.errors import EnvelopeError, SettingsError
 from shared.jobs.kinds import configure_kinds
 from tests.handlerkit import Receiver, Reply, kit_runtime, run_handler, submit_job
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "webhook.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "webhook.py"
 
 
 def load_example() -> ModuleType:

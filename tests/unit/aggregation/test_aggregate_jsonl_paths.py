@@ -11,8 +11,8 @@ import pytest
 
 from shared.aggregation import jsonl_exact, jsonl_path
 from shared.core.errors import InputDataError
-from tests.unit import aggregate_support
-from tests.unit.aggregate_support import (
+from tests.unit.aggregation import aggregate_support
+from tests.unit.aggregation.aggregate_support import (
     assert_same,
     reference,
     run,

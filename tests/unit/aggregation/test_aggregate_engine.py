@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from shared.aggregation import csv_check, csv_path, jsonl_path, options
 from shared.core.errors import InputDataError
-from tests.unit.aggregate_support import (
+from tests.unit.aggregation.aggregate_support import (
     ALL_METRICS,
     assert_same,
     csv_records,

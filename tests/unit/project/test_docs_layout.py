@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEVELOPMENT = ROOT / "docs" / "development.md"
 TOP = {p.name for p in ROOT.iterdir()}
 CODE = re.compile(r"`([^`\s]+)`")
@@ -91,3 +91,16 @@ def test_the_test_tiers_are_documented_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Test tiers", 1)[1].split("\n#", 1)[0]
     assert [t for t in tiers if f"`make {t}`" not in section] == []
+
+
+def test_unit_tests_mirror_the_packages() -> None:
+    """tests/unit holds a folder per package of shared/ (and `project/` for checks of the tree), no
+    test module at its top level, and every test module's name is unique under tests/ (the folders
+    have no __init__.py, so pytest imports test modules by their names)."""
+    unit = ROOT / "tests" / "unit"
+    packages = {p.parent.name for p in (ROOT / "shared").glob("*/__init__.py")}
+    folders = {p.name for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders - packages == {"project"}
+    assert sorted(p.name for p in unit.glob("test_*.py")) == []
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

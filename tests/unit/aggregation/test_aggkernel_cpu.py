@@ -89,11 +89,11 @@ def build_answers(build: str, function: str, arguments: list[Any]) -> tuple[str,
     AGGKERNEL_BUILD=build."""
     code = (
         "import pickle, sys; sys.path.insert(0, sys.argv[1]); import aggkernel;"
-        f"from tests.unit.test_aggkernel_cpu import {function};"
+        f"from tests.unit.aggregation.test_aggkernel_cpu import {function};"
         "arguments = pickle.load(sys.stdin.buffer);"
         f"sys.stdout.buffer.write(pickle.dumps((aggkernel.BUILD, {function}(arguments))))"
     )
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     done = subprocess.run(
         [sys.executable, "-c", code, str(Path(aggkernel.__file__).parent)],
         input=pickle.dumps(arguments),
@@ -158,7 +158,7 @@ def test_the_profile_guided_build_trains_every_build_the_cpu_runs() -> None:
     this CPU can run (an untrained v2 CSV scan was 38% slower on the narrow benchmark CSV)."""
     if not v2_built() or aggkernel.BUILD == "portable":
         pytest.skip("one build only here")
-    tree = ast.parse((Path(__file__).resolve().parents[2] / "native" / "setup.py").read_text())
+    tree = ast.parse((Path(__file__).resolve().parents[3] / "native" / "setup.py").read_text())
     caps = next(
         ast.literal_eval(node.value)
         for node in tree.body

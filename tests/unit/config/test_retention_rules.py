@@ -211,7 +211,7 @@ def test_the_entry_rows_query_is_a_key_range_and_a_write_time() -> None:
 def test_retention_queries_every_state_an_entry_can_be_in() -> None:
     """The entry index's partitions are its entries' states: the code writes states as EntryState
     members only (no raw string), and retention queries every member."""
-    root = Path(__file__).resolve().parents[2] / "shared"
+    root = Path(__file__).resolve().parents[3] / "shared"
     raw: set[str] = set()
     used: set[str] = set()
     for path in [*root.glob("poison/*.py"), root / "interfaces" / "console" / "actions.py"]:

@@ -10,7 +10,7 @@ import pytest
 
 from shared.aggregation import aggregate_stream, options
 from shared.core.errors import InputDataError, PermanentError
-from tests.unit.aggregate_support import (
+from tests.unit.aggregation.aggregate_support import (
     ALL_METRICS,
     assert_same,
     csv_records,

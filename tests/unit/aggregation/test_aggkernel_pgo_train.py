@@ -24,7 +24,7 @@ aggkernel = pytest.importorskip("aggkernel")
 
 
 def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "native" / "pgo_train.py"
+    path = Path(__file__).resolve().parents[3] / "native" / "pgo_train.py"
     spec = importlib.util.spec_from_file_location("pgo_train", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
