@@ -1,5 +1,5 @@
-// Preloaded (node --require) into the console bench's Azurite blob process only: two changes that
-// keep a million blobs practical, neither changing what any request answers.
+// Preloaded (node --require) into the console bench's Azurite blob process only: four changes that
+// keep a million blobs practical, none changing what any request answers.
 //
 // 1. Azurite keeps blob metadata in LokiJS collections with binary indices on accountName,
 // containerName and snapshot: values every blob of a container shares. LokiJS inserts a new entry
@@ -33,3 +33,34 @@ loki.Collection.prototype.adaptiveBinaryIndexInsert = function (dataPosition, bi
 
 const gc = require(path.join(azurite, "dist", "src", "blob", "gc", "BlobGCManager.js"));
 gc.default.prototype.markSweep = async function () {};
+
+// 3. A query naming an exact blob `name` among other fields ({accountName, containerName, name}:
+// Delete Blob's count and find-and-remove) is answered through its first field's index, and
+// accountName's range holds every blob: each delete scanned them all (4 ms a delete at 1,000
+// blobs, 110 ms at 30,000; gets and puts stay at 2-3 ms). Here `name` goes first, so the index
+// narrows to that blob's versions; the other fields still filter. The same rows match, in any order.
+const find = loki.Resultset.prototype.find;
+loki.Resultset.prototype.find = function (query, firstOnly) {
+  if (query && typeof query === "object" && !Array.isArray(query) && typeof query.name === "string") {
+    const keys = Object.keys(query);
+    if (keys.length > 1 && keys[0] !== "name") {
+      const reordered = { name: query.name };
+      for (const key of keys) if (key !== "name") reordered[key] = query[key];
+      return find.call(this, reordered, firstOnly);
+    }
+  }
+  return find.call(this, query, firstOnly);
+};
+
+// 4. Removing matched documents (Delete Blob's find-and-remove) goes through LokiJS's batch
+// removal, which with binary indices flags every index dirty and re-sorts it whole (n log n per
+// delete, compared in JavaScript: 70 ms at 30,000 blobs). One document is removed through the
+// collection's own single-document path instead, which updates each index in place.
+const removeBatchByPositions = loki.Collection.prototype.removeBatchByPositions;
+loki.Collection.prototype.removeBatchByPositions = function (positions) {
+  if (positions.length === 1) {
+    this.remove(this.data[positions[0]]);
+    return;
+  }
+  return removeBatchByPositions.call(this, positions);
+};

@@ -15,7 +15,9 @@ What it takes at a million jobs on the shared 2-core machine (figures in docs/op
 - The blob process with a V8 heap of half the memory (~5 KB of heap a blob) and
   `azurite_bench_patch.js` preloaded: LokiJS inserts at the end of an equal range of its
   shared-value indices (not O(n) a blob) and Azurite's blob GC passes are skipped (each sorts every
-  blob once per 5,000: minutes at half a million).
+  blob once per 5,000: minutes at half a million); a Delete Blob finds its blob through the
+  name's index and removes it without re-sorting every index (110 ms a delete at 30,000 blobs
+  without the patch, 2 ms with it).
 - The records are built by the ledger's own transitions (what the app writes and reads), the same
   for the index and the blobs.
 """
