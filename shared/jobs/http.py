@@ -13,7 +13,9 @@
   the ledger, archive and result hold only the setting's name.
 - The result (`<results>/<id>.json`): `status`, selected `headers`, the `body` (JSON when the
   answer is JSON, else text; bodies over `HTTP_INLINE_BODY_BYTES` are in `<id>.body` beside it,
-  named by `body_ref`), `attempts`, `duration_s`. Happy path storage requests: claim, result,
+  named by `body_ref`), `attempts`, `duration_s`. Each attempt's downstream status (or timeout,
+  connection error) is noted in the ledger record's `downstream` by the write that ends the
+  attempt, and shown on the job's console page. Happy path storage requests: claim, result,
   complete (+ the jobs index's write).
 """
 
@@ -76,6 +78,7 @@ class HttpHandler:
             follow_redirects=self.config.follow_redirects,
             max_throttle_retries=0,  # a 429 is retried by the queue, after its Retry-After
             max_body_bytes=self.config.max_body_bytes,
+            record=True,  # each attempt's status goes into the ledger's `downstream` (the console shows it)
         )
         started = time.monotonic()
         resp = client.request(

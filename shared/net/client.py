@@ -11,6 +11,11 @@ The time budget: inside `step_budget(s)` or `deadline_at(t)` (a handler's run is
 made (`BudgetSpent`, transient: tried later). With a `guard` (shared/net/guard.py) a call goes
 only to a checked address, the connection made to that address, redirects followed only when
 the client says so and each checked the same way.
+
+Call notes: a client made with `record=True` notes each call's outcome (the status, or why there
+was none: timeout, connection error, refused, no time left) and its duration in the list that
+`calls_recorded()` opened. A job's run opens one (shared/pipeline/processing.py) and the notes go
+into the ledger write that ends the attempt (its `downstream`): no storage request more.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ PROPAGATOR = TraceContextTextMapPropagator()
 
 MAX_THROTTLE_RETRIES = 2
 MAX_REDIRECTS = 5
+MAX_CALL_NOTES = 20
+"""The most call notes one `calls_recorded()` keeps (a run's later calls are not noted)."""
 _SECRETS = re.compile(
     r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
     r"|((?:AccountKey|SharedAccessSignature|password|secret|token|sig)\s*[=:]\s*\"?)[^;&\s\"]+"
@@ -77,6 +84,35 @@ def step_budget(seconds: float, clock: Callable[[], float] = time.monotonic) -> 
     """Every HTTP call made inside ends within `seconds` from now (e.g. SPARK_STEP_BUDGET_SECONDS)."""
     with deadline_at(clock() + seconds):
         yield
+
+
+CallNote = dict[str, Any]
+"""One call's outcome: `{"status": 503, "ms": 12}` or `{"error": "timeout", "ms": 7003}`."""
+_calls: contextvars.ContextVar[list[CallNote] | None] = contextvars.ContextVar("http_calls", default=None)
+
+
+@contextlib.contextmanager
+def calls_recorded() -> Iterator[list[CallNote]]:
+    """The notes of the calls made inside by clients with `record=True` (at most MAX_CALL_NOTES)."""
+    notes: list[CallNote] = []
+    token = _calls.set(notes)
+    try:
+        yield notes
+    finally:
+        _calls.reset(token)
+
+
+def call_error(exc: BaseException) -> str:
+    """What a call that got no wanted answer is noted as, when no status came back (pure)."""
+    if isinstance(exc, BudgetSpent):
+        return "not made: no time left"
+    if isinstance(exc, ReadTimedOut):
+        return "timeout"
+    if isinstance(exc, DestinationRefused):
+        return "refused by the outbound guard"
+    if isinstance(exc, DownstreamUnavailable):
+        return "connection error"
+    return "bad request"
 
 
 def remaining_budget(clock: Callable[[], float] = time.monotonic) -> float | None:
@@ -164,6 +200,8 @@ class HttpClient:
     follow_redirects: bool = True
     max_body_bytes: int | None = None
     """Read at most this much of an answer's body (+1 byte, so a caller sees it was cut)."""
+    record: bool = False
+    """Note each call's outcome in the list `calls_recorded()` opened (a job's `downstream`)."""
     sleep: Callable[[float], None] = time.sleep
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -193,9 +231,15 @@ class HttpClient:
         `need_s`: the least time left for the call to be made at all (else BudgetSpent)."""
         throttled = 0
         while True:
-            timeout = self._timeouts(method, url, read_timeout_s or self.read_timeout_s, need_s)
-            resp = self._send(method, url, json, data, params, headers, timeout)
+            started = time.monotonic()
+            try:
+                timeout = self._timeouts(method, url, read_timeout_s or self.read_timeout_s, need_s)
+                resp = self._send(method, url, json, data, params, headers, timeout)
+            except Exception as exc:
+                self._note(started, error=call_error(exc))
+                raise
             code = int(resp.status_code)
+            self._note(started, status=code)
             if 200 <= code < 300 or code in allow:
                 return resp
             wait = retry_after_seconds(resp.headers.get("Retry-After"))
@@ -208,6 +252,11 @@ class HttpClient:
                     self.sleep(pause)
                     continue
             raise self.error_for(method, url, code, resp.text or "", wait)
+
+    def _note(self, started: float, **outcome: Any) -> None:
+        notes = _calls.get() if self.record else None
+        if notes is not None and len(notes) < MAX_CALL_NOTES:
+            notes.append({**outcome, "ms": round((time.monotonic() - started) * 1000)})
 
     def error_for(self, method: str, url: str, code: int, text: str, wait: float | None) -> Exception:
         """The error an unwanted answer maps to (pure)."""
