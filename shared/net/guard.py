@@ -95,7 +95,7 @@ class Guard:
             return f"http:// is allowed only for hosts in HTTP_ALLOWED_HOSTS ({host} is not)"
         if host in self.own_hosts:
             return f"{host} is one of the app's own storage endpoints"
-        if host == "localhost" or host.endswith(".localhost"):
+        if host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost"):
             return f"{host} is a loopback name"
         address = literal_address(host)
         refusal = address_refusal(address) if address is not None else None

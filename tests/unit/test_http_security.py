@@ -11,7 +11,7 @@ import pytest
 
 from shared.core.errors import DestinationRefused, DownstreamRejected
 from shared.net.client import HttpClient, origin, scrub
-from shared.net.guard import Guard, address_refusal
+from shared.net.guard import Guard, Refused, address_refusal
 from tests.handlerkit import JobRun, Receiver, Reply, drain, kit_runtime, submit_job
 
 SECRET = "Zq8-partner-secret-4471"
@@ -133,3 +133,17 @@ def test_an_answer_echoing_the_secret_is_kept_masked_in_the_result(receiver: Rec
     result = run.result()
     assert result["body"] == {"echo": "***"} and result["headers"]["x-request-id"] == "***"
     assert receiver.requests[0].headers["X-Api-Key"] == SECRET
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f.0.0.1", "127.1", "017700000001"])
+def test_other_spellings_of_loopback_are_refused_on_the_resolved_address(host: str) -> None:
+    """Not literal addresses to `ipaddress`, so let through at POST: the system resolver reads
+    them as 127.0.0.1, and the check before connecting refuses them (no connection made)."""
+    guard = Guard.of([])
+    with pytest.raises(Refused, match="loopback"):
+        guard.checked_address(f"https://{host}/x")
+
+
+def test_a_loopback_name_with_a_trailing_dot_is_refused_at_post() -> None:
+    for url in ("https://localhost./x", "https://api.localhost./x"):
+        assert "loopback name" in (Guard.of([]).url_refusal(url) or "")
