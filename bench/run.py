@@ -5,6 +5,7 @@
     python -m bench.run --messages 5000    # jobs per drain (host vs bare loop, host scaling)
     python -m bench.run --aggregate-mb 200 # the aggregate memory tests on 200 MB, not 1 GB
     python -m bench.run --spark            # also bench/bench_spark.py (slow)
+    python -m bench.run --skip-http        # no http-kind section (bench_http_kind.py)
     python -m bench.run --out DIR          # bench.json, the PNG plot and host logs go to DIR
 
 Sections (each starts and stops its own Azurite and local hosts):
@@ -15,7 +16,10 @@ Sections (each starts and stops its own Azurite and local hosts):
 4. throughput against the number of host processes (1, 2, 3), plotted to throughput_vs_hosts.png;
 5. the inline aggregate engine against a naive loop, DuckDB and Polars streaming on wide and narrow
    CSV and wide JSON lines, and its peak memory on 1 GB inputs (bench_aggregate.py);
-6. with --spark: bench_spark.py.
+6. with --spark: bench_spark.py;
+7. the `http` kind against a local downstream with a set latency (bench_http_kind.py): jobs/s and
+   storage requests per job on the happy path (target 4 or fewer), each key sent once; skipped
+   with --skip-http.
 The machine is shared and noisy: speed figures are ratios taken side by side, or counts.
 """
 
@@ -182,6 +186,39 @@ def run_read(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     if result.get("exit_code") == 0:
         result["report"] = _read_json(out_dir / "read.json")
     return result
+
+
+def run_http(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_http_kind.py: http jobs against a local downstream (its JSON on stdout)."""
+    flags = ["--quick"] if args.quick else ["--jobs", str(args.http_jobs)]
+    result = run_script("bench.bench_http_kind", [*flags, "--logs", str(out_dir / "logs")], timeout_s=1800)
+    if result.get("exit_code") == 0:
+        try:
+            result["report"] = json.loads(result["stdout"])
+        except ValueError:
+            result["error"] = "its output is not JSON"
+    return result
+
+
+def format_http(http: dict[str, Any]) -> list[str]:
+    """Section 7's lines."""
+    lines = ["", "7. The http kind against a local downstream (bench/bench_http_kind.py)"]
+    report = http.get("report")
+    if not report:
+        return [*lines, f"   FAILED ({http.get('error') or http.get('skipped')})"]
+    per_job, target = (
+        report["storage_requests_per_job_besides_queue"],
+        report["target_storage_requests_per_job"],
+    )
+    row = report["requests"]
+    lines += [
+        f"   {report['jobs']} jobs, downstream latency {report['downstream_latency_s'] * 1000:.0f} ms, 1 host: "
+        f"{report['jobs_per_s']} jobs/s ({report['seconds']} s), {report['calls']} calls, "
+        f"keys sent more than once: {report['keys_sent_more_than_once']}",
+        f"   storage requests per job besides the queue's: {per_job} (target <= {target}: {_ok(per_job <= target)}); "
+        f"with the receive share and the delete: {row['requests_per_message']}",
+    ]
+    return lines
 
 
 def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
@@ -351,6 +388,9 @@ def format_report(report: dict[str, Any]) -> str:
                 if line.strip() and not line.startswith("wrote "):
                     add("   " + line)
 
+    if report.get("http"):
+        lines.extend(format_http(report["http"]))
+
     spark = report.get("spark")
     if spark:
         add("")
@@ -389,6 +429,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-aggregate", action="store_true")
     parser.add_argument("--skip-read", action="store_true", help="no job-over-a-blob section (bench_read)")
     parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
+    parser.add_argument("--skip-http", action="store_true", help="no http-kind section (bench_http_kind)")
+    parser.add_argument("--http-jobs", type=int, default=300, help="http jobs (default 300)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
     return parser.parse_args(argv)
 
@@ -422,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         report["aggregate"] = run_aggregate(args, out_dir)
     if not args.skip_read:
         report["read"] = run_read(args, out_dir)
+    if not args.skip_http:
+        report["http"] = run_http(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

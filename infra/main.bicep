@@ -51,6 +51,39 @@ param archiveRetentionDays int = 90
 @minValue(1)
 param maxAttempts int = 5
 
+@description('Hosts the http kind may call although its outbound guard refuses them: loopback, private, link-local, the storage of the app, plain http:// (HTTP_ALLOWED_HOSTS, comma-separated; empty: none).')
+param httpAllowedHosts string = ''
+
+@description('Connect timeout of the http kind in seconds (HTTP_CONNECT_TIMEOUT_SECONDS).')
+@minValue(1)
+param httpConnectTimeoutSeconds int = 5
+
+@description('The http kind follows 3xx answers, each target checked by the outbound guard like the first (HTTP_FOLLOW_REDIRECTS).')
+param httpFollowRedirects bool = false
+
+@description('An http job answer body larger than this goes in a blob beside the result (HTTP_INLINE_BODY_BYTES).')
+@minValue(0)
+param httpInlineBodyBytes int = 65536
+
+@description('The most of an http job answer body read and kept; the rest is cut (HTTP_MAX_BODY_BYTES).')
+@minValue(1024)
+param httpMaxBodyBytes int = 16777216
+
+@description('Runs of an http job that fails transiently before it is poisoned (HTTP_MAX_ATTEMPTS; 0: maxAttempts).')
+@minValue(0)
+param httpMaxAttempts int = 0
+
+@description('Backoff base of the http kind in seconds: base x 2^(attempt-1), capped, full jitter (HTTP_RETRY_BASE_SECONDS).')
+@minValue(0)
+param httpRetryBaseSeconds int = 2
+
+@description('Backoff cap of the http kind in seconds, also the longest Retry-After honoured (HTTP_RETRY_MAX_SECONDS).')
+@minValue(0)
+param httpRetryMaxSeconds int = 300
+
+@description('Retry delays of the http kind are jittered (HTTP_RETRY_JITTER).')
+param httpRetryJitter bool = true
+
 @description('Flex Consumption: memory of each instance in MB.')
 @allowed([
   512
@@ -756,6 +789,17 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     POISON_ARCHIVE_CONTAINER: 'poison-archive'
     INPUT_CONTAINERS: inputContainerName
     MAX_ATTEMPTS: string(maxAttempts)
+    // The http kind (shared/jobs/http_payload.py) and its retry policy (shared/jobs/kinds.py). Its secret
+    // headers' values are HTTP_SECRET_<NAME> settings: pass them in extraAppSettings as Key Vault references.
+    HTTP_ALLOWED_HOSTS: httpAllowedHosts
+    HTTP_CONNECT_TIMEOUT_SECONDS: string(httpConnectTimeoutSeconds)
+    HTTP_FOLLOW_REDIRECTS: httpFollowRedirects ? 'true' : 'false'
+    HTTP_INLINE_BODY_BYTES: string(httpInlineBodyBytes)
+    HTTP_MAX_BODY_BYTES: string(httpMaxBodyBytes)
+    HTTP_MAX_ATTEMPTS: string(httpMaxAttempts == 0 ? maxAttempts : httpMaxAttempts)
+    HTTP_RETRY_BASE_SECONDS: string(httpRetryBaseSeconds)
+    HTTP_RETRY_MAX_SECONDS: string(httpRetryMaxSeconds)
+    HTTP_RETRY_JITTER: httpRetryJitter ? 'true' : 'false'
     LEDGER_RETENTION_DAYS: string(ledgerRetentionDays)
     RESULTS_RETENTION_DAYS: string(resultsRetentionDays)
     PAYLOADS_RETENTION_DAYS: string(payloadsRetentionDays)

@@ -41,7 +41,9 @@ class WebhookHandler:
             raise PayloadError(problems)
 
     def run(self, ctx: JobContext) -> Outcome:
-        client = HttpClient("webhook", 5.0, self.timeout_s, guard=self.guard, max_throttle_retries=0)
+        client = HttpClient(
+            "webhook", 5, self.timeout_s, guard=self.guard, max_throttle_retries=0, record=True
+        )
 
         def post() -> dict[str, Any]:
             resp = client.request(

@@ -13,7 +13,9 @@
   the ledger, archive and result hold only the setting's name.
 - The result (`<results>/<id>.json`): `status`, selected `headers`, the `body` (JSON when the
   answer is JSON, else text; bodies over `HTTP_INLINE_BODY_BYTES` are in `<id>.body` beside it,
-  named by `body_ref`), `attempts`, `duration_s`. Happy path storage requests: claim, result,
+  named by `body_ref`), `attempts`, `duration_s`. Each attempt's downstream status (or timeout,
+  connection error) is noted in the ledger record's `downstream` by the write that ends the
+  attempt, and shown on the job's console page. Happy path storage requests: claim, result,
   complete (+ the jobs index's write).
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 import requests
@@ -67,6 +69,7 @@ class HttpHandler:
     def run(self, ctx: JobContext) -> Outcome:
         call = parse_call(ctx.payload, self.config)
         headers = secret_headers(call, ctx.settings.source)
+        hidden = [name for name, value in call.headers.items() if not isinstance(value, str)]
         headers["Idempotency-Key"] = ctx.idempotency_key()
         client = HttpClient(
             KIND,
@@ -76,6 +79,7 @@ class HttpHandler:
             follow_redirects=self.config.follow_redirects,
             max_throttle_retries=0,  # a 429 is retried by the queue, after its Retry-After
             max_body_bytes=self.config.max_body_bytes,
+            record=True,  # each attempt's status goes into the ledger's `downstream` (the console shows it)
         )
         started = time.monotonic()
         resp = client.request(
@@ -85,12 +89,13 @@ class HttpHandler:
             data=call.body.encode() if isinstance(call.body, str) else None,
             headers=headers,
             need_s=call.wait_s + self.config.connect_timeout_s,
+            secret_headers=hidden,  # masked in errors, never sent on to another origin
         )
         duration = time.monotonic() - started
         ctx.log.info(
             "http: %s %s answered %s in %.3fs", call.method, _where(call.url), resp.status_code, duration
         )
-        return write_result(ctx, resp, self.config, duration)
+        return write_result(ctx, resp, self.config, duration, [headers[name] for name in hidden])
 
 
 def secret_headers(call: HttpCall, source: Mapping[str, str]) -> dict[str, str]:
@@ -108,17 +113,33 @@ def secret_headers(call: HttpCall, source: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def masked(content: bytes, secrets: Collection[str]) -> bytes:
+    """`content` with every secret value the call sent replaced by `***` (an echo is not kept)."""
+    for value in sorted((v for v in secrets if v), key=len, reverse=True):
+        content = content.replace(value.encode(), b"***")
+    return content
+
+
 def result_document(
-    ctx: JobContext, resp: requests.Response, config: HttpKindSettings, duration_s: float
+    ctx: JobContext,
+    resp: requests.Response,
+    config: HttpKindSettings,
+    duration_s: float,
+    secrets: Collection[str] = (),
 ) -> tuple[dict[str, Any], bytes | None]:
-    """The result document, and the body bytes to store beside it when too large to inline (pure)."""
-    content = resp.content or b""
+    """The result document, and the body bytes to store beside it when too large to inline (pure).
+    A secret header's value the answer echoes (body or kept headers) is masked."""
+    content = masked(resp.content or b"", secrets)
     truncated = len(content) > config.max_body_bytes
     content = content[: config.max_body_bytes]
     doc: dict[str, Any] = {
         "id": ctx.job_id,
         "status": int(resp.status_code),
-        "headers": {k: v for k, v in ((h, resp.headers.get(h)) for h in RESULT_HEADERS) if v is not None},
+        "headers": {
+            k: masked(v.encode(), secrets).decode(errors="replace")
+            for k, v in ((h, resp.headers.get(h)) for h in RESULT_HEADERS)
+            if v is not None
+        },
         "attempts": ctx.attempt + 1,
         "duration_s": round(duration_s, 3),
         "body_bytes": len(content),
@@ -140,10 +161,14 @@ def result_document(
 
 
 def write_result(
-    ctx: JobContext, resp: requests.Response, config: HttpKindSettings, duration_s: float
+    ctx: JobContext,
+    resp: requests.Response,
+    config: HttpKindSettings,
+    duration_s: float,
+    secrets: Collection[str] = (),
 ) -> Completed:
     """Upload the result (and a large body first) to the results container."""
-    doc, spill = result_document(ctx, resp, config, duration_s)
+    doc, spill = result_document(ctx, resp, config, duration_s, secrets)
     container = ctx.storage.container(ctx.settings.results_container)
     if spill is not None:
         body_type = resp.headers.get("content-type") or "application/octet-stream"

@@ -11,6 +11,11 @@ The time budget: inside `step_budget(s)` or `deadline_at(t)` (a handler's run is
 made (`BudgetSpent`, transient: tried later). With a `guard` (shared/net/guard.py) a call goes
 only to a checked address, the connection made to that address, redirects followed only when
 the client says so and each checked the same way.
+
+Call notes: a client made with `record=True` notes each call's outcome (the status, or why there
+was none: timeout, connection error, refused, no time left) and its duration in the list that
+`calls_recorded()` opened. A job's run opens one (shared/pipeline/processing.py) and the notes go
+into the ledger write that ends the attempt (its `downstream`): no storage request more.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -39,6 +44,8 @@ PROPAGATOR = TraceContextTextMapPropagator()
 
 MAX_THROTTLE_RETRIES = 2
 MAX_REDIRECTS = 5
+MAX_CALL_NOTES = 20
+"""The most call notes one `calls_recorded()` keeps (a run's later calls are not noted)."""
 _SECRETS = re.compile(
     r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
     r"|((?:AccountKey|SharedAccessSignature|password|secret|token|sig)\s*[=:]\s*\"?)[^;&\s\"]+"
@@ -46,6 +53,9 @@ _SECRETS = re.compile(
     r"|(eyJ)[A-Za-z0-9._-]{20,}",
     re.IGNORECASE,
 )
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+"""Never sent on to another origin by a redirect (nor the caller's `secret_headers`)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 TRANSIENT_STATUSES = frozenset({408, 429})
 """Besides 5xx: answers that say "later" (Request Timeout, Too Many Requests)."""
 
@@ -79,18 +89,53 @@ def step_budget(seconds: float, clock: Callable[[], float] = time.monotonic) -> 
         yield
 
 
+CallNote = dict[str, Any]
+"""One call's outcome: `{"status": 503, "ms": 12}` or `{"error": "timeout", "ms": 7003}`."""
+_calls: contextvars.ContextVar[list[CallNote] | None] = contextvars.ContextVar("http_calls", default=None)
+
+
+@contextlib.contextmanager
+def calls_recorded() -> Iterator[list[CallNote]]:
+    """The notes of the calls made inside by clients with `record=True` (at most MAX_CALL_NOTES)."""
+    notes: list[CallNote] = []
+    token = _calls.set(notes)
+    try:
+        yield notes
+    finally:
+        _calls.reset(token)
+
+
+def call_error(exc: BaseException) -> str:
+    """What a call that got no wanted answer is noted as, when no status came back (pure)."""
+    if isinstance(exc, BudgetSpent):
+        return "not made: no time left"
+    if isinstance(exc, ReadTimedOut):
+        return "timeout"
+    if isinstance(exc, DestinationRefused):
+        return "refused by the outbound guard"
+    if isinstance(exc, DownstreamUnavailable):
+        return "connection error"
+    return "bad request"
+
+
 def remaining_budget(clock: Callable[[], float] = time.monotonic) -> float | None:
     """Seconds left in the current budget (None: no budget set)."""
     deadline = _deadline.get()
     return None if deadline is None else deadline - clock()
 
 
-def scrub(text: str, limit: int = 400) -> str:
-    """Server text safe for logs and errors: secrets masked, length bounded."""
-    masked = _SECRETS.sub(
-        lambda m: (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "") + "***", text
+def scrub(text: str, limit: int = 400, secrets: Collection[str] = ()) -> str:
+    """Server text safe for logs and errors: `secrets` (values the caller sent) and anything
+    token-like masked, control characters (line breaks, terminal escapes) made spaces, the length
+    bounded."""
+    longest = max((len(v) for v in secrets), default=0)
+    cut = text[: limit * 4 + longest]
+    for value in sorted((v for v in secrets if v), key=len, reverse=True):
+        cut = cut.replace(value, "***")
+    masked = _CONTROL.sub(
+        " ", _SECRETS.sub(lambda m: (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "") + "***", cut)
     )
-    return masked if len(masked) <= limit else masked[:limit] + "..."
+    return masked if len(masked) <= limit and len(cut) == len(text) else masked[:limit] + "..."
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -164,6 +209,8 @@ class HttpClient:
     follow_redirects: bool = True
     max_body_bytes: int | None = None
     """Read at most this much of an answer's body (+1 byte, so a caller sees it was cut)."""
+    record: bool = False
+    """Note each call's outcome in the list `calls_recorded()` opened (a job's `downstream`)."""
     sleep: Callable[[float], None] = time.sleep
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -188,14 +235,25 @@ class HttpClient:
         allow: Collection[int] = (),
         read_timeout_s: float | None = None,
         need_s: float = 1.0,
+        secret_headers: Collection[str] = (),
     ) -> requests.Response:
         """Send; return 2xx answers and statuses in `allow`; raise mapped errors otherwise.
-        `need_s`: the least time left for the call to be made at all (else BudgetSpent)."""
+        `need_s`: the least time left for the call to be made at all (else BudgetSpent).
+        `secret_headers`: names of `headers` whose values are secrets: masked in any error's text,
+        and (like Authorization, Proxy-Authorization and Cookie) not sent on to another origin."""
+        named = {n.lower() for n in secret_headers}
+        secrets = [v for k, v in (headers or {}).items() if k.lower() in named and v]
         throttled = 0
         while True:
-            timeout = self._timeouts(method, url, read_timeout_s or self.read_timeout_s, need_s)
-            resp = self._send(method, url, json, data, params, headers, timeout)
+            started = time.monotonic()
+            try:
+                timeout = self._timeouts(method, url, read_timeout_s or self.read_timeout_s, need_s)
+                resp = self._send(method, url, json, data, params, headers, timeout, named)
+            except Exception as exc:
+                self._note(started, error=call_error(exc))
+                raise
             code = int(resp.status_code)
+            self._note(started, status=code)
             if 200 <= code < 300 or code in allow:
                 return resp
             wait = retry_after_seconds(resp.headers.get("Retry-After"))
@@ -207,17 +265,24 @@ class HttpClient:
                     throttled += 1
                     self.sleep(pause)
                     continue
-            raise self.error_for(method, url, code, resp.text or "", wait)
+            raise self.error_for(method, url, code, resp.text or "", wait, secrets)
 
-    def error_for(self, method: str, url: str, code: int, text: str, wait: float | None) -> Exception:
-        """The error an unwanted answer maps to (pure)."""
+    def _note(self, started: float, **outcome: Any) -> None:
+        notes = _calls.get() if self.record else None
+        if notes is not None and len(notes) < MAX_CALL_NOTES:
+            notes.append({**outcome, "ms": round((time.monotonic() - started) * 1000)})
+
+    def error_for(
+        self, method: str, url: str, code: int, text: str, wait: float | None, secrets: Collection[str] = ()
+    ) -> Exception:
+        """The error an unwanted answer maps to (pure); `secrets` masked in the answer's start."""
         where = f"{method} {path_of(url)}"
         if code == 429:
             after = f", Retry-After {wait:g}s" if wait is not None else ""
             return DownstreamUnavailable(
                 f"{self.service}: throttled (HTTP 429{after}) on {where}", retry_after_s=wait
             )
-        detail = scrub(text)
+        detail = scrub(text, secrets=secrets)
         if transient_status(code):
             return DownstreamUnavailable(
                 f"{self.service}: HTTP {code} on {where}: {detail}", retry_after_s=wait
@@ -254,6 +319,7 @@ class HttpClient:
         params: Mapping[str, Any] | None,
         extra: Mapping[str, str] | None,
         timeout: tuple[float, float],
+        secret_headers: Collection[str] = (),
     ) -> requests.Response:
         headers = {**self.headers(), **(extra or {})}
         PROPAGATOR.inject(headers)  # the job's trace goes with every outbound call (W3C traceparent)
@@ -293,7 +359,11 @@ class HttpClient:
             location = resp.headers.get("Location")
             if self.guard is None or not self.follow_redirects or not resp.is_redirect or not location:
                 return resp
-            url = urljoin(url, location)
+            target = urljoin(url, location)
+            if origin(target) != origin(url):  # credentials stay with the origin they were meant for
+                dropped = CREDENTIAL_HEADERS | set(secret_headers)
+                headers = {k: v for k, v in headers.items() if k.lower() not in dropped}
+            url = target
             if resp.status_code in (301, 302, 303) and method != "HEAD":
                 method, body, data, params = "GET", None, None, None
         raise DownstreamRejected(f"{self.service}: more than {MAX_REDIRECTS} redirects", status=310)
@@ -331,6 +401,20 @@ def json_body(resp: requests.Response, service: str) -> dict[str, Any]:
 def _bare(exc: BaseException) -> Exception:
     """A cause without the request attached (requests exceptions can hold headers)."""
     return RuntimeError(exc.__class__.__name__)
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the default port made explicit (pure)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return (
+        parts.scheme.lower(),
+        (parts.hostname or "").lower(),
+        port or {"http": 80, "https": 443}.get(parts.scheme.lower()),
+    )
 
 
 def host_of(url: str) -> str:

@@ -2,7 +2,9 @@
 
 Refused unless the host is listed in `HTTP_ALLOWED_HOSTS`: loopback, private (RFC 1918, unique
 local), link-local (169.254.0.0/16: the cloud metadata endpoint 169.254.169.254; fe80::/10),
-unspecified, multicast and reserved addresses, the app's own storage endpoints, and `http://`.
+unspecified, multicast, reserved, site-local and any other address that is not globally routable
+(the shared 100.64.0.0/10, where some clouds keep their metadata service), IPv6 addresses carrying
+one of those (IPv4-mapped, 6to4, Teredo), the app's own storage endpoints, and `http://`.
 The decision is made on the resolved address, and the connection goes to that very address
 (`client.PinnedAdapter`): a name that resolves to a public address when checked and to a private
 one when connecting (DNS rebinding) cannot slip through.
@@ -39,9 +41,14 @@ def literal_address(host: str) -> IpAddress | None:
 
 
 def address_refusal(address: IpAddress) -> str | None:
-    """Why an address is refused (None: a public address) (pure)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address_refusal(address.ipv4_mapped)
+    """Why an address is refused (None: a public address) (pure). An IPv6 address that carries an
+    IPv4 one (mapped, 6to4, Teredo's client) is judged by that too."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = [address.ipv4_mapped, address.sixtofour, address.teredo[1] if address.teredo else None]
+        for inner in embedded:
+            why = address_refusal(inner) if inner is not None else None
+            if why:
+                return why
     checks = (
         (address.is_unspecified, "unspecified"),
         (address.is_loopback, "loopback"),
@@ -49,6 +56,8 @@ def address_refusal(address: IpAddress) -> str | None:
         (address.is_private, "private"),
         (address.is_multicast, "multicast"),
         (address.is_reserved, "reserved"),
+        (isinstance(address, ipaddress.IPv6Address) and address.is_site_local, "site-local"),
+        (not address.is_global, "not globally routable (e.g. shared 100.64.0.0/10)"),
     )
     for hit, what in checks:
         if hit:
@@ -86,7 +95,7 @@ class Guard:
             return f"http:// is allowed only for hosts in HTTP_ALLOWED_HOSTS ({host} is not)"
         if host in self.own_hosts:
             return f"{host} is one of the app's own storage endpoints"
-        if host == "localhost" or host.endswith(".localhost"):
+        if host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost"):
             return f"{host} is a loopback name"
         address = literal_address(host)
         refusal = address_refusal(address) if address is not None else None

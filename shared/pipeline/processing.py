@@ -43,8 +43,9 @@ from shared.core.timers import Timer
 from shared.indexes import metrics
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
 from shared.ledger import Decision, Facts, Record
+from shared.ledger.calls import calls_noted
 from shared.ledger.view import RecordView
-from shared.net.client import deadline_at
+from shared.net.client import CallNote, calls_recorded, deadline_at
 from shared.pipeline import recovery
 from shared.pipeline.payload import load_payload
 from shared.poison.archive import note_reason
@@ -154,6 +155,8 @@ class Processor:
         """When this invocation began: its deadline counts from here (functionTimeout)."""
         self.mine: set[str] = set()
         self.keeper: ClaimKeeper | None = None
+        self.calls: list[CallNote] = []
+        """This run's downstream calls (clients with `record=True`), kept by the attempt's last write."""
 
     def facts(self) -> Facts:
         return Facts(self.rt.clock(), self.delivery.message_id, self.delivery.dequeue_count, self.owner)
@@ -317,7 +320,8 @@ class Processor:
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
-        with deadline_at(ctx.deadline):  # the app's HTTP client cuts every call to it
+        with deadline_at(ctx.deadline), calls_recorded() as calls:  # the HTTP client cuts calls to it
+            self.calls = calls
             return handler.run(ctx)
 
     def record_effect(self, version: int, name: str, result: Any) -> None:
@@ -341,8 +345,10 @@ class Processor:
     # -- outcomes ----------------------------------------------------------------------------
 
     def write(self, change: ledger.Change) -> Record:
+        """The attempt's last write (an outcome): it also keeps the run's call notes."""
         assert self.keeper is not None
-        return self.keeper.write(change)
+        attempt, calls, now = self.env.attempt, self.calls, self.rt.clock()
+        return self.keeper.write(lambda prev: change(calls_noted(prev, attempt, calls, now)))
 
     def complete(self, outcome: Completed, duration_s: float) -> None:
         facts, env = self.facts(), self.env

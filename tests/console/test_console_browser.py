@@ -24,6 +24,7 @@ from devstack.azurite import Azurite
 from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
 from shared.config.settings import Settings
 from shared.storage.clients import connect
+from tests.handlerkit import Receiver, Reply
 from tests.integration.helpers import unique
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -37,6 +38,8 @@ from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 pytestmark = pytest.mark.integration
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = REPO_ROOT / "docs" / "screenshots"
+SECRET = "console-partner-token-7e41c9d0b3"
+"""The http kind's secret header value (app setting HTTP_SECRET_CONSOLE): never on a page."""
 
 
 def attribute(element: WebElement, name: str) -> str:
@@ -124,6 +127,8 @@ def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PAYLOADS_CONTAINER": unique("pay"),
         "POISON_ARCHIVE_CONTAINER": unique("arch"),
         "ENABLE_TEST_KINDS": "1",
+        "HTTP_ALLOWED_HOSTS": "127.0.0.1",  # the scripted receiver's loopback address
+        "HTTP_SECRET_CONSOLE": SECRET,
     }
     env = host_env(azurite.connection_string, values)
     subprocess.run(
@@ -500,3 +505,80 @@ def test_search_replays_all_matching_in_the_app_and_the_audit_shows_it(
     browser.get(f"{stack.console}/audit")
     newest = browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action]")
     assert newest.get_attribute("data-action") == "op_start" and marker in newest.text
+
+
+def downstream_shown(driver: WebDriver) -> list[str]:
+    return [
+        attribute(row, "data-status")
+        for row in driver.find_elements(By.CSS_SELECTOR, "#downstream tr[data-status]")
+    ]
+
+
+def test_an_http_job_shows_each_calls_status_and_edit_before_replay_gives_a_new_key(
+    stack: Stack, browser: WebDriver, receiver: Receiver
+) -> None:
+    """A 400 poisons the job; a plain replay (400 again) calls with the same Idempotency-Key, an
+    edited one (200) with a new key. The page shows each call's status; the secret header is sent
+    each time and stays a reference everywhere else: the archive, the edit, the ledger, the page."""
+    job = unique("http-")
+    payload = {
+        "url": receiver.url(),
+        "headers": {"Authorization": {"secret": "HTTP_SECRET_CONSOLE"}},
+        "body": {"order": 1},
+    }
+    receiver.reply(Reply(400, "amount is missing"), Reply(400, "amount is missing"))
+    stack.submit(job, "http", payload)
+    poisoned_and_archived(stack, [job])
+    browser.get(f"{stack.console}/jobs/{job}")
+    assert downstream_shown(browser) == ["400"]
+    assert "HTTP 400" in browser.find_element(By.ID, "reason").text
+
+    # a plain replay: the same payload version, the same key
+    browser.get(f"{stack.console}/poison")
+    row_of(browser, "archived", job).find_element(By.CSS_SELECTOR, "input.pick").click()
+    browser.find_element(By.ID, "replay").click()
+    wait_for("called again", lambda: len(receiver.requests) == 2, 60)
+    wait_for(
+        "poisoned again",
+        lambda: stack.record(job)["status"] == "poisoned" and stack.record(job).get("replay_count") == 1,
+        60,
+    )
+    poisoned_and_archived(stack, [job])
+
+    # edit before replay: the body fixed, the secret header still a reference; a new key
+    browser.get(f"{stack.console}/jobs/{job}")
+    assert downstream_shown(browser) == ["400", "400"]
+    editor = browser.find_element(By.ID, "envelope")
+    envelope = json.loads(text_property(editor, "value"))
+    assert envelope["payload"]["headers"] == {"Authorization": {"secret": "HTTP_SECRET_CONSOLE"}}
+    envelope["payload"]["body"] = {"order": 1, "amount": 5}
+    browser.execute_script("arguments[0].value = arguments[1]", editor, json.dumps(envelope))
+    browser.find_element(By.ID, "replay-edited").click()
+    wait_for("completed", lambda: stack.record(job)["status"] == "completed", 60)
+
+    first, plain, edited = receiver.requests
+    assert [r.headers["Authorization"] for r in receiver.requests] == [SECRET] * 3
+    assert plain.headers["Idempotency-Key"] == first.headers["Idempotency-Key"]
+    assert edited.headers["Idempotency-Key"] != first.headers["Idempotency-Key"]
+    assert json.loads(edited.body) == {"order": 1, "amount": 5}
+    browser.get(f"{stack.console}/jobs/{job}")
+    assert downstream_shown(browser) == ["400", "400", "200"]
+    assert "(replay 2)" in browser.find_element(By.ID, "downstream").text
+    assert SECRET not in browser.page_source
+    browser.get(f"{stack.console}/audit")
+    assert job in browser.page_source and SECRET not in browser.page_source
+    assert SECRET not in json.dumps(stack.record(job))
+    archive = stack.storage.container(stack.settings.poison_archive_container)
+    stored = [
+        b.name
+        for prefix in (f"jobs/{job}/", f"edits/{job}/")
+        for b in archive.list_blobs(name_starts_with=prefix)
+    ]
+    assert any(n.startswith("edits/") for n in stored) and any(n.startswith("jobs/") for n in stored)
+    for name in stored:
+        raw = archive.get_blob_client(name).download_blob().readall()
+        body = base64.b64decode(json.loads(raw).get("body_b64", ""))  # the archived or edited envelope
+        assert b"HTTP_SECRET_CONSOLE" in body and SECRET.encode() not in raw + body, name
+    ledger = stack.storage.container(stack.settings.ledger_container)
+    assert SECRET.encode() not in ledger.get_blob_client(f"{job}.json").download_blob().readall()
+    assert SECRET not in stack.log.read_text(encoding="utf-8")

@@ -116,6 +116,10 @@ PARAM_SETS: dict[str, dict[str, Any]] = {
         "grantStorageAccountContributor": True,
         "maxAttempts": 7,
         "instanceMemoryMB": 4096,
+        "httpAllowedHosts": "partner.internal,10.1.2.3",
+        "httpFollowRedirects": True,
+        "httpMaxAttempts": 3,
+        "httpRetryJitter": False,
     },
     "standalone": {
         "namePrefix": "ab",

@@ -36,6 +36,9 @@ from armeval import (
 )
 
 from shared.config.settings import Settings
+from shared.jobs import registry
+from shared.jobs.http import HttpHandler
+from shared.jobs.kinds import configure_kinds, prefix_of
 from tests.deploy.infra_support import (
     CONTAINERS,
     ENTRIES_TABLE,
@@ -247,6 +250,12 @@ def test_app_settings_are_identity_based(template: dict[str, Any], case: str) ->
     assert settings["PYTHON_ENABLE_OPENTELEMETRY"] == "true"
     assert settings["JOBS_QUEUE"] == params.get("jobsQueueName", "jobs")
     assert settings["MAX_ATTEMPTS"] == str(params.get("maxAttempts", 5))
+    assert settings["HTTP_ALLOWED_HOSTS"] == params.get("httpAllowedHosts", "")
+    assert settings["HTTP_FOLLOW_REDIRECTS"] == str(params.get("httpFollowRedirects", False)).lower()
+    assert settings["HTTP_MAX_ATTEMPTS"] == str(params.get("httpMaxAttempts") or params.get("maxAttempts", 5))
+    assert settings["HTTP_RETRY_JITTER"] == str(params.get("httpRetryJitter", True)).lower()
+    assert (settings["HTTP_CONNECT_TIMEOUT_SECONDS"], settings["HTTP_RETRY_MAX_SECONDS"]) == ("5", "300")
+    assert (settings["HTTP_INLINE_BODY_BYTES"], settings["HTTP_MAX_BODY_BYTES"]) == ("65536", "16777216")
     assert settings["SPARK_BACKEND"] == params.get("sparkBackend", "none")
     assert settings["SPARK_URL"] == params.get("sparkUrl", "")
     assert settings["SPARK_JOB_FILE"] == outputs["sparkJobFile"]
@@ -326,15 +335,32 @@ def test_app_settings_pass_the_apps_validation(template: dict[str, Any], case: s
     assert parsed.jobs_queue == PARAM_SETS[case].get("jobsQueueName", "jobs")
     assert parsed.max_attempts == PARAM_SETS[case].get("maxAttempts", 5)
     assert parsed.spark.backend == PARAM_SETS[case].get("sparkBackend", "none")
+    kinds = configure_kinds(parsed, registry())  # the kinds' settings too: a bad one refuses to start
+    http = kinds.handlers["http"]
+    assert isinstance(http, HttpHandler)
+    allowed = PARAM_SETS[case].get("httpAllowedHosts", "")
+    assert http.config.allowed_hosts == tuple(h for h in allowed.split(",") if h)
+    assert http.config.follow_redirects is PARAM_SETS[case].get("httpFollowRedirects", False)
+    expected = PARAM_SETS[case].get("httpMaxAttempts") or PARAM_SETS[case].get("maxAttempts", 5)
+    assert kinds.retry["http"].attempts == expected
+    assert kinds.retry["http"].jitter is PARAM_SETS[case].get("httpRetryJitter", True)
 
 
 def test_every_app_setting_is_read_by_the_app(template: dict[str, Any]) -> None:
     sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "shared").rglob("*.py")))
+    kinds_source = (ROOT / "shared" / "jobs" / "kinds.py").read_text(encoding="utf-8")
+    suffixes = set(
+        re.findall(r'f"\{prefix\}([A-Z_]+)"', kinds_source)
+    )  # each kind's <PREFIX>MAX_ATTEMPTS, ...
+    per_kind = {
+        prefix_of(kind, handler) + suffix for kind, handler in registry().items() for suffix in suffixes
+    }
+    assert "HTTP_MAX_ATTEMPTS" in per_kind
     resources, _ = deployment(template, "databricks")
     for name in app_settings(resources):
         if name in PLATFORM_SETTINGS:
             continue
-        assert name in sources, f"app setting {name} is not read anywhere in shared/"
+        assert name in sources or name in per_kind, f"app setting {name} is not read anywhere in shared/"
 
 
 # ------------------------------------------------------------------ the app runs with what the template sets

@@ -14,6 +14,7 @@ from shared.indexes.entry_rows import EntryRow
 from shared.interfaces.console.assets import CSS, JS
 from shared.interfaces.console.queries import EntryView, JobView, Page, PoisonView
 from shared.ledger import COMPLETED, POISONED, STATUSES
+from shared.ledger.calls import downstream_of
 
 COLORS = {"completed": "#1a7f37", "retried": "#bf8700", "poisoned": "#cf222e"}
 
@@ -224,10 +225,36 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             if last and not reason
             else ""
         )
-        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>{result}{editor}"
+        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
+        f"{_downstream(record)}{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
         f"<h2>Record</h2><pre id=record>{escape(json.dumps(record, indent=2))}</pre>"
+    )
+
+
+def _downstream(record: Mapping[str, Any]) -> str:
+    """Each attempt's downstream call: its status, or why none came (timeout, connection error)."""
+    notes = downstream_of(record)
+    if not notes:
+        return ""
+    return (
+        "<h2>Downstream calls</h2><table id=downstream><tr><th>attempt</th><th>at</th>"
+        f"<th>status</th><th>ms</th></tr>{''.join(_call_row(n) for n in notes)}</table>"
+    )
+
+
+def _call_row(note: Mapping[str, Any]) -> str:
+    status = note.get("status")
+    shown = str(status) if isinstance(status, int) else str(note.get("error", "?"))
+    good = isinstance(status, int) and status < 400
+    attempt = str(note.get("attempt", ""))
+    if note.get("replay"):
+        attempt += f" (replay {note['replay']})"
+    return (
+        f"<tr data-status='{escape(shown)}'><td>{escape(attempt)}</td>"
+        f"<td class=muted>{escape(str(note.get('at', '')))}</td>"
+        f"<td class={'ok' if good else 'bad'}>{escape(shown)}</td><td>{escape(str(note.get('ms', '')))}</td></tr>"
     )
 
 

@@ -1,0 +1,32 @@
+"""bench/run.py's http-kind section: the figures it prints and the target it checks (pure)."""
+
+from __future__ import annotations
+
+from bench.run import format_http
+
+
+def report(per_job: float) -> dict[str, object]:
+    return {
+        "report": {
+            "jobs": 300,
+            "downstream_latency_s": 0.05,
+            "jobs_per_s": 41.2,
+            "seconds": 7.3,
+            "calls": 300,
+            "keys_sent_more_than_once": 0,
+            "storage_requests_per_job_besides_queue": per_job,
+            "target_storage_requests_per_job": 4,
+            "requests": {"requests_per_message": per_job + 1.031},
+        }
+    }
+
+
+def test_the_section_prints_jobs_per_second_and_requests_against_the_target() -> None:
+    text = "\n".join(format_http(report(4.0)))
+    assert "41.2 jobs/s" in text and "50 ms" in text and "keys sent more than once: 0" in text
+    assert "4.0 (target <= 4: ok)" in text
+    assert "MISSED" in "\n".join(format_http(report(4.2)))
+
+
+def test_a_failed_run_says_so() -> None:
+    assert "FAILED (timed out)" in "\n".join(format_http({"error": "timed out"}))
