@@ -17,7 +17,7 @@ from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.jobs.kinds import configure_kinds, prefix_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTINGS_DOC = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
 SAMPLE = json.loads((ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))["Values"]
 
