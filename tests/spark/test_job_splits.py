@@ -220,7 +220,7 @@ def test_an_invalid_payload_fails_the_run_naming_its_problems() -> None:
     with pytest.raises(job.JobFailure) as info:
         job.spec_from_payload({"input": "c1c/x.csv", "format": "xml", "metrics": [{"op": "count"}]})
     assert info.value.kind == "payload"
-    assert "payload.format: 'xml' is not one of csv, jsonl" in str(info.value)
+    assert "payload.format: 'xml' is not one of csv, jsonl, parquet" in str(info.value)
 
 
 def test_the_partials_each_metric_needs_are_the_engines() -> None:

@@ -1,0 +1,421 @@
+"""The Parquet path: the footer read once, then row group by row group only the needed column
+chunks (`SpanSource.read`: concurrent ranged GETs over a blob), the next row group's read while
+the current one is decoded by pyarrow from those bytes alone and reduced by Arrow's group-by.
+
+Memory is bounded by the row groups in hand (the one decoded, the next one read), not the file.
+
+Semantics (docs/jobs.md, "Parquet"): columns keep their types. A group column may be a string,
+binary (valid UTF-8), integer, boolean, float, decimal, date or timestamp: rows are grouped by
+value, then each key is written as text (`42`, `true`, `1.5`, `1.50`, `2024-01-02`); a null is
+null, its own group. A numeric metric's column must be an integer, float or decimal column
+(read as float64, as CSV's numbers are); any other type is refused by name before any row is
+read. `null_values` do not apply: Parquet has its own nulls. A file that is not Parquet, is
+truncated or is corrupt is bad input (`InputDataError`) saying what was wrong, never another error.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import deque
+from collections.abc import Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shared.aggregation.plan import Accumulator, Plan
+from shared.core.errors import InputDataError
+
+MAGIC: Final = b"PAR1"
+TAIL_BYTES: Final = 64 * 1024
+"""Bytes read from the end first: most footers fit (a larger one costs one GET more)."""
+MAX_FOOTER_BYTES: Final = 64 * 1024 * 1024
+"""A footer larger than this is refused (bounded memory: thousands of row groups x columns)."""
+PREFETCH: Final = 1
+"""Row groups read ahead of the one being decoded."""
+
+
+class SpanSource(Protocol):
+    """Random access to the input's bytes: the blob reader's `SpanReader`, or `BytesSpans`."""
+
+    @property
+    def size(self) -> int: ...
+
+    def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, Any]]:
+        """(offset, bytes) of ranges covering the (offset, length) spans (a buffer-protocol object
+        each; adjacent spans may come in one range)."""
+        ...
+
+
+class BytesSpans:
+    """A `SpanSource` over bytes in memory or a local file (tests, benchmarks, Spark's local mode)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview | str) -> None:
+        if isinstance(data, str):
+            with open(data, "rb") as fh:
+                data = fh.read()
+        self.data = memoryview(data)
+        self.requests = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, Any]]:
+        self.requests += 1
+        start = min((offset for offset, _ in spans), default=0)
+        end = max((offset + length for offset, length in spans), default=0)
+        return [(start, self.data[start:end])]
+
+
+class StreamSpans:
+    """A `SpanSource` over a seekable binary stream (a local file): each span read as asked."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        stream.seek(0, io.SEEK_END)
+        self._size = int(stream.tell())
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, Any]]:
+        out: list[tuple[int, Any]] = []
+        for offset, length in sorted(spans):
+            self.stream.seek(offset)
+            out.append((offset, self.stream.read(length) or b""))
+        return out
+
+
+def as_source(stream: Any) -> SpanSource:
+    """A `SpanSource` as it is, or one over a seekable stream (a local file)."""
+    if callable(getattr(stream, "seek", None)):
+        return StreamSpans(stream)
+    source: SpanSource = stream
+    return source
+
+
+def read_footer(source: SpanSource) -> pq.FileMetaData:
+    """The file's metadata from its footer (one read, two when it is larger than TAIL_BYTES);
+    InputDataError naming what is wrong when the input is not a whole Parquet file."""
+    size = source.size
+    if size < 12:
+        raise InputDataError(
+            f"the input is {size} bytes: too short to be a Parquet file (truncated, or not Parquet)"
+        )
+    tail_len = min(size, TAIL_BYTES)
+    tail = _bytes_at(source, size - tail_len, tail_len)
+    if tail[-4:] != MAGIC:
+        raise InputDataError(
+            "the input does not end with Parquet's magic bytes 'PAR1': it is truncated, or not a Parquet file"
+        )
+    footer_len = int.from_bytes(tail[-8:-4], "little")
+    if footer_len + 12 > size or footer_len > MAX_FOOTER_BYTES:
+        raise InputDataError(
+            f"the Parquet footer says it is {footer_len} bytes, which does not fit the {size}-byte "
+            "input: the file is truncated or corrupt"
+        )
+    if footer_len + 8 > len(tail):
+        tail = _bytes_at(source, size - footer_len - 8, footer_len + 8)
+    try:
+        return pq.read_metadata(pa.BufferReader(tail[-(footer_len + 8) :]))
+    except (OSError, pa.ArrowException) as exc:
+        raise InputDataError(f"the Parquet footer cannot be read (the file is corrupt): {exc}") from None
+
+
+def _bytes_at(source: SpanSource, offset: int, length: int) -> bytes:
+    for start, data in source.read([(offset, length)]):
+        view = memoryview(data)
+        if start <= offset and offset + length <= start + len(view):
+            return bytes(view[offset - start : offset - start + length])
+    raise InputDataError(
+        f"bytes {offset}-{offset + length} of the Parquet input could not be read: truncated"
+    )
+
+
+@dataclass(frozen=True)
+class ParquetLayout:
+    """Which leaf columns (column chunks) each needed top-level column is stored in."""
+
+    metadata: pq.FileMetaData
+    schema: pa.Schema
+    leaves: dict[str, list[int]]
+    data_end: int
+    """Where the column chunks end: the footer's start."""
+    keys: tuple[str, ...]
+
+    @classmethod
+    def of(cls, metadata: pq.FileMetaData, plan: Plan, size: int) -> ParquetLayout:
+        try:
+            schema = metadata.schema.to_arrow_schema()
+        except (OSError, pa.ArrowException) as exc:
+            raise InputDataError(f"the Parquet schema cannot be read: {exc}") from None
+        check_columns(schema, plan)
+        leaves: dict[str, list[int]] = {}
+        first = 0
+        for field in schema:
+            count = _leaf_count(field.type)
+            if field.name in plan.columns:
+                leaves[field.name] = list(range(first, first + count))
+            first += count
+        if first != metadata.num_columns:
+            raise InputDataError("the Parquet schema does not match its column chunks: the file is corrupt")
+        return cls(metadata, schema, leaves, size - metadata.serialized_size - 8, plan.keys)
+
+    @property
+    def dictionary_keys(self) -> list[str]:
+        """Group columns of strings or bytes: read dictionary-encoded (grouped by index, ~2x faster)."""
+        return [
+            name
+            for name in self.leaves
+            if name in self.keys
+            and (
+                pa.types.is_string(self.schema.field(name).type)
+                or pa.types.is_binary(self.schema.field(name).type)
+            )
+        ]
+
+    def spans(self, row_group: int) -> list[tuple[int, int]]:
+        """(offset, length) of each needed column chunk of a row group; InputDataError if one lies
+        outside the file's data (a truncated or corrupt file)."""
+        group = self.metadata.row_group(row_group)
+        end = self.data_end
+        out: list[tuple[int, int]] = []
+        for name, indices in self.leaves.items():
+            for index in indices:
+                chunk = group.column(index)
+                start = chunk.data_page_offset
+                dictionary = chunk.dictionary_page_offset
+                if chunk.has_dictionary_page and dictionary is not None and 0 < dictionary < start:
+                    start = dictionary
+                length = chunk.total_compressed_size
+                if start < 4 or length <= 0 or start + length > end:
+                    raise InputDataError(
+                        f"row group {row_group} of the Parquet input: the data of column {name!r} lies "
+                        "outside the file's data (the file is truncated or corrupt)"
+                    )
+                out.append((start, length))
+        return out
+
+
+def _leaf_count(kind: pa.DataType) -> int:
+    if pa.types.is_struct(kind):
+        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaf_count(kind.value_type)
+    return 1
+
+
+def _is_key_type(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        return _is_key_type(kind.value_type)
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_timestamp(kind)
+    )
+
+
+def _is_number_type(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        return _is_number_type(kind.value_type)
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind))
+
+
+def check_columns(schema: pa.Schema, plan: Plan) -> None:
+    """InputDataError naming the first column the plan cannot use: missing, a group column of a
+    nested type, or a numeric metric's column that is not a number column."""
+    names = schema.names
+    missing = [c for c in plan.columns if c not in names]
+    if missing:
+        shown = ", ".join(names[:30]) + (", ..." if len(names) > 30 else "")
+        listed = ", ".join(repr(c) for c in missing)
+        raise InputDataError(f"column(s) {listed} not in the Parquet schema; the schema has: {shown}")
+    doubled = [c for c in plan.columns if names.count(c) > 1]
+    if doubled:
+        raise InputDataError(f"column {doubled[0]!r} appears more than once in the Parquet schema")
+    for name in plan.keys:
+        kind = schema.field(name).type
+        if not _is_key_type(kind):
+            raise InputDataError(
+                f"group column {name!r} is of Parquet type {kind}: a group column must be a string, "
+                "number, boolean, date or timestamp column"
+            )
+    for name in sorted(plan.numeric):
+        kind = schema.field(name).type
+        if not _is_number_type(kind):
+            raise InputDataError(
+                f"column {name!r} is of Parquet type {kind}, not a number: sum, mean, min and max "
+                "need an integer, float or decimal column"
+            )
+
+
+class _Sparse(io.RawIOBase):
+    """A read-only file of `size` bytes of which only some spans are held (the needed column
+    chunks of one row group, and the footer): what pyarrow reads a row group from."""
+
+    def __init__(self, size: int, spans: Sequence[tuple[int, Any]]) -> None:
+        super().__init__()
+        self._size = size
+        self._spans = sorted(((offset, memoryview(data)) for offset, data in spans), key=lambda s: s[0])
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, size: int = -1, /) -> bytes | memoryview:
+        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        for offset, data in self._spans:
+            if offset <= self._pos and end <= offset + len(data):
+                out = data[self._pos - offset : end - offset]
+                self._pos = end
+                return out
+        raise OSError(
+            f"bytes {self._pos}-{end} of the Parquet input were not read (not a needed column chunk)"
+        )
+
+
+def aggregate_parquet(
+    source: SpanSource,
+    plan: Plan,
+    acc: Accumulator,
+    *,
+    row_groups: Sequence[int] | None = None,
+    metadata: pq.FileMetaData | None = None,
+) -> None:
+    """Add every row group's (or those of `row_groups`) partial aggregates to `acc`."""
+    for partial, rows in parquet_partials(source, plan, row_groups=row_groups, metadata=metadata):
+        acc.add_partial(partial, rows)
+
+
+def parquet_partials(
+    source: SpanSource,
+    plan: Plan,
+    *,
+    row_groups: Sequence[int] | None = None,
+    metadata: pq.FileMetaData | None = None,
+    prefetch: int = PREFETCH,
+) -> Generator[tuple[pa.Table, int], None, None]:
+    """(partial aggregates, rows) of each row group, in file order.
+
+    A thread reads the next row groups' column chunks and decodes them (pyarrow, its own
+    threads, off the GIL) while this one reduces the current one (Arrow's group-by, off the
+    GIL): `prefetch` row groups ahead, so at most `prefetch + 1` are held."""
+    footer = read_footer(source) if metadata is None else metadata
+    layout = ParquetLayout.of(footer, plan, source.size)
+    groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
+    reducer = Accumulator(plan)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
+    ahead: deque[tuple[int, Future[pa.Table]]] = deque()
+    try:
+        for index in groups:
+            ahead.append((index, pool.submit(load_row_group, source, layout, index)))
+            while len(ahead) > prefetch:
+                yield _reduced(ahead.popleft(), plan, reducer)
+        while ahead:
+            yield _reduced(ahead.popleft(), plan, reducer)
+    finally:
+        for _, future in ahead:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _reduced(item: tuple[int, Future[pa.Table]], plan: Plan, reducer: Accumulator) -> tuple[pa.Table, int]:
+    index, future = item
+    table = future.result()
+    return reduce_table(table, plan, reducer, f"row group {index}"), table.num_rows
+
+
+def load_row_group(source: SpanSource, layout: ParquetLayout, index: int) -> pa.Table:
+    """One row group's needed columns: their chunks read, then decoded from those bytes alone
+    (string and binary group columns dictionary-encoded: grouped by their indices' values)."""
+    chunks = source.read(layout.spans(index))
+    try:
+        reader = pq.ParquetFile(
+            _Sparse(source.size, chunks),
+            metadata=layout.metadata,
+            pre_buffer=False,
+            read_dictionary=layout.dictionary_keys,
+        )
+        table: pa.Table = reader.read_row_group(index, columns=list(layout.leaves) or None, use_threads=True)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputDataError(
+            f"row group {index} of the Parquet input cannot be decoded (the file is corrupt): {exc}"
+        ) from None
+    return table
+
+
+def reduce_table(table: pa.Table, plan: Plan, reducer: Accumulator, where: str) -> pa.Table:
+    """Partial aggregates of a table of typed columns: numbers to float64, keys grouped by value
+    and then written as text (InputDataError naming a binary key column that is not UTF-8)."""
+    data: dict[str, Any] = {f"k{i}": _key(table[name]) for i, name in enumerate(plan.keys)}
+    for i, name in enumerate(plan.values):
+        column = table[name]
+        if name in plan.numeric:
+            column = pc.cast(column, pa.float64(), safe=False)
+        elif _nested(column.type):
+            column = _validity(column)
+        data[f"v{i}"] = column
+    frame = pa.table(data) if data else pa.table({"_": pa.nulls(table.num_rows)})
+    try:
+        try:
+            return reducer.reduce(frame)
+        except pa.ArrowNotImplementedError:  # dictionaries that differ between chunks
+            return reducer.reduce(_decoded_keys(frame, len(plan.keys)))
+    except pa.ArrowInvalid as exc:
+        keys = ", ".join(repr(k) for k in plan.keys)
+        raise InputDataError(
+            f"{where} of the Parquet input: a group key ({keys}) is not valid UTF-8: {exc}"
+        ) from None
+
+
+def _decoded_keys(frame: pa.Table, keys: int) -> pa.Table:
+    for i in range(keys):
+        column = frame[f"k{i}"]
+        if pa.types.is_dictionary(column.type):
+            frame = frame.set_column(i, f"k{i}", pc.cast(column, column.type.value_type))
+    return frame
+
+
+def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    kind = column.type
+    if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+        return pc.cast(column, pa.string() if pa.types.is_large_string(kind) else pa.binary())
+    return column
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_nested(kind) or pa.types.is_dictionary(kind))
+
+
+def _validity(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column counted only, of a type Arrow's group-by cannot count: its nulls, as booleans."""
+    valid = pc.is_valid(column)
+    return pc.if_else(valid, True, pa.scalar(None, pa.bool_()))
