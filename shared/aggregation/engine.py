@@ -4,6 +4,7 @@ a Parquet file read by spans (`shared.aggregation.parquet_path`)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pyarrow as pa
@@ -47,16 +48,18 @@ def aggregate_table(
     *,
     max_groups: int | None = None,
     options: EngineOptions = DEFAULT_OPTIONS,
+    row_groups: Sequence[int] | None = None,
 ) -> tuple[pa.Table, int]:
     """`aggregate_stream`'s result as an Arrow table (its rows' columns, in order), and the number
     of input rows: what the handler serialises a batch at a time (see `result_json`).
 
     Parquet (`spec.format`): `stream` is a `SpanSource` (the blob reader's `SpanReader`) or a
-    seekable stream; only the footer and the needed column chunks are read."""
+    seekable stream; only the footer and the needed column chunks are read (of `row_groups`
+    only, when given: a Spark task's share)."""
     plan = Plan.of(spec)
     acc = Accumulator(plan, max_groups, options.combine_rows)
     if spec.format == "parquet":
-        partials = parquet_partials(as_source(stream), plan)
+        partials = parquet_partials(as_source(stream), plan, row_groups=row_groups)
         with contextlib.closing(partials):
             for partial, rows in partials:
                 acc.add_partial(partial, rows)

@@ -5,8 +5,9 @@ footer, then only the needed column chunks of each row group).
 `BlobStream` does:
 
 - one version: the first GET (`first_size` bytes at offset 0: the blob's size and ETag) is the
-  only one without If-Match; every later one carries its ETag, so a blob replaced mid-read fails
-  (`BlobChanged`, transient) instead of mixing two versions;
+  only one without If-Match (unless an `etag` is given: a Spark task reads the driver's
+  version); every later one carries its ETag, so a blob replaced mid-read fails (`BlobChanged`,
+  transient) instead of mixing two versions;
 - spans closer than `gap` bytes are fetched as one range (one GET instead of several small ones:
   Azurite checksums every response of 4 MiB or less, ~3x its CPU per byte), and a range is cut
   into GETs of at most `piece` bytes, `depth` of them in flight at once;
@@ -40,11 +41,12 @@ class SpanReader:
         piece: int = CHUNK_BYTES,
         gap: int = GAP_BYTES,
         first_size: int = FIRST_BYTES,
+        etag: str | None = None,
     ) -> None:
         self.ranges, self.label = ranges, ranges.label
         self.piece, self.gap = max(1, piece), max(0, gap)
         self.head = bytearray(max(1, first_size))
-        got = ranges.get_into(memoryview(self.head), 0, None)
+        got = ranges.get_into(memoryview(self.head), 0, etag)
         del self.head[got.length :]
         self.size, self.etag = got.size, got.etag
         self.requests = 1
