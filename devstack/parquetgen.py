@@ -65,8 +65,9 @@ def write(
     rng = np.random.default_rng(seed)
     if rows is None:
         sample = pa.BufferOutputStream()
-        pq.write_table(batch(np.random.default_rng(seed), 0, 100_000), sample)
-        rows = int((mb or 1) * 1e6 / (sample.getvalue().size / 100_000))
+        sample_rows = min(row_group, ROW_GROUP)  # a whole row group: dictionaries as in the file
+        pq.write_table(batch(np.random.default_rng(seed), 0, sample_rows), sample, row_group_size=row_group)
+        rows = int((mb or 1) * 1e6 / (sample.getvalue().size / sample_rows))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     first = batch(rng, 0, min(rows, row_group))
