@@ -49,6 +49,10 @@ class SpanSource(Protocol):
         each; adjacent spans may come in one range)."""
         ...
 
+    def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
+        """What `read` returned is no longer read: its buffers may be reused."""
+        ...
+
 
 class BytesSpans:
     """A `SpanSource` over bytes in memory or a local file (tests, benchmarks, Spark's local mode)."""
@@ -70,6 +74,9 @@ class BytesSpans:
         end = max((offset + length for offset, length in spans), default=0)
         return [(start, self.data[start:end])]
 
+    def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
+        pass
+
 
 class StreamSpans:
     """A `SpanSource` over a seekable binary stream (a local file): each span read as asked."""
@@ -89,6 +96,9 @@ class StreamSpans:
             self.stream.seek(offset)
             out.append((offset, self.stream.read(length) or b""))
         return out
+
+    def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
+        pass
 
 
 def as_source(stream: Any) -> SpanSource:
@@ -333,29 +343,41 @@ def parquet_partials(
     groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
     reducer = Accumulator(plan)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
-    ahead: deque[tuple[int, Future[pa.Table]]] = deque()
+    ahead: deque[tuple[int, Future[tuple[pa.Table, list[tuple[int, Any]]]]]] = deque()
     try:
         for index in groups:
             ahead.append((index, pool.submit(load_row_group, source, layout, index)))
             while len(ahead) > prefetch:
-                yield _reduced(ahead.popleft(), plan, reducer)
+                yield _reduced(source, ahead.popleft(), plan, reducer)
         while ahead:
-            yield _reduced(ahead.popleft(), plan, reducer)
+            yield _reduced(source, ahead.popleft(), plan, reducer)
     finally:
         for _, future in ahead:
             future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _reduced(item: tuple[int, Future[pa.Table]], plan: Plan, reducer: Accumulator) -> tuple[pa.Table, int]:
+def _reduced(
+    source: SpanSource,
+    item: tuple[int, Future[tuple[pa.Table, list[tuple[int, Any]]]]],
+    plan: Plan,
+    reducer: Accumulator,
+) -> tuple[pa.Table, int]:
     index, future = item
-    table = future.result()
-    return reduce_table(table, plan, reducer, f"row group {index}"), table.num_rows
+    table, chunks = future.result()
+    rows = table.num_rows
+    partial = reduce_table(table, plan, reducer, f"row group {index}")
+    del table
+    source.give_back(chunks)
+    return partial, rows
 
 
-def load_row_group(source: SpanSource, layout: ParquetLayout, index: int) -> pa.Table:
+def load_row_group(
+    source: SpanSource, layout: ParquetLayout, index: int
+) -> tuple[pa.Table, list[tuple[int, Any]]]:
     """One row group's needed columns: their chunks read, then decoded from those bytes alone
-    (string and binary group columns dictionary-encoded: grouped by their indices' values)."""
+    (string and binary group columns dictionary-encoded: grouped by their indices' values),
+    and the chunks read (to `give_back` once the table is reduced)."""
     chunks = source.read(layout.spans(index))
     try:
         reader = pq.ParquetFile(
@@ -366,10 +388,11 @@ def load_row_group(source: SpanSource, layout: ParquetLayout, index: int) -> pa.
         )
         table: pa.Table = reader.read_row_group(index, columns=list(layout.leaves) or None, use_threads=True)
     except (OSError, pa.ArrowException) as exc:
+        source.give_back(chunks)
         raise InputDataError(
             f"row group {index} of the Parquet input cannot be decoded (the file is corrupt): {exc}"
         ) from None
-    return table
+    return table, chunks
 
 
 def reduce_table(table: pa.Table, plan: Plan, reducer: Accumulator, where: str) -> pa.Table:
