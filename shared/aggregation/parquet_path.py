@@ -1,8 +1,9 @@
 """The Parquet path: the footer read once, then row group by row group only the needed column
-chunks (`SpanSource.read`: concurrent ranged GETs over a blob), the next row group's read while
-the current one is decoded by pyarrow from those bytes alone and reduced by Arrow's group-by.
+chunks (`SpanSource.read`: concurrent ranged GETs over a blob), the next row group read while one
+is decoded by pyarrow from those bytes alone, a batch at a time, each batch reduced by Arrow's
+group-by (`parquet_partials`).
 
-Memory is bounded by the row groups in hand (the one decoded, the next one read), not the file.
+Memory is bounded by the row groups in hand (one decoded, one read ahead), not the file.
 
 Semantics (docs/jobs.md, "Parquet"): columns keep their types. A group column may be a string,
 binary (valid UTF-8), integer, boolean, float, decimal, date or timestamp: rows are grouped by
@@ -34,8 +35,16 @@ TAIL_BYTES: Final = 64 * 1024
 """Bytes read from the end first: most footers fit (a larger one costs one GET more)."""
 MAX_FOOTER_BYTES: Final = 64 * 1024 * 1024
 """A footer larger than this is refused (bounded memory: thousands of row groups x columns)."""
-PREFETCH: Final = 1
-"""Row groups read ahead of the one being decoded."""
+WORKERS: Final = 1
+"""Row groups decoded and reduced at once, each on a thread of its own; with one, its columns are
+decoded in parallel on pyarrow's CPU pool. Peak RSS over a 1 GB blob (child process, Azurite,
+side by side): one 250-270 MB, two 292-303 MB (each thread's allocator keeps its own pages), for
+no speed the noise could show."""
+BATCH_ROWS: Final = 1024 * 1024
+"""Rows decoded and reduced at a time (at most; a row group's). CPU seconds on a 1 GB file (21 row
+groups of 1 Mi rows), best of 4 side by side: 64 Ki and 128 Ki rows 1.09-1.14 s (a group-by's
+fixed cost per batch), 256 Ki 0.93 s, 512 Ki 0.90 s, 1 Mi 0.89 s; peak RSS 1 Mi 250 MB, 512 Ki
+264-270 MB."""
 
 
 class SpanSource(Protocol):
@@ -331,54 +340,76 @@ def parquet_partials(
     *,
     row_groups: Sequence[int] | None = None,
     metadata: pq.FileMetaData | None = None,
-    prefetch: int = PREFETCH,
+    workers: int = WORKERS,
+    batch_rows: int = BATCH_ROWS,
 ) -> Generator[tuple[pa.Table, int], None, None]:
-    """(partial aggregates, rows) of each row group, in file order.
+    """(partial aggregates, rows) of each batch of each row group, in file order.
 
-    A thread reads the next row groups' column chunks and decodes them (pyarrow, its own
-    threads, off the GIL) while this one reduces the current one (Arrow's group-by, off the
-    GIL): `prefetch` row groups ahead, so at most `prefetch + 1` are held."""
+    One thread reads the needed column chunks of the next row groups (concurrent ranged GETs
+    behind it); `workers` threads each decode a row group `batch_rows` rows at a time and
+    reduce each batch as it comes (pyarrow and Arrow's group-by, off the GIL). Row groups held:
+    the `workers` being decoded and one read ahead (their compressed chunks), and one batch each
+    decoded: memory follows the row groups' needed bytes, not the file."""
     footer = read_footer(source) if metadata is None else metadata
     layout = ParquetLayout.of(footer, plan, source.size)
     groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
     reducer = Accumulator(plan)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
-    ahead: deque[tuple[int, Future[tuple[pa.Table, list[tuple[int, Any]]]]]] = deque()
+    workers = max(1, workers)
+    reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parquet-decode")
+    ahead: deque[Future[list[tuple[pa.Table, int]]]] = deque()
     try:
         for index in groups:
-            ahead.append((index, pool.submit(load_row_group, source, layout, index)))
-            while len(ahead) > prefetch:
-                yield _reduced(source, ahead.popleft(), plan, reducer)
+            chunks = reads.submit(source.read, layout.spans(index))
+            ahead.append(
+                pool.submit(_row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1)
+            )
+            while len(ahead) > workers:
+                yield from ahead.popleft().result()
         while ahead:
-            yield _reduced(source, ahead.popleft(), plan, reducer)
+            yield from ahead.popleft().result()
     finally:
-        for _, future in ahead:
+        for future in ahead:
             future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+        reads.shutdown(wait=True, cancel_futures=True)
 
 
-def _reduced(
+def _row_group(
     source: SpanSource,
-    item: tuple[int, Future[tuple[pa.Table, list[tuple[int, Any]]]]],
-    plan: Plan,
+    layout: ParquetLayout,
+    index: int,
+    read: Future[list[tuple[int, Any]]],
     reducer: Accumulator,
-) -> tuple[pa.Table, int]:
-    index, future = item
-    table, chunks = future.result()
-    rows = table.num_rows
-    partial = reduce_table(table, plan, reducer, f"row group {index}")
-    del table
-    source.give_back(chunks)
-    return partial, rows
+    batch_rows: int,
+    threads: bool,
+) -> list[tuple[pa.Table, int]]:
+    """A row group's partial aggregates, `batch_rows` rows at a time (`threads`: its columns
+    decoded in parallel, on pyarrow's CPU pool)."""
+    if not layout.leaves:  # rows counted only: the footer says how many
+        rows = layout.metadata.row_group(index).num_rows
+        return [(reducer.reduce(pa.table({"_": pa.nulls(rows)})), rows)]
+    chunks = read.result()
+    where = f"row group {index}"
+    try:
+        out: list[tuple[pa.Table, int]] = []
+        for table in _batches(source, layout, index, chunks, batch_rows, threads):
+            out.append((reduce_table(table, reducer.plan, reducer, where), table.num_rows))
+        return out
+    finally:
+        source.give_back(chunks)
 
 
-def load_row_group(
-    source: SpanSource, layout: ParquetLayout, index: int
-) -> tuple[pa.Table, list[tuple[int, Any]]]:
-    """One row group's needed columns: their chunks read, then decoded from those bytes alone
-    (string and binary group columns dictionary-encoded: grouped by their indices' values),
-    and the chunks read (to `give_back` once the table is reduced)."""
-    chunks = source.read(layout.spans(index))
+def _batches(
+    source: SpanSource,
+    layout: ParquetLayout,
+    index: int,
+    chunks: list[tuple[int, Any]],
+    batch_rows: int,
+    threads: bool = True,
+) -> Generator[pa.Table, None, None]:
+    """A row group's needed columns decoded from its chunks alone, `batch_rows` rows at a time
+    (string and binary group columns dictionary-encoded: grouped by their indices' values)."""
     try:
         reader = pq.ParquetFile(
             _Sparse(source.size, chunks),
@@ -386,13 +417,28 @@ def load_row_group(
             pre_buffer=False,
             read_dictionary=layout.dictionary_keys,
         )
-        table: pa.Table = reader.read_row_group(index, columns=list(layout.leaves) or None, use_threads=True)
+        batches = reader.iter_batches(
+            batch_size=batch_rows, row_groups=[index], columns=list(layout.leaves), use_threads=threads
+        )
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            yield pa.Table.from_batches([batch])
     except (OSError, pa.ArrowException) as exc:
-        source.give_back(chunks)
         raise InputDataError(
             f"row group {index} of the Parquet input cannot be decoded (the file is corrupt): {exc}"
         ) from None
-    return table, chunks
+
+
+def load_row_group(source: SpanSource, layout: ParquetLayout, index: int) -> list[pa.Table]:
+    """One row group's needed columns, read and decoded (`bench.bench_parquet`'s decode figure)."""
+    chunks = source.read(layout.spans(index))
+    try:
+        return list(_batches(source, layout, index, chunks, BATCH_ROWS))
+    finally:
+        source.give_back(chunks)
 
 
 def reduce_table(table: pa.Table, plan: Plan, reducer: Accumulator, where: str) -> pa.Table:

@@ -20,6 +20,7 @@ Only the standard library and `shared.blobio.stream`: the Spark job ships it as 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
@@ -59,6 +60,7 @@ class SpanReader:
         self.requests = 1
         """GETs made so far (the first one included)."""
         self._free: list[bytearray] = []
+        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, depth), thread_name_prefix="blob-spans")
 
     def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, memoryview]]:
@@ -76,17 +78,19 @@ class SpanReader:
     def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
         """Buffers from `read` no longer read by anyone: the next reads may write into them
         (fresh memory is faulted in 4 KiB at a time: reused, it is not)."""
-        for _offset, view in ranges:
-            buf = view.obj if isinstance(view, memoryview) else view
-            if isinstance(buf, bytearray) and buf is not self.head and len(self._free) < KEPT:
-                self._free.append(buf)
+        with self._lock:
+            for _offset, view in ranges:
+                buf = view.obj if isinstance(view, memoryview) else view
+                if isinstance(buf, bytearray) and buf is not self.head and len(self._free) < KEPT:
+                    self._free.append(buf)
 
     def _buffer(self, size: int) -> bytearray:
-        fits = [b for b in self._free if len(b) >= size]
-        if fits:
-            buf = min(fits, key=len)
-            self._free.remove(buf)
-            return buf
+        with self._lock:
+            fits = [b for b in self._free if len(b) >= size]
+            if fits:
+                buf = min(fits, key=len)
+                self._free.remove(buf)
+                return buf
         return bytearray(-(-size // ROUND) * ROUND)
 
     def _fetch(self, start: int, end: int) -> memoryview:

@@ -236,7 +236,7 @@ def test_only_the_footer_and_the_needed_column_chunks_are_read_row_group_by_row_
         assert sorted(spans) == expected
 
 
-def test_row_groups_are_read_at_most_one_ahead() -> None:
+def test_row_groups_are_read_at_most_one_ahead_of_those_being_decoded() -> None:
     from shared.aggregation.parquet_path import parquet_partials
     from shared.aggregation.plan import Plan
 
@@ -247,8 +247,35 @@ def test_row_groups_are_read_at_most_one_ahead() -> None:
     )
     partials = parquet_partials(source, Plan.of(spec))
     next(partials)
-    assert len(source.asked) <= 1 + 2  # the footer, the row group reduced, the next one
+    assert len(source.asked) <= 1 + 3  # the footer, the two row groups decoded, the next one
     partials.close()
+    assert pq.read_metadata(io.BytesIO(data)).num_row_groups == 10
+
+
+def test_rows_counted_only_read_no_column_chunk() -> None:
+    source = CountingSpans(parquet(pa.concat_tables([TABLE] * 5), row_group_size=7))
+    assert run(source, [], [{"op": "count"}]).rows == [{"count": 30}]
+    assert all(spans == [] for spans in source.asked[1:])
+
+
+def test_batches_within_a_row_group_give_the_row_groups_answer() -> None:
+    from shared.aggregation.parquet_path import parquet_partials
+    from shared.aggregation.plan import Accumulator, Plan
+
+    data = parquet(pa.concat_tables([TABLE] * 100), row_group_size=250)
+    spec = parse_aggregate_payload(
+        {"input": "data/x", "format": "parquet", "group_by": ["station"], "metrics": METRICS}
+    )
+    answers = []
+    for batch_rows in (7, 250, 10_000):
+        acc = Accumulator(Plan.of(spec))
+        for partial, rows in parquet_partials(
+            BytesSpans(data), Plan.of(spec), batch_rows=batch_rows, workers=1 + batch_rows % 2
+        ):
+            acc.add_partial(partial, rows)
+        answers.append((acc.result_table(spec.metrics).to_pylist(), acc.input_rows))
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][1] == 600
 
 
 # --- the blob edge: ranged reads --------------------------------------------------------------
