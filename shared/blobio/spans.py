@@ -19,8 +19,8 @@ Only the standard library and `shared.blobio.stream`: the Spark job ships it as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
