@@ -363,3 +363,16 @@ def test_the_handler_refuses_a_truncated_parquet_blob_with_its_reason() -> None:
     }
     with pytest.raises(InputDataError, match=r"magic bytes 'PAR1': it is truncated"):
         HANDLER.run(make_ctx(payload, service))
+
+
+def test_more_groups_than_max_groups_stops_the_read() -> None:
+    from shared.aggregation import TooManyGroups, aggregate_table
+
+    data = parquet(pa.table({"k": [str(i) for i in range(5000)], "v": list(range(5000))}), row_group_size=500)
+    source = CountingSpans(data)
+    spec = parse_aggregate_payload(
+        {"input": "data/x", "format": "parquet", "group_by": ["k"], "metrics": [{"op": "count"}]}
+    )
+    with pytest.raises(TooManyGroups):
+        aggregate_table(source, spec, max_groups=600)
+    assert len(source.asked) < 1 + 10  # stopped before the last row groups were read
