@@ -15,7 +15,9 @@ Sections (each starts and stops its own Azurite and local hosts):
 3. enqueue-to-completion latency p50 / p95 under a steady load;
 4. throughput against the number of host processes (1, 2, 3), plotted to throughput_vs_hosts.png;
 5. the inline aggregate engine against a naive loop, DuckDB and Polars streaming on wide and narrow
-   CSV and wide JSON lines, and its peak memory on 1 GB inputs (bench_aggregate.py);
+   CSV and wide JSON lines, and its peak memory on 1 GB inputs (bench_aggregate.py); a job over a
+   CSV / JSON-lines blob end to end vs Polars over az:// (bench_read.py); a job over a ~300 MB and
+   a 1 GB Parquet blob vs Polars scan_parquet over az://, with its peak memory (bench_parquet.py);
 6. with --spark: bench_spark.py;
 7. the `http` kind against a local downstream with a set latency (bench_http_kind.py): jobs/s and
    storage requests per job on the happy path (target 4 or fewer), each key sent once; skipped
@@ -185,6 +187,16 @@ def run_read(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     result = run_script("bench.bench_read", [*flags, "--out", str(out_dir / "read.json")], timeout_s=5400)
     if result.get("exit_code") == 0:
         result["report"] = _read_json(out_dir / "read.json")
+    return result
+
+
+def run_parquet(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_parquet.py: a job over a Parquet blob end to end vs Polars scan_parquet(az://)."""
+    flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000"]
+    out = out_dir / "parquet.json"
+    result = run_script("bench.bench_parquet", [*flags, "--out", str(out)], timeout_s=3600)
+    if result.get("exit_code") == 0:
+        result["report"] = _read_json(out)
     return result
 
 
@@ -388,6 +400,16 @@ def format_report(report: dict[str, Any]) -> str:
                 if line.strip() and not line.startswith("wrote "):
                     add("   " + line)
 
+    parquet = report.get("parquet")
+    if parquet:
+        add("")
+        add("5c. A job over a Parquet blob end to end vs Polars scan_parquet(az://) (bench/bench_parquet.py)")
+        if parquet.get("exit_code") != 0:
+            add(f"   FAILED ({parquet.get('error')})")
+        else:
+            for line in parquet["stdout"].strip().splitlines():
+                if line.strip() and not line.startswith("wrote "):
+                    add("   " + line)
     if report.get("http"):
         lines.extend(format_http(report["http"]))
 
@@ -428,6 +450,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--aggregate-mb", type=int, default=1000, help="aggregate memory-test inputs (MB)")
     parser.add_argument("--skip-aggregate", action="store_true")
     parser.add_argument("--skip-read", action="store_true", help="no job-over-a-blob section (bench_read)")
+    parser.add_argument("--skip-parquet", action="store_true", help="no Parquet section (bench_parquet)")
     parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
     parser.add_argument("--skip-http", action="store_true", help="no http-kind section (bench_http_kind)")
     parser.add_argument("--http-jobs", type=int, default=300, help="http jobs (default 300)")
@@ -464,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         report["aggregate"] = run_aggregate(args, out_dir)
     if not args.skip_read:
         report["read"] = run_read(args, out_dir)
+    if not args.skip_parquet:
+        report["parquet"] = run_parquet(args, out_dir)
     if not args.skip_http:
         report["http"] = run_http(args, out_dir)
     if args.spark:

@@ -28,6 +28,8 @@ Input:
   AZURE_STORAGE_CONNECTION_STRING in the driver's environment (captured into the tasks, never an
   argument) or, with `--blob-endpoint`, from the cluster's identity (DefaultAzureCredential).
 Both split at line breaks, so a quoted CSV field must not contain a line break.
+Parquet (`spark_jobs/aggregate_parquet.py`): `spark.read.parquet` with `--input-url`, otherwise
+row-group splits, each task reading only its row groups' needed column chunks.
 
 Output: `<results>/<job id>.json`, created only if absent (a second run of the same job id
 changes nothing). On failure: `<results>/_spark/<job id>/error-s<N>.json` with the message and
@@ -63,12 +65,14 @@ ENGINE_LEAVES = (
     "shared/core/containers.py",
     "shared/blobio/__init__.py",
     "shared/blobio/reader.py",
+    "shared/blobio/spans.py",
     "shared/blobio/stream.py",
     "shared/blobio/buffers.py",
 )
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 JOB_MODULES = (
     "spark_jobs/__init__.py",
+    "spark_jobs/aggregate_parquet.py",
     "spark_jobs/aggregate_partials.py",
     "spark_jobs/aggregate_splits.py",
     "spark_jobs/aggregate_storage.py",
@@ -219,7 +223,9 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
         print(f"result {name} already exists: nothing to do", flush=True)
         return
     sc = spark.sparkContext
-    if args.input_url:
+    if spec.format == "parquet":
+        task_results, header_lines = _parquet_tasks(spark, args, partials), 0
+    elif args.input_url:
         task_results = _hadoop_tasks(sc, args.input_url, partials)
         header_lines = 1 if spec.format == "csv" else 0
     else:
@@ -306,6 +312,30 @@ def _blob_tasks(sc: Any, args: argparse.Namespace, partials: Partials) -> tuple[
 
     rdd = sc.parallelize(list(enumerate(splits)), len(splits)).map(task)
     return rdd, header.count(b"\n") or (1 if header else 0)
+
+
+def _parquet_tasks(spark: Any, args: argparse.Namespace, partials: Partials) -> Any:
+    """`spark.read.parquet` of the input URL, or row-group splits of the blob read through the
+    app's ranged reader (Blob SDK mode)."""
+    from shared.core.errors import InputMissing
+    from spark_jobs.aggregate_parquet import blob_tasks, hadoop_tasks
+
+    if args.input_url:
+        return hadoop_tasks(spark, args.input_url, partials)
+    try:
+        return blob_tasks(spark.sparkContext, _access(args), partials, int(args.split_mb * 1024 * 1024))
+    except InputMissing:
+        spec = partials.spec
+        raise JobFailure(f"input {spec.container}/{spec.blob} does not exist", "input_data") from None
+
+
+def _access(args: argparse.Namespace) -> Any:
+    from spark_jobs.aggregate_storage import BlobAccess
+
+    conn = os.environ.get(CONNECTION_ENV)
+    if not conn and not args.blob_endpoint:
+        raise JobFailure(f"no storage access: set {CONNECTION_ENV} or pass --blob-endpoint")
+    return BlobAccess(connection_string=conn) if conn else BlobAccess(endpoint=args.blob_endpoint or None)
 
 
 def _hadoop_tasks(sc: Any, url: str, partials: Partials) -> Any:

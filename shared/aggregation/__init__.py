@@ -10,7 +10,9 @@ payload parser, one semantics and one result document.
   (`EngineOptions`, passed in; its defaults are the shipped values).
 - `plan`: the columns read and the partial aggregation; `number_parsing`: strings to numbers.
 - `blocks`: the stream cut into blocks of whole records; `csv_path`, `csv_check`: CSV;
-  `jsonl_path`, `jsonl_exact`: JSON lines; `native`: the bridge to the C scanner.
+  `jsonl_path`, `jsonl_exact`: JSON lines; `native`: the bridge to the C scanner;
+  `parquet_path`: Parquet, read by spans (the footer, then the needed column chunks of each row
+  group), typed keys and numbers, the next row group read while one is reduced.
 
 How the engine stays fast and bounded:
 

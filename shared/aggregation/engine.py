@@ -1,9 +1,11 @@
-"""The engine's public functions: a streaming group-by over a CSV or JSON-lines byte stream."""
+"""The engine's public functions: a streaming group-by over a CSV or JSON-lines byte stream, or
+a Parquet file read by spans (`shared.aggregation.parquet_path`)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -11,12 +13,13 @@ from shared.aggregation.csv_path import csv_partials
 from shared.aggregation.jsonl_path import jsonl_partials
 from shared.aggregation.native import NativeArgs
 from shared.aggregation.options import DEFAULT_OPTIONS, JSONL_BLOCK_SIZE, EngineOptions
+from shared.aggregation.parquet_path import SpanSource, as_source, parquet_partials
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import AggregateResult, AggregateSpec, ByteStream
 
 
 def aggregate_stream(
-    stream: ByteStream,
+    stream: ByteStream | SpanSource,
     spec: AggregateSpec,
     *,
     max_groups: int | None = None,
@@ -40,18 +43,28 @@ def aggregate_stream(
 
 
 def aggregate_table(
-    stream: ByteStream,
+    stream: ByteStream | SpanSource,
     spec: AggregateSpec,
     *,
     max_groups: int | None = None,
     options: EngineOptions = DEFAULT_OPTIONS,
+    row_groups: Sequence[int] | None = None,
 ) -> tuple[pa.Table, int]:
     """`aggregate_stream`'s result as an Arrow table (its rows' columns, in order), and the number
-    of input rows: what the handler serialises a batch at a time (see `result_json`)."""
+    of input rows: what the handler serialises a batch at a time (see `result_json`).
+
+    Parquet (`spec.format`): `stream` is a `SpanSource` (the blob reader's `SpanReader`) or a
+    seekable stream; only the footer and the needed column chunks are read (of `row_groups`
+    only, when given: a Spark task's share)."""
     plan = Plan.of(spec)
     acc = Accumulator(plan, max_groups, options.combine_rows)
-    if spec.format == "csv":
-        partials = csv_partials(stream, plan, spec.null_values, options)
+    if spec.format == "parquet":
+        partials = parquet_partials(as_source(stream), plan, row_groups=row_groups)
+        with contextlib.closing(partials):
+            for partial, rows in partials:
+                acc.add_partial(partial, rows)
+    elif spec.format == "csv":
+        partials = csv_partials(_stream(stream), plan, spec.null_values, options)
         with contextlib.closing(partials):
             for partial, rows in partials:
                 acc.add_partial(partial, rows)
@@ -59,8 +72,13 @@ def aggregate_table(
         block_size = options.block_size
         scanner = NativeArgs.jsonl(plan, spec.null_values, options.native)
         jsonl_block = block_size if scanner else min(block_size, JSONL_BLOCK_SIZE)
-        partials = jsonl_partials(stream, plan, spec.null_values, options, jsonl_block)
+        partials = jsonl_partials(_stream(stream), plan, spec.null_values, options, jsonl_block)
         with contextlib.closing(partials):
             for partial, rows in partials:
                 acc.add_partial(partial, rows)
     return acc.result_table(spec.metrics), acc.input_rows
+
+
+def _stream(stream: ByteStream | SpanSource) -> ByteStream:
+    """CSV and JSON lines are read from a byte stream (the handler opens one for them)."""
+    return cast(ByteStream, stream)

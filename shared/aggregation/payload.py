@@ -2,7 +2,7 @@
 
 Payload::
 
-    {"input": "<container>/<blob path>", "format": "csv" | "jsonl",
+    {"input": "<container>/<blob path>", "format": "csv" | "jsonl" | "parquet",
      "group_by": [column, ...],                       # optional, [] = one global group
      "metrics": [{"op": "count"} | {"op": "count" | "sum" | "mean" | "min" | "max",
                                     "column": name, "as": output name (optional)}],
@@ -262,7 +262,10 @@ def _as_op(value: str) -> Op:
 
 
 def _as_format(value: str) -> Format:
-    return "jsonl" if value == "jsonl" else "csv"
+    for fmt in ("csv", "jsonl", "parquet"):
+        if value == fmt:
+            return fmt
+    raise ValueError(value)
 
 
 def _as_engine(value: str) -> Engine:

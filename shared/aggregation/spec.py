@@ -10,12 +10,12 @@ from typing import Any, Final, Literal, Protocol
 from shared.core.errors import LimitExceeded
 
 Op = Literal["count", "sum", "mean", "min", "max"]
-Format = Literal["csv", "jsonl"]
+Format = Literal["csv", "jsonl", "parquet"]
 Engine = Literal["auto", "inline", "spark"]
 
 OPS: Final = ("count", "sum", "mean", "min", "max")
 NUMERIC_OPS: Final = ("sum", "mean", "min", "max")
-FORMATS: Final = ("csv", "jsonl")
+FORMATS: Final = ("csv", "jsonl", "parquet")
 ENGINES: Final = ("auto", "inline", "spark")
 DEFAULT_NULL_VALUES: Final = ("", "NA")
 

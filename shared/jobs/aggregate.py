@@ -28,7 +28,9 @@ from shared.aggregation import (
 )
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.result import result_json
-from shared.blobio.reader import open_blob_stream
+from shared.blobio.reader import open_blob_stream, reader_for
+from shared.blobio.spans import SpanReader
+from shared.blobio.stream import BlobStream, Ranges
 from shared.config.settings import Settings
 from shared.core.containers import cut
 from shared.core.errors import InputRefused, LimitExceeded, NotAvailable
@@ -96,6 +98,17 @@ def result_document(job_id: str, result: AggregateResult, engine: str, elapsed_s
     return aggregate_result.result_document(job_id, result.rows, result.input_rows, engine, elapsed_s)
 
 
+def open_input(source: BlobClient, spec: AggregateSpec) -> BlobStream | SpanReader:
+    """CSV and JSON lines: a stream of the blob, read ahead in parallel. Parquet: ranged reads of
+    the spans asked for (the footer, then the needed column chunks); one small GET now."""
+    if spec.format == "parquet":
+        ranges = (
+            source if isinstance(source, Ranges) else reader_for(source).ranges(spec.container, spec.blob)
+        )
+        return SpanReader(ranges)
+    return open_blob_stream(source)
+
+
 # --- the result's upload -------------------------------------------------------------------
 
 
@@ -113,7 +126,7 @@ def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
 
 
 class AggregateHandler:
-    """Group-by aggregation of a CSV / JSON-lines blob into `<results>/<job id>.json`."""
+    """Group-by aggregation of a CSV / JSON-lines / Parquet blob into `<results>/<job id>.json`."""
 
     kind = KIND
 
@@ -133,7 +146,7 @@ class AggregateHandler:
         source = ctx.storage.blob.get_blob_client(spec.container, spec.blob)
         settings = ctx.settings
         over_cap = False
-        with open_blob_stream(source) as stream:
+        with open_input(source, spec) as stream:
             size = stream.size
             engine = choose_engine(spec, size, settings)
             if engine == "spark":

@@ -220,7 +220,7 @@ def test_an_invalid_payload_fails_the_run_naming_its_problems() -> None:
     with pytest.raises(job.JobFailure) as info:
         job.spec_from_payload({"input": "c1c/x.csv", "format": "xml", "metrics": [{"op": "count"}]})
     assert info.value.kind == "payload"
-    assert "payload.format: 'xml' is not one of csv, jsonl" in str(info.value)
+    assert "payload.format: 'xml' is not one of csv, jsonl, parquet" in str(info.value)
 
 
 def test_the_partials_each_metric_needs_are_the_engines() -> None:
@@ -242,7 +242,8 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
         "import shared.aggregation.result as r; assert r.__file__.startswith(sys.argv[1]); "
         "import shared.blobio.reader as b; assert b.__file__.startswith(sys.argv[1]); "
         "import spark_jobs.aggregate_partials as p; assert p.__file__.startswith(sys.argv[1]); "
-        "import spark_jobs.aggregate_splits, spark_jobs.aggregate_storage; "
+        "import spark_jobs.aggregate_splits, spark_jobs.aggregate_storage, spark_jobs.aggregate_parquet; "
+        "import shared.blobio.spans, shared.aggregation.parquet_path; "
         "assert e.__file__.startswith(sys.argv[1]); assert 'shared.storage.clients' not in sys.modules; print('ok')"
     )
     out = subprocess.run(

@@ -97,7 +97,7 @@ def test_unknown_top_level_key() -> None:
 def test_required_fields() -> None:
     found = problems({})
     assert "payload.input: required ('<container>/<blob path>')" in found
-    assert "payload.format: required (one of csv, jsonl)" in found
+    assert "payload.format: required (one of csv, jsonl, parquet)" in found
     assert any(p.startswith("payload.metrics: required") for p in found)
     assert len(found) == 3
 
@@ -117,7 +117,7 @@ def test_all_problems_are_listed_at_once() -> None:
     assert found == [
         "payload.extra: unknown key (allowed: input, format, group_by, metrics, engine, null_values)",
         "payload.input: must be a string, got number",
-        "payload.format: 'xml' is not one of csv, jsonl",
+        "payload.format: 'xml' is not one of csv, jsonl, parquet",
         "payload.group_by: must be a list of strings, got string",
         "payload.metrics[0].op: 'median' is not one of count, sum, mean, min, max",
         "payload.metrics[1].column: required for op 'sum'",
@@ -224,8 +224,8 @@ def test_group_by_problems(group_by: object, expected: str) -> None:
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"format": None}, "payload.format: required (one of csv, jsonl)"),
-        ({"format": "CSV"}, "payload.format: 'CSV' is not one of csv, jsonl"),
+        ({"format": None}, "payload.format: required (one of csv, jsonl, parquet)"),
+        ({"format": "CSV"}, "payload.format: 'CSV' is not one of csv, jsonl, parquet"),
         ({"engine": 1}, "payload.engine: must be a string, got number"),
         ({"null_values": ["", 0]}, "payload.null_values[1]: must be a string, got number"),
         ({"null_values": ["x"] * 101}, "payload.null_values: at most 100 values"),
