@@ -16,8 +16,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from azure.storage.blob import BlobClient, ContentSettings
-
 from shared import aggregation
 from shared.aggregation import (
     AggregateResult,
@@ -33,9 +31,9 @@ from shared.config.settings import Settings
 from shared.core.containers import cut
 from shared.core.errors import InputRefused, LimitExceeded, NotAvailable
 from shared.jobs import aggregate_offload
+from shared.jobs.aggregate_output import write_data_result, write_result
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.storage.clients import StorageClients
-from shared.storage.errors import translated
 from shared.storage.limits import input_refusal, result_limit_bytes
 
 if not aggregation.NATIVE:  # the remote build could not compile native/: same answers, slower
@@ -62,17 +60,19 @@ def check_input(spec: AggregateSpec, settings: Settings) -> None:
 
 
 def spark_takes_over(spec: AggregateSpec, settings: Settings) -> bool:
-    """True when an inline run that reaches MAX_GROUPS goes to Spark instead (pure)."""
-    return spec.engine == "auto" and settings.spark.backend != "none"
+    """True when an inline run that reaches MAX_GROUPS goes to Spark instead (pure); never for a
+    data output (parquet, csv), which only the inline engine writes."""
+    return spec.engine == "auto" and settings.spark.backend != "none" and not spec.output.is_data
 
 
 def too_many_groups(spec: AggregateSpec, settings: Settings, exc: TooManyGroups) -> LimitExceeded:
     """The permanent error of an inline run past MAX_GROUPS: the limit and what to do."""
-    spark = (
-        "configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
-        if settings.spark.backend == "none"
-        else "use engine 'auto' or 'spark' (a Spark backend is configured)"
-    )
+    if spec.output.is_data:
+        spark = "use output format 'json' with a Spark backend (a Spark run writes JSON only)"
+    elif settings.spark.backend == "none":
+        spark = "configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
+    else:
+        spark = "use engine 'auto' or 'spark' (a Spark backend is configured)"
     grouped = ", ".join(spec.group_by)
     return LimitExceeded(
         f"the input has more than MAX_GROUPS={settings.max_groups} groups "
@@ -82,9 +82,12 @@ def too_many_groups(spec: AggregateSpec, settings: Settings, exc: TooManyGroups)
 
 
 def choose_engine(spec: AggregateSpec, blob_size: int | None, settings: Settings) -> str:
-    """'inline' or 'spark' (pure). `auto` offloads inputs over the threshold when Spark exists."""
+    """'inline' or 'spark' (pure). `auto` offloads inputs over the threshold when Spark exists,
+    unless the output is data (parquet, csv): only the inline engine writes that."""
     if spec.engine != "auto":
         return spec.engine
+    if spec.output.is_data:
+        return "inline"
     spark = settings.spark
     if spark.backend != "none" and blob_size is not None and blob_size > spark.offload_threshold_bytes:
         return "spark"
@@ -94,19 +97,6 @@ def choose_engine(spec: AggregateSpec, blob_size: int | None, settings: Settings
 def result_document(job_id: str, result: AggregateResult, engine: str, elapsed_s: float) -> dict[str, Any]:
     """The result blob's JSON document (shape: `shared.aggregation.result`)."""
     return aggregate_result.result_document(job_id, result.rows, result.input_rows, engine, elapsed_s)
-
-
-# --- the result's upload -------------------------------------------------------------------
-
-
-def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
-    """Upload the result document, or its bytes from `result_json` (overwrite: a re-run of the
-    same job writes the same blob)."""
-    data = document if isinstance(document, bytes) else aggregate_result.dumps(document)
-    label = f"{blob.container_name}/{blob.blob_name}"
-    settings = ContentSettings(content_type="application/json; charset=utf-8")
-    with translated(f"writing {label}"):
-        blob.upload_blob(data, overwrite=True, content_settings=settings)
 
 
 # --- the handler -------------------------------------------------------------------------------
@@ -153,6 +143,8 @@ class AggregateHandler:
             )
             return self.run_spark(ctx, spec, size, "max_groups")
         elapsed = time.monotonic() - started
+        if spec.output.is_data:
+            return write_data_result(ctx, spec, table, input_rows, elapsed)
         container = settings.results_container
         name = aggregate_result.result_blob(ctx.job_id)
         limit = result_limit_bytes(settings.max_groups)
