@@ -45,14 +45,15 @@ def write_data_result(
     elapsed_s: float,
     *,
     batch_rows: int = DATA_BATCH_ROWS,
-    block_bytes: int = BLOCK_BYTES,
+    block_bytes: int | None = None,
 ) -> Completed:
-    """Write `table` as `spec.output.format` beside the result document, then the document."""
+    """Write `table` as `spec.output.format` beside the result document, then the document
+    (blocks of `block_bytes`, default `BLOCK_BYTES`)."""
     fmt = spec.output.format
     container = ctx.settings.results_container
     name = data_blob(ctx.job_id, ctx.version, fmt)
     results = ctx.storage.container(container)
-    sink = StagedBlobWriter(results.get_blob_client(name), CONTENT_TYPES[fmt], block_bytes)
+    sink = StagedBlobWriter(results.get_blob_client(name), CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
     written = write_data(table, fmt, sink, batch_rows)
     size = sink.commit()
     output: dict[str, Any] = {
