@@ -7,6 +7,9 @@ Least privilege and bounded work: the input's container is checked before anythi
 (`shared.storage.limits.input_refusal`: never the app's or the host's own containers; only
 `INPUT_CONTAINERS` when set), and an inline run stops at `MAX_GROUPS` groups: `engine: auto` then
 goes to Spark when a backend is configured, otherwise the job is poisoned naming the limit.
+
+The result: the JSON document (`output.format` json, the default), or the rows as Parquet / CSV in a
+blob beside a small document naming it (`shared.jobs.aggregate_output`; inline only).
 """
 
 from __future__ import annotations
