@@ -303,3 +303,26 @@ def test_the_document_names_the_data_blob() -> None:
     edited = ctx_on(account, payload, version=1)
     write_data_result(edited, parse_aggregate_payload(payload), table, 5000, 0.5)
     assert json.loads(blobs["job-7.json"].data)["output"]["result_ref"] == "results/job-7.v1.parquet"
+
+
+def test_the_cli_tail_shows_a_data_outputs_groups_and_blob(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from shared.interfaces.cli import cmd_tail
+    from tests.handlerkit import kit_runtime
+
+    kit = kit_runtime()
+    results = kit.rt.storage.container(kit.rt.settings.results_container)
+    output = {"format": "csv", "result_ref": "results/j1.v0.csv", "rows": 42, "bytes": 10, "columns": []}
+    results.upload_blob(
+        "j1.json", json.dumps({"id": "j1", "output": output, "input_rows": 99, "engine": "inline"})
+    )
+    results.upload_blob(
+        "j2.json", json.dumps({"id": "j2", "rows": [{}, {}], "input_rows": 5, "engine": "inline"})
+    )
+    args = argparse.Namespace(from_start=True, once=True, interval=0.0)
+    assert cmd_tail(kit.rt, args) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "j1\tinline\t99 rows in\t42 groups out\tcsv: results/j1.v0.csv",
+        "j2\tinline\t5 rows in\t2 groups out",
+    ]
