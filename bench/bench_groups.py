@@ -48,15 +48,17 @@ GROUP_BY = ["id", "day"]
 _MIX = 0x9E3779B97F4A7C15  # odd: i -> i * _MIX mod 2**128 is one-to-one, so ids stay distinct
 
 
-def write_input(path: Path, rows: int, fmt: str) -> None:
-    """`rows` rows, each a group of its own: id (32 hex characters), day, v (a number)."""
+def write_input(path: Path, rows: int, fmt: str, groups: int | None = None) -> None:
+    """`rows` rows, each a group of its own (or, with `groups`, row i in group i % groups, so each
+    group comes back every `groups` rows): id (32 hex characters), day, v (a number)."""
     with path.open("w", encoding="utf-8", newline="") as fh:
         if fmt == "csv":
             fh.write("id,day,v\n")
         batch: list[str] = []
         for i in range(rows):
-            key = f"{(i * _MIX) % 2**128:032x}"
-            day = f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}"
+            g = i if groups is None else i % groups
+            key = f"{(g * _MIX) % 2**128:032x}"
+            day = f"2024-{1 + g % 12:02d}-{1 + g % 28:02d}"
             value = f"{(i % 10_000) / 100:.2f}"
             if fmt == "csv":
                 batch.append(f"{key},{day},{value}\n")
@@ -139,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         help="output.format of each job: the result document (json) or a data blob beside it",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each; the highest peak counts")
+    parser.add_argument(
+        "--rows-per-group",
+        type=int,
+        default=1,
+        help="input rows per group (each group recurring every `groups` rows): 20 makes 1M groups a 1 GB CSV",
+    )
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "groups-bench")
     args = parser.parse_args(argv)
 
@@ -153,15 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         service = BlobServiceClient.from_connection_string(az.connection_string)
         for name in ("data", "results"):
             service.create_container(name)
-        sizes = [(fmt, cap, cap) for fmt in args.formats for cap in args.groups]
+        per = args.rows_per_group
+        sizes = [(fmt, cap, cap * per) for fmt in args.formats for cap in args.groups]
         if args.over:
             sizes += [(fmt, cap, int(cap * args.over)) for fmt in args.formats for cap in args.groups]
         cases = [(fmt, cap, rows, k) for fmt, cap, rows in sizes for k in args.concurrent]
         uploaded: set[str] = set()
         for (fmt, cap, rows, concurrent), output in [(c, o) for c in cases for o in args.outputs]:
-            path = args.data_dir / f"distinct-{rows}.{fmt}"
+            recurring = per > 1 and rows == cap * per
+            name = f"groups-{cap}-x{per}.{fmt}" if recurring else f"distinct-{rows}.{fmt}"
+            path = args.data_dir / name
             if not path.exists():
-                write_input(path, rows, fmt)
+                write_input(path, rows, fmt, cap if recurring else None)
             if path.name not in uploaded:
                 with path.open("rb") as fh:
                     service.get_blob_client("data", path.name).upload_blob(

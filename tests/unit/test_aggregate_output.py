@@ -154,6 +154,16 @@ def write_sink(table: pa.Table, fmt: str) -> bytes:
     return sink.getvalue()
 
 
+def test_key_columns_are_plain_strings_whatever_the_engine_held() -> None:
+    keys = pa.array(["b", None, "a"], pa.large_string())
+    table = pa.table({"k": keys, "j": keys.dictionary_encode(), "count": pa.array([1, 2, 3], pa.int64())})
+    for fmt in ("parquet", "csv"):
+        written = write_data(table, fmt, io.BytesIO())
+        assert written.columns == (("k", "string"), ("j", "string"), ("count", "int64"))
+    read = pq.read_table(io.BytesIO(write_sink(table, "parquet")))
+    assert read.schema.field("j").type == pa.string() and read["j"].to_pylist() == ["b", None, "a"]
+
+
 def test_the_writer_refuses_other_formats_and_empty_batches() -> None:
     with pytest.raises(ValueError, match="not a data format: 'json'"):
         write_data(result_table(3), "json", io.BytesIO())
