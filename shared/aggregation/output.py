@@ -5,8 +5,7 @@
 `json` (the default) is the result document itself, rows inline, bounded by MAX_GROUPS.
 `parquet` and `csv` are data: the rows are written as a blob of their own beside the document,
 in batches (`shared.aggregation.result_data`), and the document names it (its `output` member).
-Only the inline engine writes them: the Spark run writes JSON alone, so a payload asking for
-engine 'spark' and a data format is refused here, and `engine: auto` keeps such a job inline.
+Both engines write them: the inline one from its result table, the Spark driver from its rows.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ class OutputSpec:
 JSON_OUTPUT: Final = OutputSpec()
 
 
-def parse_output(value: object, engine: str, problems: list[str]) -> OutputSpec:
+def parse_output(value: object, problems: list[str]) -> OutputSpec:
     """The payload's `output` (None: json); every problem appended to `problems`, naming the field."""
     field = "payload.output"
     if value is None:
@@ -61,13 +60,7 @@ def parse_output(value: object, engine: str, problems: list[str]) -> OutputSpec:
     if fmt not in OUTPUT_FORMATS:
         problems.append(f"{field}.format: {_quoted(fmt)} is not one of {', '.join(OUTPUT_FORMATS)}")
         return JSON_OUTPUT
-    spec = OutputSpec(format=_as_format(fmt))
-    if spec.is_data and engine == "spark":
-        problems.append(
-            f"{field}.format: {fmt!r} is written by the inline engine only (a Spark run writes the "
-            "JSON result document): use engine 'inline' or 'auto', or output format 'json'"
-        )
-    return spec
+    return OutputSpec(format=_as_format(fmt))
 
 
 def data_blob(job_id: str, version: int, fmt: str) -> str:

@@ -99,7 +99,7 @@ def parse_aggregate_payload(payload: object) -> AggregateSpec:
     null_values = _string_list(payload, "null_values", problems, default=DEFAULT_NULL_VALUES)
     if len(null_values) > MAX_NULL_VALUES:
         problems.append(f"payload.null_values: at most {MAX_NULL_VALUES} values")
-    output = parse_output(payload.get("output"), engine, problems)
+    output = parse_output(payload.get("output"), problems)
     if problems:
         raise PayloadError(problems)
     return AggregateSpec(

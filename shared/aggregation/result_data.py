@@ -16,11 +16,14 @@ batch and hands its bytes to the sink, which passes them on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from shared.aggregation.spec import AggregateSpec
 
 DATA_BATCH_ROWS: Final = 65_536
 """Groups encoded at a time: one Parquet row group, one CSV batch."""
@@ -49,6 +52,28 @@ def column_types(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
     return tuple((field.name, str(field.type)) for field in schema)
 
 
+def result_schema(spec: AggregateSpec) -> pa.Schema:
+    """The columns of a spec's result, as the inline engine's table has them: the group columns
+    as strings, `count` as int64, every other metric as double (the Spark driver's rows are typed
+    by it)."""
+    import pyarrow as pa
+
+    fields = [pa.field(name, pa.string()) for name in spec.group_by]
+    fields += [pa.field(m.name, pa.int64() if m.op == "count" else pa.float64()) for m in spec.metrics]
+    return pa.schema(fields)
+
+
+def row_batches(
+    rows: Sequence[dict[str, Any]], schema: pa.Schema, batch_rows: int = DATA_BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Rows (as the Spark driver holds them) turned into record batches of `schema`, `batch_rows`
+    at a time."""
+    import pyarrow as pa
+
+    for start in range(0, len(rows), batch_rows):
+        yield pa.RecordBatch.from_pylist(list(rows[start : start + batch_rows]), schema=schema)
+
+
 def write_data(table: pa.Table, fmt: str, sink: Sink, batch_rows: int = DATA_BATCH_ROWS) -> DataWritten:
     """Write `table` to `sink` as `fmt` (parquet | csv), `batch_rows` rows at a time.
 
@@ -57,32 +82,41 @@ def write_data(table: pa.Table, fmt: str, sink: Sink, batch_rows: int = DATA_BAT
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
     table = _plain_strings(table)
-    if fmt == "parquet":
-        _write_parquet(table, sink, batch_rows)
-    elif fmt == "csv":
-        _write_csv(table, sink, batch_rows)
-    else:
+    return write_batches(table.to_batches(max_chunksize=batch_rows), table.schema, fmt, sink, batch_rows)
+
+
+def write_batches(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    fmt: str,
+    sink: Sink,
+    batch_rows: int = DATA_BATCH_ROWS,
+) -> DataWritten:
+    """Write record batches of `schema` to `sink` as `fmt`, one Parquet row group / CSV batch each
+    (a batch longer than `batch_rows` is cut)."""
+    if fmt not in ("parquet", "csv"):
         raise ValueError(f"not a data format: {fmt!r}")
-    return DataWritten(rows=table.num_rows, columns=column_types(table.schema))
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
+    rows = 0
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
 
+        with pq.ParquetWriter(sink, schema, compression="snappy") as writer:
+            for batch in batches:
+                if batch.num_rows:
+                    writer.write_batch(batch, row_group_size=batch_rows)
+                    rows += batch.num_rows
+    else:
+        import pyarrow.csv as pacsv
 
-def _write_parquet(table: pa.Table, sink: Sink, batch_rows: int) -> None:
-    import pyarrow.parquet as pq
-
-    with pq.ParquetWriter(sink, table.schema, compression="snappy") as writer:
-        for batch in table.to_batches(max_chunksize=batch_rows):
-            if batch.num_rows:
-                writer.write_batch(batch, row_group_size=batch_rows)
-
-
-def _write_csv(table: pa.Table, sink: Sink, batch_rows: int) -> None:
-    import pyarrow.csv as pacsv
-
-    options = pacsv.WriteOptions(include_header=True, batch_size=batch_rows, quoting_style="needed")
-    with pacsv.CSVWriter(sink, table.schema, write_options=options) as writer:
-        for batch in table.to_batches(max_chunksize=batch_rows):
-            if batch.num_rows:
-                writer.write_batch(batch)
+        options = pacsv.WriteOptions(include_header=True, batch_size=batch_rows, quoting_style="needed")
+        with pacsv.CSVWriter(sink, schema, write_options=options) as csv_writer:
+            for batch in batches:
+                if batch.num_rows:
+                    csv_writer.write_batch(batch)
+                    rows += batch.num_rows
+    return DataWritten(rows=rows, columns=column_types(schema))
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:

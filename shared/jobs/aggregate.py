@@ -9,7 +9,8 @@ Least privilege and bounded work: the input's container is checked before anythi
 goes to Spark when a backend is configured, otherwise the job is poisoned naming the limit.
 
 The result: the JSON document (`output.format` json, the default), or the rows as Parquet / CSV in a
-blob beside a small document naming it (`shared.jobs.aggregate_output`; inline only).
+blob beside a small document naming it (`shared.jobs.aggregate_output`; on Spark, the driver
+writes it: `spark_jobs/aggregate_job.py`).
 """
 
 from __future__ import annotations
@@ -63,16 +64,13 @@ def check_input(spec: AggregateSpec, settings: Settings) -> None:
 
 
 def spark_takes_over(spec: AggregateSpec, settings: Settings) -> bool:
-    """True when an inline run that reaches MAX_GROUPS goes to Spark instead (pure); never for a
-    data output (parquet, csv), which only the inline engine writes."""
-    return spec.engine == "auto" and settings.spark.backend != "none" and not spec.output.is_data
+    """True when an inline run that reaches MAX_GROUPS goes to Spark instead (pure)."""
+    return spec.engine == "auto" and settings.spark.backend != "none"
 
 
 def too_many_groups(spec: AggregateSpec, settings: Settings, exc: TooManyGroups) -> LimitExceeded:
     """The permanent error of an inline run past MAX_GROUPS: the limit and what to do."""
-    if spec.output.is_data:
-        spark = "use output format 'json' with a Spark backend (a Spark run writes JSON only)"
-    elif settings.spark.backend == "none":
+    if settings.spark.backend == "none":
         spark = "configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
     else:
         spark = "use engine 'auto' or 'spark' (a Spark backend is configured)"
@@ -85,12 +83,9 @@ def too_many_groups(spec: AggregateSpec, settings: Settings, exc: TooManyGroups)
 
 
 def choose_engine(spec: AggregateSpec, blob_size: int | None, settings: Settings) -> str:
-    """'inline' or 'spark' (pure). `auto` offloads inputs over the threshold when Spark exists,
-    unless the output is data (parquet, csv): only the inline engine writes that."""
+    """'inline' or 'spark' (pure). `auto` offloads inputs over the threshold when Spark exists."""
     if spec.engine != "auto":
         return spec.engine
-    if spec.output.is_data:
-        return "inline"
     spark = settings.spark
     if spark.backend != "none" and blob_size is not None and blob_size > spark.offload_threshold_bytes:
         return "spark"

@@ -205,12 +205,3 @@ def test_an_unknown_output_format_is_a_400_naming_the_field(rt: Runtime) -> None
     )
     assert status == 400
     assert answer["problems"] == ["payload.output.format: 'xlsx' is not one of json, parquet, csv"]
-    status, answer = call(
-        api.submit_job,
-        "POST",
-        "/api/jobs",
-        {"kind": "aggregate", "payload": payload(rt, "parquet", engine="spark")},
-    )
-    assert status == 400 and answer["problems"][0].startswith(
-        "payload.output.format: 'parquet' is written by"
-    )

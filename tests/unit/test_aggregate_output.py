@@ -19,7 +19,7 @@ from shared.aggregation.result import is_result_of
 from shared.aggregation.result_data import write_data
 from shared.config.settings import Settings, SparkSettings, StorageConnection
 from shared.core.errors import PayloadError
-from shared.jobs.aggregate import choose_engine, spark_takes_over, too_many_groups
+from shared.jobs.aggregate import choose_engine, spark_takes_over
 from shared.jobs.aggregate_output import write_data_result
 from shared.jobs.base import Completed, JobContext
 from shared.storage.errors import StorageError
@@ -76,27 +76,48 @@ def test_a_bad_output_is_refused_naming_the_field(output: object, problem: str) 
     assert problems({**BASE, "output": output}) == [problem]
 
 
-def test_a_data_output_on_spark_is_refused_with_the_reason() -> None:
-    [problem] = problems({**BASE, "engine": "spark", "output": {"format": "parquet"}})
-    assert problem.startswith("payload.output.format: 'parquet' is written by the inline engine only")
-    assert "use engine 'inline' or 'auto', or output format 'json'" in problem
-    assert parse_aggregate_payload({**BASE, "engine": "spark", "output": {"format": "json"}})
-
-
-def test_auto_keeps_a_data_output_inline() -> None:
+def test_a_data_output_takes_the_engine_choice_of_any_job() -> None:
+    """Both engines write data outputs: `spark` is accepted, and `auto` offloads as for JSON."""
+    assert parse_aggregate_payload(
+        {**BASE, "engine": "spark", "output": {"format": "parquet"}}
+    ).output.is_data
     settings = Settings(
         storage=StorageConnection(connection_string="UseDevelopmentStorage=true"),
         spark=SparkSettings(backend="standalone", offload_threshold_bytes=10),
     )
     parquet = parse_aggregate_payload({**BASE, "output": {"format": "parquet"}})
-    json_out = parse_aggregate_payload(BASE)
-    assert choose_engine(json_out, 1000, settings) == "spark"
-    assert choose_engine(parquet, 1000, settings) == "inline"
-    assert spark_takes_over(json_out, settings) and not spark_takes_over(parquet, settings)
-    from shared.aggregation import TooManyGroups
+    assert (
+        choose_engine(parquet, 1000, settings) == "spark" and choose_engine(parquet, 5, settings) == "inline"
+    )
+    assert spark_takes_over(parquet, settings)
 
-    message = str(too_many_groups(parquet, settings, TooManyGroups(5, 6)))
-    assert "use output format 'json' with a Spark backend (a Spark run writes JSON only)" in message
+
+def test_the_result_schema_is_the_inline_engines_table_schema() -> None:
+    from shared.aggregation import aggregate_table
+    from shared.aggregation.result_data import result_schema, row_batches, write_batches
+
+    payload = {
+        **BASE,
+        "group_by": ["k", "j"],
+        "metrics": [
+            {"op": "count"},
+            {"op": "count", "column": "v"},
+            {"op": "sum", "column": "v"},
+            {"op": "mean", "column": "v"},
+            {"op": "min", "column": "v", "as": "low"},
+            {"op": "max", "column": "v"},
+        ],
+    }
+    spec = parse_aggregate_payload(payload)
+    table, _ = aggregate_table(io.BytesIO(b"k,j,v\na,x,1\nb,,2\na,x,\n"), spec)
+    schema = result_schema(spec)
+    assert table.schema == schema
+    rows = table.to_pylist()
+    for fmt in ("parquet", "csv"):
+        whole, batched = io.BytesIO(), io.BytesIO()
+        write_data(table, fmt, whole, batch_rows=2)
+        written = write_batches(row_batches(rows, schema, 2), schema, fmt, batched, batch_rows=2)
+        assert written.rows == 2 and whole.getvalue() == batched.getvalue(), fmt
 
 
 def test_the_data_blob_is_named_per_job_and_payload_version() -> None:
