@@ -11,6 +11,8 @@ Each Spark run takes ~20-40 s here, so the scenarios share runs where they can:
 - a failing job: the driver's error (column, value, line) comes back as InputDataError;
 - a read timeout on submit (through a slow proxy): the driver is looked up, not duplicated;
 - JSON lines end to end: equal to the inline engine and to an independent computation.
+- a Parquet output (issue 37): the driver writes the blob in staged blocks, the document names it,
+  its rows are the inline engine's.
 """
 
 from __future__ import annotations
