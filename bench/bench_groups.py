@@ -13,6 +13,8 @@ worker runs up to PYTHON_THREADPOOL_THREAD_COUNT invocations at once.
     python -m bench.bench_groups --groups 250000 --formats csv
     python -m bench.bench_groups --over 3                  # also inputs of 3x the cap, refused
     python -m bench.bench_groups --groups 50000 --concurrent 1 8 16 24   # jobs at once, one process
+    python -m bench.bench_groups --groups 1000000 --formats csv --outputs parquet json csv
+                                                           # the result as data (output.format), side by side
 
 Prints a table and writes bench/out/groups.json.
 """
@@ -46,15 +48,17 @@ GROUP_BY = ["id", "day"]
 _MIX = 0x9E3779B97F4A7C15  # odd: i -> i * _MIX mod 2**128 is one-to-one, so ids stay distinct
 
 
-def write_input(path: Path, rows: int, fmt: str) -> None:
-    """`rows` rows, each a group of its own: id (32 hex characters), day, v (a number)."""
+def write_input(path: Path, rows: int, fmt: str, groups: int | None = None) -> None:
+    """`rows` rows, each a group of its own (or, with `groups`, row i in group i % groups, so each
+    group comes back every `groups` rows): id (32 hex characters), day, v (a number)."""
     with path.open("w", encoding="utf-8", newline="") as fh:
         if fmt == "csv":
             fh.write("id,day,v\n")
         batch: list[str] = []
         for i in range(rows):
-            key = f"{(i * _MIX) % 2**128:032x}"
-            day = f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}"
+            g = i if groups is None else i % groups
+            key = f"{(g * _MIX) % 2**128:032x}"
+            day = f"2024-{1 + g % 12:02d}-{1 + g % 28:02d}"
             value = f"{(i % 10_000) / 100:.2f}"
             if fmt == "csv":
                 batch.append(f"{key},{day},{value}\n")
@@ -129,7 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", nargs="+", default=["csv", "jsonl"], choices=["csv", "jsonl"])
     parser.add_argument("--over", type=float, default=0, help="also refuse inputs of this many times the cap")
     parser.add_argument("--concurrent", type=int, nargs="+", default=[1], help="jobs at once in one process")
+    parser.add_argument(
+        "--outputs",
+        nargs="+",
+        default=["json"],
+        choices=["json", "parquet", "csv"],
+        help="output.format of each job: the result document (json) or a data blob beside it",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each; the highest peak counts")
+    parser.add_argument(
+        "--rows-per-group",
+        type=int,
+        default=1,
+        help="input rows per group (each group recurring every `groups` rows): 20 makes 1M groups a 1 GB CSV",
+    )
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "groups-bench")
     args = parser.parse_args(argv)
 
@@ -144,16 +161,24 @@ def main(argv: list[str] | None = None) -> int:
         service = BlobServiceClient.from_connection_string(az.connection_string)
         for name in ("data", "results"):
             service.create_container(name)
-        sizes = [(fmt, cap, cap) for fmt in args.formats for cap in args.groups]
+        per = args.rows_per_group
+        sizes = [(fmt, cap, cap * per) for fmt in args.formats for cap in args.groups]
         if args.over:
             sizes += [(fmt, cap, int(cap * args.over)) for fmt in args.formats for cap in args.groups]
         cases = [(fmt, cap, rows, k) for fmt, cap, rows in sizes for k in args.concurrent]
-        for fmt, cap, rows, concurrent in cases:
-            path = args.data_dir / f"distinct-{rows}.{fmt}"
+        uploaded: set[str] = set()
+        for (fmt, cap, rows, concurrent), output in [(c, o) for c in cases for o in args.outputs]:
+            recurring = per > 1 and rows == cap * per
+            name = f"groups-{cap}-x{per}.{fmt}" if recurring else f"distinct-{rows}.{fmt}"
+            path = args.data_dir / name
             if not path.exists():
-                write_input(path, rows, fmt)
-            with path.open("rb") as fh:
-                service.get_blob_client("data", path.name).upload_blob(fh, overwrite=True, max_concurrency=4)
+                write_input(path, rows, fmt, cap if recurring else None)
+            if path.name not in uploaded:
+                with path.open("rb") as fh:
+                    service.get_blob_client("data", path.name).upload_blob(
+                        fh, overwrite=True, max_concurrency=4
+                    )
+                uploaded.add(path.name)
             env = {"AzureWebJobsStorage": az.connection_string, "MAX_GROUPS": str(cap)}
             payload = {
                 "input": f"data/{path.name}",
@@ -161,16 +186,18 @@ def main(argv: list[str] | None = None) -> int:
                 "group_by": GROUP_BY,
                 "metrics": METRICS,
                 "engine": "inline",
+                "output": {"format": output},
             }
-            job_id = f"bench-{fmt}-{cap}-{rows}-{concurrent}"
+            job_id = f"bench-{fmt}-{cap}-{rows}-{concurrent}-{output}"
             children = [measure(env, payload, job_id, concurrent) for _ in range(args.repeat)]
             child = max(children, key=lambda c: int(c["peak_kb"]))
             result_bytes = None
             if child["error"] is None:
-                blob = service.get_blob_client("results", f"{job_id}-0.json")
-                result_bytes = blob.get_blob_properties().size
+                name = f"{job_id}-0.json" if output == "json" else f"{job_id}-0.v0.{output}"
+                result_bytes = service.get_blob_client("results", name).get_blob_properties().size
             run = {
                 "format": fmt,
+                "output": output,
                 "max_groups": cap,
                 "input_rows": rows,
                 "input_mb": round(path.stat().st_size / 1e6, 1),
@@ -203,14 +230,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(runs: list[dict[str, Any]]) -> None:
     print(
-        f"\n{'format':<6} {'cap':>8} {'rows':>9} {'jobs':>4} {'outcome':<9} "
-        f"{'base MB':>8} {'peak MB':>8} {'jobs MB':>8} {'s':>6}"
+        f"\n{'format':<6} {'output':<7} {'cap':>8} {'rows':>9} {'jobs':>4} {'outcome':<9} "
+        f"{'base MB':>8} {'peak MB':>8} {'jobs MB':>8} {'s':>6} {'result MB':>9}"
     )
     for r in runs:
         outcome = "refused" if r["refused"] else f"{r['groups']}"
+        size = "-" if r["result_bytes"] is None else f"{r['result_bytes'] / 1e6:.1f}"
         print(
-            f"{r['format']:<6} {r['max_groups']:>8} {r['input_rows']:>9} {r['concurrent']:>4} {outcome:<9} "
-            f"{r['baseline_rss_mb']:>8} {r['peak_rss_mb']:>8} {r['job_mb']:>8} {r['elapsed_s']:>6}"
+            f"{r['format']:<6} {r['output']:<7} {r['max_groups']:>8} {r['input_rows']:>9} {r['concurrent']:>4} "
+            f"{outcome:<9} {r['baseline_rss_mb']:>8} {r['peak_rss_mb']:>8} {r['job_mb']:>8} {r['elapsed_s']:>6} "
+            f"{size:>9}"
         )
 
 

@@ -32,7 +32,9 @@ Parquet (`spark_jobs/aggregate_parquet.py`): `spark.read.parquet` with `--input-
 row-group splits, each task reading only its row groups' needed column chunks.
 
 Output: `<results>/<job id>.json`, created only if absent (a second run of the same job id
-changes nothing). On failure: `<results>/_spark/<job id>/error-s<N>.json` with the message and
+changes nothing). With a data output (`output.format` parquet or csv) the rows are first written
+to `<results>/<job id>.v<--version>.<format>` in batches (staged blocks, or one Hadoop stream),
+replaced whole by a new run, and the document names it. On failure: `<results>/_spark/<job id>/error-s<N>.json` with the message and
 its kind (input_data | payload | unexpected), then exit 1 so the run ends FAILED.
 """
 
@@ -161,6 +163,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--split-mb", type=float, default=DEFAULT_SPLIT_MB)
     parser.add_argument(
+        "--version", type=int, default=0, help="the payload's version (names a data output's blob)"
+    )
+    parser.add_argument(
         "--traceparent", default="", help="W3C trace context of the job (its log records carry it)"
     )
     return parser.parse_args(list(argv))
@@ -209,6 +214,39 @@ def result_bytes(job_id: str, rows: list[dict[str, Any]], input_rows: int, elaps
     )
 
 
+def data_result_bytes(
+    results: Any,
+    args: argparse.Namespace,
+    spec: Any,
+    rows: list[dict[str, Any]],
+    input_rows: int,
+    started: float,
+) -> bytes:
+    """Write the rows as the payload's data output (parquet, csv) beside the result document, in
+    batches, then the document naming it (`shared.aggregation.result.data_result_document`)."""
+    from shared.aggregation import result as aggregate_result
+    from shared.aggregation.output import CONTENT_TYPES, data_blob
+    from shared.aggregation.result_data import result_schema, row_batches, write_batches
+
+    fmt = spec.output.format
+    name = data_blob(args.job_id, args.version, fmt)
+    sink = results.open_data(name, CONTENT_TYPES[fmt])
+    schema = result_schema(spec)
+    written = write_batches(row_batches(rows, schema), schema, fmt, sink)
+    size = sink.commit()
+    output = {
+        "format": fmt,
+        "result_ref": f"{args.results}/{name}",
+        "rows": written.rows,
+        "bytes": size,
+        "columns": written.column_list(),
+    }
+    elapsed = time.monotonic() - started
+    return aggregate_result.dumps(
+        aggregate_result.data_result_document(args.job_id, output, input_rows, "spark", elapsed)
+    )
+
+
 def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> None:
     """Aggregate the input and create the result document (unless a run already did)."""
     from spark_jobs.aggregate_partials import Partials, merge
@@ -236,7 +274,10 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     merged = task_results.flatMap(lambda r: r.vectors).reduceByKey(merge).collect()
     rows = partials.finish(merged)
     input_rows = sum(m[4] for m in metas)
-    data = result_bytes(args.job_id, rows, input_rows, time.monotonic() - started)
+    if spec.output.is_data:
+        data = data_result_bytes(results, args, spec, rows, input_rows, started)
+    else:
+        data = result_bytes(args.job_id, rows, input_rows, time.monotonic() - started)
     created = results.create(name, data)
     print(
         f"{'wrote' if created else 'kept the existing'} {name}: {len(rows)} groups, {input_rows} rows",

@@ -1,6 +1,8 @@
 """How the aggregate job (spark_jobs/aggregate_job.py) reaches storage: `BlobAccess` (the Blob
 SDK's client and the app's ranged reader), and the writers of its result and error documents,
-`BlobResults` (Blob SDK) and `HadoopResults` (Hadoop's FileSystem: abfss://, wasbs://).
+`BlobResults` (Blob SDK) and `HadoopResults` (Hadoop's FileSystem: abfss://, wasbs://), with
+`open_data` for a data output (parquet, csv) written as a stream: staged blocks committed once
+(Blob SDK; block ids by index, so a new run replaces the blob whole), or one Hadoop output stream.
 
 Shipped to the cluster in the engine zip (`JOB_MODULES`); imports the Azure SDK only inside
 its functions.
@@ -8,6 +10,7 @@ its functions.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from dataclasses import dataclass, field
@@ -57,6 +60,9 @@ class BlobResults:
     def put(self, name: str, data: bytes) -> None:
         self.container.upload_blob(name, data, overwrite=True, content_settings=_json_settings())
 
+    def open_data(self, name: str, content_type: str) -> BlockWriter:
+        return BlockWriter(self.container.get_blob_client(name), content_type)
+
     def read(self, name: str) -> bytes | None:
         from azure.core.exceptions import ResourceNotFoundError
 
@@ -64,6 +70,90 @@ class BlobResults:
             return bytes(self.container.download_blob(name).readall())
         except ResourceNotFoundError:
             return None
+
+
+BLOCK_BYTES = 4 * 1024 * 1024
+
+
+class BlockWriter:
+    """A block blob written as a stream (the driver's twin of the app's
+    `shared.storage.staged.StagedBlobWriter`, without the app's storage package)."""
+
+    def __init__(self, blob: Any, content_type: str, block_bytes: int = BLOCK_BYTES) -> None:
+        self.blob, self.content_type, self.block_bytes = blob, content_type, block_bytes
+        self.buffer = bytearray()
+        self.ids: list[str] = []
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.buffer += view
+        self.size += len(view)
+        while len(self.buffer) >= self.block_bytes:
+            self._stage(bytes(self.buffer[: self.block_bytes]))
+            del self.buffer[: self.block_bytes]
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def _stage(self, chunk: bytes) -> None:
+        ident = base64.b64encode(f"block-{len(self.ids):08d}".encode("ascii")).decode("ascii")
+        self.blob.stage_block(ident, chunk, length=len(chunk))
+        self.ids.append(ident)
+
+    def commit(self) -> int:
+        from azure.storage.blob import BlobBlock, ContentSettings
+
+        if self.buffer:
+            self._stage(bytes(self.buffer))
+            self.buffer.clear()
+        self.blob.commit_block_list(
+            [BlobBlock(block_id=i) for i in self.ids],
+            content_settings=ContentSettings(content_type=self.content_type),
+        )
+        return self.size
+
+
+class HadoopWriter:
+    """A file written through one Hadoop output stream (created with overwrite)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.out.write(bytearray(view))
+        self.size += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def commit(self) -> int:
+        self.out.close()
+        return self.size
 
 
 def _json_settings() -> Any:
@@ -105,6 +195,11 @@ class HadoopResults:
 
     def put(self, name: str, data: bytes) -> None:
         self._write(self._path(name), data, True)
+
+    def open_data(self, name: str, content_type: str) -> HadoopWriter:
+        del content_type  # a Hadoop file has none
+        path = self._path(name)
+        return HadoopWriter(path.getFileSystem(self.conf).create(path, True))
 
     def read(self, name: str) -> bytes | None:
         path = self._path(name)

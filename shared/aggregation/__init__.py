@@ -5,7 +5,8 @@ this folder whole to its executors (`spark_jobs/aggregate_job.py`), so both engi
 payload parser, one semantics and one result document.
 
 - `spec`: what a job asks for (`AggregateSpec`, `MetricSpec`) and which partial aggregates each
-  metric needs (`partials_by_column`, for the inline engine and Spark); `payload`: the payload's validation into a spec; `result`: the result document.
+  metric needs (`partials_by_column`, for the inline engine and Spark); `payload`: the payload's validation into a spec; `output`: the payload's `output` (json,
+  parquet, csv); `result`: the result document; `result_data`: a result as Parquet or CSV, in batches.
 - `engine`: the public functions (`aggregate_stream`, `aggregate_table`); `options`: the tuning
   (`EngineOptions`, passed in; its defaults are the shipped values).
 - `plan`: the columns read and the partial aggregation; `number_parsing`: strings to numbers.

@@ -7,7 +7,8 @@ Payload::
      "metrics": [{"op": "count"} | {"op": "count" | "sum" | "mean" | "min" | "max",
                                     "column": name, "as": output name (optional)}],
      "engine": "auto" | "inline" | "spark",           # optional, default auto
-     "null_values": ["", "NA"]}                       # optional, default ["", "NA"]
+     "null_values": ["", "NA"],                       # optional, default ["", "NA"]
+     "output": {"format": "json" | "parquet" | "csv"}} # optional, default json (`output`)
 
 The function validates a payload before it queues or runs the job; the Spark job parses the same
 payload with the same function.
@@ -20,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from shared.aggregation.output import parse_output
 from shared.aggregation.spec import (
     DEFAULT_NULL_VALUES,
     ENGINES,
@@ -39,7 +41,7 @@ MAX_BLOB_PATH: Final = 1024
 MAX_COLUMN_NAME: Final = 256
 MAX_NULL_VALUES: Final = 100
 _CONTAINER_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
-_TOP_KEYS = ("input", "format", "group_by", "metrics", "engine", "null_values")
+_TOP_KEYS = ("input", "format", "group_by", "metrics", "engine", "null_values", "output")
 _METRIC_KEYS = ("op", "column", "as")
 
 
@@ -97,6 +99,7 @@ def parse_aggregate_payload(payload: object) -> AggregateSpec:
     null_values = _string_list(payload, "null_values", problems, default=DEFAULT_NULL_VALUES)
     if len(null_values) > MAX_NULL_VALUES:
         problems.append(f"payload.null_values: at most {MAX_NULL_VALUES} values")
+    output = parse_output(payload.get("output"), problems)
     if problems:
         raise PayloadError(problems)
     return AggregateSpec(
@@ -107,6 +110,7 @@ def parse_aggregate_payload(payload: object) -> AggregateSpec:
         metrics=metrics,
         engine=_as_engine(engine),
         null_values=null_values,
+        output=output,
     )
 
 

@@ -4,6 +4,9 @@ API.
 
 Document (compact JSON, members in this order, so its two ends can be checked without reading
 the rows): `{"id":<job id>,"rows":[...],"input_rows":N,"engine":"inline"|"spark","elapsed_s":X}`.
+With a data output (`output.format` parquet or csv) the rows are in a blob of their own and the
+document names it instead: `{"id","output":{"format","result_ref","rows","bytes","columns"},
+"input_rows","engine","elapsed_s"}` (`data_result_document`).
 A Spark run that fails writes an error report: `{"id","submission","kind","error"}`, where kind
 is input_data | payload | unexpected (the first two cannot be fixed by a new run).
 """
@@ -72,9 +75,26 @@ def result_document(
     }
 
 
+def data_result_document(
+    job_id: str, output: Mapping[str, Any], input_rows: int, engine: str, elapsed_s: float
+) -> dict[str, Any]:
+    """The document of a data output (parquet, csv): `output` names the blob holding the rows
+    (`format`, `result_ref`, `rows`, `bytes`, `columns`) in place of the rows themselves."""
+    return {
+        "id": job_id,
+        "output": dict(output),
+        "input_rows": input_rows,
+        "engine": engine,
+        "elapsed_s": round(elapsed_s, 3),
+    }
+
+
 def is_result_of(doc: Mapping[str, Any] | None, job_id: str) -> bool:
-    """A whole document that belongs to `job_id` (a stale or foreign one is not)."""
-    return doc is not None and doc.get("id") == job_id and isinstance(doc.get("rows"), list)
+    """A whole document that belongs to `job_id` (a stale or foreign one is not): its rows, or
+    the `output` naming the blob that holds them."""
+    if doc is None or doc.get("id") != job_id:
+        return False
+    return isinstance(doc.get("rows"), list) or isinstance(doc.get("output"), Mapping)
 
 
 def error_document(job_id: str, submission: int, kind: str, message: str) -> dict[str, Any]:

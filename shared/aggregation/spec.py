@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
+from shared.aggregation.output import JSON_OUTPUT, OutputSpec
 from shared.core.errors import LimitExceeded
 
 Op = Literal["count", "sum", "mean", "min", "max"]
@@ -79,6 +80,8 @@ class AggregateSpec:
     metrics: tuple[MetricSpec, ...]
     engine: Engine = "auto"
     null_values: tuple[str, ...] = DEFAULT_NULL_VALUES
+    output: OutputSpec = JSON_OUTPUT
+    """How the result is written (`shared.aggregation.output`): json, parquet or csv."""
 
     @property
     def input(self) -> str:

@@ -136,8 +136,11 @@ def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
                 seen.add(blob.name)
                 doc = json.loads(container.download_blob(blob.name).readall())
                 rows = doc.get("rows", [])
+                output = doc.get("output") if isinstance(doc.get("output"), dict) else None
+                groups = output.get("rows") if output else len(rows)
+                where = f"\t{output.get('format')}: {output.get('result_ref')}" if output else ""
                 print(
-                    f"{doc.get('id')}\t{doc.get('engine')}\t{doc.get('input_rows')} rows in\t{len(rows)} groups out"
+                    f"{doc.get('id')}\t{doc.get('engine')}\t{doc.get('input_rows')} rows in\t{groups} groups out{where}"
                 )
             if args.once:
                 return 0

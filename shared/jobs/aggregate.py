@@ -7,6 +7,10 @@ Least privilege and bounded work: the input's container is checked before anythi
 (`shared.storage.limits.input_refusal`: never the app's or the host's own containers; only
 `INPUT_CONTAINERS` when set), and an inline run stops at `MAX_GROUPS` groups: `engine: auto` then
 goes to Spark when a backend is configured, otherwise the job is poisoned naming the limit.
+
+The result: the JSON document (`output.format` json, the default), or the rows as Parquet / CSV in a
+blob beside a small document naming it (`shared.jobs.aggregate_output`; on Spark, the driver
+writes it: `spark_jobs/aggregate_job.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from azure.storage.blob import BlobClient, ContentSettings
+from azure.storage.blob import BlobClient
 
 from shared import aggregation
 from shared.aggregation import (
@@ -35,9 +39,9 @@ from shared.config.settings import Settings
 from shared.core.containers import cut
 from shared.core.errors import InputRefused, LimitExceeded, NotAvailable
 from shared.jobs import aggregate_offload
+from shared.jobs.aggregate_output import write_data_result, write_result
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.storage.clients import StorageClients
-from shared.storage.errors import translated
 from shared.storage.limits import input_refusal, result_limit_bytes
 
 if not aggregation.NATIVE:  # the remote build could not compile native/: same answers, slower
@@ -70,11 +74,10 @@ def spark_takes_over(spec: AggregateSpec, settings: Settings) -> bool:
 
 def too_many_groups(spec: AggregateSpec, settings: Settings, exc: TooManyGroups) -> LimitExceeded:
     """The permanent error of an inline run past MAX_GROUPS: the limit and what to do."""
-    spark = (
-        "configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
-        if settings.spark.backend == "none"
-        else "use engine 'auto' or 'spark' (a Spark backend is configured)"
-    )
+    if settings.spark.backend == "none":
+        spark = "configure a Spark backend (SPARK_BACKEND) and use engine 'auto'"
+    else:
+        spark = "use engine 'auto' or 'spark' (a Spark backend is configured)"
     grouped = ", ".join(spec.group_by)
     return LimitExceeded(
         f"the input has more than MAX_GROUPS={settings.max_groups} groups "
@@ -107,19 +110,6 @@ def open_input(source: BlobClient, spec: AggregateSpec) -> BlobStream | SpanRead
         )
         return SpanReader(ranges)
     return open_blob_stream(source)
-
-
-# --- the result's upload -------------------------------------------------------------------
-
-
-def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
-    """Upload the result document, or its bytes from `result_json` (overwrite: a re-run of the
-    same job writes the same blob)."""
-    data = document if isinstance(document, bytes) else aggregate_result.dumps(document)
-    label = f"{blob.container_name}/{blob.blob_name}"
-    settings = ContentSettings(content_type="application/json; charset=utf-8")
-    with translated(f"writing {label}"):
-        blob.upload_blob(data, overwrite=True, content_settings=settings)
 
 
 # --- the handler -------------------------------------------------------------------------------
@@ -166,6 +156,8 @@ class AggregateHandler:
             )
             return self.run_spark(ctx, spec, size, "max_groups")
         elapsed = time.monotonic() - started
+        if spec.output.is_data:
+            return write_data_result(ctx, spec, table, input_rows, elapsed)
         container = settings.results_container
         name = aggregate_result.result_blob(ctx.job_id)
         limit = result_limit_bytes(settings.max_groups)

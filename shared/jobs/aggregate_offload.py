@@ -14,6 +14,7 @@ from azure.core import MatchConditions
 from azure.storage.blob import BlobClient, ContainerClient
 
 from shared.aggregation import result as aggregate_result
+from shared.aggregation.output import DATA_FORMATS
 from shared.config import tracing
 from shared.config.settings import Settings
 from shared.core import jsontext
@@ -61,6 +62,9 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
     ]
     if spark.split_mb:
         args += ["--split-mb", f"{spark.split_mb:g}"]
+    output = ctx.payload.get("output")
+    if isinstance(output, Mapping) and output.get("format") in DATA_FORMATS:
+        args += ["--version", str(ctx.version)]  # names the data blob: one per payload version
     traceparent, _ = tracing.current_traceparent()
     if traceparent:  # issue 36: the driver's log records carry the job's trace id
         args += ["--traceparent", traceparent]
@@ -125,12 +129,16 @@ def abandon(
 def completed(container: str, job_id: str, doc: Mapping[str, Any]) -> Completed:
     """The ledger's summary of a verified result document."""
     rows = doc.get("rows")
+    output = doc.get("output")
+    groups = len(rows) if isinstance(rows, list) else None
     summary: dict[str, Any] = {
         "engine": doc.get("engine", "spark"),
         "input_rows": doc.get("input_rows"),
-        "groups": len(rows) if isinstance(rows, list) else None,
+        "groups": output.get("rows") if isinstance(output, Mapping) else groups,
         "engine_elapsed_s": doc.get("elapsed_s"),
     }
+    if isinstance(output, Mapping):  # a data output: the blob holding the rows
+        summary["output"] = {k: output.get(k) for k in ("format", "result_ref", "bytes")}
     if "result_bytes" in doc:  # too large to read whole (more groups than MAX_GROUPS allows)
         summary["result_bytes"] = doc["result_bytes"]
     return Completed(result_ref=aggregate_result.result_ref(container, job_id), summary=summary)

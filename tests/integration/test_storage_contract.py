@@ -20,7 +20,7 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.data.tables import TableTransactionError, UpdateMode
-from azure.storage.blob import ContainerClient
+from azure.storage.blob import BlobBlock, ContainerClient, ContentSettings
 
 from shared.core.documents import DocumentChanged, DocumentExists, TagQuery
 from shared.core.envelope import decode_message
@@ -170,6 +170,34 @@ def test_ranged_reads_give_the_full_size_and_an_empty_blob_416(container: Contai
     assert status_code(refused.value) == 416
     assert read_capped(container.get_blob_client("empty"), 10) == b""  # the app's reader takes it
     assert container.download_blob("empty").readall() == b""  # no range asked: the SDK reads it whole
+
+
+def test_staged_blocks_become_the_blob_only_when_committed(container: ContainerClient) -> None:
+    blob = container.get_blob_client("staged")
+    ids = [base64.b64encode(f"block-{i:08d}".encode()).decode() for i in range(3)]
+    for i, part in enumerate((b"abc", b"def", b"gh")):
+        blob.stage_block(ids[i], part, length=len(part))
+    assert not blob.exists()  # staged, not committed: no blob yet
+    committed, uncommitted = blob.get_block_list("all")
+    assert committed == [] and sorted((b.id, b.size) for b in uncommitted) == sorted(
+        zip(ids, (3, 3, 2), strict=True)
+    )
+    blob.commit_block_list([BlobBlock(block_id=i) for i in ids], content_settings=ContentSettings("text/csv"))
+    assert blob.download_blob().readall() == b"abcdefgh"
+    assert blob.download_blob().properties.content_settings.content_type == "text/csv"
+    # a second write of the same name: blocks staged again (one of them left over), a shorter list
+    blob.stage_block(ids[0], b"XY", length=2)
+    blob.stage_block(ids[1], b"Z", length=1)
+    blob.stage_block(ids[2], b"left over", length=9)
+    assert blob.download_blob().readall() == b"abcdefgh"  # still the committed blob
+    blob.commit_block_list([BlobBlock(block_id=ids[0]), BlobBlock(block_id=ids[1])])
+    assert blob.download_blob().readall() == b"XYZ"  # replaced whole
+    committed, uncommitted = blob.get_block_list("all")
+    assert [(b.id, b.size) for b in committed] == [(ids[0], 2), (ids[1], 1)] and uncommitted == []
+    with pytest.raises(HttpResponseError) as refused:
+        blob.commit_block_list([BlobBlock(block_id=base64.b64encode(b"block-00000009").decode())])
+    assert raised(refused.value)[1:] == (400, "InvalidBlockList")
+    assert blob.download_blob().readall() == b"XYZ"
 
 
 def test_delete_if_unmodified_since(account: Backend, container: ContainerClient) -> None:

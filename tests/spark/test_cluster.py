@@ -11,6 +11,8 @@ Each Spark run takes ~20-40 s here, so the scenarios share runs where they can:
 - a failing job: the driver's error (column, value, line) comes back as InputDataError;
 - a read timeout on submit (through a slow proxy): the driver is looked up, not duplicated;
 - JSON lines end to end: equal to the inline engine and to an independent computation.
+- a Parquet output (issue 37): the driver writes the blob in staged blocks, the document names it,
+  its rows are the inline engine's.
 """
 
 from __future__ import annotations
@@ -341,3 +343,34 @@ def test_json_lines_end_to_end_equal_inline_and_an_independent_computation(
     assert got.keys() == reference.keys()
     for key, (count, total) in reference.items():
         assert got[key][0] == count and got[key][1] == pytest.approx(total, rel=1e-9)
+
+
+def test_a_parquet_output_is_written_by_the_driver_and_named_by_the_document(
+    stack: tuple[Settings, StorageClients, SparkBackend], sales: bytes
+) -> None:
+    """output.format parquet on the cluster: the driver writes the rows in staged blocks beside the
+    document, which names the blob; its rows are the inline engine's (issue 37)."""
+    import pyarrow.parquet as pq
+
+    settings, storage, backend = stack
+    payload = {
+        **PAYLOAD,
+        "input": upload(storage, "inputs", "sales-parquet.csv", sales),
+        "output": {"format": "parquet"},
+    }
+    ctx = make_ctx(settings, storage, payload)
+    done, _ = follow(ctx, offload(ctx, backend=backend), backend)
+    assert isinstance(done, Completed)
+    doc, _ = result_doc(settings, storage, ctx.job_id)
+    ref = f"{settings.results_container}/{ctx.job_id}.v0.parquet"
+    assert doc["engine"] == "spark" and doc["input_rows"] == 40_000 and "rows" not in doc
+    blob = storage.blob.get_blob_client(settings.results_container, f"{ctx.job_id}.v0.parquet")
+    raw = blob.download_blob().readall()
+    assert doc["output"]["result_ref"] == ref and doc["output"]["bytes"] == len(raw)
+    assert done.summary["output"] == {"format": "parquet", "result_ref": ref, "bytes": len(raw)}
+    table = pq.read_table(io.BytesIO(raw))
+    assert doc["output"]["rows"] == done.summary["groups"] == table.num_rows
+    assert [c["name"] for c in doc["output"]["columns"]] == table.column_names
+    assert_rows_equal(table.to_pylist(), inline_result(sales, payload))
+    committed, uncommitted = blob.get_block_list("all")
+    assert len(committed) >= 1 and uncommitted == []

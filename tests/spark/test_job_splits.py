@@ -276,3 +276,75 @@ def test_the_job_and_the_function_write_the_same_document() -> None:
     from_function = result_json("job-1", pa.Table.from_pylist(rows), 3, "spark", 0.1234)
     assert from_job == from_function and TAIL.search(from_job) is not None
     assert completed("results", "job-1", json.loads(from_job)).result_ref == "results/" + result_blob("job-1")
+
+
+class MemoryResults:
+    """The driver's results writer (`BlobResults` / `HadoopResults`) in memory, data streams too."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.writes: dict[str, list[int]] = {}
+
+    def open_data(self, name: str, content_type: str) -> Any:
+        results = self
+
+        class Sink(io.BytesIO):
+            def write(self, data: Any) -> int:
+                results.writes.setdefault(name, []).append(memoryview(data).nbytes)
+                return super().write(data)
+
+            def close(self) -> None:  # pyarrow's CSV writer closes its sink: the commit keeps it
+                pass
+
+            def commit(self) -> int:
+                results.blobs[name] = self.getvalue()
+                return len(results.blobs[name])
+
+        return Sink()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_the_driver_writes_a_data_output_as_the_function_does(fmt: str) -> None:
+    """The rows the driver finishes, written in batches, are the inline engine's table, and the
+    document names the blob as the function's does (engine 'spark')."""
+    import argparse
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from shared.aggregation import aggregate_table
+    from shared.aggregation.result import is_result_of
+    from shared.jobs.aggregate_offload import completed
+
+    data = "".join(datagen.csv_lines(5_000, seed=13)).encode()
+    payload = {
+        "input": "data/s.csv",
+        "format": "csv",
+        "group_by": ["region", "product"],
+        "metrics": SALES_METRICS,
+        "output": {"format": fmt},
+    }
+    rows, input_rows = simulate(data, payload, 4001)
+    results = MemoryResults()
+    args = argparse.Namespace(job_id="job-9", version=2, results="results")
+    doc = json.loads(
+        job.data_result_bytes(results, args, job.spec_from_payload(payload), rows, input_rows, 0.0)
+    )
+    raw = results.blobs[f"job-9.v2.{fmt}"]
+    assert is_result_of(doc, "job-9") and doc["engine"] == "spark" and doc["input_rows"] == input_rows
+    assert doc["output"]["result_ref"] == f"results/job-9.v2.{fmt}" and doc["output"]["bytes"] == len(raw)
+    table, _ = aggregate_table(io.BytesIO(data), parse_aggregate_payload(payload))
+    assert doc["output"]["rows"] == table.num_rows
+    if fmt == "parquet":
+        got = pq.read_table(io.BytesIO(raw))
+    else:
+        types = {f.name: f.type for f in table.schema}
+        options = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True)
+        got = pacsv.read_csv(io.BytesIO(raw), convert_options=options)
+    assert got.schema == table.schema
+    assert_rows_equal(got.to_pylist(), table.to_pylist())
+    assert isinstance(got, pa.Table)
+    summary = completed("results", "job-9", doc).summary
+    assert summary["groups"] == table.num_rows
+    assert summary["output"] == {"format": fmt, "result_ref": f"results/job-9.v2.{fmt}", "bytes": len(raw)}

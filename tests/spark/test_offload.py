@@ -290,6 +290,17 @@ def test_request_keeps_the_connection_string_out_of_the_arguments(
     assert "AccountKey" in request.env["AZURE_STORAGE_CONNECTION_STRING"]
 
 
+def test_a_data_output_passes_the_payload_version_naming_its_blob(
+    env: tuple[Settings, StorageClients],
+) -> None:
+    settings, storage = env
+    assert "--version" not in build_request(make_ctx(settings, storage, PAYLOAD), 1).args  # json: as before
+    ctx = make_ctx(settings, storage, {**PAYLOAD, "output": {"format": "parquet"}})
+    ctx.version = 3
+    args = list(build_request(ctx, 1).args)
+    assert args[args.index("--version") + 1] == "3"
+
+
 def test_livy_and_databricks_read_abfss_with_the_clusters_identity(azurite: Azurite) -> None:
     settings = Settings.from_env({
         "AzureWebJobsStorage__accountName": "prodacct", "SPARK_BACKEND": "livy", "SPARK_URL": "https://ws/livy",

@@ -184,6 +184,18 @@ def _facts(facts: Mapping[str, Any]) -> str:
     )
 
 
+def _data_output(summary: object) -> str:
+    """Where a data output's rows are (an aggregate job's `output.format` parquet or csv), if any."""
+    output = summary.get("output") if isinstance(summary, dict) else None
+    if not isinstance(output, dict) or not output.get("result_ref"):
+        return ""
+    return (
+        f"<p id=result-data>the rows, as {escape(str(output.get('format', '')))}: "
+        f"<code>{escape(str(output['result_ref']))}</code> ({escape(str(output.get('bytes', '?')))} bytes; "
+        "read it from storage)</p>"
+    )
+
+
 def job_page(view: JobView, base: str, job_id: str) -> str:
     record = view.record
     status = str(record.get("status", ""))
@@ -197,6 +209,7 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
         result = (
             f"<h2>Result</h2><pre id=summary>{escape(json.dumps(record.get('summary', {}), indent=2))}</pre>"
             f"<p><a id=result-link href='{base}/jobs/{quote(job_id)}/result'>the result document</a></p>"
+            + _data_output(record.get("summary"))
         )
     editor = ""
     if status == POISONED and view.envelope_text is not None:

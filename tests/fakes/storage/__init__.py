@@ -14,7 +14,9 @@ the same assertions against this and against Azurite:
   own error processing builds them: the same classes, status codes and `error_code`s); metadata and
   index tags replaced by every write (none given: cleared); listings by prefix in name order, in
   pages; Find Blobs by Tags (consistent at once here, where the service's index may lag); ranged
-  downloads with their Content-Range, 416 for a range of an empty blob.
+  downloads with their Content-Range, 416 for a range of an empty blob; staged blocks (Put Block,
+  Put Block List of staged blocks, replacing the blob and dropping the other uncommitted ones; Get
+  Block List).
 - queues: visibility timeouts on send and receive, dequeue counts, pop receipts (a stale one is
   refused: 400 PopReceiptMismatch), time-to-live (-1: never), the 64 KiB message limit; the SDK's
   own encode/decode policies and pager (`receive_messages(max_messages=n)` takes one message a

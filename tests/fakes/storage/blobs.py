@@ -13,7 +13,14 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from azure.core.exceptions import HttpResponseError
 from azure.core.paging import ItemPaged
-from azure.storage.blob import BlobProperties, BlobType, ContainerProperties, ContentSettings, FilteredBlob
+from azure.storage.blob import (
+    BlobBlock,
+    BlobProperties,
+    BlobType,
+    ContainerProperties,
+    ContentSettings,
+    FilteredBlob,
+)
 from azure.storage.blob._serialize import get_modify_conditions
 
 from tests.fakes.storage.common import (
@@ -40,6 +47,8 @@ class BlobRecord:
     metadata: dict[str, str]
     tags: dict[str, str]
     content_settings: ContentSettings
+    blocks: tuple[tuple[str, int], ...] = ()
+    """Committed blocks (id, size) of a blob made by Put Block List; none for a Put Blob."""
 
 
 @dataclass
@@ -49,6 +58,8 @@ class ContainerRecord:
     last_modified: datetime
     metadata: dict[str, str]
     blobs: dict[str, BlobRecord] = field(default_factory=dict)
+    staged: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    """Uncommitted blocks by blob name, then block id (Put Block); a commit or a Put Blob drops them."""
 
 
 # -- blobs --------------------------------------------------------------------------------------
@@ -150,6 +161,12 @@ class MemoryDownloader:
         return len(self._data)
 
 
+def _block(block_id: str, size: int) -> BlobBlock:
+    block = BlobBlock(block_id=block_id)
+    block.size = size
+    return block
+
+
 class MemoryBlobClient:
     """One blob of a `MemoryStorage` (azure-storage-blob's `BlobClient`, as the app uses it)."""
 
@@ -209,6 +226,7 @@ class MemoryBlobClient:
                 copy.copy(settings),
             )
             container.blobs[self.blob_name] = blob
+            container.staged.pop(self.blob_name, None)
             return {
                 "etag": blob.etag,
                 "last_modified": blob.last_modified,
@@ -250,6 +268,72 @@ class MemoryBlobClient:
             props.content_range = content_range
             props.size = len(data)
             return MemoryDownloader(data, props)
+
+    def stage_block(
+        self, block_id: str, data: Any, length: int | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Put Block: kept uncommitted until a commit names it (a staged id staged again is replaced)."""
+        kwargs.pop("timeout", None)
+        refuse_unknown(kwargs, "stage_block")
+        raw = _blob_bytes(data, "UTF-8")
+        raw = raw if length is None else raw[:length]
+        with self.account.lock:
+            self.account.log("PUT", f"{self._path()}?comp=block")
+            container = self.account.container(self.container_name)
+            container.staged.setdefault(self.blob_name, {})[block_id] = raw
+            return {"content_md5": bytearray(hashlib.md5(raw).digest()), "request_server_encrypted": True}
+
+    def commit_block_list(self, block_list: list[Any], **kwargs: Any) -> dict[str, Any]:
+        """Put Block List of uncommitted blocks only (the app restages every block of a blob); the
+        blob becomes their bytes in order, and every other uncommitted block is dropped."""
+        settings = kwargs.pop("content_settings", None) or ContentSettings()
+        meta = _check_metadata(kwargs.pop("metadata", None))
+        kwargs.pop("timeout", None)
+        refuse_unknown(kwargs, "commit_block_list")
+        with self.account.lock:
+            self.account.log("PUT", f"{self._path()}?comp=blocklist")
+            container = self.account.container(self.container_name)
+            staged = container.staged.get(self.blob_name, {})
+            ids = [getattr(block, "id", block) for block in block_list]
+            if any(i not in staged for i in ids):
+                raise blob_error(400, "InvalidBlockList", "The specified block list is invalid.")
+            existing = container.blobs.get(self.blob_name)
+            now = whole_seconds(self.account.clock())
+            raw = b"".join(staged[i] for i in ids)
+            blob = BlobRecord(
+                raw,
+                self.account.blob_etag(),
+                now,
+                existing.created if existing else now,
+                meta,
+                {},
+                copy.copy(settings),
+                tuple((i, len(staged[i])) for i in ids),
+            )
+            container.blobs[self.blob_name] = blob
+            container.staged.pop(self.blob_name, None)
+            return {"etag": blob.etag, "last_modified": blob.last_modified}
+
+    def get_block_list(
+        self, block_list_type: str = "committed", **kwargs: Any
+    ) -> tuple[list[Any], list[Any]]:
+        """(committed, uncommitted) blocks, each a BlobBlock with its id and size."""
+        kwargs.pop("timeout", None)
+        refuse_unknown(kwargs, "get_block_list")
+        with self.account.lock:
+            self.account.log("GET", f"{self._path()}?comp=blocklist")
+            container = self.account.container(self.container_name)
+            staged = container.staged.get(self.blob_name, {})
+            blob = container.blobs.get(self.blob_name)
+            if blob is None and not staged:
+                raise blob_error(404, "BlobNotFound", "The specified blob does not exist.")
+            committed = [_block(i, n) for i, n in blob.blocks] if blob is not None else []
+            uncommitted = [_block(i, len(b)) for i, b in staged.items()]
+            if block_list_type == "committed":
+                return committed, []
+            if block_list_type == "uncommitted":
+                return [], uncommitted
+            return committed, uncommitted
 
     def exists(self, **kwargs: Any) -> bool:
         kwargs.pop("timeout", None)

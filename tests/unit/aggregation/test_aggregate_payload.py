@@ -90,7 +90,7 @@ def test_payload_must_be_an_object(value: object, expected: str) -> None:
 
 def test_unknown_top_level_key() -> None:
     assert problems(payload(where="x > 1")) == [
-        "payload.where: unknown key (allowed: input, format, group_by, metrics, engine, null_values)"
+        "payload.where: unknown key (allowed: input, format, group_by, metrics, engine, null_values, output)"
     ]
 
 
@@ -115,7 +115,7 @@ def test_all_problems_are_listed_at_once() -> None:
         }
     )
     assert found == [
-        "payload.extra: unknown key (allowed: input, format, group_by, metrics, engine, null_values)",
+        "payload.extra: unknown key (allowed: input, format, group_by, metrics, engine, null_values, output)",
         "payload.input: must be a string, got number",
         "payload.format: 'xml' is not one of csv, jsonl, parquet",
         "payload.group_by: must be a list of strings, got string",

@@ -108,6 +108,25 @@ def test_a_running_jobs_page_refreshes_itself_and_offers_cancel() -> None:
     assert "id=live" not in page("completed") and "cancel-job" not in page("poisoned")
 
 
+def test_a_completed_jobs_page_names_its_data_output() -> None:
+    from shared.interfaces.console import pages
+    from shared.interfaces.console.queries import JobView
+
+    def page(summary: dict[str, object]) -> str:
+        view = JobView(
+            {"status": "completed", "kind": "aggregate", "summary": summary}, [], None, None, None, "", []
+        )
+        return pages.job_page(view, "/api/console", "j1")
+
+    output = {"format": "parquet", "result_ref": "results/j1.v0.<x>.parquet", "bytes": 1234}
+    shown = page({"groups": 3, "output": output})
+    assert (
+        "<p id=result-data>the rows, as parquet: <code>results/j1.v0.&lt;x&gt;.parquet</code> (1234 bytes"
+        in shown
+    )
+    assert "result-data" not in page({"groups": 3})  # a JSON result: the document holds the rows
+
+
 def test_an_export_is_csv_with_a_header_and_the_next_key() -> None:
     from shared.interfaces.console.queries import as_csv
 

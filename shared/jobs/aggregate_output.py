@@ -1,0 +1,85 @@
+"""The aggregate kind's data outputs (`output.format` parquet | csv): the rows written as a blob
+of their own in batches and staged blocks, then the result document naming it.
+
+The data blob is `<RESULTS_CONTAINER>/<job id>.v<payload version>.<format>`
+(`shared.aggregation.output.data_blob`): a retried write stages the same block ids and commits a
+new block list, so the blob is replaced whole, never appended to; the result document is written
+after that commit, so a document always names a whole blob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from azure.storage.blob import BlobClient, ContentSettings
+
+from shared.aggregation import result as aggregate_result
+from shared.aggregation.output import CONTENT_TYPES, data_blob
+from shared.aggregation.result_data import DATA_BATCH_ROWS, write_data
+from shared.jobs.base import Completed, JobContext
+from shared.storage.errors import translated
+from shared.storage.staged import BLOCK_BYTES, StagedBlobWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from shared.aggregation import AggregateSpec
+
+
+def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
+    """Upload the result document, or its bytes from `result_json` (overwrite: a re-run of the
+    same job writes the same blob)."""
+    data = document if isinstance(document, bytes) else aggregate_result.dumps(document)
+    label = f"{blob.container_name}/{blob.blob_name}"
+    settings = ContentSettings(content_type="application/json; charset=utf-8")
+    with translated(f"writing {label}"):
+        blob.upload_blob(data, overwrite=True, content_settings=settings)
+
+
+def write_data_result(
+    ctx: JobContext,
+    spec: AggregateSpec,
+    table: pa.Table,
+    input_rows: int,
+    elapsed_s: float,
+    *,
+    batch_rows: int = DATA_BATCH_ROWS,
+    block_bytes: int | None = None,
+) -> Completed:
+    """Write `table` as `spec.output.format` beside the result document, then the document
+    (blocks of `block_bytes`, default `BLOCK_BYTES`)."""
+    fmt = spec.output.format
+    container = ctx.settings.results_container
+    name = data_blob(ctx.job_id, ctx.version, fmt)
+    results = ctx.storage.container(container)
+    sink = StagedBlobWriter(results.get_blob_client(name), CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
+    written = write_data(table, fmt, sink, batch_rows)
+    size = sink.commit()
+    output: dict[str, Any] = {
+        "format": fmt,
+        "result_ref": f"{container}/{name}",
+        "rows": written.rows,
+        "bytes": size,
+        "columns": written.column_list(),
+    }
+    document = aggregate_result.data_result_document(ctx.job_id, output, input_rows, "inline", elapsed_s)
+    write_result(results.get_blob_client(aggregate_result.result_blob(ctx.job_id)), document)
+    ctx.log.info(
+        "aggregate %s: %d rows -> %d groups in %.2fs (inline), written as %s: %s (%d bytes, %d blocks)",
+        spec.input,
+        input_rows,
+        written.rows,
+        elapsed_s,
+        fmt,
+        output["result_ref"],
+        size,
+        sink.blocks,
+    )
+    summary = {
+        "input_rows": input_rows,
+        "groups": written.rows,
+        "engine": "inline",
+        "output": {"format": fmt, "result_ref": output["result_ref"], "bytes": size},
+    }
+    return Completed(result_ref=aggregate_result.result_ref(container, ctx.job_id), summary=summary)
