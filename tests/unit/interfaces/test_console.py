@@ -22,7 +22,8 @@ from shared.indexes.counters import TableCounters
 from shared.interfaces.console import queries
 from shared.interfaces.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
 from shared.interfaces.console.assets import CSP, CSS
-from shared.interfaces.console.pages import job_page, layout, overview_fragment, poison_page, svg_lines
+from shared.interfaces.console.charts import svg_lines
+from shared.interfaces.console.pages import job_page, layout, overview_fragment, poison_page
 from shared.interfaces.console.queries import JobView, PoisonView
 from shared.interfaces.console.security import (
     CSRF_TTL_S,
