@@ -50,11 +50,13 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from spark_jobs.aggregate_native import ScannerChoice
     from spark_jobs.aggregate_partials import Partials, TaskResult
 
 CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
@@ -74,10 +76,12 @@ ENGINE_LEAVES = (
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 JOB_MODULES = (
     "spark_jobs/__init__.py",
+    "spark_jobs/aggregate_native.py",
     "spark_jobs/aggregate_parquet.py",
     "spark_jobs/aggregate_partials.py",
     "spark_jobs/aggregate_splits.py",
     "spark_jobs/aggregate_storage.py",
+    "spark_jobs/aggregate_text.py",
 )
 """This job's modules besides this file: the driver imports them once the zip is on its path, and
 the tasks' functions and objects come from them (none imports this file)."""
@@ -101,17 +105,34 @@ def engine_files(repo_root: Path) -> list[str]:
     return [*ENGINE_LEAVES, *JOB_MODULES, *package]
 
 
-def build_engine_zip(repo_root: Path, dest: Path) -> Path:
-    """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`."""
+def build_engine_zip(repo_root: Path, dest: Path, scanner: tuple[str, bytes] | None = None) -> Path:
+    """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`,
+    with `scanner` (file name, bytes: a build of the C scanner) for the executors."""
+    from spark_jobs.aggregate_native import add_to_zip
+
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in engine_files(repo_root):
             zf.write(repo_root / name, name)
+        if scanner is not None:
+            add_to_zip(zf, *scanner)
     return dest
+
+
+def own_scanner() -> tuple[str, bytes] | None:
+    """This Python's built C scanner (file name, bytes), None where it has none."""
+    from spark_jobs.aggregate_native import ScannerNotFound, installed_scanner
+
+    try:
+        path = installed_scanner()
+    except ScannerNotFound:
+        return None
+    return path.name, path.read_bytes()
 
 
 def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
     """Make the engine and this job's modules importable here and, through `add_py_file`, on the
-    executors."""
+    executors. From a checkout (the local cluster), the zip built here holds this Python's C
+    scanner: the executors run on the same machine."""
     try:
         import shared.aggregation  # noqa: F401
         import spark_jobs.aggregate_partials  # noqa: F401
@@ -126,7 +147,7 @@ def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
             "as pyFiles (SPARK_PY_FILES)"
         )
     dest = Path(tempfile.mkdtemp(prefix="aggregate-engine-")) / "aggregate_engine.zip"
-    build_engine_zip(repo_root, dest)
+    build_engine_zip(repo_root, dest, own_scanner())
     sys.path.insert(0, str(dest))
     if add_py_file is not None:
         add_py_file(str(dest))
@@ -164,6 +185,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--split-mb", type=float, default=DEFAULT_SPLIT_MB)
     parser.add_argument(
         "--version", type=int, default=0, help="the payload's version (names a data output's blob)"
+    )
+    parser.add_argument(
+        "--scanner",
+        choices=("auto", "off"),
+        default="auto",
+        help="off: the executors parse on the Python path even where the engine zip holds the C scanner",
     )
     parser.add_argument(
         "--traceparent", default="", help="W3C trace context of the job (its log records carry it)"
@@ -247,9 +274,9 @@ def data_result_bytes(
     )
 
 
-def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> None:
+def run(spark: Any, args: argparse.Namespace, started: float, results: Any, choice: ScannerChoice) -> None:
     """Aggregate the input and create the result document (unless a run already did)."""
-    from spark_jobs.aggregate_partials import Partials, merge
+    from spark_jobs.aggregate_partials import Partials
 
     payload = decode_payload(args.payload_b64)
     spec = spec_from_payload(payload)
@@ -260,20 +287,9 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     if results.read(name) is not None:
         print(f"result {name} already exists: nothing to do", flush=True)
         return
-    sc = spark.sparkContext
-    if spec.format == "parquet":
-        task_results, header_lines = _parquet_tasks(spark, args, partials), 0
-    elif args.input_url:
-        task_results = _hadoop_tasks(sc, args.input_url, partials)
-        header_lines = 1 if spec.format == "csv" else 0
-    else:
-        task_results, header_lines = _blob_tasks(sc, args, partials)
-    task_results.persist()
-    metas = sorted(task_results.map(task_meta).collect())
-    raise_first_error(metas, header_lines, spec.format)
-    merged = task_results.flatMap(lambda r: r.vectors).reduceByKey(merge).collect()
-    rows = partials.finish(merged)
-    input_rows = sum(m[4] for m in metas)
+    rows, input_rows, scanners = aggregate(spark, args, partials, choice)
+    for status, tasks in sorted(Counter(scanners).items()):
+        print(f"{tasks} task(s): {status}", flush=True)
     if spec.output.is_data:
         data = data_result_bytes(results, args, spec, rows, input_rows, started)
     else:
@@ -283,6 +299,36 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
         f"{'wrote' if created else 'kept the existing'} {name}: {len(rows)} groups, {input_rows} rows",
         flush=True,
     )
+
+
+def aggregate(
+    spark: Any, args: argparse.Namespace, partials: Partials, choice: ScannerChoice
+) -> tuple[list[dict[str, Any]], int, list[str]]:
+    """(the result's rows, the input's rows, each task's scanner): one Spark job whose tasks'
+    partials the driver merges (CSV splits guessed wrongly about a quoted value run again)."""
+    from shared.core.errors import InputDataError, InputMissing
+    from spark_jobs.aggregate_partials import merge_results
+    from spark_jobs.aggregate_text import blob_tasks, hadoop_tasks
+
+    spec = partials.spec
+    try:
+        if spec.format == "parquet":
+            tasks, header_lines = sorted(_parquet_tasks(spark, args, partials).collect(), key=_index), 0
+        elif args.input_url:
+            tasks = hadoop_tasks(spark.sparkContext, args.input_url, partials, choice)
+            header_lines = 1 if spec.format == "csv" else 0
+        else:
+            split_bytes = int(args.split_mb * 1024 * 1024)
+            tasks, header_lines = blob_tasks(spark.sparkContext, _access(args), partials, split_bytes, choice)
+    except (InputDataError, InputMissing) as exc:
+        raise JobFailure(str(exc), "input_data") from None
+    raise_first_error([task_meta(r) for r in tasks], header_lines, spec.format)
+    rows = partials.finish(merge_results(tasks).items())
+    return rows, sum(r.input_rows for r in tasks), [r.scanner for r in tasks]
+
+
+def _index(result: TaskResult) -> int:
+    return result.index
 
 
 def task_meta(r: TaskResult) -> tuple[int, int, str | None, str, int, tuple[str, ...]]:
@@ -311,50 +357,6 @@ def raise_first_error(
                 raise JobFailure(f"column(s) {listed} occur in no line of the JSON-lines input", "input_data")
 
 
-def _blob_tasks(sc: Any, args: argparse.Namespace, partials: Partials) -> tuple[Any, int]:
-    from azure.core.exceptions import ResourceNotFoundError
-
-    from spark_jobs.aggregate_partials import run_split
-    from spark_jobs.aggregate_splits import csv_header, plan_splits, split_lines
-    from spark_jobs.aggregate_storage import BlobAccess
-
-    conn = os.environ.get(CONNECTION_ENV)
-    access = BlobAccess(connection_string=conn) if conn else BlobAccess(endpoint=args.blob_endpoint or None)
-    if not conn and not args.blob_endpoint:
-        raise JobFailure(f"no storage access: set {CONNECTION_ENV} or pass --blob-endpoint")
-    spec = partials.spec
-    blob = access.service().get_blob_client(spec.container, spec.blob)
-    try:
-        props = blob.get_blob_properties()
-    except ResourceNotFoundError:
-        raise JobFailure(f"input {spec.container}/{spec.blob} does not exist", "input_data") from None
-    size, etag = int(props.size), props.etag
-
-    container, blob_name = spec.container, spec.blob
-
-    def reader(ranges: Any) -> Callable[[int, int], bytes]:
-        def read(offset: int, length: int) -> bytes:
-            data: bytes = ranges.read_range(container, blob_name, offset, length, etag)
-            return data
-
-        return read
-
-    header = b""
-    if spec.format == "csv":
-        if size == 0:
-            raise JobFailure("the input is empty: a CSV input needs a header line", "input_data")
-        header = csv_header(reader(access.ranges()), size)
-    splits = plan_splits(len(header), size, int(args.split_mb * 1024 * 1024), sc.defaultParallelism)
-
-    def task(item: tuple[int, tuple[int, int]]) -> TaskResult:
-        index, (s, e) = item
-        data = split_lines(reader(access.ranges()), size, s, e, first=index == 0)
-        return run_split(partials, index, data, header)
-
-    rdd = sc.parallelize(list(enumerate(splits)), len(splits)).map(task)
-    return rdd, header.count(b"\n") or (1 if header else 0)
-
-
 def _parquet_tasks(spark: Any, args: argparse.Namespace, partials: Partials) -> Any:
     """`spark.read.parquet` of the input URL, or row-group splits of the blob read through the
     app's ranged reader (Blob SDK mode)."""
@@ -379,23 +381,6 @@ def _access(args: argparse.Namespace) -> Any:
     return BlobAccess(connection_string=conn) if conn else BlobAccess(endpoint=args.blob_endpoint or None)
 
 
-def _hadoop_tasks(sc: Any, url: str, partials: Partials) -> Any:
-    from spark_jobs.aggregate_partials import run_split
-
-    lines_rdd = sc.textFile(url, minPartitions=sc.defaultParallelism)
-    csv = partials.spec.format == "csv"
-    header = (lines_rdd.first() + "\n").encode("utf-8") if csv else b""
-
-    def task(index: int, lines: Iterator[str]) -> Iterator[TaskResult]:
-        items = list(lines)
-        if csv and index == 0:
-            items = items[1:]
-        data = ("\n".join(items) + "\n").encode("utf-8") if items else b""
-        yield run_split(partials, index, data, header)
-
-    return lines_rdd.mapPartitionsWithIndex(task)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 when the result exists (written now or before), 1 on failure."""
     started = time.monotonic()
@@ -408,7 +393,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: Any = None
     try:
         ensure_engine(spark.sparkContext.addPyFile)
+        from spark_jobs.aggregate_native import in_engine, ship
         from spark_jobs.aggregate_storage import BlobAccess, BlobResults, HadoopResults
+
+        build = in_engine()
+        choice = ship(spark.sparkContext.addFile, build, use=args.scanner == "auto")
+        log.info("C scanner for the executors: %s", build[0] if build and choice.use else "none")
 
         if args.results_url:
             results = HadoopResults(spark, args.results_url)
@@ -420,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else BlobAccess(endpoint=args.blob_endpoint or None)
             )
             results = BlobResults(access, args.results)
-        run(spark, args, started, results)
+        run(spark, args, started, results, choice)
         log.info("finished in %.1f s", time.monotonic() - started)
         return 0
     except Exception as exc:

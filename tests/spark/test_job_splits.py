@@ -45,23 +45,30 @@ def simulate(
     def read(offset: int, length: int) -> bytes:
         return data[offset : offset + length]
 
-    header = aggregate_splits.csv_header(read, len(data)) if spec.format == "csv" else b""
+    csv = spec.format == "csv"
+    header = aggregate_splits.csv_header(read, len(data)) if csv else b""
     splits = aggregate_splits.plan_splits(len(header), len(data), split_bytes, min_splits)
-    results = [
-        aggregate_partials.run_split(
-            partials, i, aggregate_splits.split_lines(read, len(data), s, e, i == 0), header
-        )
-        for i, (s, e) in enumerate(splits)
-    ]
+
+    def task(i: int, inside: bool | None) -> aggregate_partials.TaskResult:
+        s, e = splits[i]
+        quotes, taken = 0, False
+        if csv:
+            part, quotes, taken = aggregate_splits.split_records(read, len(data), s, e, i == 0, inside)
+        else:
+            part = aggregate_splits.split_lines(read, len(data), s, e, i == 0)
+        result = aggregate_partials.run_split(partials, i, part, header)
+        result.quotes, result.inside = quotes, taken
+        return result
+
+    results = [task(i, None) for i in range(len(splits))]
+    for i, inside in aggregate_splits.wrong_starts([(r.index, r.quotes, r.inside) for r in results]):
+        results[i] = task(i, inside)
     metas = sorted(job.task_meta(r) for r in results)
     try:
         job.raise_first_error(metas, header.count(b"\n"), spec.format)
     except job.JobFailure as exc:
         raise InputDataError(str(exc)) from None
-    merged: dict[Any, Any] = {}
-    for r in results:
-        for key, vec in r.vectors:
-            merged[key] = aggregate_partials.merge(merged[key], vec) if key in merged else vec
+    merged = aggregate_partials.merge_results(results)
     return partials.finish(merged.items()), sum(m[4] for m in metas)
 
 
@@ -189,6 +196,55 @@ def test_splits_partition_the_lines_exactly(seed: int) -> None:
     assert b"".join(parts) == data[start:]
     non_empty = [p for p in parts if p]
     assert all(p.endswith(b"\n") for p in non_empty[:-1])  # only the part at the end of the data may not
+
+
+def quoted_csv(rows: int, seed: int) -> bytes:
+    """CSV whose quoted values hold line breaks (\\n and \\r\\n), separators and escaped quotes."""
+    rnd = random.Random(seed)
+    texts = ["plain", "a,b", 'say ""hi""', "two\nlines", "three\r\nlines\nhere", "", ",\n,", '""']
+    out = ["k,note,v\n"]
+    for i in range(rows):
+        key = f'"g{i % 5}\n{i % 3}"' if rnd.random() < 0.3 else f"g{i % 5}"
+        out.append(f'{key},"{rnd.choice(texts)}",{rnd.randint(-50, 50) * 0.25}\n')
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_quoted_line_breaks_across_split_starts_equal_inline(seed: int) -> None:
+    data = quoted_csv(400, seed)
+    payload = {"input": "data/q.csv", "format": "csv", "group_by": ["k"],
+               "metrics": [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "count", "column": "note"}]}  # fmt: skip
+    want = inline(data, payload)
+    for split_bytes in (7, 31, 97, 1000):
+        rows, input_rows = simulate(data, payload, split_bytes)
+        assert input_rows == want.input_rows
+        assert_rows_equal(rows, want.rows)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_split_records_with_the_true_starts_partition_the_records(seed: int) -> None:
+    data = quoted_csv(60, seed)
+
+    def read(offset: int, length: int) -> bytes:
+        return data[offset : offset + length]
+
+    header = aggregate_splits.csv_header(read, len(data))
+    splits = aggregate_splits.plan_splits(len(header), len(data), random.Random(seed).randint(3, 80), 2)
+    taken = [aggregate_splits.split_records(read, len(data), s, e, i == 0) for i, (s, e) in enumerate(splits)]
+    parts = [t[0] for t in taken]
+    for i, inside in aggregate_splits.wrong_starts([(i, t[1], t[2]) for i, t in enumerate(taken)]):
+        s, e = splits[i]
+        parts[i] = aggregate_splits.split_records(read, len(data), s, e, False, inside)[0]
+    assert b"".join(parts) == data[len(header) :]
+    assert all(p.count(b'"') % 2 == 0 for p in parts)  # whole records: no quoted value cut
+
+
+@pytest.mark.parametrize(
+    ("start", "inside"),
+    [(b"abc,def\n", False), (b'x",1\n', True), (b'a,"b\nc",1', False), (b'\nc",1\n"', True), (b"", False)],
+)
+def test_a_split_start_inside_a_quoted_value_is_told_by_its_first_quotes(start: bytes, inside: bool) -> None:
+    assert aggregate_splits.starts_inside(start) is inside
 
 
 def test_plan_splits_covers_the_range() -> None:
