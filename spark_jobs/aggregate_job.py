@@ -2,32 +2,37 @@
 
     aggregate_job.py JOB_ID PAYLOAD_B64 RESULTS_CONTAINER [--submission N]
                      [--input-url URL --results-url URL] [--blob-endpoint URL] [--split-mb MB]
+                     [--scanner auto|off]
 
 Semantics are the inline engine's, by construction: every task runs the very same
 `shared.aggregation.aggregate_stream` over its share of the input (header + whole
-lines), computing mergeable partials per group (rows, non-null count, sum, min, max); the
-partials are merged with `reduceByKey` and finished (mean = sum / count) on the driver, and the
-rows sorted by the group columns, nulls first, as the inline engine sorts them.
+lines), computing mergeable partials per group (rows, non-null count, sum, min, max); one
+Spark job: the driver collects each task's partials, merges and finishes them (mean = sum /
+count), and sorts the rows by the group columns, nulls first, as the inline engine sorts them.
+The tasks parse with the C scanner where the engine zip holds a build that loads on the
+executors (`aggregate_native.py`: shipped with `addFile`), else on the Python path.
 
 Where the engine comes from: the cluster needs the `shared/aggregation/` package importable,
 with the leaf modules of `shared` it and this job use, and this job's own modules
 (`spark_jobs/aggregate_partials.py`: the partials a task computes and the driver merges;
-`aggregate_splits.py`: byte-range splits; `aggregate_storage.py`: storage access and the result
-writers), all listed by `engine_files`. `python -m spark_jobs.package out.zip` builds a small
+`aggregate_text.py`: the CSV and JSON-lines tasks; `aggregate_splits.py`: byte-range splits;
+`aggregate_native.py`: the C scanner on the executors; `aggregate_storage.py`: storage access and
+the result writers), all listed by `engine_files`. `python -m spark_jobs.package out.zip` builds a small
 zip of exactly those to pass as pyFiles (SPARK_PY_FILES). When this file runs from a checkout of
 the repository (the local cluster), the driver builds that zip itself and ships it to the
 executors with `addPyFile`. So this file imports them only once `ensure_engine` has run.
 
-Input:
+Input (`aggregate_text.py`):
 - `--input-url abfss://...` / `wasbs://...` (Azure Spark services: the cluster's own identity):
-  `sc.textFile`, whose splits follow Hadoop's line-record rules, in order.
+  `sc.textFile`, whose splits follow Hadoop's line-record rules, in order; a CSV quoted value
+  holding a line break across two splits fails the run with the reason.
 - otherwise (local cluster + Azurite, which has no dfs endpoint): the blob is split into byte
   ranges and each task downloads its range through the Blob SDK (conditional on the ETag), skips
-  the partial first line and reads past its end to finish its last line (Hadoop's rule: a line
-  belongs to the split that holds the line break before it). Credentials come from
+  the partial first record and reads past its end to finish its last one (Hadoop's rule: a
+  record belongs to the split that holds the line break before it; for CSV, a line break outside
+  quotes: splits whose start was guessed wrongly run again). Credentials come from
   AZURE_STORAGE_CONNECTION_STRING in the driver's environment (captured into the tasks, never an
   argument) or, with `--blob-endpoint`, from the cluster's identity (DefaultAzureCredential).
-Both split at line breaks, so a quoted CSV field must not contain a line break.
 Parquet (`spark_jobs/aggregate_parquet.py`): `spark.read.parquet` with `--input-url`, otherwise
 row-group splits, each task reading only its row groups' needed column chunks.
 
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import json
 import logging
 import os
@@ -86,6 +92,9 @@ JOB_MODULES = (
 """This job's modules besides this file: the driver imports them once the zip is on its path, and
 the tasks' functions and objects come from them (none imports this file)."""
 DEFAULT_SPLIT_MB = 32
+SCANNER_ENTRY = "spark_jobs/native/aggkernel.so"
+SOURCE_ENTRY = "spark_jobs/native/aggkernel.txt"
+"""Where the engine zip holds a build of the C scanner, and its original file name."""
 
 
 class JobFailure(Exception):
@@ -107,25 +116,23 @@ def engine_files(repo_root: Path) -> list[str]:
 
 def build_engine_zip(repo_root: Path, dest: Path, scanner: tuple[str, bytes] | None = None) -> Path:
     """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`,
-    with `scanner` (file name, bytes: a build of the C scanner) for the executors."""
-    from spark_jobs.aggregate_native import add_to_zip
-
+    with `scanner` (file name, bytes: a build of the C scanner) for the executors
+    (`aggregate_native.SCANNER_FILE` and `SOURCE_FILE` in the `spark_jobs` package)."""
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in engine_files(repo_root):
             zf.write(repo_root / name, name)
         if scanner is not None:
-            add_to_zip(zf, *scanner)
+            zf.writestr(SCANNER_ENTRY, scanner[1])
+            zf.writestr(SOURCE_ENTRY, scanner[0])
     return dest
 
 
 def own_scanner() -> tuple[str, bytes] | None:
     """This Python's built C scanner (file name, bytes), None where it has none."""
-    from spark_jobs.aggregate_native import ScannerNotFound, installed_scanner
-
-    try:
-        path = installed_scanner()
-    except ScannerNotFound:
+    found = importlib.util.find_spec("aggkernel")
+    if found is None or found.origin is None or not found.origin.endswith(".so"):
         return None
+    path = Path(found.origin)
     return path.name, path.read_bytes()
 
 

@@ -1,7 +1,7 @@
 """The C scanner (`aggkernel`, native/) on the executors of the aggregate job.
 
 The engine zip may hold a build of the scanner (`python -m spark_jobs.package --native` or
-`--native-wheel`): `SCANNER_ENTRY`, with its original file name beside it. The driver hands it to
+`--native-wheel`): `SCANNER_FILE`, with its original file name beside it. The driver hands it to
 the executors with `SparkContext.addFile` (`ship`); each task loads it from SparkFiles as the
 module `aggkernel` before the engine is imported (`load`). A build that does not load there
 (another platform, a missing file) leaves the engine on its Python path, with the reason, said
@@ -17,21 +17,16 @@ import importlib.util
 import pkgutil
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCANNER_ENTRY = "spark_jobs/native/aggkernel.so"
-"""Where the engine zip holds the scanner's build."""
-SOURCE_ENTRY = "spark_jobs/native/aggkernel.txt"
-"""The build's original file name (its platform tag), beside it."""
+SCANNER_FILE = "native/aggkernel.so"
+"""Where the engine zip holds the scanner's build, in the `spark_jobs` package (its original file
+name beside it: SOURCE_FILE); `aggregate_job.build_engine_zip` puts them there."""
+SOURCE_FILE = "native/aggkernel.txt"
 SPARK_FILE = "aggkernel-shipped.so"
 """The scanner's name among the job's SparkFiles."""
-
-
-class ScannerNotFound(Exception):
-    """No scanner build where one was asked for (`--native`, `--native-wheel`)."""
 
 
 @dataclass(frozen=True)
@@ -42,40 +37,14 @@ class ScannerChoice:
     use: bool = True
 
 
-# --- building the zip ----------------------------------------------------------------------------
-
-
-def installed_scanner() -> Path:
-    """The file of the `aggkernel` this Python imports (built into the venv by pip)."""
-    found = importlib.util.find_spec("aggkernel")
-    if found is None or found.origin is None or not found.origin.endswith(".so"):
-        raise ScannerNotFound("aggkernel is not built here (build native/ with pip first)")
-    return Path(found.origin)
-
-
-def wheel_scanner(wheel: Path) -> tuple[str, bytes]:
-    """(file name, bytes) of the scanner in a wheel built for the cluster's platform."""
-    with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if "/" not in n and n.startswith("aggkernel") and n.endswith(".so")]
-        if len(names) != 1:
-            raise ScannerNotFound(f"{wheel.name} holds no single aggkernel extension ({names})")
-        return names[0], zf.read(names[0])
-
-
-def add_to_zip(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
-    """Put a scanner build into an engine zip being written."""
-    zf.writestr(SCANNER_ENTRY, data)
-    zf.writestr(SOURCE_ENTRY, name)
-
-
 # --- the driver ----------------------------------------------------------------------------------
 
 
 def in_engine() -> tuple[str, bytes] | None:
     """(original name, bytes) of the scanner in the engine on this Python's path, None without."""
     try:
-        data = pkgutil.get_data("spark_jobs", "native/aggkernel.so")
-        name = pkgutil.get_data("spark_jobs", "native/aggkernel.txt")
+        data = pkgutil.get_data("spark_jobs", SCANNER_FILE)
+        name = pkgutil.get_data("spark_jobs", SOURCE_FILE)
     except OSError:
         return None
     if data is None or name is None:

@@ -13,12 +13,25 @@ and set SPARK_PY_FILES to its URL.
 from __future__ import annotations
 
 import argparse
+import zipfile
 from pathlib import Path
 
 from spark_jobs.aggregate_job import build_engine_zip, own_scanner
-from spark_jobs.aggregate_native import ScannerNotFound, wheel_scanner
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ScannerNotFound(Exception):
+    """No scanner build where one was asked for (`--native`, `--native-wheel`)."""
+
+
+def wheel_scanner(wheel: Path) -> tuple[str, bytes]:
+    """(file name, bytes) of the scanner in a wheel built for the cluster's platform."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if "/" not in n and n.startswith("aggkernel") and n.endswith(".so")]
+        if len(names) != 1:
+            raise ScannerNotFound(f"{wheel.name} holds no single aggkernel extension ({names})")
+        return names[0], zf.read(names[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -308,6 +308,25 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
     assert out.stdout.strip() == "ok", out.stderr
 
 
+def test_the_scanner_in_the_engine_zip_is_found_by_the_driver(tmp_path: Path) -> None:
+    dest = job.build_engine_zip(
+        REPO_ROOT, tmp_path / "engine.zip", ("aggkernel.cpython-311-x.so", b"\x7fELF")
+    )
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from spark_jobs.aggregate_native import in_engine; "
+        "print(in_engine())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(dest)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.strip() == "('aggkernel.cpython-311-x.so', b'\\x7fELF')", out.stderr
+    bare = job.build_engine_zip(REPO_ROOT, tmp_path / "bare.zip")
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(bare)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.strip() == "None", out.stderr
+
+
 def test_tiny_splits_equal_inline() -> None:
     data = "".join(datagen.csv_lines(300, seed=11)).encode()
     payload = {"input": "data/s.csv", "format": "csv", "group_by": ["region"], "metrics": SALES_METRICS}
