@@ -266,7 +266,8 @@ def format_versus(versus: dict[str, Any]) -> list[str]:
     for name, got in versus.get("report", {}).get("scanner", {}).items():
         lines.append(
             f"   {name} MB: median {got['median']:.2f}x, best {got['best']:.2f}x (target >= 1.0: "
-            f"{_ok(got['median'] >= 1.0)}); rounds {got['ratios']}"
+            f"{_ok(got['median'] >= 1.0)}); rounds {got['ratios']}: app {got['app_s']} s, "
+            f"spark.read.csv {got['spark_s']} s [{'; '.join(got['scanner'])}]"
         )
     if "report" not in versus:
         lines += ["   " + line for line in versus.get("stdout", "").strip().splitlines()]
