@@ -247,6 +247,43 @@ def test_a_split_start_inside_a_quoted_value_is_told_by_its_first_quotes(start: 
     assert aggregate_splits.starts_inside(start) is inside
 
 
+class FakeLines:
+    """`sc.textFile`'s RDD over set partitions (lists of lines), enough for `hadoop_tasks`."""
+
+    def __init__(self, parts: list[list[str]]) -> None:
+        self.parts = parts
+        self.defaultParallelism = len(parts)
+
+    def textFile(self, url: str, minPartitions: int) -> FakeLines:
+        return self
+
+    def first(self) -> str:
+        return self.parts[0][0]
+
+    def mapPartitionsWithIndex(self, f: Any) -> FakeLines:
+        self.results = [r for i, part in enumerate(self.parts) for r in f(i, iter(part))]
+        return self
+
+    def collect(self) -> list[Any]:
+        return self.results
+
+
+def test_hadoop_mode_reads_a_quoted_line_break_inside_a_split_and_refuses_one_across_splits() -> None:
+    from spark_jobs.aggregate_native import ScannerChoice
+    from spark_jobs.aggregate_text import HADOOP_QUOTED_BREAK, hadoop_tasks
+
+    payload = {"input": "data/q.csv", "format": "csv", "group_by": ["k"], "metrics": [{"op": "count"}]}
+    partials = aggregate_partials.Partials.of(job.spec_from_payload(payload))
+    inside = FakeLines([["k,v", 'a,"x', 'y"', "b,1"], ["a,2"]])
+    tasks = hadoop_tasks(inside, "file:///q.csv", partials, ScannerChoice())
+    rows = partials.finish(aggregate_partials.merge_results(tasks).items())
+    assert rows == [{"k": "a", "count": 2}, {"k": "b", "count": 1}]
+    across = FakeLines([["k,v", 'a,"x'], ['y"', "b,1"]])
+    with pytest.raises(InputDataError, match="quoted line breaks are read on Spark in Blob SDK mode only"):
+        hadoop_tasks(across, "file:///q.csv", partials, ScannerChoice())
+    assert "across a split of the Hadoop connector" in HADOOP_QUOTED_BREAK
+
+
 def test_plan_splits_covers_the_range() -> None:
     splits = aggregate_splits.plan_splits(10, 1000, 100, 4)
     assert splits[0][0] == 10 and splits[-1][1] == 1000
