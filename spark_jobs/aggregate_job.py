@@ -339,7 +339,7 @@ def _index(result: TaskResult) -> int:
 
 
 def task_meta(r: TaskResult) -> tuple[int, int, str | None, str, int, tuple[str, ...]]:
-    """What the driver collects of a task's result (the partial itself stays on the executor)."""
+    """What the driver checks of a task's result before merging its partials."""
     return (r.index, r.lines, r.error, r.error_kind, r.input_rows, r.unseen)
 
 
