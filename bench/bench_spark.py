@@ -10,6 +10,8 @@ Starts its own Azurite and standalone cluster (free loopback ports), then measur
 
     python -m bench.bench_spark                     # sizes 10, 50, 200, 500 MB
     python -m bench.bench_spark --sizes 10,50 --repeat 1
+    python -m bench.bench_spark --versus-only [--sizes 200,500 --rounds 3 --python-path]
+                                        # bench/spark_versus.py: the Spark path vs spark.read.csv
 
 Prints a table and a recommendation for SPARK_OFFLOAD_THRESHOLD_BYTES; writes bench/out/spark.json.
 """
@@ -193,11 +195,19 @@ def recommend(
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--versus-only" in argv:
+        from bench.spark_versus import main as versus
+
+        return versus([a for a in argv if a != "--versus-only"])
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="10,50,200,500", help="input sizes in MB (10^6 bytes)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per size and engine (the best is kept)")
+    parser.add_argument(
+        "--versus-only", action="store_true", help="only bench/spark_versus.py (its own flags follow)"
+    )
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     logging.basicConfig(level=logging.WARNING)

@@ -6,6 +6,7 @@
     python -m bench.run --aggregate-mb 200 # the aggregate memory tests on 200 MB, not 1 GB
     python -m bench.run --spark            # also bench/bench_spark.py (slow)
     python -m bench.run --skip-http        # no http-kind section (bench_http_kind.py)
+    python -m bench.run --skip-spark-versus  # no Spark-path-vs-spark.read.csv section
     python -m bench.run --out DIR          # bench.json, the PNG plot and host logs go to DIR
 
 Sections (each starts and stops its own Azurite and local hosts):
@@ -21,7 +22,10 @@ Sections (each starts and stops its own Azurite and local hosts):
 6. with --spark: bench_spark.py;
 7. the `http` kind against a local downstream with a set latency (bench_http_kind.py): jobs/s and
    storage requests per job on the happy path (target 4 or fewer), each key sent once; skipped
-   with --skip-http.
+   with --skip-http;
+8. the app's Spark path against Spark's own reader (`spark.read.csv(...).groupBy(...).agg(...)`)
+   on the same local cluster and input, ~200 and ~500 MB, interleaved rounds (bench/spark_versus.py;
+   target 1.0x or better); skipped with --skip-spark-versus, or without Java 17+.
 The machine is shared and noisy: speed figures are ratios taken side by side, or counts.
 """
 
@@ -244,6 +248,32 @@ def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     return result
 
 
+def run_spark_versus(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/spark_versus.py: the Spark path vs spark.read.csv on one local cluster (its own stack)."""
+    flags = ["--sizes", "20", "--rounds", "1"] if args.quick else ["--sizes", "200,500", "--rounds", "3"]
+    out = out_dir / "spark_versus.json"
+    result = run_script("bench.spark_versus", [*flags, "--out", str(out)], timeout_s=3600)
+    if result.get("exit_code") == 0 and out.exists():
+        result["report"] = _read_json(out)
+    return result
+
+
+def format_versus(versus: dict[str, Any]) -> list[str]:
+    """Section 8's lines."""
+    lines = ["", "8. The Spark path vs spark.read.csv(...).groupBy(...).agg(...) (bench/spark_versus.py)"]
+    if versus.get("exit_code") != 0:
+        return [*lines, f"   FAILED ({versus.get('error') or versus.get('skipped')})"]
+    for name, got in versus.get("report", {}).get("scanner", {}).items():
+        lines.append(
+            f"   {name} MB: median {got['median']:.2f}x, best {got['best']:.2f}x (target >= 1.0: "
+            f"{_ok(got['median'] >= 1.0)}); rounds {got['ratios']}: app {got['app_s']} s, "
+            f"spark.read.csv {got['spark_s']} s [{'; '.join(got['scanner'])}]"
+        )
+    if "report" not in versus:
+        lines += ["   " + line for line in versus.get("stdout", "").strip().splitlines()]
+    return lines
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -412,6 +442,8 @@ def format_report(report: dict[str, Any]) -> str:
                     add("   " + line)
     if report.get("http"):
         lines.extend(format_http(report["http"]))
+    if report.get("spark_versus"):
+        lines.extend(format_versus(report["spark_versus"]))
 
     spark = report.get("spark")
     if spark:
@@ -453,6 +485,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-parquet", action="store_true", help="no Parquet section (bench_parquet)")
     parser.add_argument("--spark", action="store_true", help="also run bench/bench_spark.py (slow)")
     parser.add_argument("--skip-http", action="store_true", help="no http-kind section (bench_http_kind)")
+    parser.add_argument(
+        "--skip-spark-versus", action="store_true", help="no Spark path vs spark.read.csv section"
+    )
     parser.add_argument("--http-jobs", type=int, default=300, help="http jobs (default 300)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
     return parser.parse_args(argv)
@@ -491,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         report["parquet"] = run_parquet(args, out_dir)
     if not args.skip_http:
         report["http"] = run_http(args, out_dir)
+    if not args.skip_spark_versus:
+        report["spark_versus"] = run_spark_versus(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

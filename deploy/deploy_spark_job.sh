@@ -32,6 +32,9 @@ Usage: deploy/deploy_spark_job.sh --backend livy|databricks|standalone [options]
   --engine-zip PATH         an already built engine zip (default: build dist/aggregate_engine.zip
                             with `python -m spark_jobs.package`); it goes next to the job file
   --no-engine               deploy the job file only
+  --native-wheel PATH       put the C scanner of this aggkernel wheel (built for the cluster's
+                            platform, docs/spark.md) into the engine zip built here; without it the
+                            executors parse on the Python path
   --python PATH             Python that builds the engine zip (default: .venv/bin/python or python3)
 livy (Synapse, HDInsight):
   --storage-account NAME    account to upload to (the deployment's, see the storageAccountName output)
@@ -51,6 +54,7 @@ USAGE
 BACKEND=""
 SOURCE="spark_jobs/aggregate_job.py"
 ENGINE_ZIP=""
+NATIVE_WHEEL=""
 WITH_ENGINE=1
 PYTHON_BIN=""
 STORAGE_ACCOUNT=""
@@ -68,6 +72,7 @@ while [[ $# -gt 0 ]]; do
     --source) require_value "$@"; SOURCE=$2; shift 2 ;;
     --engine-zip) require_value "$@"; ENGINE_ZIP=$2; shift 2 ;;
     --no-engine) WITH_ENGINE=0; shift ;;
+    --native-wheel) require_value "$@"; NATIVE_WHEEL=$2; shift 2 ;;
     --python) require_value "$@"; PYTHON_BIN=$2; shift 2 ;;
     --storage-account) require_value "$@"; STORAGE_ACCOUNT=$2; shift 2 ;;
     --container) require_value "$@"; CONTAINER=$2; shift 2 ;;
@@ -97,6 +102,8 @@ case "$BACKEND" in
   *) die "--backend must be livy, databricks or standalone (synapse and hdinsight are livy)" ;;
 esac
 [[ "$RETRIES" =~ ^[1-9][0-9]*$ ]] || die "--retries must be a positive integer"
+[[ -z "$NATIVE_WHEEL" || -z "$ENGINE_ZIP" ]] || die "--native-wheel builds the engine zip: not with --engine-zip"
+[[ -z "$NATIVE_WHEEL" || "$WITH_ENGINE" == 1 ]] || die "--native-wheel goes into the engine zip: not with --no-engine"
 
 cd "$REPO"
 [[ "$DRY_RUN" == 1 || -f "$SOURCE" ]] || die "job file not found: $SOURCE"
@@ -109,7 +116,12 @@ LOCAL=("$SOURCE")
 if [[ "$WITH_ENGINE" == 1 ]]; then
   if [[ -z "$ENGINE_ZIP" ]]; then
     ENGINE_ZIP="dist/$ENGINE_NAME"
-    run "$PYTHON_BIN" -m spark_jobs.package "$ENGINE_ZIP"
+    if [[ -n "$NATIVE_WHEEL" ]]; then
+      [[ "$DRY_RUN" == 1 || -f "$NATIVE_WHEEL" ]] || die "wheel not found: $NATIVE_WHEEL"
+      run "$PYTHON_BIN" -m spark_jobs.package --native-wheel "$NATIVE_WHEEL" "$ENGINE_ZIP"
+    else
+      run "$PYTHON_BIN" -m spark_jobs.package "$ENGINE_ZIP"
+    fi
   fi
   [[ "$DRY_RUN" == 1 || -f "$ENGINE_ZIP" ]] || die "engine zip not found: $ENGINE_ZIP"
   LOCAL+=("$ENGINE_ZIP")

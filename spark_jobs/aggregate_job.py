@@ -2,32 +2,37 @@
 
     aggregate_job.py JOB_ID PAYLOAD_B64 RESULTS_CONTAINER [--submission N]
                      [--input-url URL --results-url URL] [--blob-endpoint URL] [--split-mb MB]
+                     [--scanner auto|off]
 
 Semantics are the inline engine's, by construction: every task runs the very same
 `shared.aggregation.aggregate_stream` over its share of the input (header + whole
-lines), computing mergeable partials per group (rows, non-null count, sum, min, max); the
-partials are merged with `reduceByKey` and finished (mean = sum / count) on the driver, and the
-rows sorted by the group columns, nulls first, as the inline engine sorts them.
+lines), computing mergeable partials per group (rows, non-null count, sum, min, max); one
+Spark job: the driver collects each task's partials, merges and finishes them (mean = sum /
+count), and sorts the rows by the group columns, nulls first, as the inline engine sorts them.
+The tasks parse with the C scanner where the engine zip holds a build that loads on the
+executors (`aggregate_native.py`: shipped with `addFile`), else on the Python path.
 
 Where the engine comes from: the cluster needs the `shared/aggregation/` package importable,
 with the leaf modules of `shared` it and this job use, and this job's own modules
 (`spark_jobs/aggregate_partials.py`: the partials a task computes and the driver merges;
-`aggregate_splits.py`: byte-range splits; `aggregate_storage.py`: storage access and the result
-writers), all listed by `engine_files`. `python -m spark_jobs.package out.zip` builds a small
+`aggregate_text.py`: the CSV and JSON-lines tasks; `aggregate_splits.py`: byte-range splits;
+`aggregate_native.py`: the C scanner on the executors; `aggregate_storage.py`: storage access and
+the result writers), all listed by `engine_files`. `python -m spark_jobs.package out.zip` builds a small
 zip of exactly those to pass as pyFiles (SPARK_PY_FILES). When this file runs from a checkout of
 the repository (the local cluster), the driver builds that zip itself and ships it to the
 executors with `addPyFile`. So this file imports them only once `ensure_engine` has run.
 
-Input:
+Input (`aggregate_text.py`):
 - `--input-url abfss://...` / `wasbs://...` (Azure Spark services: the cluster's own identity):
-  `sc.textFile`, whose splits follow Hadoop's line-record rules, in order.
+  `sc.textFile`, whose splits follow Hadoop's line-record rules, in order; a CSV quoted value
+  holding a line break across two splits fails the run with the reason.
 - otherwise (local cluster + Azurite, which has no dfs endpoint): the blob is split into byte
   ranges and each task downloads its range through the Blob SDK (conditional on the ETag), skips
-  the partial first line and reads past its end to finish its last line (Hadoop's rule: a line
-  belongs to the split that holds the line break before it). Credentials come from
+  the partial first record and reads past its end to finish its last one (Hadoop's rule: a
+  record belongs to the split that holds the line break before it; for CSV, a line break outside
+  quotes: splits whose start was guessed wrongly run again). Credentials come from
   AZURE_STORAGE_CONNECTION_STRING in the driver's environment (captured into the tasks, never an
   argument) or, with `--blob-endpoint`, from the cluster's identity (DefaultAzureCredential).
-Both split at line breaks, so a quoted CSV field must not contain a line break.
 Parquet (`spark_jobs/aggregate_parquet.py`): `spark.read.parquet` with `--input-url`, otherwise
 row-group splits, each task reading only its row groups' needed column chunks.
 
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import json
 import logging
 import os
@@ -50,11 +56,13 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from spark_jobs.aggregate_native import ScannerChoice
     from spark_jobs.aggregate_partials import Partials, TaskResult
 
 CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
@@ -74,14 +82,19 @@ ENGINE_LEAVES = (
 """The modules of `shared` outside the package that it and this job import (none imports more)."""
 JOB_MODULES = (
     "spark_jobs/__init__.py",
+    "spark_jobs/aggregate_native.py",
     "spark_jobs/aggregate_parquet.py",
     "spark_jobs/aggregate_partials.py",
     "spark_jobs/aggregate_splits.py",
     "spark_jobs/aggregate_storage.py",
+    "spark_jobs/aggregate_text.py",
 )
 """This job's modules besides this file: the driver imports them once the zip is on its path, and
 the tasks' functions and objects come from them (none imports this file)."""
 DEFAULT_SPLIT_MB = 32
+SCANNER_ENTRY = "spark_jobs/native/aggkernel.so"
+SOURCE_ENTRY = "spark_jobs/native/aggkernel.txt"
+"""Where the engine zip holds a build of the C scanner, and its original file name."""
 
 
 class JobFailure(Exception):
@@ -101,17 +114,32 @@ def engine_files(repo_root: Path) -> list[str]:
     return [*ENGINE_LEAVES, *JOB_MODULES, *package]
 
 
-def build_engine_zip(repo_root: Path, dest: Path) -> Path:
-    """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`."""
+def build_engine_zip(repo_root: Path, dest: Path, scanner: tuple[str, bytes] | None = None) -> Path:
+    """A zip of `engine_files`, importable as `shared.aggregation` without the rest of `shared`,
+    with `scanner` (file name, bytes: a build of the C scanner) for the executors
+    (`aggregate_native.SCANNER_FILE` and `SOURCE_FILE` in the `spark_jobs` package)."""
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in engine_files(repo_root):
             zf.write(repo_root / name, name)
+        if scanner is not None:
+            zf.writestr(SCANNER_ENTRY, scanner[1])
+            zf.writestr(SOURCE_ENTRY, scanner[0])
     return dest
+
+
+def own_scanner() -> tuple[str, bytes] | None:
+    """This Python's built C scanner (file name, bytes), None where it has none."""
+    found = importlib.util.find_spec("aggkernel")
+    if found is None or found.origin is None or not found.origin.endswith(".so"):
+        return None
+    path = Path(found.origin)
+    return path.name, path.read_bytes()
 
 
 def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
     """Make the engine and this job's modules importable here and, through `add_py_file`, on the
-    executors."""
+    executors. From a checkout (the local cluster), the zip built here holds this Python's C
+    scanner: the executors run on the same machine."""
     try:
         import shared.aggregation  # noqa: F401
         import spark_jobs.aggregate_partials  # noqa: F401
@@ -126,7 +154,7 @@ def ensure_engine(add_py_file: Callable[[str], None] | None) -> None:
             "as pyFiles (SPARK_PY_FILES)"
         )
     dest = Path(tempfile.mkdtemp(prefix="aggregate-engine-")) / "aggregate_engine.zip"
-    build_engine_zip(repo_root, dest)
+    build_engine_zip(repo_root, dest, own_scanner())
     sys.path.insert(0, str(dest))
     if add_py_file is not None:
         add_py_file(str(dest))
@@ -164,6 +192,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--split-mb", type=float, default=DEFAULT_SPLIT_MB)
     parser.add_argument(
         "--version", type=int, default=0, help="the payload's version (names a data output's blob)"
+    )
+    parser.add_argument(
+        "--scanner",
+        choices=("auto", "off"),
+        default="auto",
+        help="off: the executors parse on the Python path even where the engine zip holds the C scanner",
     )
     parser.add_argument(
         "--traceparent", default="", help="W3C trace context of the job (its log records carry it)"
@@ -247,9 +281,9 @@ def data_result_bytes(
     )
 
 
-def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> None:
+def run(spark: Any, args: argparse.Namespace, started: float, results: Any, choice: ScannerChoice) -> None:
     """Aggregate the input and create the result document (unless a run already did)."""
-    from spark_jobs.aggregate_partials import Partials, merge
+    from spark_jobs.aggregate_partials import Partials
 
     payload = decode_payload(args.payload_b64)
     spec = spec_from_payload(payload)
@@ -260,20 +294,9 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     if results.read(name) is not None:
         print(f"result {name} already exists: nothing to do", flush=True)
         return
-    sc = spark.sparkContext
-    if spec.format == "parquet":
-        task_results, header_lines = _parquet_tasks(spark, args, partials), 0
-    elif args.input_url:
-        task_results = _hadoop_tasks(sc, args.input_url, partials)
-        header_lines = 1 if spec.format == "csv" else 0
-    else:
-        task_results, header_lines = _blob_tasks(sc, args, partials)
-    task_results.persist()
-    metas = sorted(task_results.map(task_meta).collect())
-    raise_first_error(metas, header_lines, spec.format)
-    merged = task_results.flatMap(lambda r: r.vectors).reduceByKey(merge).collect()
-    rows = partials.finish(merged)
-    input_rows = sum(m[4] for m in metas)
+    rows, input_rows, scanners = aggregate(spark, args, partials, choice)
+    for status, tasks in sorted(Counter(scanners).items()):
+        print(f"{tasks} task(s): {status}", flush=True)
     if spec.output.is_data:
         data = data_result_bytes(results, args, spec, rows, input_rows, started)
     else:
@@ -285,8 +308,38 @@ def run(spark: Any, args: argparse.Namespace, started: float, results: Any) -> N
     )
 
 
+def aggregate(
+    spark: Any, args: argparse.Namespace, partials: Partials, choice: ScannerChoice
+) -> tuple[list[dict[str, Any]], int, list[str]]:
+    """(the result's rows, the input's rows, each task's scanner): one Spark job whose tasks'
+    partials the driver merges (CSV splits guessed wrongly about a quoted value run again)."""
+    from shared.core.errors import InputDataError, InputMissing
+    from spark_jobs.aggregate_partials import merge_results
+    from spark_jobs.aggregate_text import blob_tasks, hadoop_tasks
+
+    spec = partials.spec
+    try:
+        if spec.format == "parquet":
+            tasks, header_lines = sorted(_parquet_tasks(spark, args, partials).collect(), key=_index), 0
+        elif args.input_url:
+            tasks = hadoop_tasks(spark.sparkContext, args.input_url, partials, choice)
+            header_lines = 1 if spec.format == "csv" else 0
+        else:
+            split_bytes = int(args.split_mb * 1024 * 1024)
+            tasks, header_lines = blob_tasks(spark.sparkContext, _access(args), partials, split_bytes, choice)
+    except (InputDataError, InputMissing) as exc:
+        raise JobFailure(str(exc), "input_data") from None
+    raise_first_error([task_meta(r) for r in tasks], header_lines, spec.format)
+    rows = partials.finish(merge_results(tasks).items())
+    return rows, sum(r.input_rows for r in tasks), [r.scanner for r in tasks]
+
+
+def _index(result: TaskResult) -> int:
+    return result.index
+
+
 def task_meta(r: TaskResult) -> tuple[int, int, str | None, str, int, tuple[str, ...]]:
-    """What the driver collects of a task's result (the partial itself stays on the executor)."""
+    """What the driver checks of a task's result before merging its partials."""
     return (r.index, r.lines, r.error, r.error_kind, r.input_rows, r.unseen)
 
 
@@ -309,50 +362,6 @@ def raise_first_error(
             if missing:
                 listed = ", ".join(repr(c) for c in sorted(missing))
                 raise JobFailure(f"column(s) {listed} occur in no line of the JSON-lines input", "input_data")
-
-
-def _blob_tasks(sc: Any, args: argparse.Namespace, partials: Partials) -> tuple[Any, int]:
-    from azure.core.exceptions import ResourceNotFoundError
-
-    from spark_jobs.aggregate_partials import run_split
-    from spark_jobs.aggregate_splits import csv_header, plan_splits, split_lines
-    from spark_jobs.aggregate_storage import BlobAccess
-
-    conn = os.environ.get(CONNECTION_ENV)
-    access = BlobAccess(connection_string=conn) if conn else BlobAccess(endpoint=args.blob_endpoint or None)
-    if not conn and not args.blob_endpoint:
-        raise JobFailure(f"no storage access: set {CONNECTION_ENV} or pass --blob-endpoint")
-    spec = partials.spec
-    blob = access.service().get_blob_client(spec.container, spec.blob)
-    try:
-        props = blob.get_blob_properties()
-    except ResourceNotFoundError:
-        raise JobFailure(f"input {spec.container}/{spec.blob} does not exist", "input_data") from None
-    size, etag = int(props.size), props.etag
-
-    container, blob_name = spec.container, spec.blob
-
-    def reader(ranges: Any) -> Callable[[int, int], bytes]:
-        def read(offset: int, length: int) -> bytes:
-            data: bytes = ranges.read_range(container, blob_name, offset, length, etag)
-            return data
-
-        return read
-
-    header = b""
-    if spec.format == "csv":
-        if size == 0:
-            raise JobFailure("the input is empty: a CSV input needs a header line", "input_data")
-        header = csv_header(reader(access.ranges()), size)
-    splits = plan_splits(len(header), size, int(args.split_mb * 1024 * 1024), sc.defaultParallelism)
-
-    def task(item: tuple[int, tuple[int, int]]) -> TaskResult:
-        index, (s, e) = item
-        data = split_lines(reader(access.ranges()), size, s, e, first=index == 0)
-        return run_split(partials, index, data, header)
-
-    rdd = sc.parallelize(list(enumerate(splits)), len(splits)).map(task)
-    return rdd, header.count(b"\n") or (1 if header else 0)
 
 
 def _parquet_tasks(spark: Any, args: argparse.Namespace, partials: Partials) -> Any:
@@ -379,23 +388,6 @@ def _access(args: argparse.Namespace) -> Any:
     return BlobAccess(connection_string=conn) if conn else BlobAccess(endpoint=args.blob_endpoint or None)
 
 
-def _hadoop_tasks(sc: Any, url: str, partials: Partials) -> Any:
-    from spark_jobs.aggregate_partials import run_split
-
-    lines_rdd = sc.textFile(url, minPartitions=sc.defaultParallelism)
-    csv = partials.spec.format == "csv"
-    header = (lines_rdd.first() + "\n").encode("utf-8") if csv else b""
-
-    def task(index: int, lines: Iterator[str]) -> Iterator[TaskResult]:
-        items = list(lines)
-        if csv and index == 0:
-            items = items[1:]
-        data = ("\n".join(items) + "\n").encode("utf-8") if items else b""
-        yield run_split(partials, index, data, header)
-
-    return lines_rdd.mapPartitionsWithIndex(task)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 when the result exists (written now or before), 1 on failure."""
     started = time.monotonic()
@@ -408,7 +400,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: Any = None
     try:
         ensure_engine(spark.sparkContext.addPyFile)
+        from spark_jobs.aggregate_native import in_engine, ship
         from spark_jobs.aggregate_storage import BlobAccess, BlobResults, HadoopResults
+
+        build = in_engine()
+        choice = ship(spark.sparkContext.addFile, build, use=args.scanner == "auto")
+        log.info("C scanner for the executors: %s", build[0] if build and choice.use else "none")
 
         if args.results_url:
             results = HadoopResults(spark, args.results_url)
@@ -420,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else BlobAccess(endpoint=args.blob_endpoint or None)
             )
             results = BlobResults(access, args.results)
-        run(spark, args, started, results)
+        run(spark, args, started, results, choice)
         log.info("finished in %.1f s", time.monotonic() - started)
         return 0
     except Exception as exc:

@@ -124,6 +124,12 @@ class TaskResult:
     error_kind: str = "input_data"
     unseen: tuple[str, ...] = ()
     """JSON lines: needed columns absent from every line of this split."""
+    quotes: int = 0
+    """CSV: the quotes in the split's range (Blob SDK mode) or lines (Hadoop mode)."""
+    inside: bool = False
+    """CSV (Blob SDK mode): whether the split was taken to start inside a quoted value."""
+    scanner: str = ""
+    """What the task's process parses with: the C scanner (which build, from where) or the Python path."""
 
 
 _UNSEEN = re.compile(r"column\(s\) (.+) occur in no line of the JSON-lines input")
@@ -163,6 +169,15 @@ def run_split(partials: Partials, index: int, data: bytes, header: bytes) -> Tas
     result.input_rows = out.input_rows
     result.vectors = list(partials.vectors(out.rows))
     return result
+
+
+def merge_results(results: Iterable[TaskResult]) -> dict[Key, Vector]:
+    """Every task's partial vectors merged by group key (on the driver)."""
+    merged: dict[Key, Vector] = {}
+    for result in results:
+        for key, vec in result.vectors:
+            merged[key] = merge(merged[key], vec) if key in merged else vec
+    return merged
 
 
 def _drop_filler(partials: Partials, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,5 +1,12 @@
 """Byte-range splits of the aggregate job's input (spark_jobs/aggregate_job.py, Blob SDK mode):
-ranges planned over the blob, and each split's whole lines (Hadoop's line-record rule).
+ranges planned over the blob, and each split's whole lines (Hadoop's line-record rule; JSON lines)
+or whole records (CSV, whose quoted values may hold line breaks).
+
+CSV: a split's first record starts after the first line break outside quotes, which depends on
+whether the split starts inside a quoted value. A task cannot know (that takes every quote before
+it), so it guesses from its first quotes (`starts_inside`: a quote where a reading puts it out of
+place rules that reading out) and counts the quotes of its range; the driver then knows every
+split's true start (`wrong_starts`, the quotes before it) and runs again the few it guessed wrong.
 
 Shipped to the cluster in the engine zip (`JOB_MODULES`); standard library only.
 """
@@ -51,6 +58,96 @@ def split_lines(read: Callable[[int, int], bytes], size: int, s: int, e: int, fi
         data += read(s + len(data), min(chunk, size - s - len(data)))
         stop = data.find(b"\n", max(rel_e, begin))
     return data[begin : stop + 1] if stop >= 0 else data[begin:]
+
+
+QUOTE = 34
+SEPARATORS = (b",", b"\n", b"\r")
+"""What may stand before an opening quote and after a closing one (or the data's edge)."""
+GUESS_BYTES = 64 * 1024
+"""The bytes of a split's start whose quotes say whether it starts inside a quoted value."""
+
+
+def starts_inside(data: bytes, limit: int = GUESS_BYTES) -> bool:
+    """Whether `data` (a split's first bytes) starts inside a quoted value: True only where
+    reading it as outside puts a quote out of place and reading it as inside does not."""
+    return not _consistent(data, False, limit) and _consistent(data, True, limit)
+
+
+def _consistent(data: bytes, inside: bool, limit: int) -> bool:
+    """Whether every quote run in data[:limit] is in place if data[0] is (or not) inside a quoted value."""
+    pos = data.find(b'"', 0, limit)
+    while pos >= 0:
+        end = pos
+        while end < len(data) and data[end] == QUOTE:
+            end += 1
+        odd = (end - pos) % 2 == 1
+        after = data[end : end + 1]
+        if not inside:
+            if pos > 0 and data[pos - 1 : pos] not in SEPARATORS:
+                return False  # an opening quote inside a field
+            inside = odd
+            if not odd and after and after not in SEPARATORS:
+                return False  # an empty quoted value followed by more of its field
+        elif odd:
+            if after and after not in SEPARATORS:
+                return False  # a closing quote followed by more of its field
+            inside = False
+        pos = data.find(b'"', end, limit)
+    return True
+
+
+def split_records(
+    read: Callable[[int, int], bytes], size: int, s: int, e: int, first: bool, inside: bool | None = None
+) -> tuple[bytes, int, bool]:
+    """The whole CSV records of split [s, e): a record belongs to the split holding the line break
+    (outside quotes) before it. `inside`: whether s is inside a quoted value (None: guessed).
+
+    Returns (the records, the quotes in [s, e), the `inside` taken)."""
+    if s >= size:
+        return b"", 0, False
+    data = read(s, min(size, e + OVERHANG) - s)
+    quotes = data.count(b'"', 0, e - s)
+    if first:
+        inside, begin = False, 0
+    else:
+        if inside is None:
+            inside = starts_inside(data)
+        data, nl = _next_break(read, size, s, data, 0, inside)
+        if nl < 0 or s + nl >= e:
+            return b"", quotes, inside
+        begin = nl + 1
+    rel_e = max(e - s, begin)
+    data, stop = _next_break(read, size, s, data, rel_e, data.count(b'"', begin, rel_e) % 2 == 1)
+    return (data[begin : stop + 1] if stop >= 0 else data[begin:]), quotes, inside
+
+
+def _next_break(
+    read: Callable[[int, int], bytes], size: int, s: int, data: bytes, pos: int, inside: bool
+) -> tuple[bytes, int]:
+    """(data, read further if needed; the first line break at or after pos outside quotes, or -1),
+    `inside` saying whether pos is inside a quoted value."""
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            if s + len(data) >= size:
+                return data, -1
+            data += read(s + len(data), min(max(OVERHANG, len(data) // 4), size - s - len(data)))
+            continue
+        inside ^= data.count(b'"', pos, nl) % 2 == 1
+        if not inside:
+            return data, nl
+        pos = nl + 1
+
+
+def wrong_starts(splits: list[tuple[int, int, bool]]) -> list[tuple[int, bool]]:
+    """(index, true `inside`) of the splits whose start was taken wrongly, from each split's
+    (index, quotes in its range, `inside` taken), in input order."""
+    wrong, inside = [], False
+    for index, quotes, taken in splits:
+        if taken != inside:
+            wrong.append((index, inside))
+        inside ^= quotes % 2 == 1
+    return wrong
 
 
 def csv_header(read: Callable[[int, int], bytes], size: int) -> bytes:

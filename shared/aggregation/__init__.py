@@ -28,8 +28,8 @@ How the engine stays fast and bounded:
   numbers (correctly rounded) and reduces the block's rows in a hash table to partial
   aggregates per group (rows, non-null count, sum, min, max). It answers only when it is sure
   to give what the Python path gives (`NativeArgs`); anything else goes to the Python path.
-- The Python path (also the whole engine where the scanner is not built, e.g. the engine zip on
-  Spark executors): CSV blocks parsed by pyarrow's `read_csv` as a single chunk (only the needed
+- The Python path (also the whole engine where the scanner is not built or cannot load, e.g.
+  Spark executors without a build for their platform): CSV blocks parsed by pyarrow's `read_csv` as a single chunk (only the needed
   columns; numeric-only columns straight to float64), JSON lines by pyarrow's JSON reader with an
   explicit schema (`JsonParser`), and what that cannot answer exactly as Python's `json` would
   (a float group key, mixed types, an object, a bad value...) by the exact path, line by line,

@@ -13,7 +13,7 @@ from shared.aggregation.plan import JsonPartial, Plan
 
 try:
     import aggkernel as _aggkernel  # the C scanner in native/ (built by pip from source)
-except ImportError:  # not built here (e.g. the engine zip on Spark executors): pyarrow does it all
+except ImportError:  # not built here (or refused on a Spark executor: spark_jobs/aggregate_native.py)
     _aggkernel = None
 
 kernel: Any = _aggkernel

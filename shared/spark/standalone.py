@@ -135,6 +135,8 @@ class StandaloneBackend:
             "spark.pyspark.python": self.python,
             "spark.pyspark.driver.python": self.python,
             "spark.submit.pyFiles": ",".join(job.py_files),
+            # REST submissions skip spark-submit, which would ship pyFiles to the executors.
+            **({"spark.files": ",".join(job.py_files)} if job.py_files else {}),
             **dict(job.conf),
         }
         return {

@@ -18,6 +18,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -456,6 +457,24 @@ def test_standalone_copies_to_a_local_path(tools: Path, tmp_path: Path) -> None:
         assert (dest.parent / "aggregate_engine.zip").read_bytes() == engine.read_bytes()
         assert f"# SPARK_JOB_FILE={dest}" in result.stdout
         assert f"# SPARK_PY_FILES={dest.parent / 'aggregate_engine.zip'}" in result.stdout
+
+
+def test_native_wheel_puts_the_scanner_into_the_engine_zip_it_builds(tools: Path, tmp_path: Path) -> None:
+    wheel = tmp_path / "aggkernel-1.0.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("aggkernel.cpython-311-x86_64-linux-gnu.so", b"\x7fELF built for the cluster")
+    dest = tmp_path / "cluster" / "aggregate_job.py"
+    args = ["--backend", "standalone", "--dest", str(dest), "--native-wheel", str(wheel)]
+    result = run(SPARK, [*args, "--python", sys.executable], tools, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with zipfile.ZipFile(dest.parent / "aggregate_engine.zip") as zf:
+        assert zf.read("spark_jobs/native/aggkernel.so") == b"\x7fELF built for the cluster"
+    for extra, message in [
+        (["--no-engine"], "not with --no-engine"),
+        (["--engine-zip", "e.zip"], "not with --engine-zip"),
+    ]:
+        refused = run(SPARK, [*args, *extra, "--dry-run"], tools, tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr
 
 
 def test_livy_upload_retries_while_the_role_propagates(tools: Path, tmp_path: Path) -> None:

@@ -45,23 +45,30 @@ def simulate(
     def read(offset: int, length: int) -> bytes:
         return data[offset : offset + length]
 
-    header = aggregate_splits.csv_header(read, len(data)) if spec.format == "csv" else b""
+    csv = spec.format == "csv"
+    header = aggregate_splits.csv_header(read, len(data)) if csv else b""
     splits = aggregate_splits.plan_splits(len(header), len(data), split_bytes, min_splits)
-    results = [
-        aggregate_partials.run_split(
-            partials, i, aggregate_splits.split_lines(read, len(data), s, e, i == 0), header
-        )
-        for i, (s, e) in enumerate(splits)
-    ]
+
+    def task(i: int, inside: bool | None) -> aggregate_partials.TaskResult:
+        s, e = splits[i]
+        quotes, taken = 0, False
+        if csv:
+            part, quotes, taken = aggregate_splits.split_records(read, len(data), s, e, i == 0, inside)
+        else:
+            part = aggregate_splits.split_lines(read, len(data), s, e, i == 0)
+        result = aggregate_partials.run_split(partials, i, part, header)
+        result.quotes, result.inside = quotes, taken
+        return result
+
+    results = [task(i, None) for i in range(len(splits))]
+    for i, inside in aggregate_splits.wrong_starts([(r.index, r.quotes, r.inside) for r in results]):
+        results[i] = task(i, inside)
     metas = sorted(job.task_meta(r) for r in results)
     try:
         job.raise_first_error(metas, header.count(b"\n"), spec.format)
     except job.JobFailure as exc:
         raise InputDataError(str(exc)) from None
-    merged: dict[Any, Any] = {}
-    for r in results:
-        for key, vec in r.vectors:
-            merged[key] = aggregate_partials.merge(merged[key], vec) if key in merged else vec
+    merged = aggregate_partials.merge_results(results)
     return partials.finish(merged.items()), sum(m[4] for m in metas)
 
 
@@ -191,6 +198,92 @@ def test_splits_partition_the_lines_exactly(seed: int) -> None:
     assert all(p.endswith(b"\n") for p in non_empty[:-1])  # only the part at the end of the data may not
 
 
+def quoted_csv(rows: int, seed: int) -> bytes:
+    """CSV whose quoted values hold line breaks (\\n and \\r\\n), separators and escaped quotes."""
+    rnd = random.Random(seed)
+    texts = ["plain", "a,b", 'say ""hi""', "two\nlines", "three\r\nlines\nhere", "", ",\n,", '""']
+    out = ["k,note,v\n"]
+    for i in range(rows):
+        key = f'"g{i % 5}\n{i % 3}"' if rnd.random() < 0.3 else f"g{i % 5}"
+        out.append(f'{key},"{rnd.choice(texts)}",{rnd.randint(-50, 50) * 0.25}\n')
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_quoted_line_breaks_across_split_starts_equal_inline(seed: int) -> None:
+    data = quoted_csv(400, seed)
+    payload = {"input": "data/q.csv", "format": "csv", "group_by": ["k"],
+               "metrics": [{"op": "count"}, {"op": "sum", "column": "v"}, {"op": "count", "column": "note"}]}  # fmt: skip
+    want = inline(data, payload)
+    for split_bytes in (7, 31, 97, 1000):
+        rows, input_rows = simulate(data, payload, split_bytes)
+        assert input_rows == want.input_rows
+        assert_rows_equal(rows, want.rows)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_split_records_with_the_true_starts_partition_the_records(seed: int) -> None:
+    data = quoted_csv(60, seed)
+
+    def read(offset: int, length: int) -> bytes:
+        return data[offset : offset + length]
+
+    header = aggregate_splits.csv_header(read, len(data))
+    splits = aggregate_splits.plan_splits(len(header), len(data), random.Random(seed).randint(3, 80), 2)
+    taken = [aggregate_splits.split_records(read, len(data), s, e, i == 0) for i, (s, e) in enumerate(splits)]
+    parts = [t[0] for t in taken]
+    for i, inside in aggregate_splits.wrong_starts([(i, t[1], t[2]) for i, t in enumerate(taken)]):
+        s, e = splits[i]
+        parts[i] = aggregate_splits.split_records(read, len(data), s, e, False, inside)[0]
+    assert b"".join(parts) == data[len(header) :]
+    assert all(p.count(b'"') % 2 == 0 for p in parts)  # whole records: no quoted value cut
+
+
+@pytest.mark.parametrize(
+    ("start", "inside"),
+    [(b"abc,def\n", False), (b'x",1\n', True), (b'a,"b\nc",1', False), (b'\nc",1\n"', True), (b"", False)],
+)
+def test_a_split_start_inside_a_quoted_value_is_told_by_its_first_quotes(start: bytes, inside: bool) -> None:
+    assert aggregate_splits.starts_inside(start) is inside
+
+
+class FakeLines:
+    """`sc.textFile`'s RDD over set partitions (lists of lines), enough for `hadoop_tasks`."""
+
+    def __init__(self, parts: list[list[str]]) -> None:
+        self.parts = parts
+        self.defaultParallelism = len(parts)
+
+    def textFile(self, url: str, minPartitions: int) -> FakeLines:
+        return self
+
+    def first(self) -> str:
+        return self.parts[0][0]
+
+    def mapPartitionsWithIndex(self, f: Any) -> FakeLines:
+        self.results = [r for i, part in enumerate(self.parts) for r in f(i, iter(part))]
+        return self
+
+    def collect(self) -> list[Any]:
+        return self.results
+
+
+def test_hadoop_mode_reads_a_quoted_line_break_inside_a_split_and_refuses_one_across_splits() -> None:
+    from spark_jobs.aggregate_native import ScannerChoice
+    from spark_jobs.aggregate_text import HADOOP_QUOTED_BREAK, hadoop_tasks
+
+    payload = {"input": "data/q.csv", "format": "csv", "group_by": ["k"], "metrics": [{"op": "count"}]}
+    partials = aggregate_partials.Partials.of(job.spec_from_payload(payload))
+    inside = FakeLines([["k,v", 'a,"x', 'y"', "b,1"], ["a,2"]])
+    tasks = hadoop_tasks(inside, "file:///q.csv", partials, ScannerChoice())
+    rows = partials.finish(aggregate_partials.merge_results(tasks).items())
+    assert rows == [{"k": "a", "count": 2}, {"k": "b", "count": 1}]
+    across = FakeLines([["k,v", 'a,"x'], ['y"', "b,1"]])
+    with pytest.raises(InputDataError, match="quoted line breaks are read on Spark in Blob SDK mode only"):
+        hadoop_tasks(across, "file:///q.csv", partials, ScannerChoice())
+    assert "across a split of the Hadoop connector" in HADOOP_QUOTED_BREAK
+
+
 def test_plan_splits_covers_the_range() -> None:
     splits = aggregate_splits.plan_splits(10, 1000, 100, 4)
     assert splits[0][0] == 10 and splits[-1][1] == 1000
@@ -250,6 +343,25 @@ def test_engine_zip_is_importable_on_its_own(tmp_path: Path) -> None:
         [sys.executable, "-I", "-c", code, str(dest)], capture_output=True, text=True, cwd=tmp_path
     )
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_scanner_in_the_engine_zip_is_found_by_the_driver(tmp_path: Path) -> None:
+    dest = job.build_engine_zip(
+        REPO_ROOT, tmp_path / "engine.zip", ("aggkernel.cpython-311-x.so", b"\x7fELF")
+    )
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from spark_jobs.aggregate_native import in_engine; "
+        "print(in_engine())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(dest)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.strip() == "('aggkernel.cpython-311-x.so', b'\\x7fELF')", out.stderr
+    bare = job.build_engine_zip(REPO_ROOT, tmp_path / "bare.zip")
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(bare)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.stdout.strip() == "None", out.stderr
 
 
 def test_tiny_splits_equal_inline() -> None:

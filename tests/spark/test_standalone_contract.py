@@ -79,6 +79,7 @@ def test_http_app_resource_uses_the_bare_file_name(master: FakeStandalone) -> No
     assert body["appResource"] == "http://files/aggregate_job.py"
     assert body["appArgs"][:2] == ["aggregate_job.py", "http://files/e.zip"]
     assert body["sparkProperties"]["spark.submit.pyFiles"] == "http://files/e.zip"
+    assert body["sparkProperties"]["spark.files"] == "http://files/e.zip"  # the executors' copy
 
 
 @pytest.mark.parametrize(
