@@ -67,7 +67,7 @@ same error; `tests/fuzz/differential.py` checks it):
 
 from __future__ import annotations
 
-from shared.aggregation.engine import aggregate_stream, aggregate_table
+from shared.aggregation.engine import aggregate_rows, aggregate_stream, aggregate_table
 from shared.aggregation.native import NATIVE
 from shared.aggregation.options import DEFAULT_BLOCK_SIZE, DEFAULT_OPTIONS, EngineOptions
 from shared.aggregation.payload import parse_aggregate_payload
@@ -108,6 +108,7 @@ __all__ = [
     "MetricSpec",
     "Op",
     "TooManyGroups",
+    "aggregate_rows",
     "aggregate_stream",
     "aggregate_table",
     "parse_aggregate_payload",
