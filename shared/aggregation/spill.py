@@ -2,7 +2,9 @@
 (`SpillingAccumulator`): a result written as data (Parquet, CSV) of any number of groups, in
 memory bounded by the bound, not by the groups.
 
-- Until `spill_rows` groups are held it is the in-memory `Accumulator` (most inputs never spill).
+- It is the in-memory `Accumulator`, folding at most twice `spill_rows` rows at a time, until it
+  holds more than half of `spill_rows` groups (or one block has more than `spill_rows`): a result
+  of up to half of `spill_rows` groups never spills.
 - Past them, the groups held are sorted by key and written as a run: an Arrow IPC file of record
   batches of `RUN_BATCH_ROWS` rows; each batch's first key stays in memory (`Run.firsts`).
 - When `MAX_RUNS` runs are written they are merged into one, a key range at a time (ranges cut at
@@ -31,8 +33,9 @@ from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import MetricSpec, TooManyGroups
 
 SPILL_ROWS: Final = 32_768
-"""Groups held in memory (~100 bytes each with two keys) before they are written as a run: Arrow's
-group-by takes 3-4x its input, more than linearly (131,072 rows of two keys: 47 MB; 65,536: 16 MB)."""
+"""Rows of partial aggregates (~100 bytes each with two keys) folded in memory at a time, at most
+twice this: Arrow's group-by takes 3-4x its input, more than linearly (131,072 rows of two keys:
+47 MB; 65,536: 16 MB). Past half of it in groups, they are written as a run."""
 RUN_BATCH_ROWS: Final = 2_048
 """Rows of a run read back at a time; each batch's first key places it."""
 RANGE_ROWS: Final = 16_384
