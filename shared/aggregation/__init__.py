@@ -7,9 +7,11 @@ payload parser, one semantics and one result document.
 - `spec`: what a job asks for (`AggregateSpec`, `MetricSpec`) and which partial aggregates each
   metric needs (`partials_by_column`, for the inline engine and Spark); `payload`: the payload's validation into a spec; `output`: the payload's `output` (json,
   parquet, csv); `result`: the result document; `result_data`: a result as Parquet or CSV, in batches.
-- `engine`: the public functions (`aggregate_stream`, `aggregate_table`); `options`: the tuning
+- `engine`: the public functions (`aggregate_stream`, `aggregate_table`, `aggregate_rows`); `options`: the tuning
   (`EngineOptions`, passed in; its defaults are the shipped values).
-- `plan`: the columns read and the partial aggregation; `number_parsing`: strings to numbers.
+- `plan`: the columns read and the partial aggregation; `number_parsing`: strings to numbers;
+  `spill`: a data output's groups past a bound spilled to sorted runs on local disk and merged a
+  key range at a time (`aggregate_rows`), so its memory does not grow with its groups.
 - `blocks`: the stream cut into blocks of whole records; `csv_path`, `csv_check`: CSV;
   `jsonl_path`, `jsonl_exact`: JSON lines; `native`: the bridge to the C scanner;
   `parquet_path`: Parquet, read by spans (the footer, then the needed column chunks of each row
@@ -67,7 +69,7 @@ same error; `tests/fuzz/differential.py` checks it):
 
 from __future__ import annotations
 
-from shared.aggregation.engine import aggregate_stream, aggregate_table
+from shared.aggregation.engine import aggregate_rows, aggregate_stream, aggregate_table
 from shared.aggregation.native import NATIVE
 from shared.aggregation.options import DEFAULT_BLOCK_SIZE, DEFAULT_OPTIONS, EngineOptions
 from shared.aggregation.payload import parse_aggregate_payload
@@ -108,6 +110,7 @@ __all__ = [
     "MetricSpec",
     "Op",
     "TooManyGroups",
+    "aggregate_rows",
     "aggregate_stream",
     "aggregate_table",
     "parse_aggregate_payload",

@@ -8,7 +8,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import pyarrow as pa
 
-from shared.aggregation.options import DEFAULT_BLOCK_SIZE, KEPT_BUFFERS
+from shared.aggregation.options import DEFAULT_BLOCK_SIZE, KEPT_BUFFERS, MANY_GROUPS, NARROW_BLOCK_SIZE
 from shared.aggregation.spec import ByteStream
 from shared.blobio.buffers import pool_for
 from shared.core.errors import InputDataError
@@ -72,6 +72,10 @@ class Splitter:
         """In place, a buffer of up to WHOLE_BUFFER_BLOCKS block sizes is one block: set where the
         C scanner parses the blocks (the Python path's memory grows with its blocks); the copying
         splitter keeps its block size either way."""
+        self.wide: tuple[int, bool] | None = None
+        """The block size and `whole_buffers` before `fit` first changed them."""
+        self.narrowed = False
+        """Blocks are cut narrow (`fit`)."""
         self._open()
 
     @staticmethod
@@ -99,11 +103,30 @@ class Splitter:
     def close(self) -> None:
         """No block is read any more."""
 
+    def fit(self, groups: int, block_bytes: int) -> None:
+        """Block sizes fitted to the groups a block of `block_bytes` held (in place only: a
+        copying splitter keeps its buffers' size): past MANY_GROUPS, blocks of at most
+        NARROW_BLOCK_SIZE from the next cut on, never a whole buffer; back to the splitter's own
+        sizes once a block of those would hold fewer (`narrow_blocks`)."""
+
+    def start_narrow(self) -> None:
+        """Blocks cut narrow from the start, as `fit` cuts them past MANY_GROUPS (a result written as
+        data: its groups may be many, and the first blocks are read before any is counted)."""
+
     def _too_long(self, what: str) -> InputDataError:
         return InputDataError(
             f"{what} at byte {self.offset} is longer than {self.max_record_bytes // 2**20} MiB "
             "(or the input has no line breaks)"
         )
+
+
+def narrow_blocks(groups: int, block_bytes: int, widest: int, narrowed: bool) -> bool:
+    """Whether the blocks after one of `block_bytes` bytes that held `groups` groups are narrow
+    (pure): wide ones narrowed past MANY_GROUPS; narrow ones widened again only where a block of
+    `widest` bytes would hold no more, at the same groups per byte."""
+    if not narrowed:
+        return groups > MANY_GROUPS
+    return groups * widest > MANY_GROUPS * max(block_bytes, 1)
 
 
 class CopyingSplitter(Splitter):
@@ -294,8 +317,10 @@ class InPlaceSplitter(Splitter):
                     self.carry = window  # the input ends within this record
                 continue
             buf, lo, hi = current
-            whole = WHOLE_BUFFER_BLOCKS * self.size if self.whole_buffers else self.size + self.size // 2 - 1
             while lo < hi:  # each cut starts where the last ended: every byte is looked at once
+                whole = (
+                    WHOLE_BUFFER_BLOCKS * self.size if self.whole_buffers else self.size + self.size // 2 - 1
+                )
                 end = 0
                 if hi - lo > whole:  # else the rest is one block
                     end = self.cut(buf, lo, lo + self.size)
@@ -309,6 +334,24 @@ class InPlaceSplitter(Splitter):
             if lo < hi:  # a record that ends in a later buffer (or the input's last one)
                 self.carry = bytearray(memoryview(buf)[lo:hi])
             self._done(buf)
+
+    def fit(self, groups: int, block_bytes: int) -> None:
+        size, whole = self._wide_sizes()
+        widest = WHOLE_BUFFER_BLOCKS * size if whole else size
+        self._cut_narrow(narrow_blocks(groups, block_bytes, widest, self.narrowed))
+
+    def start_narrow(self) -> None:
+        self._cut_narrow(True)
+
+    def _wide_sizes(self) -> tuple[int, bool]:
+        if self.wide is None:
+            self.wide = (self.size, self.whole_buffers)
+        return self.wide
+
+    def _cut_narrow(self, narrow: bool) -> None:
+        size, whole = self._wide_sizes()
+        self.narrowed = narrow
+        self.size, self.whole_buffers = (min(size, NARROW_BLOCK_SIZE), False) if narrow else (size, whole)
 
     def release(self, buf: bytearray) -> None:
         ref = self.refs.get(id(buf))

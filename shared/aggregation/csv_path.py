@@ -17,7 +17,11 @@ from shared.aggregation.blocks import Block, InPlaceSplitter, Replay, Splitter, 
 from shared.aggregation.csv_check import CsvChecker, quotes_in_place
 from shared.aggregation.native import NativeArgs, kernel
 from shared.aggregation.number_parsing import BadNumber, to_float
-from shared.aggregation.options import IN_FLIGHT_EXTRA, MAX_CSV_COLUMNS, EngineOptions
+from shared.aggregation.options import (
+    IN_FLIGHT_EXTRA,
+    MAX_CSV_COLUMNS,
+    EngineOptions,
+)
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import ByteStream
 from shared.core.errors import InputDataError
@@ -69,6 +73,8 @@ def csv_partials(
     splitter = Splitter.over(stream, options.block_size, record_cut, "a CSV record", options.max_record_bytes)
     parser = CsvParser(_read_header(splitter), plan, null_values, options.native)
     splitter.whole_buffers = parser.native is not None
+    if options.fit_blocks:
+        splitter.start_narrow()
     speculate = origin is not None and parser.native is not None and options.speculative_cuts
     if speculate:
         splitter.cut = line_cut
@@ -90,6 +96,8 @@ def csv_partials(
         pending.popleft()
         lines_read += lines
         splitter.release(block.buf)
+        if options.fit_blocks:
+            splitter.fit(partial.num_rows, block.end - block.start)
         return partial, rows
 
     def partials() -> Generator[tuple[pa.Table, int], None, None]:
@@ -165,6 +173,7 @@ def cut_again(
         again = Splitter.over(stream, size, record_cut, what, most)
     again.offset, again.header_lines = offset, splitter.header_lines
     again.whole_buffers = splitter.whole_buffers
+    again.wide, again.narrowed = splitter.wide, splitter.narrowed
     return again
 
 

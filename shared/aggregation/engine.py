@@ -4,8 +4,9 @@ a Parquet file read by spans (`shared.aggregation.parquet_path`)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 
@@ -16,6 +17,7 @@ from shared.aggregation.options import DEFAULT_OPTIONS, JSONL_BLOCK_SIZE, Engine
 from shared.aggregation.parquet_path import SpanSource, as_source, parquet_partials
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import AggregateResult, AggregateSpec, ByteStream
+from shared.aggregation.spill import DEFAULT_LIMITS, ResultRows, SpillingAccumulator, SpillLimits
 
 
 def aggregate_stream(
@@ -56,27 +58,57 @@ def aggregate_table(
     Parquet (`spec.format`): `stream` is a `SpanSource` (the blob reader's `SpanReader`) or a
     seekable stream; only the footer and the needed column chunks are read (of `row_groups`
     only, when given: a Spark task's share)."""
+    acc = Accumulator(Plan.of(spec), max_groups, options.combine_rows)
+    _feed(acc, stream, spec, options, row_groups)
+    return acc.result_table(spec.metrics), acc.input_rows
+
+
+def aggregate_rows(
+    stream: ByteStream | SpanSource,
+    spec: AggregateSpec,
+    *,
+    max_groups: int | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
+    limits: SpillLimits = DEFAULT_LIMITS,
+) -> ResultRows:
+    """`aggregate_table`'s rows for a result written as data: past `limits.spill_rows` groups
+    they go to sorted runs on local disk, merged a key range at a time, and are read back a
+    batch at a time (`shared.aggregation.spill`), so memory stays bounded whatever the groups.
+    Close the answer to remove its files."""
+    acc = SpillingAccumulator(Plan.of(spec), max_groups, options.combine_rows, limits)
+    try:
+        _feed(acc, stream, spec, replace(options, fit_blocks=True))
+        return acc.finish(spec.metrics)
+    finally:
+        acc.close()
+
+
+class _Partials(Protocol):
+    def add_partial(self, partial: pa.Table, input_rows: int) -> None: ...
+
+
+def _feed(
+    acc: _Partials,
+    stream: ByteStream | SpanSource,
+    spec: AggregateSpec,
+    options: EngineOptions,
+    row_groups: Sequence[int] | None = None,
+) -> None:
+    """Every block's partial aggregates handed to `acc`, in input order."""
     plan = Plan.of(spec)
-    acc = Accumulator(plan, max_groups, options.combine_rows)
+    partials: Generator[tuple[pa.Table, int], None, None]
     if spec.format == "parquet":
         partials = parquet_partials(as_source(stream), plan, row_groups=row_groups)
-        with contextlib.closing(partials):
-            for partial, rows in partials:
-                acc.add_partial(partial, rows)
     elif spec.format == "csv":
         partials = csv_partials(_stream(stream), plan, spec.null_values, options)
-        with contextlib.closing(partials):
-            for partial, rows in partials:
-                acc.add_partial(partial, rows)
     else:
         block_size = options.block_size
         scanner = NativeArgs.jsonl(plan, spec.null_values, options.native)
         jsonl_block = block_size if scanner else min(block_size, JSONL_BLOCK_SIZE)
         partials = jsonl_partials(_stream(stream), plan, spec.null_values, options, jsonl_block)
-        with contextlib.closing(partials):
-            for partial, rows in partials:
-                acc.add_partial(partial, rows)
-    return acc.result_table(spec.metrics), acc.input_rows
+    with contextlib.closing(partials):
+        for partial, rows in partials:
+            acc.add_partial(partial, rows)
 
 
 def _stream(stream: ByteStream | SpanSource) -> ByteStream:

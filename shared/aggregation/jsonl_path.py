@@ -48,6 +48,8 @@ def jsonl_partials(
     splitter = Splitter.over(stream, block_size, _line_cut, "a JSON line", options.max_record_bytes)
     parser = JsonParser(plan, null_values, options.native, options.jsonl_pyarrow)
     splitter.whole_buffers = parser.native is not None
+    if options.fit_blocks:
+        splitter.start_narrow()
     workers = max(1, options.parse_workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jsonl-parse")
     pending: deque[_Pending] = deque()
@@ -76,6 +78,8 @@ def jsonl_partials(
         assert breaks is not None  # counted, or answered by the scanner (which counts)
         line += breaks
         splitter.release(entry.block.buf)
+        if options.fit_blocks:
+            splitter.fit(done.partial.num_rows, entry.block.end - entry.block.start)
         unseen.difference_update(done.seen)
         records += done.rows
         return done.partial, done.rows

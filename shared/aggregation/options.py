@@ -32,6 +32,14 @@ MAX_JSON_DEPTH: Final = 64
 refused before any parser sees it (pyarrow's JSON reader and Python's `json` recurse: ~60,000
 levels overflow the thread's stack, ~1,000 raise RecursionError). The C scanner keeps the same
 bound (JSON_MAX_DEPTH) and hands deeper lines to the Python path, whose check names the line."""
+MANY_GROUPS: Final = 16_384
+"""Groups in one block's partial aggregates past which the blocks after it are narrowed to
+NARROW_BLOCK_SIZE (read in place, `Splitter.fit`, with `EngineOptions.fit_blocks`): the scanner's
+hash table and its answer grow with a block's groups (an 8 MiB block of distinct keys: ~50 MB on
+each parse thread)."""
+NARROW_BLOCK_SIZE: Final = 1024 * 1024
+"""Bytes of a block once blocks hold MANY_GROUPS groups: 1 MiB was as fast as 4 and 8 MiB on
+distinct keys, and the engine's peak over the blob reader ~60 MB lower."""
 COMBINE_ROWS: Final = 262_144
 """Partial aggregate rows held before they are combined (more when there are many groups)."""
 
@@ -65,6 +73,11 @@ class EngineOptions:
     """CSV blocks of a seekable input read by the scanner are cut at their last line break, the
     quotes before it counted only when the scanner declines the block (`csv_path.line_cut`);
     False: every cut counts them (`csv_path.record_cut`)."""
+    fit_blocks: bool = False
+    """Blocks read in place are fitted to their groups (`Splitter.fit`): NARROW_BLOCK_SIZE from the
+    start, the reader's whole buffers again while they hold few groups. Set for a result written
+    as data, whose groups may be many (`aggregate_rows`); the JSON document's runs keep the
+    shipped block sizes."""
     jsonl_pyarrow: bool = True
     """JSON-lines blocks the scanner does not answer go to pyarrow's JSON reader before the exact
     path; False: the exact path (Python's `json`, line by line) alone."""

@@ -132,18 +132,39 @@ class Accumulator:
     def combine(self) -> None:
         """Fold the partials held into one table (called when enough rows are pending, and at the end)."""
         if len(self.partials) > 1:
-            merged = pa.concat_tables(self.partials)
-            aggs: list[tuple[Any, ...]] = [("count_all", "sum")]
-            aggs += [(f"{c}_{f}", combine) for c, f, combine in self.plan.partial]
-            out = merged.group_by(self.key_names, use_threads=False).aggregate(aggs)
-            names = ["count_all_sum", *(f"{c}_{f}_{combine}" for c, f, combine in self.plan.partial)]
-            out = out.select(names + self.key_names)
-            final_names = ["count_all", *(f"{c}_{f}" for c, f, _ in self.plan.partial), *self.key_names]
-            self.partials = [out.rename_columns(final_names)]
+            self.partials = [self.combined(pa.concat_tables(self.partials))]
         self.combined_rows = self.partials[0].num_rows if self.partials else 0
         self.pending_rows = self.combined_rows
         if self.max_groups is not None and self.combined_rows > self.max_groups:
             raise TooManyGroups(self.max_groups, self.combined_rows)
+
+    def drain(self) -> pa.Table | None:
+        """The partials held, combined (None if none), leaving none held (`input_rows` kept)."""
+        if not self.partials:
+            return None
+        self.combine()
+        table = self.partials[0]
+        self.partials = []
+        self.pending_rows = self.combined_rows = 0
+        return table
+
+    def combined(self, partials: pa.Table) -> pa.Table:
+        """Partial aggregates (rows of `reduce`'s columns, a group in several rows) folded to one
+        row per group, in the same columns."""
+        aggs: list[tuple[Any, ...]] = [("count_all", "sum")]
+        aggs += [(f"{c}_{f}", combine) for c, f, combine in self.plan.partial]
+        out = partials.group_by(self.key_names, use_threads=False).aggregate(aggs)
+        names = ["count_all_sum", *(f"{c}_{f}_{combine}" for c, f, combine in self.plan.partial)]
+        out = out.select(names + self.key_names)
+        final_names = ["count_all", *(f"{c}_{f}" for c, f, _ in self.plan.partial), *self.key_names]
+        return out.rename_columns(final_names)
+
+    def sorted(self, partials: pa.Table) -> pa.Table:
+        """Rows sorted by the group columns, nulls first (the result's order)."""
+        if not self.key_names:
+            return partials
+        keys = [(k, "ascending", "at_start") for k in self.key_names]
+        return partials.take(pc.sort_indices(partials, sort_keys=keys))
 
     def _final(self) -> pa.Table:
         if not self.partials:
@@ -165,20 +186,24 @@ class Accumulator:
 
     def result_table(self, metrics: Sequence[MetricSpec]) -> pa.Table:
         """The final rows as a table: group columns, then each metric by name; sorted, nulls first."""
-        table = self._final()
-        out: dict[str, pa.Array | pa.ChunkedArray] = {
-            name: table[key] for name, key in zip(self.plan.keys, self.key_names, strict=True)
-        }
-        for metric in metrics:
-            out[metric.name] = self._metric_column(table, metric)
-        result = pa.table(out)
+        result = self.result_columns(self._final(), metrics)
         if self.plan.keys:
             keys = [(k, "ascending", "at_start") for k in self.plan.keys]
             order = pc.sort_indices(result, sort_keys=keys)
             result = result.take(order)
         return result
 
-    def _metric_column(self, table: pa.Table, metric: MetricSpec) -> pa.ChunkedArray:
+    def result_columns(self, table: pa.Table | pa.RecordBatch, metrics: Sequence[MetricSpec]) -> pa.Table:
+        """Combined partial aggregates as result rows (group columns, then each metric by name),
+        in the order given."""
+        out: dict[str, Any] = {
+            name: table[key] for name, key in zip(self.plan.keys, self.key_names, strict=True)
+        }
+        for metric in metrics:
+            out[metric.name] = self._metric_column(table, metric)
+        return pa.table(out)
+
+    def _metric_column(self, table: pa.Table | pa.RecordBatch, metric: MetricSpec) -> Any:
         if metric.column is None:
             return table["count_all"]
         value = f"v{self.plan.values.index(metric.column)}"

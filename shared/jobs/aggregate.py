@@ -27,6 +27,7 @@ from shared.aggregation import (
     AggregateResult,
     AggregateSpec,
     TooManyGroups,
+    aggregate_rows,
     aggregate_table,
     parse_aggregate_payload,
 )
@@ -112,6 +113,13 @@ def open_input(source: BlobClient, spec: AggregateSpec) -> BlobStream | SpanRead
     return open_blob_stream(source)
 
 
+def drop_kept_buffers(stream: BlobStream | SpanReader) -> None:
+    """Free the read buffers a closed stream left for the next input (a result that spilled is
+    written next, and its writers' memory matters more than the next read's first page faults)."""
+    if isinstance(stream, BlobStream):
+        stream.pool.drop()
+
+
 # --- the handler -------------------------------------------------------------------------------
 
 
@@ -142,7 +150,10 @@ class AggregateHandler:
             if engine == "spark":
                 return self.run_spark(ctx, spec, size, "engine" if spec.engine == "spark" else "size")
             try:
-                table, input_rows = aggregate_table(stream, spec, max_groups=settings.max_groups)
+                if spec.output.is_data:  # past a bound, the groups spill to local disk
+                    result_rows = aggregate_rows(stream, spec, max_groups=settings.max_groups)
+                else:
+                    table, input_rows = aggregate_table(stream, spec, max_groups=settings.max_groups)
             except TooManyGroups as exc:
                 if not spark_takes_over(spec, settings):
                     raise too_many_groups(spec, settings, exc) from None
@@ -157,7 +168,10 @@ class AggregateHandler:
             return self.run_spark(ctx, spec, size, "max_groups")
         elapsed = time.monotonic() - started
         if spec.output.is_data:
-            return write_data_result(ctx, spec, table, input_rows, elapsed)
+            with result_rows:
+                if result_rows.spilled is not None:  # many groups: the write's memory, not idle reads'
+                    drop_kept_buffers(stream)
+                return write_data_result(ctx, spec, result_rows, result_rows.input_rows, elapsed)
         container = settings.results_container
         name = aggregate_result.result_blob(ctx.job_id)
         limit = result_limit_bytes(settings.max_groups)

@@ -16,7 +16,8 @@ from azure.storage.blob import BlobClient, ContentSettings
 
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.output import CONTENT_TYPES, data_blob
-from shared.aggregation.result_data import DATA_BATCH_ROWS, write_data
+from shared.aggregation.result_data import DATA_BATCH_ROWS, write_batches, write_data
+from shared.aggregation.spill import ResultRows
 from shared.jobs.base import Completed, JobContext
 from shared.storage.errors import translated
 from shared.storage.staged import BLOCK_BYTES, StagedBlobWriter
@@ -40,21 +41,25 @@ def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
 def write_data_result(
     ctx: JobContext,
     spec: AggregateSpec,
-    table: pa.Table,
+    rows: pa.Table | ResultRows,
     input_rows: int,
     elapsed_s: float,
     *,
     batch_rows: int = DATA_BATCH_ROWS,
     block_bytes: int | None = None,
 ) -> Completed:
-    """Write `table` as `spec.output.format` beside the result document, then the document
-    (blocks of `block_bytes`, default `BLOCK_BYTES`)."""
+    """Write `rows` (a result table, or the engine's `ResultRows`, read a batch at a time) as
+    `spec.output.format` beside the result document, then the document (blocks of `block_bytes`,
+    default `BLOCK_BYTES`)."""
     fmt = spec.output.format
     container = ctx.settings.results_container
     name = data_blob(ctx.job_id, ctx.version, fmt)
     results = ctx.storage.container(container)
     sink = StagedBlobWriter(results.get_blob_client(name), CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
-    written = write_data(table, fmt, sink, batch_rows)
+    if isinstance(rows, ResultRows):
+        written = write_batches(rows.batches(batch_rows), rows.schema, fmt, sink, batch_rows)
+    else:
+        written = write_data(rows, fmt, sink, batch_rows)
     size = sink.commit()
     output: dict[str, Any] = {
         "format": fmt,

@@ -11,6 +11,7 @@ import io
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
@@ -20,8 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from devstack.azurite import Azurite
+from shared.aggregation import engine
+from shared.aggregation.spill import ResultRows, SpillLimits
 from shared.app.runtime import Runtime
 from shared.interfaces import api
+from shared.jobs import aggregate as aggregate_job
 from shared.jobs import aggregate_output
 from shared.pipeline.processing import process_message
 from shared.storage import staged
@@ -153,6 +157,29 @@ def test_a_data_output_is_a_readable_blob_named_by_the_result(rt: Runtime, fmt: 
         rt.storage.container(results).get_blob_client(f"{job_id}.v0.{fmt}").get_block_list("all")
     )
     assert len(committed) > 1 and uncommitted == []  # staged in blocks (16 KiB here)
+
+
+def test_a_result_that_spills_to_disk_is_the_same_blob(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Groups past the spill bound go to sorted runs on local disk (made small here), read back
+    over HTTP; the blob has the same rows, and no run is left behind."""
+    limits = SpillLimits(spill_rows=500, batch_rows=64, range_rows=400, max_runs=4, directory=str(tmp_path))
+    spilled: list[bool] = []
+
+    def small_runs(*args: Any, **kwargs: Any) -> ResultRows:
+        result = engine.aggregate_rows(*args, limits=limits, **kwargs)
+        spilled.append(result.spilled is not None)
+        return result
+
+    monkeypatch.setattr(aggregate_job, "aggregate_rows", small_runs)
+    job_id = run_job(rt, {"id": unique("spill-"), "kind": "aggregate", "payload": payload(rt, "parquet")})
+    status, record = call(api.get_job, "GET", f"/api/jobs/{job_id}", job_id=job_id)
+    assert status == 200 and record["status"] == "completed", record
+    assert spilled == [True] and record["summary"]["groups"] == GROUPS
+    raw = blob_bytes(rt, f"{rt.settings.results_container}/{job_id}.v0.parquet")
+    assert pq.read_table(io.BytesIO(raw)).to_pylist() == expected_rows()
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_retried_write_leaves_one_correct_blob(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
