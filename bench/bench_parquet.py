@@ -10,6 +10,9 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
   same row groups decoded by pyarrow from a local copy, no storage), `reduce` (the decoded
   tables reduced by the engine's group-by), and `inproc` (the engine over the reader: all three
   overlapped, as the job runs them);
+- CPU: the seconds of CPU each contender took (the job: its worker process; Polars and the engine
+  over the reader: this process) and Azurite took serving it, medians of the rounds: on 2 cores
+  shared with Azurite the fastest is the one that needs the least CPU in all;
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
 The files (devstack/parquetgen.py: weather-station rows, 13 typed columns, row groups of 1 Mi
@@ -39,7 +42,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.bench_aggregate import Case  # noqa: E402
-from bench.bench_read import CONTAINER, account, job  # noqa: E402
+from bench.bench_read import CONTAINER, account, job, process_cpu_s, with_cpu  # noqa: E402
 from devstack import parquetgen  # noqa: E402
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
 from devstack.hostproc import HostProcess, host_env  # noqa: E402
@@ -165,19 +168,37 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int) -> dict[str
     runs: dict[str, list[float]] = {}
     data = case.path.read_bytes()  # for the decode figure: read once, untimed
     gets: list[int] = []
+    worker = int(host.stats()["worker"]["pid"])
+    assert az.process is not None
+    azurite_pid = az.process.pid
 
     def the_job() -> None:
+        before, azurite = process_cpu_s(worker), process_cpu_s(azurite_pid)
         e2e, duration = job(case, host, az)
         runs.setdefault("job_e2e_s", []).append(e2e)
         runs.setdefault("job_run_s", []).append(duration)
+        runs.setdefault("job_cpu_s", []).append(process_cpu_s(worker) - before)
+        runs.setdefault("job_azurite_cpu_s", []).append(process_cpu_s(azurite_pid) - azurite)
 
     def the_polars() -> None:
-        runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
+        wall, own, azurite, _busy = with_cpu(lambda: polars_az(case, acct), az)
+        runs.setdefault("polars_az_s", []).append(wall)
+        runs.setdefault("polars_cpu_s", []).append(own)
+        runs.setdefault("polars_azurite_cpu_s", []).append(azurite)
 
     def in_process() -> None:
-        seconds, requests = inproc(case, az)
-        gets.append(requests)
+        requests: list[int] = []
+
+        def timed() -> float:
+            seconds, count = inproc(case, az)
+            requests.append(count)
+            return seconds
+
+        seconds, own, azurite, _busy = with_cpu(timed, az)
+        gets.append(requests[0])
         runs.setdefault("inproc_s", []).append(seconds)
+        runs.setdefault("inproc_cpu_s", []).append(own)
+        runs.setdefault("inproc_azurite_cpu_s", []).append(azurite)
         for name, value in parts(case, az, data).items():
             runs.setdefault(name, []).append(value)
 
@@ -186,7 +207,11 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int) -> dict[str
         for step in steps[round_ % 3 :] + steps[: round_ % 3]:
             step()
     out: dict[str, Any] = {"load_avg_1m": load, "file_mb": round(case.path.stat().st_size / 1e6, 1)}
-    out |= {k: round(min(v), 3) for k, v in runs.items()}
+    cpu = {k: v for k, v in runs.items() if k.endswith("cpu_s")}
+    out |= {k: round(min(v), 3) for k, v in runs.items() if k not in cpu}
+    out |= {k: round(sorted(v)[len(v) // 2], 3) for k, v in cpu.items()}  # medians
+    for name in ("job", "polars", "inproc"):
+        out[f"{name}_all_cpu_s"] = round(out[f"{name}_cpu_s"] + out[f"{name}_azurite_cpu_s"], 3)
     out["all_job_e2e_s"] = [round(x, 3) for x in runs["job_e2e_s"]]
     out["all_polars_az_s"] = [round(x, 3) for x in runs["polars_az_s"]]
     out["job_vs_polars"] = round(out["polars_az_s"] / out["job_e2e_s"], 2)
@@ -266,6 +291,9 @@ COLUMNS = (
     ("decode", "decode_s"),
     ("reduce", "reduce_s"),
     ("GETs", "gets"),
+    ("job CPU", "job_all_cpu_s"),
+    ("pl CPU", "polars_all_cpu_s"),
+    ("inproc CPU", "inproc_all_cpu_s"),
     ("e2e/polars", "job_vs_polars"),
     ("median", "job_vs_polars_median"),
     ("inproc/pl", "inproc_vs_polars"),
@@ -287,6 +315,8 @@ def print_table(report: dict[str, Any]) -> None:
         "inproc = the engine over the blob reader in this process (inproc/pl: Polars / it); "
         "reads / decode / reduce = the job's three parts one after the other (the needed column "
         "chunks read from Azurite; decoded from memory; grouped): inproc overlaps them; "
+        "job / pl / inproc CPU = CPU seconds of the worker, Polars, the engine here, each plus "
+        "Azurite's serving it, medians (on 2 shared cores the least CPU in all wins); "
         "peak MB = the engine over the reader in a child process (< 300 MB wanted on 1 GB)"
     )
 
