@@ -13,6 +13,8 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
 - CPU: the seconds of CPU each contender took (the job: its worker process; Polars and the engine
   over the reader: this process) and Azurite took serving it, medians of the rounds: on 2 cores
   shared with Azurite the fastest is the one that needs the least CPU in all;
+- requests: what the engine over the reader and Polars ask of Azurite (GETs, their sizes, the
+  most in flight), one untimed run each through a counting proxy (`bench.request_log`);
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
 The files (devstack/parquetgen.py: weather-station rows, 13 typed columns, row groups of 1 Mi
@@ -43,6 +45,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench.bench_aggregate import Case  # noqa: E402
 from bench.bench_read import CONTAINER, account, job, process_cpu_s, with_cpu  # noqa: E402
+from bench.request_log import RequestLog  # noqa: E402
 from devstack import parquetgen  # noqa: E402
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
 from devstack.hostproc import HostProcess, host_env  # noqa: E402
@@ -81,23 +84,23 @@ def polars_az(case: Case, acct: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def spans_reader(case: Case, az: Azurite) -> Any:
+def spans_reader(case: Case, az: Azurite, connection: str | None = None) -> Any:
     from azure.storage.blob import BlobServiceClient
 
     from shared.blobio.reader import reader_for
     from shared.blobio.spans import SpanReader
 
-    service = BlobServiceClient.from_connection_string(az.connection_string)
+    service = BlobServiceClient.from_connection_string(connection or az.connection_string)
     return SpanReader(reader_for(service).ranges(CONTAINER, case.path.name))
 
 
-def inproc(case: Case, az: Azurite) -> tuple[float, int]:
+def inproc(case: Case, az: Azurite, connection: str | None = None) -> tuple[float, int]:
     """The engine over the reader in this process: (seconds, GETs)."""
     from shared.aggregation import aggregate_table, parse_aggregate_payload
 
     spec = parse_aggregate_payload(case.payload())
     start = time.perf_counter()
-    with spans_reader(case, az) as source:
+    with spans_reader(case, az, connection) as source:
         aggregate_table(source, spec)
         requests = source.requests
     return time.perf_counter() - start, requests
@@ -148,6 +151,25 @@ with SpanReader(reader_for(service).ranges(spec.container, spec.blob)) as source
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 print(json.dumps({{"rows": rows, "groups": table.num_rows, "peak_rss_kb": int(hwm)}}))
 """
+
+
+def requests_seen(case: Case, az: Azurite) -> dict[str, Any]:
+    """What the engine and Polars ask of Azurite, one untimed run each through `RequestLog`."""
+    acct = account(az)
+    out: dict[str, Any] = {}
+    for name in ("engine", "polars"):
+        with RequestLog(az.blob_port) as log:
+            endpoint = log.endpoint(acct["name"])
+            try:
+                if name == "engine":
+                    inproc(case, az, az.connection_string.replace(acct["endpoint"], endpoint))
+                else:
+                    polars_az(case, acct | {"endpoint": endpoint})
+            except Exception as exc:  # a figure, not the bench: said, then skipped
+                out[name] = f"failed through the proxy: {exc.__class__.__name__}: {exc}"[:200]
+                continue
+            out[name] = log.summary()
+    return out
 
 
 def memory(case: Case, az: Azurite) -> dict[str, Any]:
@@ -220,6 +242,7 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int) -> dict[str
     out["job_vs_polars_median"] = round(per_round[len(per_round) // 2], 2)
     out["inproc_vs_polars"] = round(out["polars_az_s"] / out["inproc_s"], 2)
     out["gets"] = gets[-1]
+    out["requests_seen"] = requests_seen(case, az)
     out |= memory(case, az)
     return out
 
@@ -274,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         az.cleanup()
     report["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     print_table(report)
+    print_requests(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
@@ -299,6 +323,19 @@ COLUMNS = (
     ("inproc/pl", "inproc_vs_polars"),
     ("peak MB", "peak_rss_mb"),
 )
+
+
+def print_requests(report: dict[str, Any]) -> None:
+    for name, row in report["cases"].items():
+        for who, seen in row.get("requests_seen", {}).items():
+            if isinstance(seen, dict):
+                print(
+                    f"{name}, {who}: {seen['gets']} GETs of {seen['mb']} MB in all (median "
+                    f"{seen['get_mb_median']} MB, largest {seen['get_mb_max']} MB), at most "
+                    f"{seen['max_in_flight']} in flight, {seen['requests']} requests"
+                )
+            else:
+                print(f"{name}, {who}: {seen}")
 
 
 def print_table(report: dict[str, Any]) -> None:
