@@ -59,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     Handler.answers, Handler.seen, Handler.hang_up = [], [], False
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/acct"
     httpd.shutdown()

@@ -109,7 +109,7 @@ def trickle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
         server_side.load_cert_chain(cert, key)
         httpd.socket = server_side.wrap_socket(httpd.socket, server_side=True)
         client = ssl.create_default_context(cafile=str(cert))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"{request.param}://127.0.0.1:{httpd.server_address[1]}/acct", client
     httpd.shutdown()
