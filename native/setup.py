@@ -116,6 +116,7 @@ setup(
                 "src/csv_v3.c",
                 "src/jsonl.c",
                 "src/jsonl_v2.c",
+                "src/dict.c",
             ],
             # the build and its training too: a module older than either is built again
             depends=["src/agg.h", "src/scan.h", "setup.py", "pgo_train.py"],

@@ -394,10 +394,16 @@ static PyObject *count_byte(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(count);
 }
 
+PyObject *dict_reduce(PyObject *self, PyObject *args); /* dict.c */
+static const char dict_reduce_doc[] =
+    "dict_reduce(indices, indices_valid, offset, length, ndict, columns): a block grouped by its "
+    "dictionary-encoded key's indices (see dict.c); None where Arrow must decide.";
+
 static PyMethodDef methods[] = {
     {"count_byte", count_byte, METH_VARARGS, count_byte_doc},
     {"csv_reduce", csv_reduce, METH_VARARGS, csv_reduce_doc},
     {"jsonl_reduce", jsonl_reduce, METH_VARARGS, jsonl_reduce_doc},
+    {"dict_reduce", dict_reduce, METH_VARARGS, dict_reduce_doc},
     {NULL, NULL, 0, NULL},
 };
 

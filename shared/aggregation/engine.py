@@ -98,7 +98,7 @@ def _feed(
     plan = Plan.of(spec)
     partials: Generator[tuple[pa.Table, int], None, None]
     if spec.format == "parquet":
-        partials = parquet_partials(as_source(stream), plan, row_groups=row_groups)
+        partials = parquet_partials(as_source(stream), plan, row_groups=row_groups, native=options.native)
     elif spec.format == "csv":
         partials = csv_partials(_stream(stream), plan, spec.null_values, options)
     else:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shared.aggregation.dict_keys import dict_partial
 from shared.aggregation.plan import Accumulator, Plan
 from shared.core.errors import InputDataError
 
@@ -342,6 +343,7 @@ def parquet_partials(
     metadata: pq.FileMetaData | None = None,
     workers: int = WORKERS,
     batch_rows: int = BATCH_ROWS,
+    native: bool = True,
 ) -> Generator[tuple[pa.Table, int], None, None]:
     """(partial aggregates, rows) of each batch of each row group, in file order.
 
@@ -349,7 +351,8 @@ def parquet_partials(
     behind it); `workers` threads each decode a row group `batch_rows` rows at a time and
     reduce each batch as it comes (pyarrow and Arrow's group-by, off the GIL). Row groups held:
     the `workers` being decoded and one read ahead (their compressed chunks), and one batch each
-    decoded: memory follows the row groups' needed bytes, not the file."""
+    decoded: memory follows the row groups' needed bytes, not the file. `native`: a batch keyed by
+    one dictionary-encoded column is grouped by the C scanner where it is built (`dict_keys`)."""
     footer = read_footer(source) if metadata is None else metadata
     layout = ParquetLayout.of(footer, plan, source.size)
     groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
@@ -362,7 +365,9 @@ def parquet_partials(
         for index in groups:
             chunks = reads.submit(source.read, layout.spans(index))
             ahead.append(
-                pool.submit(_row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1)
+                pool.submit(
+                    _row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1, native
+                )
             )
             while len(ahead) > workers:
                 yield from ahead.popleft().result()
@@ -383,6 +388,7 @@ def _row_group(
     reducer: Accumulator,
     batch_rows: int,
     threads: bool,
+    native: bool,
 ) -> list[tuple[pa.Table, int]]:
     """A row group's partial aggregates, `batch_rows` rows at a time (`threads`: its columns
     decoded in parallel, on pyarrow's CPU pool)."""
@@ -394,7 +400,7 @@ def _row_group(
     try:
         out: list[tuple[pa.Table, int]] = []
         for table in _batches(source, layout, index, chunks, batch_rows, threads):
-            out.append((reduce_table(table, reducer.plan, reducer, where), table.num_rows))
+            out.append((reduce_table(table, reducer.plan, reducer, where, native), table.num_rows))
         return out
     finally:
         source.give_back(chunks)
@@ -441,9 +447,12 @@ def load_row_group(source: SpanSource, layout: ParquetLayout, index: int) -> lis
         source.give_back(chunks)
 
 
-def reduce_table(table: pa.Table, plan: Plan, reducer: Accumulator, where: str) -> pa.Table:
+def reduce_table(
+    table: pa.Table, plan: Plan, reducer: Accumulator, where: str, native: bool = True
+) -> pa.Table:
     """Partial aggregates of a table of typed columns: numbers to float64, keys grouped by value
-    and then written as text (InputDataError naming a binary key column that is not UTF-8)."""
+    and then written as text (InputDataError naming a binary key column that is not UTF-8);
+    `native`: one dictionary-encoded key grouped by the C scanner where it can."""
     data: dict[str, Any] = {f"k{i}": _key(table[name]) for i, name in enumerate(plan.keys)}
     for i, name in enumerate(plan.values):
         column = table[name]
@@ -454,6 +463,9 @@ def reduce_table(table: pa.Table, plan: Plan, reducer: Accumulator, where: str) 
         data[f"v{i}"] = column
     frame = pa.table(data) if data else pa.table({"_": pa.nulls(table.num_rows)})
     try:
+        partial = dict_partial(frame, plan) if native else None
+        if partial is not None:
+            return partial
         try:
             return reducer.reduce(frame)
         except pa.ArrowNotImplementedError:  # dictionaries that differ between chunks

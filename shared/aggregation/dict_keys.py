@@ -1,0 +1,92 @@
+"""The group-by of a block keyed by one dictionary-encoded column (Parquet's string columns, read
+with `read_dictionary`), in the C scanner: rows are grouped by their index into the dictionary, so
+no key is hashed. Its answer is the table `Accumulator.reduce` gives for the same block; None
+where the block is not of that shape, or the scanner leaves it to Arrow (an index out of range,
+a NaN), and the caller then groups it with Arrow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shared.aggregation.native import kernel
+from shared.aggregation.plan import Plan
+
+
+def dict_partial(frame: pa.Table, plan: Plan) -> pa.Table | None:
+    """Partial aggregates of an aggregation table (`k0`, `v0..`) whose one key is dictionary-encoded."""
+    if kernel is None or not hasattr(kernel, "dict_reduce") or len(plan.keys) != 1:
+        return None
+    key = _one_chunk(frame["k0"])
+    if key is None or not _plain_dictionary(key):
+        return None
+    columns: list[tuple[Any, Any, int]] = []
+    for i in range(len(plan.values)):
+        column = _one_chunk(frame[f"v{i}"])
+        if column is None:
+            return None
+        taken = _buffers(column)
+        if taken is None:
+            return None
+        columns.append(taken)
+    indices = key.indices
+    valid, data = indices.buffers()[:2]
+    answer = kernel.dict_reduce(
+        data, valid, indices.offset, len(indices), len(key.dictionary), tuple(columns)
+    )
+    if answer is None:
+        return None
+    return _table(plan, key.dictionary, answer)
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array | None:
+    return column.chunk(0) if column.num_chunks == 1 else None
+
+
+def _plain_dictionary(key: pa.Array) -> bool:
+    """int32 indices into a dictionary of distinct, non-null texts or bytes (a partial must
+    hold each group once: a single partial is the result)."""
+    kind = key.type
+    if not pa.types.is_dictionary(kind) or kind.index_type != pa.int32():
+        return False
+    values = key.dictionary
+    if not (pa.types.is_string(values.type) or pa.types.is_binary(values.type)) or values.null_count:
+        return False
+    return len(values) < 2 or pc.count_distinct(values).as_py() == len(values)
+
+
+def _buffers(column: pa.Array) -> tuple[Any, Any, int] | None:
+    """(float64 values or None for a column only counted, validity bitmap, offset)."""
+    kind = column.type
+    if kind == pa.float64():
+        valid, data = column.buffers()[:2]
+        return data, valid, column.offset
+    if pa.types.is_dictionary(kind):
+        column = column.indices
+    elif not (pa.types.is_primitive(kind) or pa.types.is_string(kind) or pa.types.is_binary(kind)):
+        return None  # nested, null or union columns: their validity is not a plain bitmap
+    if pa.types.is_null(column.type):
+        return None
+    return None, column.buffers()[0], column.offset
+
+
+def _table(plan: Plan, dictionary: pa.Array, answer: tuple[bytes, tuple[tuple[bytes, ...], ...]]) -> pa.Table:
+    count_all_all, folded = answer
+    count_all = np.frombuffer(count_all_all, dtype=np.int64)
+    present = np.flatnonzero(count_all)
+    ndict = len(dictionary)
+    keys = dictionary.take(pa.array(present, pa.int32(), mask=present == ndict))
+    data: dict[str, Any] = {"count_all": pa.array(count_all[present])}
+    for column, func, _ in plan.partial:
+        stats = folded[int(column[1:])]
+        count = np.frombuffer(stats[0], dtype=np.int64)[present]
+        if func == "count":
+            data[f"{column}_count"] = pa.array(count)
+            continue
+        values = np.frombuffer(stats[("sum", "min", "max").index(func) + 1], dtype=np.float64)[present]
+        data[f"{column}_{func}"] = pa.array(values, pa.float64(), mask=count == 0)
+    data["k0"] = keys if keys.type == pa.string() else pc.cast(keys, pa.string())
+    return pa.table(data)
