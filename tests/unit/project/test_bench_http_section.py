@@ -24,7 +24,9 @@ def report(per_job: float) -> dict[str, object]:
 def test_the_section_prints_jobs_per_second_and_requests_against_the_target() -> None:
     text = "\n".join(format_http(report(4.0)))
     assert "41.2 jobs/s" in text and "50 ms" in text and "keys sent more than once: 0" in text
-    assert "4.0 (target <= 4: ok)" in text
+    assert "4.0 (target <= 4, to 2 decimals: ok)" in text
+    assert "to 2 decimals: ok)" in "\n".join(format_http(report(4.003)))  # one stray request in 300 jobs
+    assert "MISSED" in "\n".join(format_http(report(4.01)))
     assert "MISSED" in "\n".join(format_http(report(4.2)))
 
 
