@@ -6,7 +6,8 @@
  *
  * indices: int32 buffer; indices_valid: its validity bitmap or None; offset: the array's offset
  * (into both); columns: per value column (values float64 buffer or None for a column only
- * counted, validity bitmap or None, offset). Groups 0..ndict-1 are the dictionary's entries,
+ * counted, validity bitmap or None, offset, the figures wanted: 1 sum, 2 min, 4 max, or'ed; the
+ * others are left as they began: 0, +inf, -inf). Groups 0..ndict-1 are the dictionary's entries,
  * group ndict the rows whose key is null. Answers (count_all, ((count, sum, min, max) | (count,),
  * ...)), each an int64 or float64 array of ndict + 1 as bytes; or None when an index is out of
  * range or a value is NaN (the caller then groups the block with Arrow, which decides). */
@@ -19,10 +20,11 @@
 #include <string.h>
 
 #define DICT_MAX_COLUMNS 64
+#define TILE 4096 /* rows whose group ids are held at once */
 
 typedef struct {
     Py_buffer values, valid;
-    int has_values, has_valid;
+    int has_values, has_valid, want;
     Py_ssize_t offset;
     int64_t *count;
     double *sum, *min, *max;
@@ -48,51 +50,61 @@ typedef struct {
     double sum, min, max;
 } Fold; /* one group's figures of one column: one cache line holds two groups' */
 
-/* One column's count, sum, min and max per group; 0 when a value is NaN. Rows are taken 64 at a
- * time by their validity word: a word of valid rows is folded without a test per row. */
-static int fold_column(const int32_t *ids, Py_ssize_t n, DictColumn *c, Fold *f) {
+enum { WANT_SUM = 1, WANT_MIN = 2, WANT_MAX = 4 };
+
+/* Rows [i, end) folded; `want` is a constant where it is called, so each figure not wanted costs
+ * nothing (a store a row each otherwise, the loop's bound). */
+static inline __attribute__((always_inline)) int fold_rows(const int32_t *ids, const double *v,
+                                                           const unsigned char *valid, Py_ssize_t off,
+                                                           Py_ssize_t i, Py_ssize_t end, Fold *f, const int want) {
+    int nan = 0;
+    for (; i < end; i++) {
+        if (valid && !bit(valid, off + i)) continue;
+        double x = v[i];
+        Fold *a = &f[ids[i]];
+        nan |= x != x;
+        a->count++;
+        if (want & WANT_SUM) a->sum += x;
+        if (want & WANT_MIN) a->min = x < a->min ? x : a->min;
+        if (want & WANT_MAX) a->max = x > a->max ? x : a->max;
+    }
+    return nan;
+}
+
+/* Rows 64 at a time by their validity word: a word of valid rows is folded without a test a row. */
+static inline __attribute__((always_inline)) int fold_as(const int32_t *ids, const double *v,
+                                                         const unsigned char *valid, Py_ssize_t off, Py_ssize_t n,
+                                                         Fold *f, const int want) {
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < n; i += 64) {
+        Py_ssize_t end = i + 64 < n ? i + 64 : n;
+        int all = !valid;
+        if (valid && ((off + i) & 7) == 0 && end - i == 64) {
+            uint64_t word;
+            memcpy(&word, valid + ((off + i) >> 3), 8);
+            all = word == ~(uint64_t)0;
+        }
+        nan |= all ? fold_rows(ids, v, NULL, off, i, end, f, want) : fold_rows(ids, v, valid, off, i, end, f, want);
+    }
+    return nan;
+}
+
+/* One column's count and its wanted figures per group; 0 when a value is NaN. */
+static int fold_column(const int32_t *ids, Py_ssize_t start, Py_ssize_t n, DictColumn *c, Fold *f) {
     const unsigned char *valid = c->has_valid ? (const unsigned char *)c->valid.buf : NULL;
-    Py_ssize_t off = c->offset;
+    Py_ssize_t off = c->offset + start;
     if (!c->has_values) {
         for (Py_ssize_t i = 0; i < n; i++)
             if (!valid || bit(valid, off + i)) f[ids[i]].count++;
         return 1;
     }
     const double *v = (const double *)c->values.buf + off;
-    int nan = 0;
-    Py_ssize_t i = 0;
-    while (i < n) {
-        Py_ssize_t end = i + 64 < n ? i + 64 : n;
-        int all = 1;
-        if (valid && ((off + i) & 7) == 0 && end - i == 64) {
-            uint64_t word;
-            memcpy(&word, valid + ((off + i) >> 3), 8);
-            all = word == ~(uint64_t)0;
-        } else if (valid) {
-            all = 0;
-        }
-        if (all) {
-            for (; i < end; i++) {
-                double x = v[i];
-                Fold *a = &f[ids[i]];
-                nan |= x != x;
-                a->count++;
-                a->sum += x;
-                a->min = x < a->min ? x : a->min;
-                a->max = x > a->max ? x : a->max;
-            }
-        } else {
-            for (; i < end; i++) {
-                if (!bit(valid, off + i)) continue;
-                double x = v[i];
-                Fold *a = &f[ids[i]];
-                nan |= x != x;
-                a->count++;
-                a->sum += x;
-                a->min = x < a->min ? x : a->min;
-                a->max = x > a->max ? x : a->max;
-            }
-        }
+    int nan;
+    switch (c->want) {
+    case WANT_SUM: nan = fold_as(ids, v, valid, off, n, f, WANT_SUM); break;
+    case WANT_MIN: nan = fold_as(ids, v, valid, off, n, f, WANT_MIN); break;
+    case WANT_MAX: nan = fold_as(ids, v, valid, off, n, f, WANT_MAX); break;
+    default: nan = fold_as(ids, v, valid, off, n, f, WANT_SUM | WANT_MIN | WANT_MAX); break;
     }
     return !nan;
 }
@@ -158,7 +170,7 @@ PyObject *dict_reduce(PyObject *self, PyObject *args) {
     while (ready < ncols) {
         PyObject *values, *valid, *spec = PyTuple_GET_ITEM(columns, ready);
         DictColumn *c = &cols[ready++]; /* released at done, whatever it holds */
-        if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "OOn", &values, &valid, &c->offset)) {
+        if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "OOni", &values, &valid, &c->offset, &c->want)) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "dict_reduce: a column is not a tuple");
             goto done;
         }
@@ -191,22 +203,25 @@ PyObject *dict_reduce(PyObject *self, PyObject *args) {
             }
         }
     }
-    ids = (int32_t *)malloc((size_t)(length ? length : 1) * 4);
+    ids = (int32_t *)malloc(TILE * 4);
     count_all = (int64_t *)calloc((size_t)groups, 8);
-    folds = (Fold *)malloc((size_t)groups * sizeof(Fold));
+    folds = (Fold *)malloc((size_t)(groups * (ncols ? ncols : 1)) * sizeof(Fold));
     if (!ids || !count_all || !folds) {
         PyErr_NoMemory();
         goto done;
     }
     int ok;
     Py_BEGIN_ALLOW_THREADS;
-    ok = group_ids((const int32_t *)indices.buf, has_ivalid ? (const unsigned char *)ivalid.buf : NULL, offset,
-                   length, (int32_t)ndict, ids, count_all);
-    for (Py_ssize_t j = 0; ok && j < ncols; j++) {
-        for (Py_ssize_t g = 0; g < groups; g++) folds[g] = (Fold){0, 0.0, INFINITY, -INFINITY};
-        ok = fold_column(ids, length, &cols[j], folds);
-        if (ok) unfold(folds, groups, &cols[j]);
+    for (Py_ssize_t g = 0; g < groups * ncols; g++) folds[g] = (Fold){0, 0.0, INFINITY, -INFINITY};
+    ok = 1;
+    /* a tile of rows at a time: its group ids stay in L1 while each column folds them */
+    for (Py_ssize_t start = 0; ok && start < length; start += TILE) {
+        Py_ssize_t n = length - start < TILE ? length - start : TILE;
+        ok = group_ids((const int32_t *)indices.buf, has_ivalid ? (const unsigned char *)ivalid.buf : NULL,
+                       offset + start, n, (int32_t)ndict, ids, count_all);
+        for (Py_ssize_t j = 0; ok && j < ncols; j++) ok = fold_column(ids, start, n, &cols[j], folds + j * groups);
     }
+    for (Py_ssize_t j = 0; ok && j < ncols; j++) unfold(folds + j * groups, groups, &cols[j]);
     Py_END_ALLOW_THREADS;
     if (!ok) {
         result = Py_None;

@@ -15,6 +15,9 @@ import pyarrow.compute as pc
 from shared.aggregation.native import kernel
 from shared.aggregation.plan import Plan
 
+WANT = {"sum": 1, "min": 2, "max": 4}
+"""The figures the scanner folds for a value column (or'ed); its count always."""
+
 
 def dict_partial(frame: pa.Table, plan: Plan) -> pa.Table | None:
     """Partial aggregates of an aggregation table (`k0`, `v0..`) whose one key is dictionary-encoded."""
@@ -23,15 +26,14 @@ def dict_partial(frame: pa.Table, plan: Plan) -> pa.Table | None:
     key = _one_chunk(frame["k0"])
     if key is None or not _plain_dictionary(key):
         return None
-    columns: list[tuple[Any, Any, int]] = []
+    columns: list[tuple[Any, Any, int, int]] = []
     for i in range(len(plan.values)):
         column = _one_chunk(frame[f"v{i}"])
-        if column is None:
-            return None
-        taken = _buffers(column)
+        taken = None if column is None else _buffers(column)
         if taken is None:
             return None
-        columns.append(taken)
+        want = sum(WANT.get(func, 0) for name, func, _ in plan.partial if name == f"v{i}")
+        columns.append((*taken, want))
     indices = key.indices
     valid, data = indices.buffers()[:2]
     answer = kernel.dict_reduce(

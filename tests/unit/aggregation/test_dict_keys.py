@@ -138,5 +138,17 @@ def test_bad_buffers_are_refused_not_read_past() -> None:
         kernel.dict_reduce(indices.buffers()[1], None, 2, 5, 3, ())
     short = pa.array([1.0], pa.float64())
     with pytest.raises(ValueError, match="too short"):
-        kernel.dict_reduce(indices.buffers()[1], None, 0, 3, 3, ((short.buffers()[1], None, 0),))
+        kernel.dict_reduce(indices.buffers()[1], None, 0, 3, 3, ((short.buffers()[1], None, 0, 7),))
     assert kernel.dict_reduce(indices.buffers()[1], None, 0, 3, 2, ()) is None  # index 2 of 2
+
+
+@pytest.mark.parametrize("op", ["min", "max", "sum", "mean"])
+def test_one_figure_wanted_is_folded_alone_and_right(op: str) -> None:
+    plan = plan_of({"op": op, "column": "t"})
+    rnd = random.Random(7)
+    key = pa.array([rnd.choice("abc") for _ in range(500)], pa.string()).dictionary_encode()
+    values = pa.array([None if rnd.random() < 0.1 else rnd.uniform(-5, 5) for _ in range(500)], pa.float64())
+    table = pa.table({"k0": key, "v0": values})
+    got = dict_partial(table, plan)
+    assert got is not None
+    assert_same(got, Accumulator(plan).reduce(table))
