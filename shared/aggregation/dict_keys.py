@@ -6,7 +6,7 @@ a NaN), and the caller then groups it with Arrow."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +15,9 @@ import pyarrow.compute as pc
 from shared.aggregation.native import kernel
 from shared.aggregation.plan import Plan
 
+MAX_DICTIONARY: Final = 65_536
+"""Dictionary entries past which Arrow groups the batch: the scanner's figures are dense, a slot
+per entry (32 bytes a column; 6 MB for three columns here), whatever the batch holds."""
 WANT = {"sum": 1, "min": 2, "max": 4}
 """The figures the scanner folds for a value column (or'ed); its count always."""
 
@@ -56,6 +59,8 @@ def _plain_dictionary(key: pa.Array) -> bool:
         return False
     values = key.dictionary
     if not (pa.types.is_string(values.type) or pa.types.is_binary(values.type)) or values.null_count:
+        return False
+    if len(values) > MAX_DICTIONARY:
         return False
     return len(values) < 2 or pc.count_distinct(values).as_py() == len(values)
 

@@ -58,8 +58,9 @@ def aggregate_table(
     Parquet (`spec.format`): `stream` is a `SpanSource` (the blob reader's `SpanReader`) or a
     seekable stream; only the footer and the needed column chunks are read (of `row_groups`
     only, when given: a Spark task's share)."""
-    acc = Accumulator(Plan.of(spec), max_groups, options.combine_rows)
-    _feed(acc, stream, spec, options, row_groups)
+    plan = Plan.of(spec)
+    acc = Accumulator(plan, max_groups, options.combine_rows)
+    _feed(acc, stream, spec, plan, options, row_groups)
     return acc.result_table(spec.metrics), acc.input_rows
 
 
@@ -75,9 +76,10 @@ def aggregate_rows(
     they go to sorted runs on local disk, merged a key range at a time, and are read back a
     batch at a time (`shared.aggregation.spill`), so memory stays bounded whatever the groups.
     Close the answer to remove its files."""
-    acc = SpillingAccumulator(Plan.of(spec), max_groups, options.combine_rows, limits)
+    plan = Plan.of(spec)
+    acc = SpillingAccumulator(plan, max_groups, options.combine_rows, limits)
     try:
-        _feed(acc, stream, spec, replace(options, fit_blocks=True))
+        _feed(acc, stream, spec, plan, replace(options, fit_blocks=True))
         return acc.finish(spec.metrics)
     finally:
         acc.close()
@@ -91,11 +93,11 @@ def _feed(
     acc: _Partials,
     stream: ByteStream | SpanSource,
     spec: AggregateSpec,
+    plan: Plan,
     options: EngineOptions,
     row_groups: Sequence[int] | None = None,
 ) -> None:
-    """Every block's partial aggregates handed to `acc`, in input order."""
-    plan = Plan.of(spec)
+    """Every block's partial aggregates (`plan`'s, of `spec`) handed to `acc`, in input order."""
     partials: Generator[tuple[pa.Table, int], None, None]
     if spec.format == "parquet":
         partials = parquet_partials(as_source(stream), plan, row_groups=row_groups, native=options.native)

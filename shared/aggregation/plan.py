@@ -186,12 +186,7 @@ class Accumulator:
 
     def result_table(self, metrics: Sequence[MetricSpec]) -> pa.Table:
         """The final rows as a table: group columns, then each metric by name; sorted, nulls first."""
-        result = self.result_columns(self._final(), metrics)
-        if self.plan.keys:
-            keys = [(k, "ascending", "at_start") for k in self.plan.keys]
-            order = pc.sort_indices(result, sort_keys=keys)
-            result = result.take(order)
-        return result
+        return self.result_columns(self.sorted(self._final()), metrics)
 
     def result_columns(self, table: pa.Table | pa.RecordBatch, metrics: Sequence[MetricSpec]) -> pa.Table:
         """Combined partial aggregates as result rows (group columns, then each metric by name),

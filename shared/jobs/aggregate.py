@@ -171,7 +171,7 @@ class AggregateHandler:
             with result_rows:
                 if result_rows.spilled is not None:  # many groups: the write's memory, not idle reads'
                     drop_kept_buffers(stream)
-                return write_data_result(ctx, spec, result_rows, result_rows.input_rows, elapsed)
+                return write_data_result(ctx, spec, result_rows, elapsed)
         container = settings.results_container
         name = aggregate_result.result_blob(ctx.job_id)
         limit = result_limit_bytes(settings.max_groups)

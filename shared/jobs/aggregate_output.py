@@ -23,8 +23,6 @@ from shared.storage.errors import translated
 from shared.storage.staged import BLOCK_BYTES, StagedBlobWriter
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from shared.aggregation import AggregateSpec
 
 
@@ -41,14 +39,13 @@ def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
 def write_data_result(
     ctx: JobContext,
     spec: AggregateSpec,
-    rows: pa.Table | ResultRows,
-    input_rows: int,
+    rows: ResultRows,
     elapsed_s: float,
     *,
     batch_rows: int = DATA_BATCH_ROWS,
     block_bytes: int | None = None,
 ) -> Completed:
-    """Write `rows` (a result table, or the engine's `ResultRows`, read a batch at a time) as
+    """Write the engine's `rows` (in memory, or read back from a spilled run a batch at a time) as
     `spec.output.format` beside the result document, then the document (blocks of `block_bytes`,
     default `BLOCK_BYTES`)."""
     fmt = spec.output.format
@@ -56,10 +53,11 @@ def write_data_result(
     name = data_blob(ctx.job_id, ctx.version, fmt)
     results = ctx.storage.container(container)
     sink = StagedBlobWriter(results.get_blob_client(name), CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
-    if isinstance(rows, ResultRows):
-        written = write_batches(rows.batches(batch_rows), rows.schema, fmt, sink, batch_rows)
+    if rows.table is not None:
+        written = write_data(rows.table, fmt, sink, batch_rows)
     else:
-        written = write_data(rows, fmt, sink, batch_rows)
+        written = write_batches(rows.batches(batch_rows), rows.schema, fmt, sink, batch_rows)
+    input_rows = rows.input_rows
     size = sink.commit()
     output: dict[str, Any] = {
         "format": fmt,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
@@ -21,6 +22,9 @@ from shared.aggregation import (
     options,
     parse_aggregate_payload,
 )
+from shared.config.settings import Settings
+from shared.jobs.base import JobContext
+from tests.fakes.storage import MemoryStorage
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])
@@ -161,3 +165,21 @@ def generated_csv(rows: int, seed: int) -> str:
         note = rnd.choice(["", "plain", "with, comma", 'with "quotes"', "line\nbreak", "NA"])
         writer.writerow([rnd.choice(regions), f"P{rnd.randrange(12):02d}", qty, price, note])
     return out.getvalue()
+
+
+def ctx_on(
+    account: MemoryStorage, payload: dict[str, Any], version: int = 0, job_id: str = "job-7"
+) -> JobContext:
+    """An `aggregate` job's context on the in-memory account (settings of the local stack)."""
+    settings = Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
+    return JobContext(
+        job_id=job_id,
+        kind="aggregate",
+        attempt=0,
+        payload=payload,
+        settings=settings,
+        storage=account.clients(),
+        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
+        checkpoint=lambda progress: None,
+        version=version,
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from typing import Any
 
 import pyarrow as pa
@@ -17,14 +16,16 @@ from shared.aggregation import parse_aggregate_payload
 from shared.aggregation.output import JSON_OUTPUT, OutputSpec, data_blob
 from shared.aggregation.result import is_result_of
 from shared.aggregation.result_data import write_data
+from shared.aggregation.spill import ResultRows
 from shared.config.settings import Settings, SparkSettings, StorageConnection
 from shared.core.errors import PayloadError
 from shared.jobs.aggregate import choose_engine, spark_takes_over
 from shared.jobs.aggregate_output import write_data_result
-from shared.jobs.base import Completed, JobContext
+from shared.jobs.base import Completed
 from shared.storage.errors import StorageError
 from shared.storage.staged import StagedBlobWriter, block_id
 from tests.fakes.storage import MemoryStorage
+from tests.unit.aggregation.aggregate_support import ctx_on
 
 BASE: dict[str, Any] = {
     "input": "data/sales.csv",
@@ -269,21 +270,6 @@ def test_a_storage_error_leaves_translated() -> None:
 # --- the data result's document ------------------------------------------------------------------
 
 
-def ctx_on(account: MemoryStorage, payload: dict[str, Any], version: int = 0) -> JobContext:
-    settings = Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
-    return JobContext(
-        job_id="job-7",
-        kind="aggregate",
-        attempt=0,
-        payload=payload,
-        settings=settings,
-        storage=account.clients(),
-        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
-        checkpoint=lambda progress: None,
-        version=version,
-    )
-
-
 def test_the_document_names_the_data_blob() -> None:
     account = MemoryStorage()
     account.blob.create_container("results")
@@ -292,8 +278,7 @@ def test_the_document_names_the_data_blob() -> None:
     outcome = write_data_result(
         ctx_on(account, payload),
         parse_aggregate_payload(payload),
-        table,
-        5000,
+        ResultRows(5000, table=table),
         0.5,
         batch_rows=300,
         block_bytes=1024,
@@ -332,7 +317,7 @@ def test_the_document_names_the_data_blob() -> None:
     assert pq.read_table(io.BytesIO(blobs["job-7.v0.parquet"].data)).equals(table)
     assert len(blobs["job-7.v0.parquet"].blocks) > 1  # staged in blocks of 1 KiB
     edited = ctx_on(account, payload, version=1)
-    write_data_result(edited, parse_aggregate_payload(payload), table, 5000, 0.5)
+    write_data_result(edited, parse_aggregate_payload(payload), ResultRows(5000, table=table), 0.5)
     assert json.loads(blobs["job-7.json"].data)["output"]["result_ref"] == "results/job-7.v1.parquet"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,9 @@ from shared.aggregation import (
 from shared.aggregation.blocks import narrow_blocks
 from shared.aggregation.options import MANY_GROUPS, NARROW_BLOCK_SIZE, EngineOptions
 from shared.aggregation.spill import RunWriter, SpillLimits, key_at, range_bounds
-from shared.config.settings import Settings
 from shared.jobs.aggregate_output import write_data_result
-from shared.jobs.base import JobContext
 from tests.fakes.storage import MemoryStorage
+from tests.unit.aggregation.aggregate_support import ctx_on
 
 METRICS = [
     {"op": "count"},
@@ -183,22 +181,12 @@ def test_a_spilled_result_is_written_as_parquet(tmp_path: Path) -> None:
     spec = spec_for()
     payload: dict[str, Any] = {"input": "data/x.csv", "format": "csv", "group_by": ["a", "b"]}
     payload.update(metrics=METRICS, output={"format": "parquet"})
-    settings = Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
-    ctx = JobContext(
-        job_id="job-9",
-        kind="aggregate",
-        attempt=0,
-        payload=payload,
-        settings=settings,
-        storage=account.clients(),
-        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
-        checkpoint=lambda progress: None,
-    )
+    ctx = ctx_on(account, payload, job_id="job-9")
     expected, _ = aggregate_table(io.BytesIO(data), spec, options=SMALL)
     limits = SpillLimits(spill_rows=50, batch_rows=16, range_rows=64, max_runs=4, directory=str(tmp_path))
     with aggregate_rows(io.BytesIO(data), spec, options=SMALL, limits=limits) as result:
         assert result.spilled is not None
-        outcome = write_data_result(ctx, spec, result, result.input_rows, 0.1, batch_rows=100)
+        outcome = write_data_result(ctx, spec, result, 0.1, batch_rows=100)
     assert outcome.summary["groups"] == expected.num_rows
     written = pq.read_table(io.BytesIO(account.containers["results"].blobs["job-9.v0.parquet"].data))
     assert written.equals(expected)

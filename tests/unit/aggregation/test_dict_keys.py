@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from shared.aggregation.dict_keys import dict_partial
+from shared.aggregation.dict_keys import MAX_DICTIONARY, dict_partial
 from shared.aggregation.native import kernel
 from shared.aggregation.payload import parse_aggregate_payload
 from shared.aggregation.plan import Accumulator, Plan
@@ -152,3 +152,12 @@ def test_one_figure_wanted_is_folded_alone_and_right(op: str) -> None:
     got = dict_partial(table, plan)
     assert got is not None
     assert_same(got, Accumulator(plan).reduce(table))
+
+
+def test_a_dictionary_past_the_bound_goes_to_arrow() -> None:
+    plan = plan_of({"op": "sum", "column": "t"})
+    texts = pa.array([f"s{i}" for i in range(MAX_DICTIONARY + 1)])
+    for size, grouped in ((MAX_DICTIONARY, True), (MAX_DICTIONARY + 1, False)):
+        key = pa.DictionaryArray.from_arrays(pa.array([0, size - 1, 0], pa.int32()), texts.slice(0, size))
+        table = pa.table({"k0": key, "v0": [1.0, 2.0, 3.0]})
+        assert (dict_partial(table, plan) is not None) is grouped
