@@ -14,13 +14,13 @@ memory bounded by the bound, not by the groups.
   (`ResultRows`), its metrics computed per batch.
 
 Keys compare as the result sorts them: nulls first, then strings by their UTF-8 bytes (the order
-of Python's `str` too). The files are removed by `ResultRows.close` (or `SpillingAccumulator.close`).
+of Python's `str` too). The files are removed by `ResultRows.close` (or `SpillingAccumulator.close`);
+a worker that dies mid-job leaves them until the next spill on its machine (`spill_folder`).
 """
 
 from __future__ import annotations
 
 import bisect
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ import pyarrow as pa
 from shared.aggregation.options import COMBINE_ROWS
 from shared.aggregation.plan import Accumulator, Plan
 from shared.aggregation.spec import MetricSpec, TooManyGroups
+from shared.aggregation.spill_folder import SpillFolder
 
 SPILL_ROWS: Final = 32_768
 """Rows of partial aggregates (~100 bytes each with two keys) folded in memory at a time, at most
@@ -209,7 +210,7 @@ class SpillingAccumulator:
         self.max_groups = max_groups
         self.limits = limits
         self.runs: list[Run] = []
-        self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._folder: SpillFolder | None = None
         self._files = 0
         self._schema: pa.Schema | None = None
 
@@ -264,7 +265,7 @@ class SpillingAccumulator:
     def _write_run(self, tables: Iterable[pa.Table], limit: int | None = None) -> None:
         """A run of `tables` (sorted, one row per group if `limit`: TooManyGroups past it)."""
         if self._folder is None:
-            self._folder = tempfile.TemporaryDirectory(prefix="aggregate-runs-", dir=self.limits.directory)
+            self._folder = SpillFolder(self.limits.directory)  # sweeps folders of jobs that died
         self._files += 1
         path = Path(self._folder.name) / f"run-{self._files}.arrow"
         writer: RunWriter | None = None
@@ -337,7 +338,7 @@ class Spilled:
     """A merged run and how its rows become result rows."""
 
     run: Run
-    folder: tempfile.TemporaryDirectory[str]
+    folder: SpillFolder
     acc: Accumulator
     metrics: Sequence[MetricSpec]
 
