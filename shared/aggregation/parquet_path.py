@@ -463,6 +463,8 @@ def reduce_table(
         data[f"v{i}"] = column
     frame = pa.table(data) if data else pa.table({"_": pa.nulls(table.num_rows)})
     try:
+        for i in range(len(plan.keys)):
+            _check_text(frame[f"k{i}"])
         partial = dict_partial(frame, plan) if native else None
         if partial is not None:
             return partial
@@ -470,6 +472,10 @@ def reduce_table(
             return reducer.reduce(frame)
         except pa.ArrowNotImplementedError:  # dictionaries that differ between chunks
             return reducer.reduce(_decoded_keys(frame, len(plan.keys)))
+    except pa.ArrowIndexError as exc:  # a dictionary index past its dictionary: pyarrow reads it as it is
+        raise InputDataError(
+            f"{where} of the Parquet input cannot be decoded (the file is corrupt): {exc}"
+        ) from None
     except pa.ArrowInvalid as exc:
         keys = ", ".join(repr(k) for k in plan.keys)
         raise InputDataError(
@@ -490,6 +496,17 @@ def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
         return pc.cast(column, pa.string() if pa.types.is_large_string(kind) else pa.binary())
     return column
+
+
+def _check_text(column: pa.ChunkedArray) -> None:
+    """ArrowInvalid when a string key (or its dictionary) is not UTF-8: pyarrow's decode of a
+    corrupt page does not check, and the texts would fail only when the result is written."""
+    kind = column.type
+    if pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type):
+        for chunk in column.chunks:
+            chunk.dictionary.validate(full=True)
+    elif pa.types.is_string(kind):
+        column.validate(full=True)
 
 
 def _nested(kind: pa.DataType) -> bool:

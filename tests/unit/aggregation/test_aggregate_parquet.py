@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
+from shared.aggregation.options import EngineOptions
 from shared.aggregation.parquet_path import BytesSpans
 from shared.blobio.spans import SpanReader, coalesce
 from shared.core.errors import InputDataError
@@ -376,3 +377,41 @@ def test_more_groups_than_max_groups_stops_the_read() -> None:
     with pytest.raises(TooManyGroups):
         aggregate_table(source, spec, max_groups=600)
     assert len(source.asked) < 1 + 10  # stopped before the last row groups were read
+
+
+def _dictionary_page(data: bytes, column: int) -> int:
+    chunk = pq.read_metadata(io.BytesIO(data)).row_group(0).column(column)
+    assert chunk.has_dictionary_page
+    return int(chunk.dictionary_page_offset)
+
+
+SUM_V = parse_aggregate_payload(
+    {
+        "input": "data/x.parquet",
+        "format": "parquet",
+        "group_by": ["k"],
+        "metrics": [{"op": "sum", "column": "v"}],
+    }
+)
+
+
+def test_a_dictionary_index_past_its_dictionary_is_bad_input_not_an_error() -> None:
+    """A page header saying the dictionary holds 2 texts where indices name 3 (pyarrow reads the
+    indices unchecked): bad input naming the row group, by either decode."""
+    table = pa.table({"k": ["a", "b", "c"] * 20, "v": [1.0] * 60})
+    data = bytearray(parquet(table, compression="none"))
+    at = data.index(b"\x4c\x15\x06", _dictionary_page(bytes(data), 0))  # num_values 3 (zigzag 6)
+    data[at + 2] = 0x04  # ... now 2
+    for native in (True, False):
+        with pytest.raises(InputDataError, match=r"^row group 0 of the Parquet input"):
+            aggregate_stream(BytesSpans(bytes(data)), SUM_V, options=EngineOptions(native=native))
+
+
+def test_a_dictionary_text_that_is_not_utf8_is_bad_input_not_an_error() -> None:
+    table = pa.table({"k": ["alpha", "beta"] * 20, "v": [1.0] * 40})
+    data = bytearray(parquet(table, compression="none"))
+    at = data.index(b"beta", _dictionary_page(bytes(data), 0))
+    data[at] = 0xFF
+    for native in (True, False):
+        with pytest.raises(InputDataError, match=r"not valid UTF-8"):
+            aggregate_stream(BytesSpans(bytes(data)), SUM_V, options=EngineOptions(native=native))
