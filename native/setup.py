@@ -117,6 +117,7 @@ setup(
                 "src/jsonl.c",
                 "src/jsonl_v2.c",
                 "src/dict.c",
+                "src/pq.c",
             ],
             # the build and its training too: a module older than either is built again
             depends=["src/agg.h", "src/scan.h", "setup.py", "pgo_train.py"],

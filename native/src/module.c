@@ -399,11 +399,21 @@ static const char dict_reduce_doc[] =
     "dict_reduce(indices, indices_valid, offset, length, ndict, columns): a block grouped by its "
     "dictionary-encoded key's indices (see dict.c); None where Arrow must decide.";
 
+PyObject *pq_byte_arrays(PyObject *self, PyObject *args); /* pq.c */
+PyObject *pq_key_page(PyObject *self, PyObject *args);
+PyObject *pq_fold_page(PyObject *self, PyObject *args);
+PyObject *pq_pages(PyObject *self, PyObject *args);
+static const char pq_doc[] = "Parquet pages decoded and folded (see pq.c): parquet_native.py's kernels.";
+
 static PyMethodDef methods[] = {
     {"count_byte", count_byte, METH_VARARGS, count_byte_doc},
     {"csv_reduce", csv_reduce, METH_VARARGS, csv_reduce_doc},
     {"jsonl_reduce", jsonl_reduce, METH_VARARGS, jsonl_reduce_doc},
     {"dict_reduce", dict_reduce, METH_VARARGS, dict_reduce_doc},
+    {"pq_byte_arrays", pq_byte_arrays, METH_VARARGS, pq_doc},
+    {"pq_key_page", pq_key_page, METH_VARARGS, pq_doc},
+    {"pq_fold_page", pq_fold_page, METH_VARARGS, pq_doc},
+    {"pq_pages", pq_pages, METH_VARARGS, pq_doc},
     {NULL, NULL, 0, NULL},
 };
 

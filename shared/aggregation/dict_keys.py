@@ -44,7 +44,7 @@ def dict_partial(frame: pa.Table, plan: Plan) -> pa.Table | None:
     )
     if answer is None:
         return None
-    return _table(plan, key.dictionary, answer)
+    return partial_table(plan, key.dictionary, answer)
 
 
 def _one_chunk(column: pa.ChunkedArray) -> pa.Array | None:
@@ -80,7 +80,10 @@ def _buffers(column: pa.Array) -> tuple[Any, Any, int] | None:
     return None, column.buffers()[0], column.offset
 
 
-def _table(plan: Plan, dictionary: pa.Array, answer: tuple[bytes, tuple[tuple[bytes, ...], ...]]) -> pa.Table:
+def partial_table(
+    plan: Plan, dictionary: pa.Array, answer: tuple[bytes, tuple[tuple[bytes, ...], ...]]
+) -> pa.Table:
+    """The partial aggregates table of a scanner's answer: the groups present, keyed by their text."""
     count_all_all, folded = answer
     count_all = np.frombuffer(count_all_all, dtype=np.int64)
     present = np.flatnonzero(count_all)

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shared.aggregation.dict_keys import dict_partial
+from shared.aggregation.parquet_native import NativePlan, native_partial, native_plan
 from shared.aggregation.plan import Accumulator, Plan
 from shared.core.errors import InputDataError
 
@@ -357,6 +358,7 @@ def parquet_partials(
     layout = ParquetLayout.of(footer, plan, source.size)
     groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
     reducer = Accumulator(plan)
+    fast = native_plan(footer, layout.schema, layout.leaves, plan) if native else None
     workers = max(1, workers)
     reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parquet-decode")
@@ -366,7 +368,7 @@ def parquet_partials(
             chunks = reads.submit(source.read, layout.spans(index))
             ahead.append(
                 pool.submit(
-                    _row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1, native
+                    _row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1, native, fast
                 )
             )
             while len(ahead) > workers:
@@ -389,15 +391,21 @@ def _row_group(
     batch_rows: int,
     threads: bool,
     native: bool,
+    fast: NativePlan | None = None,
 ) -> list[tuple[pa.Table, int]]:
     """A row group's partial aggregates, `batch_rows` rows at a time (`threads`: its columns
-    decoded in parallel, on pyarrow's CPU pool)."""
+    decoded in parallel, on pyarrow's CPU pool); `fast`: decoded and folded by the C scanner
+    where it can (`parquet_native`)."""
     if not layout.leaves:  # rows counted only: the footer says how many
         rows = layout.metadata.row_group(index).num_rows
         return [(reducer.reduce(pa.table({"_": pa.nulls(rows)})), rows)]
     chunks = read.result()
     where = f"row group {index}"
     try:
+        if fast is not None:
+            partial = native_partial(chunks, layout.metadata, index, reducer.plan, fast)
+            if partial is not None:
+                return [(partial, layout.metadata.row_group(index).num_rows)]
         out: list[tuple[pa.Table, int]] = []
         for table in _batches(source, layout, index, chunks, batch_rows, threads):
             out.append((reduce_table(table, reducer.plan, reducer, where, native), table.num_rows))

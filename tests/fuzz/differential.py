@@ -6,6 +6,10 @@ matter (quotes, separators, line breaks, a BOM, escapes, bytes that are not UTF-
 with random group-by and metrics over the columns. Numbers are dyadic (exact in binary), so a
 sum does not depend on the order of the additions.
 
+Parquet (`parquet_run`): random files written every way pyarrow writes them, the scanner's page
+decode and fold (`parquet_native`) against pyarrow's decode; then their column chunks' bytes
+changed at random, where only a crash or a read past a buffer (the sanitizers) is a finding.
+
     python -m tests.fuzz.differential --seconds 180     # what `make fuzz` runs (under sanitizers)
 """
 
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from shared.aggregation import EngineOptions, engine, parse_aggregate_payload
 from shared.aggregation import native as bridge
@@ -259,6 +264,92 @@ def run(
     return report
 
 
+PARQUET_METRICS = [
+    {"op": "count"},
+    {"op": "mean", "column": "t"},
+    {"op": "sum", "column": "i"},
+    {"op": "min", "column": "f"},
+    {"op": "max", "column": "t"},
+]
+
+
+def parquet_case(rng: random.Random) -> bytes:
+    """A random Parquet file: a string key (nulls or not), float64, int64 and float32 values."""
+    rows = rng.choice((1, 5, 300, 3000))
+    names = [f"k{i}" for i in range(rng.choice((1, 4, 200)))]
+    key_nulls, nulls = rng.choice((0.0, 0.2, 1.0)), rng.choice((0.0, 0.1, 1.0))
+
+    def maybe(value: Any, share: float) -> Any:
+        return None if rng.random() < share else value
+
+    table = pa.table(
+        {
+            "k": pa.array([maybe(rng.choice(names), key_nulls) for _ in range(rows)], pa.string()),
+            "t": pa.array(
+                [maybe(rng.choice((0.5, -2.25, 8.0, 1e3)), nulls) for _ in range(rows)], pa.float64()
+            ),
+            "i": pa.array([maybe(rng.randint(-9, 9), nulls) for _ in range(rows)], pa.int64()),
+            "f": pa.array([maybe(rng.choice((0.25, 3.5)), nulls) for _ in range(rows)], pa.float32()),
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(
+        table,
+        sink,
+        compression=rng.choice(("none", "snappy", "zstd", "gzip")),
+        data_page_version=rng.choice(("1.0", "2.0")),
+        data_page_size=rng.choice((64, 1024, 1 << 20)),
+        row_group_size=rng.choice((7, 500, 100_000)),
+        dictionary_pagesize_limit=rng.choice((64, 1 << 20)),
+    )
+    return sink.getvalue()
+
+
+def parquet_outcome(data: bytes, native: bool) -> Any:
+    from shared.aggregation.parquet_path import BytesSpans
+
+    spec = parse_aggregate_payload(
+        {"input": "data/in.parquet", "format": "parquet", "group_by": ["k"], "metrics": PARQUET_METRICS}
+    )
+    try:
+        result = engine.aggregate_stream(BytesSpans(data), spec, options=EngineOptions(native=native))
+    except InputDataError as exc:
+        return ("error", str(exc))
+    return (result.input_rows, [_comparable(row) for row in result.rows])
+
+
+def _chunk_mutated(rng: random.Random, data: bytes) -> bytes:
+    """Bytes changed inside the first row group's column chunks (page headers, levels, values)."""
+    out = bytearray(data)
+    group = pq.read_metadata(io.BytesIO(data)).row_group(0)
+    for _ in range(rng.choice((1, 2, 8))):
+        column = group.column(rng.randrange(group.num_columns))
+        start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+        at = (start or column.data_page_offset) + rng.randrange(max(1, column.total_compressed_size))
+        if at < len(out) - 8:
+            out[at] = rng.choice((0, 0xFF, 0x15, 0x80, rng.randrange(256)))
+    return bytes(out)
+
+
+def parquet_run(seed: int, cases: int | None = None, seconds: float | None = None) -> Report:
+    """Parquet files, each decoded by the scanner and by pyarrow (the same answer), then mutated
+    and decoded by the scanner again (any answer or error: the sanitizers judge)."""
+    rng = random.Random(seed)
+    report = Report()
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while (cases is None or report.cases < cases) and (deadline is None or time.monotonic() < deadline):
+        data = parquet_case(rng)
+        report.cases += 1
+        if bridge.kernel is not None:
+            fast, slow = parquet_outcome(data, True), parquet_outcome(data, False)
+            if fast != slow:
+                report.mismatches.append(
+                    f"parquet seed {seed} case {report.cases}:\n  scanner {fast}\n  pyarrow {slow}"
+                )
+        parquet_outcome(_chunk_mutated(rng, data), True)
+    return report
+
+
 def hand_blocks_in_exact_buffers() -> None:
     """Give the scanner each block in a buffer of its own size (a block is otherwise a slice of
     a larger buffer, where a read past its end goes unseen): under ASan, with PYTHONMALLOC=malloc,
@@ -288,14 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.exact_buffers:
         hand_blocks_in_exact_buffers()
     started = time.monotonic()
-    report = run(args.seed, seconds=args.seconds)
-    for problem in report.mismatches[:20]:
+    report = run(args.seed, seconds=args.seconds * 0.75)
+    parquet = parquet_run(args.seed, seconds=args.seconds * 0.25)
+    for problem in (report.mismatches + parquet.mismatches)[:20]:
         print("MISMATCH", problem)
     print(
-        f"differential fuzz: seed {args.seed}, {report.cases} cases, {len(report.mismatches)} mismatches, "
+        f"differential fuzz: seed {args.seed}, {report.cases} CSV / JSON-lines cases and {parquet.cases} "
+        f"Parquet files, {len(report.mismatches) + len(parquet.mismatches)} mismatches, "
         f"scanner {_kernel_file()}, {time.monotonic() - started:.0f} s"
     )
-    return 1 if report.mismatches else 0
+    return 1 if report.mismatches or parquet.mismatches else 0
 
 
 if __name__ == "__main__":

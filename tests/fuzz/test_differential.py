@@ -28,6 +28,12 @@ def test_csv_scanner_python_path_and_block_sizes_agree() -> None:
     assert not report.mismatches, "\n\n".join(report.mismatches[:3])
 
 
+def test_parquet_scanner_and_pyarrow_agree_and_mutated_pages_are_survived() -> None:
+    report = differential.parquet_run(seed=19, cases=tier_cases(60))
+    assert report.cases == tier_cases(60)
+    assert not report.mismatches, "\n\n".join(report.mismatches[:3])
+
+
 def test_a_block_size_that_answers_otherwise_is_counted_once_per_case(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

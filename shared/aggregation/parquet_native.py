@@ -1,0 +1,283 @@
+"""A Parquet row group keyed by one dictionary-encoded string column, its metrics over flat number
+columns, decoded and folded by the C scanner (`native/src/pq.c`) page by page: no Arrow array is
+built. Its answer is the partial table `dict_keys` gives for the same rows.
+
+Only the shapes it knows are taken (`native_plan`); a row group it cannot decode (another
+encoding or codec, a key page that fell back to PLAIN, a NaN, anything malformed) answers None
+and pyarrow decodes it, which decides, and names what is wrong with a corrupt file.
+
+Page headers are Thrift compact structs, read here (a few a column chunk); the pages' bytes are
+decompressed by Arrow's codecs; levels, indices and values are read in C.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shared.aggregation.dict_keys import MAX_DICTIONARY, WANT, partial_table
+from shared.aggregation.native import kernel
+from shared.aggregation.plan import Plan
+
+DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 2, 3
+PLAIN, PLAIN_DICTIONARY, RLE, RLE_DICTIONARY = 0, 2, 3, 8
+CODECS: Final = {
+    "UNCOMPRESSED": None,
+    "SNAPPY": "snappy",
+    "GZIP": "gzip",
+    "ZSTD": "zstd",
+    "BROTLI": "brotli",
+    "LZ4_RAW": "lz4_raw",
+}
+"""Column chunk codecs taken (Parquet's name: Arrow's); others go to pyarrow."""
+PHYSICAL: Final = {"DOUBLE": (0, "<f8"), "FLOAT": (1, "<f4"), "INT32": (2, "<i4"), "INT64": (3, "<i8")}
+SLOT = np.dtype([("count", "<i8"), ("sum", "<f8"), ("min", "<f8"), ("max", "<f8")])
+
+
+class Malformed(Exception):
+    """A page this module cannot read: the row group goes to pyarrow."""
+
+
+@dataclass(frozen=True)
+class Column:
+    index: int
+    """The leaf column's index in the row group."""
+    max_def: int
+    physical: str
+
+
+@dataclass(frozen=True)
+class NativePlan:
+    key: Column
+    values: tuple[tuple[Column, int], ...]
+    """Each value column (v0, v1, ...) and the figures wanted of it (WANT's bits)."""
+
+
+def native_plan(
+    metadata: pq.FileMetaData, schema: pa.Schema, leaves: dict[str, list[int]], plan: Plan
+) -> NativePlan | None:
+    """The row groups' decode by the scanner, where the plan and the file are of its shape."""
+    if kernel is None or not hasattr(kernel, "pq_fold_page") or len(plan.keys) != 1 or not plan.values:
+        return None
+    key_name = plan.keys[0]
+    key_type = schema.field(key_name).type
+    if not (pa.types.is_string(key_type) or pa.types.is_binary(key_type)):
+        return None
+    key = _column(metadata, leaves[key_name], "BYTE_ARRAY")
+    values: list[tuple[Column, int]] = []
+    for i, name in enumerate(plan.values):
+        kind = schema.field(name).type
+        if name not in plan.numeric or not (pa.types.is_floating(kind) or pa.types.is_signed_integer(kind)):
+            return None
+        if pa.types.is_float16(kind):
+            return None
+        column = _column(metadata, leaves[name], None)
+        if column is None or column.physical not in PHYSICAL:
+            return None
+        want = sum(WANT.get(func, 0) for part, func, _ in plan.partial if part == f"v{i}")
+        values.append((column, want))
+    if key is None:
+        return None
+    return NativePlan(key, tuple(values))
+
+
+def _column(metadata: pq.FileMetaData, leaves: list[int], physical: str | None) -> Column | None:
+    if len(leaves) != 1:
+        return None
+    described = metadata.schema.column(leaves[0])
+    if described.max_repetition_level != 0 or described.max_definition_level > 1:
+        return None
+    if physical is not None and described.physical_type != physical:
+        return None
+    return Column(leaves[0], described.max_definition_level, described.physical_type)
+
+
+def native_partial(
+    chunks: Sequence[tuple[int, Any]], metadata: pq.FileMetaData, index: int, plan: Plan, native: NativePlan
+) -> pa.Table | None:
+    """The row group's partial aggregates, or None where pyarrow must decode it."""
+    group = metadata.row_group(index)
+    rows = group.num_rows
+    try:
+        ids = _ids(rows)
+        dictionary, count_all = _key(chunks, group.column(native.key.index), native.key, ids, rows)
+        if len(dictionary) > MAX_DICTIONARY:
+            return None
+        dictionary = pc.cast(dictionary, pa.string())  # not UTF-8: pyarrow's path names it
+        if len(dictionary) > 1 and pc.count_distinct(dictionary).as_py() != len(dictionary):
+            return None
+        folded: list[tuple[bytes, ...]] = []
+        for column, want in native.values:
+            slots = _fold(chunks, group.column(column.index), column, want, ids, rows, len(dictionary) + 1)
+            if slots is None:
+                return None
+            folded.append(
+                (
+                    slots["count"].tobytes(),
+                    slots["sum"].tobytes(),
+                    slots["min"].tobytes(),
+                    slots["max"].tobytes(),
+                )
+            )
+    except (Malformed, pa.ArrowException, ValueError, OSError):  # pyarrow then says what is wrong
+        return None
+    return partial_table(plan, dictionary, (count_all.tobytes(), tuple(folded)))
+
+
+_HELD = threading.local()
+
+
+def _ids(rows: int) -> np.ndarray:
+    """A group id a row, in this thread's buffer (reused: fresh pages cost a fault and a clear each)."""
+    held: np.ndarray | None = getattr(_HELD, "ids", None)
+    if held is None or len(held) < rows:
+        held = np.empty(rows, dtype=np.int32)
+        _HELD.ids = held
+    return held[:rows]
+
+
+def _key(
+    chunks: Sequence[tuple[int, Any]], meta: Any, column: Column, ids: np.ndarray, rows: int
+) -> tuple[pa.Array, np.ndarray]:
+    dictionary: pa.Array | None = None
+    count_all: np.ndarray | None = None
+    row = 0
+    for kind, header, levels, data in _pages(chunks, meta, column):
+        if kind == DICTIONARY_PAGE:
+            if dictionary is not None:
+                raise Malformed("two dictionary pages")
+            parts = kernel.pq_byte_arrays(data, header[1])
+            if parts is None:
+                raise Malformed("a dictionary page's byte arrays")
+            offsets, values = parts
+            dictionary = pa.Array.from_buffers(
+                pa.binary(), header[1], [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+            )
+            count_all = np.zeros(len(dictionary) + 1, dtype=np.int64)
+            continue
+        if dictionary is None or count_all is None or header[2] not in (PLAIN_DICTIONARY, RLE_DICTIONARY):
+            raise Malformed("a key page not dictionary-encoded")
+        if (
+            row + header[1] > rows
+            or kernel.pq_key_page(levels, data, header[1], len(dictionary), ids, row, count_all) < 0
+        ):
+            raise Malformed("a key page")
+        row += header[1]
+    if dictionary is None or count_all is None or row != rows:
+        raise Malformed("the key column's rows")
+    return dictionary, count_all
+
+
+def _fold(
+    chunks: Sequence[tuple[int, Any]],
+    meta: Any,
+    column: Column,
+    want: int,
+    ids: np.ndarray,
+    rows: int,
+    groups: int,
+) -> np.ndarray | None:
+    slots = np.zeros(groups, dtype=SLOT)
+    slots["min"], slots["max"] = np.inf, -np.inf
+    phys, dtype = PHYSICAL[column.physical]
+    dictionary: np.ndarray | None = None
+    row = 0
+    for kind, header, levels, data in _pages(chunks, meta, column):
+        if kind == DICTIONARY_PAGE:
+            size = np.dtype(dtype).itemsize
+            if header[1] < 0 or len(data) < header[1] * size:
+                raise Malformed("a dictionary page's values")
+            dictionary = np.frombuffer(data, dtype=dtype, count=header[1]).astype(np.float64)
+            continue
+        encoding = 1 if header[2] in (PLAIN_DICTIONARY, RLE_DICTIONARY) else 0 if header[2] == PLAIN else -1
+        if encoding < 0 or (encoding == 1 and dictionary is None) or row + header[1] > rows:
+            raise Malformed("a value page")
+        done = kernel.pq_fold_page(
+            levels,
+            data,
+            header[1],
+            encoding,
+            phys,
+            dictionary if encoding else None,
+            ids,
+            row,
+            slots.view(np.uint8),
+            want,
+        )
+        if done < 0:
+            raise Malformed("a value page")
+        if done == 0:
+            return None  # a NaN: Arrow decides
+        row += header[1]
+    if row != rows:
+        raise Malformed("a value column's rows")
+    return slots
+
+
+def _pages(
+    chunks: Sequence[tuple[int, Any]], meta: Any, column: Column
+) -> Iterator[tuple[int, tuple[int, int, int], Any, Any]]:
+    """(page type, (page type, num_values, encoding), definition levels or None, values' bytes) of
+    each page of a column chunk, decompressed (index pages skipped)."""
+    if meta.compression not in CODECS:
+        raise Malformed(f"codec {meta.compression}")
+    name = CODECS[meta.compression]
+    codec = pa.Codec(name) if name is not None else None
+    start = meta.data_page_offset
+    if (
+        meta.has_dictionary_page
+        and meta.dictionary_page_offset is not None
+        and 0 < meta.dictionary_page_offset < start
+    ):
+        start = meta.dictionary_page_offset
+    chunk = _span(chunks, start, meta.total_compressed_size)
+    pages = kernel.pq_pages(chunk, meta.num_values)
+    if pages is None:
+        raise Malformed("a page header")
+    for kind, at, compressed, size, count, encoding, def_encoding, nulls, def_len, rep_len, packed in pages:
+        payload = chunk[at : at + compressed]
+        if kind == DICTIONARY_PAGE:
+            yield kind, (kind, count, encoding), None, _decompress(codec, payload, size)
+        elif kind == DATA_PAGE:
+            data = _decompress(codec, payload, size)
+            levels = None
+            if column.max_def:
+                if def_encoding != RLE or len(data) < 4:
+                    raise Malformed("definition levels not RLE")
+                length = int.from_bytes(bytes(data[:4]), "little")
+                if 4 + length > len(data):
+                    raise Malformed("definition levels past the page")
+                levels, data = data[4 : 4 + length], data[4 + length :]
+            yield kind, (kind, count, encoding), levels, data
+        elif kind == DATA_PAGE_V2:
+            if rep_len or (def_len and not column.max_def):
+                raise Malformed("levels of a v2 page")
+            levels = payload[:def_len] if column.max_def and nulls else None
+            data = _decompress(codec if packed else None, payload[def_len:], size - def_len)
+            yield kind, (kind, count, encoding), levels, data
+
+
+def _span(chunks: Sequence[tuple[int, Any]], start: int, length: int) -> memoryview:
+    for offset, data in chunks:
+        view = memoryview(data)
+        if offset <= start and start + length <= offset + len(view):
+            return view[start - offset : start - offset + length]
+    raise Malformed("a column chunk not read")
+
+
+def _decompress(codec: pa.Codec | None, payload: memoryview, size: int) -> Any:
+    if codec is None:
+        if len(payload) != size:
+            raise Malformed("an uncompressed page's size")
+        return payload
+    out = codec.decompress(payload, decompressed_size=size, asbytes=False)
+    if out.size != size:
+        raise Malformed("a page's decompressed size")
+    return out
