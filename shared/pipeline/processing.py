@@ -1,7 +1,9 @@
 """One queue message's life: parse -> claim -> handler -> complete / retry / continue / poison.
 
 Storage requests on the happy path of a new job: claim (1 conditional create) and complete
-(1 conditional replace); the host adds the delete and a share of the batch receive. A claim is
+(1 conditional replace); the host adds the delete and a share of the batch receive. A message
+the app sent after making the job's record (`recorded`: the API's, retries, continuations) claims
+with a GET and a conditional replace instead (a create would fail first: 3 requests). A claim is
 short (`CLAIM_LEASE_SECONDS`) and renewed by a heartbeat while the handler runs, so a dead
 owner's claim ends within one lease. A delivery that meets a live claim, or storage too busy to
 claim, leaves a re-check message and is acknowledged: it never spends the host's dequeue count.
@@ -229,8 +231,17 @@ class Processor:
     # -- claim -------------------------------------------------------------------------------
 
     def claim(self) -> Decision | None:
-        """Take the job (RUN / RESUME), or deal with the delivery and return None."""
+        """Take the job (RUN / RESUME), or deal with the delivery and return None. A message the
+        app sent after making the record (`recorded`) reads it first: a GET and a conditional
+        replace, where trying to create it would cost a failed create as well."""
         env, current, decision = self.env, None, Decision.RUN
+        if env.recorded:
+            current = self.rt.ledger.get(env.id)
+            if current is not None:
+                decision = ledger.decide(current.data, env.attempt, env.continuation_seq, self.rt.clock())
+                if decision not in (Decision.RUN, Decision.RESUME):
+                    self.meet(decision, current)
+                    return None
         for _ in range(3):
             facts = self.facts()
             try:

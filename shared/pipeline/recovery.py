@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared.app.runtime import Runtime, get_runtime
@@ -80,7 +80,7 @@ def _recover_one(rt: Runtime, job_id: str, grace_s: float) -> bool:
     except EnvelopeError as exc:  # e.g. a kind no longer deployed: its own message settles it
         log.warning("job %s: claim not recovered, its envelope is refused (%s)", job_id, exc)
         return False
-    send_job(rt, env)
+    send_job(rt, replace(env, recorded=True))  # the record it was read from exists
     log_decision(
         "recovered",
         job_id,

@@ -186,7 +186,7 @@ class _Submission:
         try:
             if self.payload is not None:
                 _upload_payload(rt, env, self.payload)
-            send_job(rt, env)
+            send_job(rt, replace(env, recorded=True))  # its claim reads the record we made
         except Exception as exc:
             self._send_failed(record, exc)
             raise
