@@ -5,6 +5,8 @@
  * is built. Every length is checked against its buffer: a malformed page answers -1 (the caller
  * then decodes the row group with pyarrow, which names what is wrong), never a read past it.
  *
+ *   pq_pages(chunk, num_values) -> [(type, offset, compressed, uncompressed, num_values, encoding,
+ *             def level encoding, num_nulls, def levels' bytes, rep levels' bytes, is_compressed)] | None
  *   pq_byte_arrays(data, count) -> (offsets int32 bytes, values bytes) | None
  *   pq_key_page(levels | None, indices, num_values, ndict, ids, row, count_all) -> rows | -1
  *   pq_fold_page(levels | None, values, num_values, encoding, phys, dictionary | None, ids, row,

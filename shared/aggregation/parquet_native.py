@@ -6,8 +6,8 @@ Only the shapes it knows are taken (`native_plan`); a row group it cannot decode
 encoding or codec, a key page that fell back to PLAIN, a NaN, anything malformed) answers None
 and pyarrow decodes it, which decides, and names what is wrong with a corrupt file.
 
-Page headers are Thrift compact structs, read here (a few a column chunk); the pages' bytes are
-decompressed by Arrow's codecs; levels, indices and values are read in C.
+A column chunk's page headers (Thrift compact structs) are read in C at once (`pq_pages`), its
+pages' bytes decompressed by Arrow's codecs, their levels, indices and values read in C.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ def native_plan(
     if not (pa.types.is_string(key_type) or pa.types.is_binary(key_type)):
         return None
     key = _column(metadata, leaves[key_name], "BYTE_ARRAY")
+    if key is None:
+        return None
     values: list[tuple[Column, int]] = []
     for i, name in enumerate(plan.values):
         kind = schema.field(name).type
@@ -83,8 +85,6 @@ def native_plan(
             return None
         want = sum(WANT.get(func, 0) for part, func, _ in plan.partial if part == f"v{i}")
         values.append((column, want))
-    if key is None:
-        return None
     return NativePlan(key, tuple(values))
 
 
@@ -244,6 +244,8 @@ def _pages(
     for kind, at, compressed, size, count, encoding, def_encoding, nulls, def_len, rep_len, packed in pages:
         payload = chunk[at : at + compressed]
         if kind == DICTIONARY_PAGE:
+            if encoding not in (PLAIN, PLAIN_DICTIONARY):
+                raise Malformed(f"a dictionary page of encoding {encoding}")
             yield kind, (kind, count, encoding), None, _decompress(codec, payload, size)
         elif kind == DATA_PAGE:
             data = _decompress(codec, payload, size)
