@@ -120,7 +120,7 @@ setup(
                 "src/pq.c",
             ],
             # the build and its training too: a module older than either is built again
-            depends=["src/agg.h", "src/scan.h", "setup.py", "pgo_train.py"],
+            depends=["src/agg.h", "src/scan.h", "src/fold.h", "setup.py", "pgo_train.py"],
             extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra", "-fno-strict-aliasing"],
             # Without a C compiler the install goes on without the scanner: the engine then uses
             # its pyarrow path alone (same answers, slower) and the app logs a warning at start.

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fold.h"
+
 #define DICT_MAX_COLUMNS 64
 #define TILE 4096 /* rows whose group ids are held at once */
 
@@ -45,13 +47,6 @@ static int group_ids(const int32_t *idx, const unsigned char *valid, Py_ssize_t 
     return 1;
 }
 
-typedef struct {
-    int64_t count;
-    double sum, min, max;
-} Fold; /* one group's figures of one column: one cache line holds two groups' */
-
-enum { WANT_SUM = 1, WANT_MIN = 2, WANT_MAX = 4 };
-
 /* Rows [i, end) folded; `want` is a constant where it is called, so each figure not wanted costs
  * nothing (a store a row each otherwise, the loop's bound). */
 static inline __attribute__((always_inline)) int fold_rows(const int32_t *ids, const double *v,
@@ -60,13 +55,7 @@ static inline __attribute__((always_inline)) int fold_rows(const int32_t *ids, c
     int nan = 0;
     for (; i < end; i++) {
         if (valid && !bit(valid, off + i)) continue;
-        double x = v[i];
-        Fold *a = &f[ids[i]];
-        nan |= x != x;
-        a->count++;
-        if (want & WANT_SUM) a->sum += x;
-        if (want & WANT_MIN) a->min = x < a->min ? x : a->min;
-        if (want & WANT_MAX) a->max = x > a->max ? x : a->max;
+        nan |= fold_value(&f[ids[i]], v[i], want);
     }
     return nan;
 }

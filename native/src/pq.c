@@ -22,14 +22,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fold.h"
+
 #define PQ_TILE 4096
 
-typedef struct {
-    int64_t count;
-    double sum, min, max;
-} PqFold;
-
-enum { PQ_SUM = 1, PQ_MIN = 2, PQ_MAX = 4 };
 
 /* The RLE / bit-packed hybrid decoder of Parquet's levels and dictionary indices. */
 typedef struct {
@@ -376,17 +372,15 @@ PyObject *pq_key_page(PyObject *self, PyObject *args) {
     Py_ssize_t num_values, row, ndict, rows = -1;
     if (!PyArg_ParseTuple(args, "Oy*nnOnO", &levels_obj, &indices, &num_values, &ndict, &ids_obj, &row, &count_obj))
         return NULL;
-    int has_levels = levels_obj != Py_None, got_levels = 0, got_ids = 0, got_counts = 0;
-    if (has_levels && get_buffer(levels_obj, &levels, 0) < 0) goto fail;
-    got_levels = has_levels;
-    if (get_buffer(ids_obj, &ids, 1) < 0) goto fail;
-    got_ids = 1;
-    if (get_buffer(count_obj, &counts, 1) < 0) goto fail;
-    got_counts = 1;
+    PyObject *result = NULL; /* the buffers are released at done: a zeroed one as nothing */
+    int has_levels = levels_obj != Py_None;
+    if ((has_levels && get_buffer(levels_obj, &levels, 0) < 0) || get_buffer(ids_obj, &ids, 1) < 0 ||
+        get_buffer(count_obj, &counts, 1) < 0)
+        goto done;
     if (num_values < 0 || row < 0 || ndict < 0 || ndict >= INT32_MAX || row + num_values > ids.len / 4 ||
         (ndict + 1) * 8 > counts.len) {
         PyErr_SetString(PyExc_ValueError, "pq_key_page: bad arguments");
-        goto fail;
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS;
     int32_t *out = (int32_t *)ids.buf + row;
@@ -427,21 +421,17 @@ PyObject *pq_key_page(PyObject *self, PyObject *args) {
     }
     rows = ok ? num_values : -1;
     Py_END_ALLOW_THREADS;
+    result = PyLong_FromSsize_t(rows);
+done:
     PyBuffer_Release(&indices);
-    if (got_levels) PyBuffer_Release(&levels);
+    PyBuffer_Release(&levels);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&counts);
-    return PyLong_FromSsize_t(rows);
-fail:
-    PyBuffer_Release(&indices);
-    if (got_levels) PyBuffer_Release(&levels);
-    if (got_ids) PyBuffer_Release(&ids);
-    if (got_counts) PyBuffer_Release(&counts);
-    return NULL;
+    return result;
 }
 
 static inline __attribute__((always_inline)) int fold_tile(const double *x, const uint32_t *lev, int has_levels,
-                                                           const int32_t *ids, uint32_t n, PqFold *slots,
+                                                           const int32_t *ids, uint32_t n, Fold *slots,
                                                            uint32_t groups, const int want, int *bad) {
     int nan = 0;
     uint32_t k = 0;
@@ -453,12 +443,7 @@ static inline __attribute__((always_inline)) int fold_tile(const double *x, cons
             *bad = 1;
             return 0;
         }
-        PqFold *a = &slots[g];
-        nan |= v != v;
-        a->count++;
-        if (want & PQ_SUM) a->sum += v;
-        if (want & PQ_MIN) a->min = v < a->min ? v : a->min;
-        if (want & PQ_MAX) a->max = v > a->max ? v : a->max;
+        nan |= fold_value(&slots[g], v, want);
     }
     return nan;
 }
@@ -472,28 +457,23 @@ PyObject *pq_fold_page(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oy*niiOOnOi", &levels_obj, &values, &num_values, &encoding, &phys, &dict_obj,
                           &ids_obj, &row, &slots_obj, &want))
         return NULL;
+    PyObject *result = NULL; /* the buffers are released at done: a zeroed one as nothing */
     int has_levels = levels_obj != Py_None, has_dict = dict_obj != Py_None;
-    int got_levels = 0, got_dict = 0, got_ids = 0, got_slots = 0;
-    if (has_levels && get_buffer(levels_obj, &levels, 0) < 0) goto fail;
-    got_levels = has_levels;
-    if (has_dict && get_buffer(dict_obj, &dict, 0) < 0) goto fail;
-    got_dict = has_dict;
-    if (get_buffer(ids_obj, &ids, 0) < 0) goto fail;
-    got_ids = 1;
-    if (get_buffer(slots_obj, &slots, 1) < 0) goto fail;
-    got_slots = 1;
+    if ((has_levels && get_buffer(levels_obj, &levels, 0) < 0) || (has_dict && get_buffer(dict_obj, &dict, 0) < 0) ||
+        get_buffer(ids_obj, &ids, 0) < 0 || get_buffer(slots_obj, &slots, 1) < 0)
+        goto done;
     static const int sizes[] = {8, 4, 4, 8};
     if (num_values < 0 || row < 0 || row + num_values > ids.len / 4 || phys < 0 || phys > 3 || encoding < 0 ||
-        encoding > 1 || (encoding == 1 && !has_dict) || slots.len / (Py_ssize_t)sizeof(PqFold) > UINT32_MAX) {
+        encoding > 1 || (encoding == 1 && !has_dict) || slots.len / (Py_ssize_t)sizeof(Fold) > UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "pq_fold_page: bad arguments");
-        goto fail;
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS;
     const uint8_t *vp = (const uint8_t *)values.buf, *vend = vp + values.len;
     const double *dv = has_dict ? (const double *)dict.buf : NULL;
     uint32_t ndictv = has_dict ? (uint32_t)(dict.len / 8) : 0;
-    uint32_t groups = (uint32_t)(slots.len / (Py_ssize_t)sizeof(PqFold));
-    PqFold *fold = (PqFold *)slots.buf;
+    uint32_t groups = (uint32_t)(slots.len / (Py_ssize_t)sizeof(Fold));
+    Fold *fold = (Fold *)slots.buf;
     const int32_t *gid = (const int32_t *)ids.buf + row;
     Rle lv, ix;
     uint32_t lev[PQ_TILE], idx[PQ_TILE];
@@ -551,29 +531,24 @@ PyObject *pq_fold_page(PyObject *self, PyObject *args) {
         const int32_t *g = gid + start;
         int holes = has_levels && defined < (Py_ssize_t)n; /* a tile with every value defined: no test a row */
         switch (want) {
-        case PQ_SUM: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_SUM, &bad); break;
-        case PQ_MIN: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_MIN, &bad); break;
-        case PQ_MAX: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_MAX, &bad); break;
-        case PQ_SUM | PQ_MIN: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_SUM | PQ_MIN, &bad); break;
-        case PQ_SUM | PQ_MAX: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_SUM | PQ_MAX, &bad); break;
-        case PQ_MIN | PQ_MAX: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_MIN | PQ_MAX, &bad); break;
-        default: nan |= fold_tile(x, lev, holes, g, n, fold, groups, PQ_SUM | PQ_MIN | PQ_MAX, &bad); break;
+        case WANT_SUM: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_SUM, &bad); break;
+        case WANT_MIN: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_MIN, &bad); break;
+        case WANT_MAX: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_MAX, &bad); break;
+        case WANT_SUM | WANT_MIN: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_SUM | WANT_MIN, &bad); break;
+        case WANT_SUM | WANT_MAX: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_SUM | WANT_MAX, &bad); break;
+        case WANT_MIN | WANT_MAX: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_MIN | WANT_MAX, &bad); break;
+        default: nan |= fold_tile(x, lev, holes, g, n, fold, groups, WANT_SUM | WANT_MIN | WANT_MAX, &bad); break;
         }
         if (bad) ok = 0;
     }
     answer = !ok ? -1 : nan ? 0 : 1;
     Py_END_ALLOW_THREADS;
+    result = PyLong_FromLong(answer);
+done:
     PyBuffer_Release(&values);
-    if (got_levels) PyBuffer_Release(&levels);
-    if (got_dict) PyBuffer_Release(&dict);
+    PyBuffer_Release(&levels);
+    PyBuffer_Release(&dict);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&slots);
-    return PyLong_FromLong(answer);
-fail:
-    PyBuffer_Release(&values);
-    if (got_levels) PyBuffer_Release(&levels);
-    if (got_dict) PyBuffer_Release(&dict);
-    if (got_ids) PyBuffer_Release(&ids);
-    if (got_slots) PyBuffer_Release(&slots);
-    return NULL;
+    return result;
 }

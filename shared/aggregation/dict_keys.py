@@ -60,6 +60,12 @@ def _plain_dictionary(key: pa.Array) -> bool:
     values = key.dictionary
     if not (pa.types.is_string(values.type) or pa.types.is_binary(values.type)) or values.null_count:
         return False
+    return groupable(values)
+
+
+def groupable(values: pa.Array) -> bool:
+    """A dictionary the scanner may group by: at most MAX_DICTIONARY texts, each once (a partial
+    holds each group once)."""
     if len(values) > MAX_DICTIONARY:
         return False
     return len(values) < 2 or pc.count_distinct(values).as_py() == len(values)

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shared.aggregation.dict_keys import MAX_DICTIONARY, WANT, partial_table
+from shared.aggregation.dict_keys import WANT, groupable, partial_table
 from shared.aggregation.native import kernel
 from shared.aggregation.plan import Plan
 
@@ -34,9 +34,9 @@ CODECS: Final = {
     "GZIP": "gzip",
     "ZSTD": "zstd",
     "BROTLI": "brotli",
-    "LZ4_RAW": "lz4_raw",
 }
-"""Column chunk codecs taken (Parquet's name: Arrow's); others go to pyarrow."""
+"""Column chunk codecs taken (the name pyarrow's metadata gives: Arrow's codec); others go to
+pyarrow, LZ4 too (the metadata names Hadoop's framing and the raw one alike)."""
 PHYSICAL: Final = {"DOUBLE": (0, "<f8"), "FLOAT": (1, "<f4"), "INT32": (2, "<i4"), "INT64": (3, "<i8")}
 SLOT = np.dtype([("count", "<i8"), ("sum", "<f8"), ("min", "<f8"), ("max", "<f8")])
 
@@ -108,11 +108,9 @@ def native_partial(
     try:
         ids = _ids(rows)
         dictionary, count_all = _key(chunks, group.column(native.key.index), native.key, ids, rows)
-        if len(dictionary) > MAX_DICTIONARY:
+        if not groupable(dictionary):
             return None
         dictionary = pc.cast(dictionary, pa.string())  # not UTF-8: pyarrow's path names it
-        if len(dictionary) > 1 and pc.count_distinct(dictionary).as_py() != len(dictionary):
-            return None
         folded: list[tuple[bytes, ...]] = []
         for column, want in native.values:
             slots = _fold(chunks, group.column(column.index), column, want, ids, rows, len(dictionary) + 1)
@@ -149,27 +147,27 @@ def _key(
     dictionary: pa.Array | None = None
     count_all: np.ndarray | None = None
     row = 0
-    for kind, header, levels, data in _pages(chunks, meta, column):
+    for kind, count, encoding, levels, data in _pages(chunks, meta, column):
         if kind == DICTIONARY_PAGE:
             if dictionary is not None:
                 raise Malformed("two dictionary pages")
-            parts = kernel.pq_byte_arrays(data, header[1])
+            parts = kernel.pq_byte_arrays(data, count)
             if parts is None:
                 raise Malformed("a dictionary page's byte arrays")
             offsets, values = parts
             dictionary = pa.Array.from_buffers(
-                pa.binary(), header[1], [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+                pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
             )
             count_all = np.zeros(len(dictionary) + 1, dtype=np.int64)
             continue
-        if dictionary is None or count_all is None or header[2] not in (PLAIN_DICTIONARY, RLE_DICTIONARY):
+        if dictionary is None or count_all is None or encoding not in (PLAIN_DICTIONARY, RLE_DICTIONARY):
             raise Malformed("a key page not dictionary-encoded")
         if (
-            row + header[1] > rows
-            or kernel.pq_key_page(levels, data, header[1], len(dictionary), ids, row, count_all) < 0
+            row + count > rows
+            or kernel.pq_key_page(levels, data, count, len(dictionary), ids, row, count_all) < 0
         ):
             raise Malformed("a key page")
-        row += header[1]
+        row += count
     if dictionary is None or count_all is None or row != rows:
         raise Malformed("the key column's rows")
     return dictionary, count_all
@@ -189,23 +187,23 @@ def _fold(
     phys, dtype = PHYSICAL[column.physical]
     dictionary: np.ndarray | None = None
     row = 0
-    for kind, header, levels, data in _pages(chunks, meta, column):
+    for kind, count, encoding, levels, data in _pages(chunks, meta, column):
         if kind == DICTIONARY_PAGE:
             size = np.dtype(dtype).itemsize
-            if header[1] < 0 or len(data) < header[1] * size:
+            if count < 0 or len(data) < count * size:
                 raise Malformed("a dictionary page's values")
-            dictionary = np.frombuffer(data, dtype=dtype, count=header[1]).astype(np.float64)
+            dictionary = np.frombuffer(data, dtype=dtype, count=count).astype(np.float64)
             continue
-        encoding = 1 if header[2] in (PLAIN_DICTIONARY, RLE_DICTIONARY) else 0 if header[2] == PLAIN else -1
-        if encoding < 0 or (encoding == 1 and dictionary is None) or row + header[1] > rows:
+        coded = 1 if encoding in (PLAIN_DICTIONARY, RLE_DICTIONARY) else 0 if encoding == PLAIN else -1
+        if coded < 0 or (coded == 1 and dictionary is None) or row + count > rows:
             raise Malformed("a value page")
         done = kernel.pq_fold_page(
             levels,
             data,
-            header[1],
-            encoding,
+            count,
+            coded,
             phys,
-            dictionary if encoding else None,
+            dictionary if coded else None,
             ids,
             row,
             slots.view(np.uint8),
@@ -215,7 +213,7 @@ def _fold(
             raise Malformed("a value page")
         if done == 0:
             return None  # a NaN: Arrow decides
-        row += header[1]
+        row += count
     if row != rows:
         raise Malformed("a value column's rows")
     return slots
@@ -223,8 +221,8 @@ def _fold(
 
 def _pages(
     chunks: Sequence[tuple[int, Any]], meta: Any, column: Column
-) -> Iterator[tuple[int, tuple[int, int, int], Any, Any]]:
-    """(page type, (page type, num_values, encoding), definition levels or None, values' bytes) of
+) -> Iterator[tuple[int, int, int, Any, Any]]:
+    """(page type, num_values, encoding, definition levels or None, values' bytes) of
     each page of a column chunk, decompressed (index pages skipped)."""
     if meta.compression not in CODECS:
         raise Malformed(f"codec {meta.compression}")
@@ -246,7 +244,7 @@ def _pages(
         if kind == DICTIONARY_PAGE:
             if encoding not in (PLAIN, PLAIN_DICTIONARY):
                 raise Malformed(f"a dictionary page of encoding {encoding}")
-            yield kind, (kind, count, encoding), None, _decompress(codec, payload, size)
+            yield kind, count, encoding, None, _decompress(codec, payload, size)
         elif kind == DATA_PAGE:
             data = _decompress(codec, payload, size)
             levels = None
@@ -257,13 +255,13 @@ def _pages(
                 if 4 + length > len(data):
                     raise Malformed("definition levels past the page")
                 levels, data = data[4 : 4 + length], data[4 + length :]
-            yield kind, (kind, count, encoding), levels, data
+            yield kind, count, encoding, levels, data
         elif kind == DATA_PAGE_V2:
             if rep_len or (def_len and not column.max_def):
                 raise Malformed("levels of a v2 page")
             levels = payload[:def_len] if column.max_def and nulls else None
             data = _decompress(codec if packed else None, payload[def_len:], size - def_len)
-            yield kind, (kind, count, encoding), levels, data
+            yield kind, count, encoding, levels, data
 
 
 def _span(chunks: Sequence[tuple[int, Any]], start: int, length: int) -> memoryview:
