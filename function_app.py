@@ -79,10 +79,14 @@ def sample_queues(timer: func.TimerRequest) -> None:
     queue_metrics.on_timer()
 
 
+# The job's message goes out through the queue output binding: the host sends it when the function
+# returns (before the answer) and wakes its own listener on the jobs queue at once, so the job is
+# not left waiting for the next poll (shared/pipeline/submit.py).
 @app.function_name("submit_job")
 @app.route(route="jobs", methods=["POST"])
-def submit_job(req: func.HttpRequest) -> func.HttpResponse:
-    return api.submit_job(req)
+@app.queue_output(arg_name="job", queue_name="%JOBS_QUEUE%", connection="AzureWebJobsStorage")
+def submit_job(req: func.HttpRequest, job: func.Out[str]) -> func.HttpResponse:
+    return api.submit_job(req, job)
 
 
 @app.function_name("get_job")

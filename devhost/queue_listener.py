@@ -144,6 +144,7 @@ class QueueListener:
 
     def wake(self) -> None:
         """A write by this host to the queue: end the current backoff wait early."""
+        self.counters.incr("wakes")
         self._wake.set()
 
     def stop_polling(self) -> None:

@@ -29,6 +29,7 @@ QUEUE_COUNTERS = (
     "polls",
     "empty_polls",
     "poll_errors",
+    "wakes",
     "storage_errors",
 )
 

@@ -26,7 +26,7 @@ from shared.config.observability import add_listener
 
 METER_NAME = "jobs"
 NOT_DELIVERIES = frozenset(
-    {"console_action", "op_started", "op_resumed", "recovered", "replayed", "archived"}
+    {"console_action", "op_started", "op_resumed", "recovered", "resent_unclaimed", "replayed", "archived"}
 )
 """Decisions that are not about a delivery (counted elsewhere, or not at all)."""
 DURATION_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)

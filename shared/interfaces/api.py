@@ -18,7 +18,13 @@ from shared.core.envelope import ID_RE, ID_RULE
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record
 from shared.ledger.view import RecordView
-from shared.pipeline.submit import SUBMIT_CALLS, SubmissionBusy, submit, validate_request
+from shared.pipeline.submit import (
+    SUBMIT_CALLS,
+    MessageOut,
+    SubmissionBusy,
+    submit,
+    validate_request,
+)
 from shared.poison import bulk
 from shared.storage.clients import bounded_calls
 from shared.storage.errors import NotFound, StorageError, failure_name, translated
@@ -41,14 +47,15 @@ def _error(code: int, message: str, **extra: Any) -> func.HttpResponse:
 
 
 def _guarded(
-    handler: Callable[[func.HttpRequest, Runtime], func.HttpResponse],
+    handler: Callable[..., func.HttpResponse],
 ) -> Callable[..., func.HttpResponse]:
-    """Settings problems -> 503 naming the setting; storage outages -> 503; never a stack trace."""
+    """Settings problems -> 503 naming the setting; storage outages -> 503; never a stack trace.
+    The handler takes the request, the runtime, then any output bindings the wiring passes."""
 
-    def wrapper(req: func.HttpRequest) -> func.HttpResponse:
+    def wrapper(req: func.HttpRequest, *outputs: Any) -> func.HttpResponse:
         try:
             with translated(handler.__name__):
-                return handler(req, get_runtime())
+                return handler(req, get_runtime(), *outputs)
         except SettingsError as exc:
             return _error(503, str(exc))
         except (StorageError, StorageThrottled) as exc:
@@ -72,14 +79,16 @@ def _status_url(req: func.HttpRequest, job_id: str) -> str:
 
 
 @_guarded
-def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
+def submit_job(req: func.HttpRequest, rt: Runtime, out: MessageOut | None = None) -> func.HttpResponse:
     """POST /api/jobs: 202 {id, status_url}; 400 with problems (the app's own fields `attempt` and
     `continuation_seq` included); 409 if the id exists; 413 too large; 503 with Retry-After to retry.
 
     One request per id gets 202 (the ledger's conditional create decides); the same request
     retried after an error finishes the send and gets 202 (see shared/pipeline/submit.py). Its
     storage calls are bounded (`SUBMIT_CALLS`): a storage failure before the send answers 503
-    within seconds; once the message is sent the answer is 202, whatever the write after it does."""
+    within seconds; once the message is sent the answer is 202, whatever the write after it does.
+    `out` (the function's queue output binding): the host sends the message when a 202 returns,
+    and wakes its listener on the jobs queue at once; without it this function sends it."""
     body = req.get_body()
     if len(body) > MAX_REQUEST_BYTES:
         return _error(413, f"request body is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}")
@@ -93,7 +102,7 @@ def submit_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
             tracing.submission_span(env, req.headers) as env,
             bounded_calls(SUBMIT_CALLS),
         ):  # the caller's traceparent
-            result = submit(rt, env)
+            result = submit(rt, env, out)
     except EnvelopeError as exc:
         return _error(400, "invalid job", problems=exc.problems)
     except MessageTooLarge as exc:

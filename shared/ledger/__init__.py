@@ -4,7 +4,7 @@
 - The transitions are pure functions returning the new record; nothing else in the app sets a
   record's fields. Here, those of a job's runs (`claimed`, `renewed`, `progressed`, `completed`,
   `continued`, `retry_scheduled`, `released`, `poisoned`, `run_cancelled`); the producer's
-  (`queued`, `send_resumed`, `sent`, `send_failed`) are in `shared/ledger/send.py`, the
+  (`queued`, `send_resumed`, `sent`, `send_failed`, `resent`) are in `shared/ledger/send.py`, the
   operators' (`cancel_requested`, `edited`, `replayed`) in `shared/ledger/operator.py`.
 - `Ledger.write` applies one transition with a conditional write and survives "applied, but the
   answer was lost": every write carries a `write_id`, and after an error or a conflict the
@@ -100,7 +100,9 @@ def claim_is_live(data: Mapping[str, Any], now: datetime) -> bool:
 
 CLAIM_ENVELOPE = "envelope"
 """The claiming message's envelope, kept while the claim lasts: recovery re-sends it when the
-claim ends without an outcome (the dead owner's own message is leased by a dead host)."""
+claim ends without an outcome (the dead owner's own message is leased by a dead host). Also kept
+by a `queued` record whose message the Functions host sends (the API's): recovery sends it again,
+never expiring, if no delivery has claimed the job by `resend_at` (shared/ledger/send.py)."""
 
 
 # -- transitions (pure) ----------------------------------------------------------------------
@@ -141,7 +143,7 @@ def stamped(
     return data
 
 
-SEND_MARKERS = ("send_pending", "send_lease_until")
+SEND_MARKERS = ("send_pending", "send_lease_until", "resend_at")
 """Fields of a `queued` record whose message may not be on the queue yet (see `shared.ledger.send.queued`)."""
 
 

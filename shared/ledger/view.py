@@ -19,6 +19,7 @@ from shared.ledger import (
     COMPLETED,
     IN_PROGRESS,
     POISONED,
+    QUEUED,
     STATUSES,
     Record,
     Status,
@@ -32,6 +33,10 @@ TAG_LEASE = "lease_until"
 """Index tag of an in-progress record: when its claim ends (ISO-8601 UTC, ordered as text)."""
 TAG_STATE = "state"
 """Index tag of a finished record: `done` (completed) or `poisoned`; retention reads it."""
+TAG_RESEND = "resend_at"
+"""Index tag of a `queued` record whose message the Functions host sent (7-day time to live):
+when recovery sends it again if no delivery has claimed the job (ISO-8601 UTC, ordered as text;
+shared/ledger/send.py). The claim's write clears it, as every write sets the tags anew."""
 STATE_DONE = "done"
 STATE_POISONED = "poisoned"
 TAG_DONE_AT = "done_at"
@@ -41,9 +46,12 @@ instead of reading every finished record's properties (shared/pipeline/retention
 
 
 def index_tags(data: Mapping[str, Any]) -> dict[str, str]:
-    """Blob index tags for a record, set by the same write (pure): the claim's end while in
-    progress, the finished state once finished, none otherwise (the write clears old ones)."""
+    """Blob index tags for a record, set by the same write (pure): a host-sent job's `resend_at`
+    while unclaimed, the claim's end while in progress, the finished state once finished, none
+    otherwise (the write clears old ones)."""
     status = data.get("status")
+    if status == QUEUED and data.get("send_pending") is True and isinstance(data.get("resend_at"), str):
+        return {TAG_RESEND: str(data["resend_at"])}
     if status == IN_PROGRESS and isinstance(data.get("lease_until"), str):
         return {TAG_LEASE: str(data["lease_until"])}
     if status == COMPLETED:

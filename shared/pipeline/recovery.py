@@ -14,10 +14,16 @@ runs the job's effect once.
 Who runs it: every worker that processes jobs, every `RECOVERY_INTERVAL_SECONDS` while it lives
 (`watch`), and the `recover_claims` timer, which also runs when a host starts. An idle app has
 no worker awake and nothing to recover, so it costs nothing there.
+
+The timer also sends again the API's jobs that no delivery has claimed `RESEND_AFTER_S` (6 days)
+after their record was made (`resend_unclaimed`): the Functions host sent their message with the
+queue's default time to live (7 days; shared/ledger/send.py). One more tag query a timer run
+(`resend_at <= now`), which finds nothing unless a backlog is days old.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field, replace
@@ -26,9 +32,11 @@ from datetime import datetime, timedelta
 from shared.app.runtime import Runtime, get_runtime
 from shared.app.sending import send_job
 from shared.config.observability import log_decision
-from shared.core.documents import TagQuery
+from shared.core.documents import Conflict, TagQuery
 from shared.core.envelope import isoformat, parse_dict
 from shared.core.errors import EnvelopeError
+from shared.ledger import Facts
+from shared.ledger import send as ledger_send
 from shared.ledger import view as ledger_view
 
 log = logging.getLogger("jobs.recovery")
@@ -92,6 +100,57 @@ def _recover_one(rt: Runtime, job_id: str, grace_s: float) -> bool:
     return True
 
 
+# -- host-sent jobs that no delivery claimed before their message could expire ---------------
+
+
+@dataclass
+class Resent:
+    """What one pass over unclaimed host-sent jobs found and did."""
+
+    due: int = 0
+    """Records the tag query returned (`resend_at` passed, as indexed)."""
+    resent: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def unclaimed_query(now: datetime) -> TagQuery:
+    """The index query for host-sent jobs due to be sent again (pure)."""
+    return TagQuery(ledger_view.TAG_RESEND, "<=", isoformat(now))
+
+
+def resend_unclaimed(rt: Runtime) -> Resent:
+    """One pass: send each due job's kept envelope again (never expiring), then drop its marker.
+    A failing query raises (the next pass retries); a failing job is logged and skipped."""
+    report = Resent()
+    for name in list(rt.ledger.store.find(unclaimed_query(rt.clock()))):
+        report.due += 1
+        job_id = name.removesuffix(".json")
+        try:
+            done = _resend_one(rt, job_id)
+        except Exception as exc:  # the tag stays: the next pass sends it again (the ledger runs it once)
+            log.warning("job %s: re-send failed (%s); the next pass retries", job_id, exc)
+            done = False
+        (report.resent if done else report.skipped).append(job_id)
+    return report
+
+
+def _resend_one(rt: Runtime, job_id: str) -> bool:
+    record = rt.ledger.get(job_id)
+    raw = ledger_send.unclaimed_to_resend(record.data if record is not None else None, rt.clock())
+    if raw is None or record is None:
+        return False
+    try:
+        env = parse_dict(raw, rt.handlers.keys())
+    except EnvelopeError as exc:  # e.g. a kind no longer deployed: its own message settles it
+        log.warning("job %s: not sent again, its envelope is refused (%s)", job_id, exc)
+        return False
+    send_job(rt, replace(env, recorded=True))
+    log_decision("resent_unclaimed", job_id, resend_at=record.data.get("resend_at"), level=logging.WARNING)
+    with contextlib.suppress(Conflict):  # a claim may have come first: its write cleared the marker
+        rt.ledger.write(job_id, record, lambda prev: ledger_send.resent(prev, job_id, Facts(rt.clock())))
+    return True
+
+
 # -- the watch: every worker that processes jobs, while it lives -----------------------------
 
 _watched: set[int] = set()
@@ -124,4 +183,7 @@ def on_timer(rt: Runtime | None = None) -> Recovered:
     report = recover_claims(rt)
     if report.ended:
         log.info("recovery: %d ended claim(s), %d re-sent", report.ended, len(report.resent))
+    unclaimed = resend_unclaimed(rt)
+    if unclaimed.due:
+        log.info("recovery: %d unclaimed job(s) due, %d sent again", unclaimed.due, len(unclaimed.resent))
     return report

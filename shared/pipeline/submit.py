@@ -5,6 +5,16 @@ created first (If-None-Match), carrying `send_pending`, the request's digest and
 then the payload is uploaded (claim check only) and the message sent; then the marker is cleared
 (`sent`, If-Match). Happy path: 3 storage requests (create, send, clear), 4 with a claim check.
 
+The API hands its message to the Functions host instead (`out`: the function's queue output
+binding). The host sends it once the function returns, before the HTTP answer, and wakes its own
+listener on the jobs queue at once; a message this app sends itself waits for the listener's next
+poll, up to `maxPollingInterval`. No write can follow the host's send, so the marker stays until
+the first delivery's claim drops it, and the record keeps the envelope: the host's message lives
+the queue's default 7 days, so recovery sends it again, never expiring, if no delivery has
+claimed the job after `RESEND_AFTER_S` (shared/ledger/send.py). Happy path: 2 requests (create,
+the host's send). A failed host send fails the function: the caller gets 500 and the lease
+rules below apply (the same request, retried after the lease, sends it).
+
 Bounded in time: the API makes these calls inside `bounded_calls(SUBMIT_CALLS)` (one retry, short
 timeouts), so a storage failure before the send answers 503 with Retry-After within seconds, not
 after the SDK's retries. Once the message is sent the job is accepted: the clear is tried once
@@ -23,6 +33,8 @@ after the SDK's retries. Once the message is sent the job is accepted: the clear
   job once. A different request with the id still gets 409.
 - A retry that finds the job taken by a delivery (in progress, completed, ...), or a different
   request with the same id, answers 409 with the status and sends nothing.
+- Host-sent (the API): the same request posted again before the first delivery's claim finds
+  the marker, as after a failed clear: it waits out the lease, sends again, answers 202.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from shared import ledger
 from shared.app.runtime import Runtime
@@ -43,6 +55,7 @@ from shared.core.envelope import (
     Envelope,
     body_digest,
     claim_check_name,
+    encode_json,
     fits_queue,
     isoformat,
     parse_dict,
@@ -71,6 +84,12 @@ A storage answering 503 costs a call about 0.5 s, one that does not answer about
 clients' own retries: about 10 s, and 30 s per try)."""
 CLEAR_CALLS = CallBudget(retries=0, backoff_s=0.0, connect_s=2.0, read_s=3.0)
 """The write that clears `send_pending` once the message is sent: one try; the lease covers a failure."""
+
+
+class MessageOut(Protocol):
+    """Where the Functions host takes a message to send when the function returns (`func.Out`)."""
+
+    def set(self, val: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -122,21 +141,28 @@ def request_digest(env: Envelope) -> str:
     return body_digest(text.encode("utf-8"))
 
 
-def submit(rt: Runtime, env: Envelope) -> Submitted:
-    """Create the job's `queued` record, then put its message on the queue (module docstring)."""
+def submit(rt: Runtime, env: Envelope, out: MessageOut | None = None) -> Submitted:
+    """Create the job's `queued` record, then put its message on the queue, or hand it to `out`
+    for the Functions host to send (module docstring)."""
     request = request_digest(env)
     payload: bytes | None = None
     if not fits_queue(env):
         env, payload = _claim_check_plan(rt, env)
     lease_s = SEND_LEASE_S + SEND_LEASE_S_PER_MIB * len(payload or b"") / 2**20
-    return _Submission(rt, env, request, payload, lease_s).run()
+    return _Submission(rt, env, request, payload, lease_s, out).run()
 
 
 class _Submission:
     """One request's submission of one job."""
 
     def __init__(
-        self, rt: Runtime, env: Envelope, request: str, payload: bytes | None, lease_s: float
+        self,
+        rt: Runtime,
+        env: Envelope,
+        request: str,
+        payload: bytes | None,
+        lease_s: float,
+        out: MessageOut | None,
     ) -> None:
         self.rt = rt
         self.env = env
@@ -144,6 +170,8 @@ class _Submission:
         self.payload = payload
         """The claim-checked payload to upload before sending (None: inline)."""
         self.lease_s = lease_s
+        self.out = out
+        """The host sends the message (None: this request sends it and clears the marker)."""
         self.me = uuid.uuid4().hex
         self.mine: set[str] = set()
 
@@ -181,11 +209,15 @@ class _Submission:
         raise SubmissionBusy(job_id, WAIT_MAX_S)  # the record kept changing under us
 
     def send(self, record: Record) -> Submitted:
-        """Upload (claim check), send, then clear the marker: the job is accepted."""
+        """Upload (claim check), send, then clear the marker: the job is accepted. Host-sent:
+        upload, then hand the message over; the marker stays for the first claim to drop."""
         rt, env = self.rt, self.env
         try:
             if self.payload is not None:
                 _upload_payload(rt, env, self.payload)
+            if self.out is not None:
+                self.out.set(encode_json(replace(env, recorded=True)))
+                return Submitted(env, created=True, claim_checked=self.payload is not None)
             send_job(rt, replace(env, recorded=True))  # its claim reads the record we made
         except Exception as exc:
             self._send_failed(record, exc)
@@ -235,7 +267,12 @@ class _Submission:
     def _queued(self, prev: ledger.Data | None) -> ledger.Data:
         facts = Facts(self.rt.clock())
         return ledger_send.queued(
-            self.env, facts, request=self.request, submitter=self.me, send_lease_s=self.lease_s
+            self.env,
+            facts,
+            request=self.request,
+            submitter=self.me,
+            send_lease_s=self.lease_s,
+            host_sends=self.out is not None,
         )
 
     def _resumed(self, prev: ledger.Data | None) -> ledger.Data:

@@ -1,5 +1,6 @@
 """POST /api/jobs through the API's own handler, on the in-memory account and on Azurite: the
-producer's fields refused, one 202 per id under concurrency, and a retried POST finishing a failed send."""
+producer's fields refused, one 202 per id under concurrency, a retried POST finishing a failed send,
+and the message handed to the Functions host (its output binding), sent again if never claimed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from azure.core.exceptions import ServiceResponseError
 
 from shared.app.runtime import Runtime
 from shared.interfaces import api, cli
+from shared.ledger import send as ledger_send
+from shared.pipeline import recovery
 from shared.pipeline.processing import process_message
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
@@ -164,3 +168,81 @@ def test_a_request_body_nested_too_deeply_gets_400_not_a_crash(rt: Runtime) -> N
     status, body = post(b'{"id": "deep", "kind": "noop", "payload": ' + b"[" * 5000 + b"]" * 5000 + b"}")
     assert status == 400 and "nested too deeply" in body["problems"][0], body
     assert rt.ledger.get("deep") is None
+
+
+# -- the API's message handed to the Functions host (the queue output binding) ------------------
+
+
+class Outbox:
+    """What `func.Out[str]` is to the function: the host sends the value when it returns."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def set(self, val: str) -> None:
+        self.value = val
+
+
+def post_hosted(body: Any) -> tuple[int, dict[str, Any], Outbox]:
+    out = Outbox()
+    req = func.HttpRequest(
+        method="POST", url="http://localhost/api/jobs", body=json.dumps(body).encode(), headers={}, params={}
+    )
+    resp = api.submit_job(req, out)
+    return resp.status_code, json.loads(resp.get_body()), out
+
+
+def due_for_resend(rt: Runtime, at: datetime) -> list[str]:
+    return sorted(rt.ledger.store.find(recovery.unclaimed_query(at)))
+
+
+def test_the_host_sends_the_apis_message_and_its_first_claim_drops_the_marker(rt: Runtime) -> None:
+    status, body, out = post_hosted(noop("h1", note="x"))
+    assert status == 202 and out.value is not None, body
+    assert queue_length(rt, rt.settings.jobs_queue) == 0  # the function sent nothing itself
+    sent = json.loads(out.value)
+    assert sent["id"] == "h1" and sent["recorded"] is True and sent["payload"] == {"note": "x"}
+    record = rt.ledger.get("h1")
+    assert record is not None and record.data["send_pending"] is True
+    assert [h["event"] for h in record.data["history"]] == ["queued"]  # no clear after the send
+    made = datetime.fromisoformat(record.data["history"][0]["at"])
+    due = made + timedelta(seconds=ledger_send.RESEND_AFTER_S)
+    assert datetime.fromisoformat(record.data["resend_at"]) == due
+    assert record.data["envelope"]["payload"] == {"note": "x"}
+    assert due_for_resend(rt, due) == ["h1.json"] and due_for_resend(rt, due - timedelta(seconds=1)) == []
+    again = post_hosted(noop("h1", note="other"))  # another request with the id: refused, nothing to send
+    assert again[0] == 409 and again[2].value is None
+    process_message(message(out.value.encode()), rt)  # the host's message, delivered
+    record = rt.ledger.get("h1")
+    assert record is not None and record.status == "completed" and record.data["summary"] == {"note": "x"}
+    assert not {"send_pending", "resend_at", "envelope"} & set(record.data)
+    assert due_for_resend(rt, due + timedelta(days=30)) == []  # the claim's write cleared the tag
+    status, body, out = post_hosted(noop("h1", note="x"))  # the same request again: 409, nothing sent
+    assert status == 409 and body["same_request"] is True and out.value is None
+
+
+def test_an_unclaimed_host_sent_job_is_sent_again_never_expiring_before_its_message_could(
+    rt: Runtime,
+) -> None:
+    status, _, out = post_hosted(noop("h2", note="y"))
+    assert status == 202 and out.value is not None  # and the host's message is lost (its 7 days ran out)
+    record = rt.ledger.get("h2")
+    assert record is not None
+    due = datetime.fromisoformat(record.data["resend_at"])
+    rt.clock = lambda: due - timedelta(minutes=1)
+    early = recovery.resend_unclaimed(rt)
+    assert early.due == 0 and queue_length(rt, rt.settings.jobs_queue) == 0
+    rt.clock = lambda: due + timedelta(minutes=1)
+    report = recovery.resend_unclaimed(rt)
+    assert report.due == 1 and report.resent == ["h2"]
+    (peeked,) = rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages(max_messages=5)
+    assert peeked.expires_on is not None and peeked.expires_on.year == 9999  # never expires
+    record = rt.ledger.get("h2")
+    assert record is not None and record.status == "queued" and "send_pending" not in record.data
+    assert record.data["history"][-1]["event"] == "resent" and "envelope" not in record.data
+    assert recovery.resend_unclaimed(rt).due == 0  # once
+    (body,) = drain_raw(rt, rt.settings.jobs_queue)
+    assert json.loads(body)["recorded"] is True and json.loads(body)["payload"] == {"note": "y"}
+    process_message(message(body), rt)
+    record = rt.ledger.get("h2")
+    assert record is not None and record.status == "completed" and record.data["summary"] == {"note": "y"}

@@ -262,7 +262,7 @@ def test_through_the_host_post_answers_202_while_ledger_writes_fail_and_the_job_
                 service="blob",
                 path=rf"^/{DEV_ACCOUNT}/{settings['LEDGER_CONTAINER']}/",
                 has_header=("If-Match",),
-                for_s=20.0,  # the clear fails; the host's claim waits it out
+                for_s=20.0,  # the POST writes none (the host sends); the claim's wait it out
             )
         )
         req = urllib.request.Request(
@@ -271,9 +271,11 @@ def test_through_the_host_post_answers_202_while_ledger_writes_fail_and_the_job_
         started = time.monotonic()
         with urllib.request.urlopen(req, timeout=30) as resp:
             status, took = resp.status, time.monotonic() - started
-        print(f"\nPOST through the host, the clear answering 503: {status} in {took:.2f} s")
+        print(
+            f"\nPOST through the host, the ledger's conditional writes answering 503: {status} in {took:.2f} s"
+        )
         assert status == 202 and took < ANSWER_WITHIN_S, f"{status} after {took:.1f} s"
-        assert rule.injected >= 1
+        assert host.stats()["queues"][settings["JOBS_QUEUE"]]["wakes"] >= 1  # its send woke the listener
         record: dict[str, Any] = {}
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and record.get("status") != COMPLETED:
@@ -284,6 +286,9 @@ def test_through_the_host_post_answers_202_while_ledger_writes_fail_and_the_job_
             except urllib.error.HTTPError:
                 continue
         assert record.get("status") == COMPLETED, record
+        assert rule.injected >= 1  # the claim met the failing writes and waited them out
+        events = [h["event"] for h in record["history"]]
+        assert events[0] == "queued" and "sent" not in events  # the host sent it: no clear
         results = BlobServiceClient.from_connection_string(azurite.connection_string)
         effects = count_effects(results.get_container_client(settings["RESULTS_CONTAINER"]))
         assert effects.runs["via-host"] == 1 and effects.applied["via-host"] == 1

@@ -11,7 +11,7 @@ from shared import ledger
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, isoformat, parse_dict
 from shared.core.errors import EnvelopeError
-from shared.ledger import Decision, Facts
+from shared.ledger import Decision, Facts, view
 from shared.ledger import operator as ledger_operator
 from shared.ledger import send as ledger_send
 from shared.pipeline.submit import request_digest
@@ -112,3 +112,51 @@ def test_a_replay_drops_the_markers() -> None:
     poisoned = ledger.poisoned(queued(), "j1", FACTS, "x", "bad_input_data", b"{}")
     replayed = ledger_operator.replayed(poisoned, ENV, FACTS)
     assert replayed["status"] == ledger.QUEUED and not ledger_send.send_is_pending(replayed)
+
+
+# -- the API's message, sent by the Functions host (7-day time to live) ------------------------
+
+
+def host_queued() -> ledger.Data:
+    return ledger_send.queued(ENV, FACTS, request="d1", submitter="r1", send_lease_s=30, host_sends=True)
+
+
+def test_a_host_sent_record_keeps_its_envelope_and_when_to_send_it_again() -> None:
+    data = host_queued()
+    assert ledger_send.send_is_pending(data) and data["envelope"] == ENV.to_dict()
+    due = NOW + timedelta(seconds=ledger_send.RESEND_AFTER_S)
+    assert ledger_send.RESEND_AFTER_S == 6 * 24 * 3600  # a day before the queue's default 7-day TTL
+    assert data["resend_at"] == isoformat(due)
+    assert view.index_tags(data) == {view.TAG_RESEND: isoformat(due)}
+    plain = queued()  # this request sends it itself, never expiring: nothing to keep
+    assert "envelope" not in plain and "resend_at" not in plain and view.index_tags(plain) == {}
+
+
+def test_an_unclaimed_host_sent_job_is_due_at_resend_at_and_not_before() -> None:
+    data = host_queued()
+    due = NOW + timedelta(seconds=ledger_send.RESEND_AFTER_S)
+    assert ledger_send.unclaimed_to_resend(data, due - timedelta(seconds=1)) is None
+    assert ledger_send.unclaimed_to_resend(data, due) == ENV.to_dict()
+    assert ledger_send.unclaimed_to_resend(None, due) is None
+    assert (
+        ledger_send.unclaimed_to_resend({**data, "envelope": {**ENV.to_dict(), "id": "other"}}, due) is None
+    )
+    assert ledger_send.unclaimed_to_resend({**data, "resend_at": "soon"}, due) is None
+    assert ledger_send.unclaimed_to_resend({k: v for k, v in data.items() if k != "envelope"}, due) is None
+
+
+def test_the_first_claim_ends_it_and_so_does_a_resend() -> None:
+    data = host_queued()
+    due = NOW + timedelta(seconds=ledger_send.RESEND_AFTER_S)
+    claimed = ledger.claimed(data, replace(ENV, recorded=True), Facts(NOW, owner="w"), lease_s=60)
+    assert "resend_at" not in claimed and not ledger_send.send_is_pending(claimed)
+    assert set(view.index_tags(claimed)) == {view.TAG_LEASE}  # the claim's write replaces the tag
+    assert ledger_send.unclaimed_to_resend(claimed, due) is None
+    again = ledger_send.resent(data, "j1", Facts(due))
+    assert not ledger_send.send_is_pending(again) and "envelope" not in again and "resend_at" not in again
+    assert view.index_tags(again) == {} and again["history"][-1]["event"] == "resent"
+    assert ledger.decide(again, 0, None, due) is Decision.RUN  # the re-sent message runs it
+    with pytest.raises(Conflict):  # a claim came first: nothing pending to end
+        ledger_send.resent(claimed, "j1", Facts(due))
+    sent = ledger_send.sent(data, "j1", FACTS, "r1")  # a retry that sent it itself
+    assert "envelope" not in sent and view.index_tags(sent) == {}
