@@ -139,10 +139,10 @@ def _resend_one(rt: Runtime, job_id: str) -> bool:
     raw = ledger_send.unclaimed_to_resend(record.data if record is not None else None, rt.clock())
     if raw is None or record is None:
         return False
-    try:
-        env = parse_dict(raw, rt.handlers.keys())
-    except EnvelopeError as exc:  # e.g. a kind no longer deployed: its own message settles it
-        log.warning("job %s: not sent again, its envelope is refused (%s)", job_id, exc)
+    try:  # any kind: one no longer deployed is then poisoned, with its reason, by the delivery
+        env = parse_dict(raw)
+    except EnvelopeError as exc:  # a record edited by hand: the tag stays, each pass says so
+        log.warning("job %s: not sent again, its kept envelope is refused (%s)", job_id, exc)
         return False
     send_job(rt, replace(env, recorded=True))
     log_decision("resent_unclaimed", job_id, resend_at=record.data.get("resend_at"), level=logging.WARNING)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -246,3 +247,22 @@ def test_an_unclaimed_host_sent_job_is_sent_again_never_expiring_before_its_mess
     process_message(message(body), rt)
     record = rt.ledger.get("h2")
     assert record is not None and record.status == "completed" and record.data["summary"] == {"note": "y"}
+
+
+def test_a_host_sent_job_of_a_kind_since_undeployed_is_sent_again_and_poisoned_with_its_reason(
+    rt: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    status, _, out = post_hosted(noop("h3"))
+    assert status == 202 and out.value is not None
+    record = rt.ledger.get("h3")
+    assert record is not None
+    rt.clock = lambda: datetime.fromisoformat(record.data["resend_at"]) + timedelta(minutes=1)
+    rt.handlers = {k: v for k, v in rt.handlers.items() if k != "noop"}  # a deployment without it
+    assert recovery.resend_unclaimed(rt).resent == ["h3"]  # not left queued for good
+    (body,) = drain_raw(rt, rt.settings.jobs_queue)
+    with caplog.at_level(logging.WARNING, logger="jobs"):
+        process_message(message(body), rt)  # the delivery poisons it, with its reason
+    (copy,) = drain_raw(rt, rt.settings.poison_queue)
+    assert json.loads(copy)["id"] == "h3"  # on the poison queue, for handle_poison to archive
+    poisoned = [r for r in caplog.records if getattr(r, "decision", None) == "poisoned"]
+    assert len(poisoned) == 1 and "unknown kind 'noop'" in getattr(poisoned[0], "reason", "")
