@@ -6,7 +6,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import azure.functions as func
 
@@ -31,6 +31,7 @@ from shared.storage.errors import NotFound, StorageError, failure_name, translat
 from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
 
 log = logging.getLogger("jobs.api")
+P = ParamSpec("P")
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 STORAGE_RETRY_AFTER_S = 5
 """Retry-After of a 503 for a storage failure."""
@@ -47,15 +48,15 @@ def _error(code: int, message: str, **extra: Any) -> func.HttpResponse:
 
 
 def _guarded(
-    handler: Callable[..., func.HttpResponse],
-) -> Callable[..., func.HttpResponse]:
+    handler: Callable[Concatenate[func.HttpRequest, Runtime, P], func.HttpResponse],
+) -> Callable[Concatenate[func.HttpRequest, P], func.HttpResponse]:
     """Settings problems -> 503 naming the setting; storage outages -> 503; never a stack trace.
     The handler takes the request, the runtime, then any output bindings the wiring passes."""
 
-    def wrapper(req: func.HttpRequest, *outputs: Any) -> func.HttpResponse:
+    def wrapper(req: func.HttpRequest, /, *outputs: P.args, **named: P.kwargs) -> func.HttpResponse:
         try:
             with translated(handler.__name__):
-                return handler(req, get_runtime(), *outputs)
+                return handler(req, get_runtime(), *outputs, **named)
         except SettingsError as exc:
             return _error(503, str(exc))
         except (StorageError, StorageThrottled) as exc:

@@ -55,9 +55,19 @@ def queued(
         submitter=submitter,
         send_pending=True,
         send_lease_until=isoformat(facts.now + timedelta(seconds=send_lease_s)),
-        resend_at=isoformat(facts.now + timedelta(seconds=RESEND_AFTER_S)) if host_sends else None,
-        envelope=env.to_dict() if host_sends else None,
+        **_kept_for_resend(env if host_sends else None, facts),
     )
+
+
+def _kept_for_resend(env: Envelope | None, facts: Facts) -> dict[str, Any]:
+    """What a host-sent job's record keeps until its first claim: the envelope, and when to send
+    it again (`resend_at`, its index tag); nothing when this request sends it itself (`env` None)."""
+    if env is None:
+        return {}
+    return {
+        "resend_at": isoformat(facts.now + timedelta(seconds=RESEND_AFTER_S)),
+        CLAIM_ENVELOPE: env.to_dict(),
+    }
 
 
 def send_is_pending(data: Mapping[str, Any] | None) -> bool:
@@ -84,8 +94,16 @@ def _pending_of(prev: Data | None, submitter: str | None) -> Data:
     return prev
 
 
-def send_resumed(prev: Data | None, job_id: str, facts: Facts, submitter: str, send_lease_s: float) -> Data:
-    """The same request, retried, takes over a pending send whose lease has ended."""
+def send_resumed(
+    prev: Data | None,
+    job_id: str,
+    facts: Facts,
+    submitter: str,
+    send_lease_s: float,
+    host_sends: Envelope | None = None,
+) -> Data:
+    """The same request, retried, takes over a pending send whose lease has ended. `host_sends`:
+    the envelope the Functions host is to send, kept again to send it after `RESEND_AFTER_S`."""
     _pending_of(prev, None)
     return stamped(
         prev,
@@ -95,6 +113,7 @@ def send_resumed(prev: Data | None, job_id: str, facts: Facts, submitter: str, s
         submitter=submitter,
         send_lease_until=isoformat(facts.now + timedelta(seconds=send_lease_s)),
         details={"submitter": submitter},
+        **_kept_for_resend(host_sends, facts),
     )
 
 
@@ -124,12 +143,14 @@ def resent(prev: Data | None, job_id: str, facts: Facts) -> Data:
 
 
 def send_failed(prev: Data | None, job_id: str, facts: Facts, submitter: str, error: str) -> Data:
-    """The submitter could not send: its lease ends now, so a retry takes the send over at once."""
+    """The submitter could not send: its lease ends now, so a retry takes the send over at once.
+    Nothing was sent and the caller was told so (503): nothing is kept to send again later."""
     return stamped(
         _pending_of(prev, submitter),
         job_id,
         facts,
         "send_failed",
+        drop=("resend_at", CLAIM_ENVELOPE),
         send_lease_until=isoformat(facts.now),
         details={"error": error},
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -49,8 +50,8 @@ at its end + 1 s (the host alive, only the worker died), so recovery leaves that
 class Recovered:
     """What one pass found and did."""
 
-    ended: int = 0
-    """Records the tag query returned (claims ended at least GRACE_S ago, as indexed)."""
+    found: int = 0
+    """Records the pass's tag query returned (as indexed)."""
     resent: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Moved on since the index was written, or not recoverable here (see the log)."""
@@ -62,18 +63,25 @@ def ended_claims_query(now: datetime, grace_s: float = GRACE_S) -> TagQuery:
 
 
 def recover_claims(rt: Runtime, grace_s: float = GRACE_S) -> Recovered:
-    """One pass: find ended claims, confirm each from its record, re-send its envelope.
-    A failing query raises (the next pass retries); a failing job is logged and skipped."""
+    """One pass: find claims that ended at least `grace_s` ago, confirm each from its record,
+    re-send its envelope."""
+    query = ended_claims_query(rt.clock(), grace_s)
+    return _each_found(rt, query, lambda job_id: _recover_one(rt, job_id, grace_s), "recovery")
+
+
+def _each_found(rt: Runtime, query: TagQuery, send_one: Callable[[str], bool], what: str) -> Recovered:
+    """Run `send_one` on each record the index query finds. A failing query raises (the next pass
+    retries); a failing job is logged and skipped (its tag stays: the next pass tries it again)."""
     report = Recovered()
-    for name in list(rt.ledger.store.find(ended_claims_query(rt.clock(), grace_s))):
-        report.ended += 1
+    for name in list(rt.ledger.store.find(query)):
+        report.found += 1
         job_id = name.removesuffix(".json")
         try:
-            resent = _recover_one(rt, job_id, grace_s)
-        except Exception as exc:  # another pass retries it: the tag stays until a claim moves it
-            log.warning("job %s: recovery failed (%s); the next pass retries", job_id, exc)
-            resent = False
-        (report.resent if resent else report.skipped).append(job_id)
+            done = send_one(job_id)
+        except Exception as exc:
+            log.warning("job %s: %s failed (%s); the next pass retries", job_id, what, exc)
+            done = False
+        (report.resent if done else report.skipped).append(job_id)
     return report
 
 
@@ -103,35 +111,14 @@ def _recover_one(rt: Runtime, job_id: str, grace_s: float) -> bool:
 # -- host-sent jobs that no delivery claimed before their message could expire ---------------
 
 
-@dataclass
-class Resent:
-    """What one pass over unclaimed host-sent jobs found and did."""
-
-    due: int = 0
-    """Records the tag query returned (`resend_at` passed, as indexed)."""
-    resent: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-
-
 def unclaimed_query(now: datetime) -> TagQuery:
     """The index query for host-sent jobs due to be sent again (pure)."""
     return TagQuery(ledger_view.TAG_RESEND, "<=", isoformat(now))
 
 
-def resend_unclaimed(rt: Runtime) -> Resent:
-    """One pass: send each due job's kept envelope again (never expiring), then drop its marker.
-    A failing query raises (the next pass retries); a failing job is logged and skipped."""
-    report = Resent()
-    for name in list(rt.ledger.store.find(unclaimed_query(rt.clock()))):
-        report.due += 1
-        job_id = name.removesuffix(".json")
-        try:
-            done = _resend_one(rt, job_id)
-        except Exception as exc:  # the tag stays: the next pass sends it again (the ledger runs it once)
-            log.warning("job %s: re-send failed (%s); the next pass retries", job_id, exc)
-            done = False
-        (report.resent if done else report.skipped).append(job_id)
-    return report
+def resend_unclaimed(rt: Runtime) -> Recovered:
+    """One pass: send each due job's kept envelope again (never expiring), then drop its marker."""
+    return _each_found(rt, unclaimed_query(rt.clock()), lambda job_id: _resend_one(rt, job_id), "re-send")
 
 
 def _resend_one(rt: Runtime, job_id: str) -> bool:
@@ -181,9 +168,9 @@ def on_timer(rt: Runtime | None = None) -> Recovered:
     rt = rt or get_runtime()
     watch(rt)
     report = recover_claims(rt)
-    if report.ended:
-        log.info("recovery: %d ended claim(s), %d re-sent", report.ended, len(report.resent))
+    if report.found:
+        log.info("recovery: %d ended claim(s), %d re-sent", report.found, len(report.resent))
     unclaimed = resend_unclaimed(rt)
-    if unclaimed.due:
-        log.info("recovery: %d unclaimed job(s) due, %d sent again", unclaimed.due, len(unclaimed.resent))
+    if unclaimed.found:
+        log.info("recovery: %d unclaimed job(s) due, %d sent again", unclaimed.found, len(unclaimed.resent))
     return report

@@ -3,7 +3,8 @@
 The ledger's conditional create decides which request owns a job id: the `queued` record is
 created first (If-None-Match), carrying `send_pending`, the request's digest and a send lease;
 then the payload is uploaded (claim check only) and the message sent; then the marker is cleared
-(`sent`, If-Match). Happy path: 3 storage requests (create, send, clear), 4 with a claim check.
+(`sent`, If-Match). Happy path: 5 storage requests (create, send, clear, and the jobs index's
+entry after the create and the clear), 6 with a claim check.
 
 The API hands its message to the Functions host instead (`out`: the function's queue output
 binding). The host sends it once the function returns, before the HTTP answer, and wakes its own
@@ -11,9 +12,11 @@ listener on the jobs queue at once; a message this app sends itself waits for th
 poll, up to `maxPollingInterval`. No write can follow the host's send, so the marker stays until
 the first delivery's claim drops it, and the record keeps the envelope: the host's message lives
 the queue's default 7 days, so recovery sends it again, never expiring, if no delivery has
-claimed the job after `RESEND_AFTER_S` (shared/ledger/send.py). Happy path: 2 requests (create,
-the host's send). A failed host send fails the function: the caller gets 500 and the lease
-rules below apply (the same request, retried after the lease, sends it).
+claimed the job after `RESEND_AFTER_S` (shared/ledger/send.py). Happy path: 3 requests (create,
+its index entry, the host's send). A failed host send fails the function: the caller gets 500
+and the lease rules below apply (the same request, retried after the lease, sends it). A failed
+upload (claim check) answers 503 and keeps nothing to send later: the same request, retried,
+keeps it again.
 
 Bounded in time: the API makes these calls inside `bounded_calls(SUBMIT_CALLS)` (one retry, short
 timeouts), so a storage failure before the send answers 503 with Retry-After within seconds, not
@@ -196,11 +199,11 @@ class _Submission:
             now = rt.clock()
             end = ledger_send.send_lease_end(current.data)
             if end is None or end <= now:  # its submitter failed or died: take the send over
+                self.env = replace(self.env, created_at=_created_at(current, self.env.created_at))
                 try:
                     record = rt.ledger.write(job_id, current, self._resumed, self.mine)
                 except Conflict:
                     continue
-                self.env = replace(self.env, created_at=_created_at(record, self.env.created_at))
                 return self.send(record)
             if now >= give_up:
                 raise SubmissionBusy(job_id, (end - now).total_seconds())
@@ -276,7 +279,10 @@ class _Submission:
         )
 
     def _resumed(self, prev: ledger.Data | None) -> ledger.Data:
-        return ledger_send.send_resumed(prev, self.env.id, Facts(self.rt.clock()), self.me, self.lease_s)
+        host_sends = self.env if self.out is not None else None
+        return ledger_send.send_resumed(
+            prev, self.env.id, Facts(self.rt.clock()), self.me, self.lease_s, host_sends
+        )
 
     def _sent(self, prev: ledger.Data | None) -> ledger.Data:
         return ledger_send.sent(prev, self.env.id, Facts(self.rt.clock()), self.me)

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from shared.app.runtime import Runtime
 from shared.interfaces import api, cli
 from shared.ledger import send as ledger_send
 from shared.pipeline import recovery
+from shared.pipeline import submit as submit_module
 from shared.pipeline.processing import process_message
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
@@ -232,16 +233,16 @@ def test_an_unclaimed_host_sent_job_is_sent_again_never_expiring_before_its_mess
     due = datetime.fromisoformat(record.data["resend_at"])
     rt.clock = lambda: due - timedelta(minutes=1)
     early = recovery.resend_unclaimed(rt)
-    assert early.due == 0 and queue_length(rt, rt.settings.jobs_queue) == 0
+    assert early.found == 0 and queue_length(rt, rt.settings.jobs_queue) == 0
     rt.clock = lambda: due + timedelta(minutes=1)
     report = recovery.resend_unclaimed(rt)
-    assert report.due == 1 and report.resent == ["h2"]
+    assert report.found == 1 and report.resent == ["h2"]
     (peeked,) = rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages(max_messages=5)
     assert peeked.expires_on is not None and peeked.expires_on.year == 9999  # never expires
     record = rt.ledger.get("h2")
     assert record is not None and record.status == "queued" and "send_pending" not in record.data
     assert record.data["history"][-1]["event"] == "resent" and "envelope" not in record.data
-    assert recovery.resend_unclaimed(rt).due == 0  # once
+    assert recovery.resend_unclaimed(rt).found == 0  # once
     (body,) = drain_raw(rt, rt.settings.jobs_queue)
     assert json.loads(body)["recorded"] is True and json.loads(body)["payload"] == {"note": "y"}
     process_message(message(body), rt)
@@ -266,3 +267,34 @@ def test_a_host_sent_job_of_a_kind_since_undeployed_is_sent_again_and_poisoned_w
     assert json.loads(copy)["id"] == "h3"  # on the poison queue, for handle_poison to archive
     poisoned = [r for r in caplog.records if getattr(r, "decision", None) == "poisoned"]
     assert len(poisoned) == 1 and "unknown kind 'noop'" in getattr(poisoned[0], "reason", "")
+
+
+def test_a_host_sent_post_that_failed_is_not_sent_later_unbidden_and_its_retry_is(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upload = submit_module._upload_payload
+    failures = [ServiceResponseError("injected: the payload upload did not answer")]
+
+    def flaky_upload(*args: Any) -> None:
+        if failures:
+            raise failures.pop()
+        upload(*args)
+
+    monkeypatch.setattr(submit_module, "_upload_payload", flaky_upload)
+    big = noop("h4", note="x" * 80_000)  # claim-checked: uploaded before the message is handed over
+    status, _, out = post_hosted(big)
+    assert status == 503 and out.value is None  # nothing for the host to send
+    record = rt.ledger.get("h4")
+    assert record is not None and not {"resend_at", "envelope"} & set(record.data)
+    rt.clock = lambda: datetime.now(UTC) + timedelta(days=30)
+    assert recovery.resend_unclaimed(rt).found == 0  # the caller was told 503: not run unbidden
+    rt.clock = lambda: datetime.now(UTC)
+    status, body, out = post_hosted(big)  # the same request: takes the send over, kept again
+    assert status == 202 and body["claim_checked"] is True and out.value is not None
+    record = rt.ledger.get("h4")
+    assert record is not None and record.data["envelope"]["payload_ref"].startswith("h4/")
+    assert record.data["envelope"]["created_at"] == record.data["created_at"]  # the first request's
+    assert due_for_resend(rt, datetime.fromisoformat(record.data["resend_at"])) == ["h4.json"]
+    process_message(message(out.value.encode()), rt)
+    record = rt.ledger.get("h4")
+    assert record is not None and record.status == "completed"

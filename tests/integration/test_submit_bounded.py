@@ -294,3 +294,36 @@ def test_through_the_host_post_answers_202_while_ledger_writes_fail_and_the_job_
         assert effects.runs["via-host"] == 1 and effects.applied["via-host"] == 1
     finally:
         host.stop()
+
+
+class Outbox:
+    """The function's queue output binding (`func.Out[str]`): the host sends what is set."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def set(self, val: str) -> None:
+        self.value = val
+
+
+def test_a_post_whose_message_the_host_sends_makes_3_storage_requests_not_5(
+    azurite: Azurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request of a POST, counted by the proxy: blob, queue and the jobs index's table."""
+    upstreams = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
+    with FaultProxy(upstreams) as proxy:
+        conn = proxy.route(azurite.connection_string)
+        runtime = build_runtime(Settings.from_env(settings_env(conn)), handlers=app_handlers())
+        monkeypatch.setattr(api, "get_runtime", lambda: runtime)
+        assert post(job("warm-up"))[0] == 202  # the day's first job also creates the index's day table
+        every = proxy.add(FaultRule("error", nth=10**9))  # matches every request, never fires
+        out = Outbox()
+        req = func.HttpRequest(
+            method="POST", url="http://localhost/api/jobs", body=json.dumps(job("hosted")).encode()
+        )
+        assert api.submit_job(req, out).status_code == 202 and out.value is not None
+        assert every.matched == 2  # the record's create and its index entry; the host sends the third
+        proxy.remove(every.id)
+        every = proxy.add(FaultRule("error", nth=10**9))
+        assert post(job("by-itself"))[0] == 202
+        assert every.matched == 5  # create, index entry, send, the clear and its index entry

@@ -160,3 +160,18 @@ def test_the_first_claim_ends_it_and_so_does_a_resend() -> None:
         ledger_send.resent(claimed, "j1", Facts(due))
     sent = ledger_send.sent(data, "j1", FACTS, "r1")  # a retry that sent it itself
     assert "envelope" not in sent and view.index_tags(sent) == {}
+
+
+def test_a_failed_host_send_keeps_nothing_to_send_later_and_its_retry_keeps_it_again() -> None:
+    failed = ledger_send.send_failed(host_queued(), "j1", FACTS, "r1", "boom")  # the caller got 503
+    assert ledger_send.send_is_pending(failed) and view.index_tags(failed) == {}
+    assert "envelope" not in failed and "resend_at" not in failed
+    later = NOW + timedelta(days=30)
+    assert ledger_send.unclaimed_to_resend(failed, later) is None  # not run unbidden
+    retry_at = NOW + timedelta(minutes=5)
+    resumed = ledger_send.send_resumed(failed, "j1", Facts(retry_at), "r2", 30, ENV)
+    due = retry_at + timedelta(seconds=ledger_send.RESEND_AFTER_S)
+    assert view.index_tags(resumed) == {view.TAG_RESEND: isoformat(due)}
+    assert ledger_send.unclaimed_to_resend(resumed, due) == ENV.to_dict()
+    itself = ledger_send.send_resumed(failed, "j1", Facts(retry_at), "r2", 30)  # a request that sends it
+    assert view.index_tags(itself) == {} and "envelope" not in itself
