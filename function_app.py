@@ -4,7 +4,7 @@ import os
 
 import azure.functions as func
 
-from shared import poison
+from shared import poison, queues
 from shared.interfaces import api
 from shared.interfaces.console import routes as console_routes
 from shared.observability import queue_metrics
@@ -27,20 +27,47 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 * * * *"
 
 
+# Issue 46: the declared queues (JOBS_QUEUES, read at import; checked at start-up by the runtime,
+# which refuses a bad one naming it). The default queue keeps `%JOBS_QUEUE%` when JOBS_QUEUES is
+# unset, exactly as with one queue; each other queue gets its own trigger and poison handler here.
+QUEUES = queues.wired_names(os.environ)
+DEFAULT = "%JOBS_QUEUE%" if not os.environ.get("JOBS_QUEUES", "").strip() else QUEUES[0]
+DEFAULT_CONNECTION = queues.trigger_connection(os.environ, QUEUES[0])
+
+
 @app.function_name("process_job")
-@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%", connection="AzureWebJobsStorage")
+@app.queue_trigger(arg_name="msg", queue_name=DEFAULT, connection=DEFAULT_CONNECTION)
 def process_job(msg: func.QueueMessage) -> None:
     processing.process_message(msg)
 
 
 @app.function_name("handle_poison")
-@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%-poison", connection="AzureWebJobsStorage")
+@app.queue_trigger(arg_name="msg", queue_name=f"{DEFAULT}-poison", connection=DEFAULT_CONNECTION)
 def handle_poison(msg: func.QueueMessage) -> None:
     poison.handle_poison_message(msg)
 
 
+def _wire_queue(name: str) -> None:
+    """The trigger and the poison handler of one more declared queue (unique function names)."""
+    suffix, connection = queues.env_name(name).lower(), queues.trigger_connection(os.environ, name)
+
+    @app.function_name(f"process_job_{suffix}")
+    @app.queue_trigger(arg_name="msg", queue_name=name, connection=connection)
+    def process(msg: func.QueueMessage) -> None:
+        processing.process_message(msg, queue=name)
+
+    @app.function_name(f"handle_poison_{suffix}")
+    @app.queue_trigger(arg_name="msg", queue_name=f"{name}-poison", connection=connection)
+    def handle(msg: func.QueueMessage) -> None:
+        poison.handle_poison_message(msg, queue=name)
+
+
+for _name in QUEUES[1:]:
+    _wire_queue(_name)
+
+
 @app.function_name("run_op_step")
-@app.queue_trigger(arg_name="msg", queue_name="%JOBS_QUEUE%-ops", connection="AzureWebJobsStorage")
+@app.queue_trigger(arg_name="msg", queue_name=f"{DEFAULT}-ops", connection="AzureWebJobsStorage")
 def run_op_step(msg: func.QueueMessage) -> None:
     poison.handle_op_message(msg)
 
@@ -85,7 +112,7 @@ def sample_queues(timer: func.TimerRequest) -> None:
 # not left waiting for the next poll (shared/pipeline/submit.py).
 @app.function_name("submit_job")
 @app.route(route="jobs", methods=["POST"])
-@app.queue_output(arg_name="job", queue_name="%JOBS_QUEUE%", connection="AzureWebJobsStorage")
+@app.queue_output(arg_name="job", queue_name=DEFAULT, connection=DEFAULT_CONNECTION)
 def submit_job(req: func.HttpRequest, job: func.Out[str]) -> func.HttpResponse:
     return api.submit_job(req, job)
 

@@ -200,7 +200,11 @@ class Settings:
     @property
     def queue_set(self) -> QueueSet:
         """The declared queues (the default first)."""
-        return self.queues if self.queues is not None else QueueSet.single(self.jobs_queue)
+        if self.queues is None:
+            return QueueSet.single(self.jobs_queue)
+        if not self.queues.declared and self.queues.default.name != self.jobs_queue:  # replaced by hand
+            return QueueSet((replace(self.queues.default, name=self.jobs_queue),))
+        return self.queues
 
     def for_queue(self, queue: QueueSettings) -> Settings:
         """These settings as one queue's jobs see them: its name, and its own values where it
@@ -302,6 +306,31 @@ class Settings:
         if problems:
             raise SettingsError("invalid settings: " + "; ".join(problems))
         return settings
+
+
+def named_connection(env: Mapping[str, str], name: str) -> StorageConnection:
+    """The connection setting `name` (`QUEUE_<NAME>_CONNECTION`), read as `AzureWebJobsStorage`
+    is: a connection string, or `<name>__accountName` / `__queueServiceUri` / ... identity based.
+    SettingsError names what is wrong."""
+    view = {"AZURE_CLIENT_ID": env.get("AZURE_CLIENT_ID", "")}
+    view["AzureWebJobsStorage"] = env.get(name, "")
+    for suffix in ("accountName", "blobServiceUri", "queueServiceUri", "tableServiceUri", "serviceUri"):
+        view[f"AzureWebJobsStorage__{suffix}"] = env.get(f"{name}__{suffix}", "")
+    for suffix in ("clientId", "credential", "managedIdentityResourceId", "tenantId", "clientSecret"):
+        view[f"AzureWebJobsStorage__{suffix}"] = env.get(f"{name}__{suffix}", "")
+    if not view["AzureWebJobsStorage"] and view["AzureWebJobsStorage__queueServiceUri"]:
+        view["AzureWebJobsStorage__blobServiceUri"] = (
+            view["AzureWebJobsStorage__blobServiceUri"]
+            or (
+                view["AzureWebJobsStorage__queueServiceUri"]  # only the queue service is used
+            )
+        )
+    problems: list[str] = []
+    connection = _storage_connection(view, problems)
+    if problems:
+        text = "; ".join(problems).replace("AzureWebJobsStorage", name)
+        raise SettingsError(f"invalid settings: connection {name}: {text}")
+    return connection
 
 
 def parse_timespan(text: str) -> float:

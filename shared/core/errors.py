@@ -109,6 +109,12 @@ class Expired(PermanentError):
     reason_code = "expired"
 
 
+class KindNotAllowed(PermanentError):
+    """The job's kind is not one its queue runs (`QUEUE_<NAME>_KINDS`): it is not run."""
+
+    reason_code = "kind_not_allowed"
+
+
 class RunsDied(PermanentError):
     """The job's runs died `MAX_TAKEOVERS` times in a row without finishing (each one's claim was
     taken over after its lease ended): it is poisoned instead of being run again."""

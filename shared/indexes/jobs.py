@@ -79,10 +79,13 @@ def should_index(data: Mapping[str, Any]) -> bool:
 def entity_of(data: Mapping[str, Any]) -> dict[str, Any]:
     """The job's index entity (pure)."""
     created = str(data.get("created_at") or "")
+    queue = str(data.get("queue") or "")  # a queue other than the default (shared/runtime/lanes.py)
+    key = f"{queue}/{data['id']}" if queue else str(data["id"])
     return {
         "PartitionKey": PARTITION,
-        "RowKey": newest_first(created, str(data["id"])),
+        "RowKey": newest_first(created, key),
         "id": str(data["id"]),
+        **({"queue": clip(queue, 64)} if queue else {}),
         "status": clip(data.get("status"), 32),
         "kind": clip(data.get("kind"), 64),
         "reason_code": clip(data.get("reason_code") or "", 64),

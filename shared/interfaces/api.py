@@ -21,10 +21,12 @@ from shared.pipeline.submit import (
     SUBMIT_CALLS,
     MessageOut,
     SubmissionBusy,
+    request_queue,
     submit,
     validate_request,
 )
 from shared.poison import bulk
+from shared.queues import UnknownQueue
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.clients import bounded_calls
 from shared.storage.failures import NotFound, StorageError, failure_name, translated
@@ -74,14 +76,16 @@ def _guarded(
     return wrapper
 
 
-def _status_url(req: func.HttpRequest, job_id: str) -> str:
+def _status_url(req: func.HttpRequest, job_id: str, rt: Runtime | None = None) -> str:
     base = req.url.split("/api/", 1)[0]
-    return f"{base}/api/jobs/{job_id}"
+    queue = "" if rt is None or rt.queue.default else f"?queue={rt.queue.name}"
+    return f"{base}/api/jobs/{job_id}{queue}"
 
 
 @_guarded
 def submit_job(req: func.HttpRequest, rt: Runtime, out: MessageOut | None = None) -> func.HttpResponse:
-    """POST /api/jobs: 202 {id, status_url}; 400 with problems (the app's own fields `attempt` and
+    """POST /api/jobs: 202 {id, status_url}; `"queue": "<name>"` picks a declared queue (default:
+    the first; the status URL then says `?queue=`); 400 with problems (the app's own fields `attempt` and
     `continuation_seq` included); 409 if the id exists; 413 too large; 503 with Retry-After to retry.
 
     One request per id gets 202 (the ledger's conditional create decides); the same request
@@ -98,12 +102,14 @@ def submit_job(req: func.HttpRequest, rt: Runtime, out: MessageOut | None = None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return _error(400, "request body is not JSON", problems=[f"body: {exc}"])
     try:
-        env = validate_request(rt, data)
+        lane, data = request_queue(rt, data)
+        env = validate_request(lane, data)
         with (
             tracing.submission_span(env, req.headers) as env,
             bounded_calls(SUBMIT_CALLS),
         ):  # the caller's traceparent
-            result = submit(rt, env, out)
+            # the host's output binding sends to the default queue; another queue's message is sent here
+            result = submit(lane, env, out if lane.queue.default else None)
     except EnvelopeError as exc:
         return _error(400, "invalid job", problems=exc.problems)
     except MessageTooLarge as exc:
@@ -111,7 +117,7 @@ def submit_job(req: func.HttpRequest, rt: Runtime, out: MessageOut | None = None
     except SubmissionBusy as exc:
         retry = str(exc.retry_after_s)
         return _json(503, {"error": str(exc), "retry_after_s": exc.retry_after_s}, {"Retry-After": retry})
-    url = _status_url(req, env.id)
+    url = _status_url(req, env.id, lane)
     if not result.created:
         status = result.existing.status if result.existing else "unknown"
         what = "already exists" if result.same_request else "already exists (from another request)"
@@ -135,6 +141,10 @@ def _record(req: func.HttpRequest, rt: Runtime) -> Record | func.HttpResponse:
     job_id = req.route_params.get("id", "")
     if not ID_RE.match(job_id):
         return _error(400, f"id: {json.dumps(job_id)} {ID_RULE}")
+    try:
+        rt = rt.for_queue(req.params.get("queue") or None)
+    except UnknownQueue as exc:
+        return _error(400, f"queue: {exc}")
     record = rt.ledger.get(job_id)
     return _error(404, f"job {job_id} is unknown") if record is None else record
 

@@ -28,8 +28,9 @@ from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError
 from shared.ledger.view import RecordView
 from shared.pipeline import retention_sweep as retention_apply
 from shared.pipeline.cancel import request_cancel
-from shared.pipeline.submit import SubmissionBusy, envelope_from_args, submit, validate_request
+from shared.pipeline.submit import SubmissionBusy, envelope_from_args, request_queue, submit, validate_request
 from shared.poison import bulk
+from shared.queues import UnknownQueue
 from shared.runtime.wiring import Runtime, get_runtime
 
 
@@ -59,7 +60,8 @@ def cmd_enqueue(rt: Runtime, args: argparse.Namespace) -> int:
     status = 0
     for item in items:
         try:
-            result = submit(rt, validate_request(rt, item))
+            lane, item = request_queue(rt, item, args.queue)
+            result = submit(lane, validate_request(lane, item))
         except EnvelopeError as exc:
             print(f"rejected: {'; '.join(exc.problems)}", file=sys.stderr)
             status = 1
@@ -367,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m shared.interfaces.cli", description=__doc__.splitlines()[0]
     )
+    parser.add_argument(
+        "--queue",
+        help="the declared queue (JOBS_QUEUES) to enqueue to, or whose jobs to show (default: the first)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="create the queues and containers if missing")
     enqueue = sub.add_parser("enqueue", help="enqueue jobs from a file (object or list) or from arguments")
@@ -432,7 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_local_settings()
     try:
         rt = get_runtime()
-    except SettingsError as exc:
+        if args.command != "enqueue":  # enqueue: each item may name its own queue
+            rt = rt.for_queue(args.queue)
+    except (SettingsError, UnknownQueue) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     commands = {

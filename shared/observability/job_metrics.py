@@ -96,9 +96,11 @@ def claimed(data: Mapping[str, Any]) -> None:
         TAKEOVERS.add(1, {"job.kind": tracing.current_kind() or "-"})
 
 
-def queue_sample(queue: str, depth: int, oldest_age_s: float) -> None:
-    QUEUE_DEPTH.set(depth, {"queue": queue})
-    QUEUE_AGE.set(round(oldest_age_s, 3), {"queue": queue})
+def queue_sample(queue: str, depth: int, oldest_age_s: float, name: str = "") -> None:
+    """`queue`: jobs | poison | parked; `name`: the declared jobs queue it belongs to (JOBS_QUEUES)."""
+    attributes = {"queue": queue, **({"queue_name": name} if name else {})}
+    QUEUE_DEPTH.set(depth, attributes)
+    QUEUE_AGE.set(round(oldest_age_s, 3), attributes)
 
 
 def spark_sample(in_flight: int, oldest_age_s: float) -> None:

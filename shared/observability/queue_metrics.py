@@ -1,5 +1,7 @@
 """The queue-depth sample (issue 36): depth and oldest-message age of the jobs, poison and parked
-queues, and the Spark runs in flight, set on the `jobs.queue.*` / `jobs.spark.*` gauges.
+queues, and the Spark runs in flight, set on the `jobs.queue.*` / `jobs.spark.*` gauges. With
+several queues (JOBS_QUEUES) each declared queue's three, the gauges also saying `queue_name`
+(3 to 6 requests a queue).
 
 Run by the `sample_queues` timer (function_app.py). Cost per sample: one Get Queue Properties per
 queue (3) and one Peek Messages per queue that is not empty (0 to 3), plus one read per Spark slot
@@ -47,6 +49,8 @@ class QueueSample:
     depth: int | None
     """None: the queue does not exist."""
     oldest_age_s: float
+    name: str = ""
+    """The declared jobs queue (JOBS_QUEUES) the sampled queue belongs to."""
 
 
 def oldest_age(inserted: Iterable[datetime | None], now: datetime) -> float:
@@ -55,7 +59,7 @@ def oldest_age(inserted: Iterable[datetime | None], now: datetime) -> float:
     return max(0.0, max(ages)) if ages else 0.0
 
 
-def sample_queue(rt: Sampled, role: str, name: str) -> QueueSample:
+def sample_queue(rt: Sampled, role: str, name: str, owner: str = "") -> QueueSample:
     """One queue: its properties, and a peek at its first message when it is not empty."""
     client = rt.storage.raw_queue(name)
     try:
@@ -63,8 +67,8 @@ def sample_queue(rt: Sampled, role: str, name: str) -> QueueSample:
             depth = int(client.get_queue_properties().approximate_message_count or 0)
             peeked = list(client.peek_messages(max_messages=1)) if depth else []
     except NotFound:
-        return QueueSample(role, None, 0.0)
-    return QueueSample(role, depth, oldest_age((_inserted(m) for m in peeked), rt.clock()))
+        return QueueSample(role, None, 0.0, owner)
+    return QueueSample(role, depth, oldest_age((_inserted(m) for m in peeked), rt.clock()), owner)
 
 
 def _inserted(msg: object) -> datetime | None:
@@ -75,15 +79,16 @@ def _inserted(msg: object) -> datetime | None:
 def sample(rt: Sampled, clock: Callable[[], float] = time.time) -> list[QueueSample]:
     """Sample the three queues and the Spark slots; set the gauges. Returns the queue samples."""
     settings = rt.settings
-    roles = (
-        ("jobs", settings.jobs_queue),
-        ("poison", settings.poison_queue),
-        ("parked", settings.parked_queue),
-    )
-    samples = [sample_queue(rt, role, name) for role, name in roles]
+    samples = []
+    for queue in settings.queue_set:  # a queue in another account (QUEUE_<NAME>_CONNECTION): not sampled here
+        if queue.connection is None:
+            roles = (("jobs", queue.name), ("poison", queue.poison), ("parked", queue.parked))
+            samples += [sample_queue(rt, role, name, queue.name) for role, name in roles]
     for s in samples:
         if s.depth is not None:
-            job_metrics.queue_sample(s.queue, s.depth, s.oldest_age_s)
+            job_metrics.queue_sample(
+                s.queue, s.depth, s.oldest_age_s, s.name if len(settings.queue_set) > 1 else ""
+            )
     if settings.spark.max_concurrent_runs > 0:
         store = BlobDocuments(rt.storage.container(settings.ledger_container))  # where the offload keeps them
         since = run_slots(store, settings.spark).held_since()

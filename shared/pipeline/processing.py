@@ -11,31 +11,30 @@ claim, leaves a re-check message and is acknowledged: it never spends the host's
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 from shared import ledger
 from shared.core.documents import Conflict
-from shared.core.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
+from shared.core.envelope import Envelope, decode_message, isoformat, parse_body
 from shared.core.errors import (
     CancelledByOperator,
     ClaimLost,
     EnvelopeError,
     Expired,
+    KindNotAllowed,
     PermanentError,
     RunsDied,
     StorageThrottled,
     TransientError,
 )
-from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
+from shared.core.messages import QueueMessageLike, inserted_at
 from shared.core.timers import Timer
 from shared.jobs.abandon import abandon_work
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
@@ -46,8 +45,8 @@ from shared.net.client import CallNote, calls_recorded, deadline_at
 from shared.observability import job_metrics, overview_counters, tracing
 from shared.observability.decisions import log_decision
 from shared.pipeline import recovery
+from shared.pipeline.delivery import Delivery, poison_unparsed, send_poison_copy
 from shared.pipeline.job_payload import load_payload
-from shared.poison.archive import note_reason
 from shared.runtime.sending import send_job
 from shared.runtime.wiring import Runtime, get_runtime
 
@@ -58,27 +57,16 @@ STORAGE_BUSY_RECHECK_S = 15
 """Delay of the re-check message left when storage is too busy to claim."""
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """Facts about this delivery, for records and logs."""
-
-    message_id: str | None
-    dequeue_count: int | None
-    body: bytes
-
-    def fields(self, attempt: int | None = None) -> dict[str, Any]:
-        return {"queue_message_id": self.message_id, "dequeue_count": self.dequeue_count, "attempt": attempt}
-
-
 @overview_counters.counted_in_flight  # console: jobs in flight, in memory only
-def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
-    """The queue trigger's body. Returns to acknowledge; raises to have the host retry.
-
-    The host hands every body over as sent (`messageEncoding: none`): `decode_message` takes
-    base64 and raw JSON alike, and whatever does not parse is poisoned at once, never retried."""
+def process_message(msg: QueueMessageLike, rt: Runtime | None = None, queue: str | None = None) -> None:
+    """The trigger's body for the declared queue `queue` (None: the default). Returns to
+    acknowledge; raises to have the host retry. The host hands every body over as sent
+    (`messageEncoding: none`): `decode_message` takes base64 and raw JSON alike, and whatever
+    does not parse is poisoned at once, never retried."""
     if rt is None:
         rt = get_runtime()
         recovery.watch(rt)  # issue 21: this worker also looks for claims that ended unfinished
+    rt = rt.for_queue(queue)
     delivery = Delivery(msg.id, msg.dequeue_count, decode_message(msg.get_body()))
     try:
         env = parse_body(delivery.body, rt.handlers.keys(), received_at=inserted_at(msg))
@@ -186,6 +174,10 @@ class Processor:
         if self.expired():
             expired = Expired(f"job expired at {isoformat(self.expiry())} before it could run")
             self.finish(partial(self.poison, expired))
+            return
+        refusal = self.rt.queue.kind_refusal(self.env.kind)
+        if refusal:  # QUEUE_<NAME>_KINDS: put on this queue directly (the API refuses it with 400)
+            self.finish(partial(self.poison, KindNotAllowed(refusal)))
             return
         died = ledger.runs_died(keeper.record.data, self.rt.settings.max_takeovers)
         if died:  # its runs keep dying (a crash the host's dequeue count never sees): stop here
@@ -313,7 +305,7 @@ class Processor:
         version = ledger.payload_version(keeper.record.data)
         timeout = self.rt.settings.function_timeout_s
         ctx = JobContext(
-            job_id=self.env.id,
+            job_id=self.rt.job_key(self.env.id),
             kind=self.env.kind,
             attempt=self.env.attempt,
             payload=payload,
@@ -462,37 +454,6 @@ class Processor:
 
     def send_followup(self, env: Envelope, delay_s: int) -> None:
         send_job(self.rt, env, delay_s)
-
-
-def send_poison_copy(
-    rt: Runtime, body: bytes, reason: str, job_id: str | None, code: str | None, *, under_claim: bool
-) -> None:
-    """Note why (by the body's digest), then put a copy of the body on <queue>-poison.
-
-    The copy is base64 text, which `decode_message` gives back as `body` byte for byte (a body
-    that is not UTF-8 included), as do the host's own raw moves of what it received."""
-    note_reason(rt.archive, body, reason, job_id, code, under_claim=under_claim, now=rt.clock())
-    rt.poison_queue.send_message(base64.b64encode(body).decode("ascii"), time_to_live=NEVER_EXPIRE)
-
-
-def poison_unparsed(rt: Runtime, delivery: Delivery, exc: EnvelopeError) -> None:
-    """A message that is not a valid envelope: poison it at once, with the problems as its reason.
-
-    A body whose id is well formed gets a `poisoned` record when that job has none (a create
-    only: it never changes another job's record), so the job answers with its reason at once."""
-    job_id = exc.job_id or best_effort_id(delivery.body)
-    reason = f"{exc.reason_code}: {exc}"
-    if exc.job_id is not None:
-        rt.ledger.create_rejected(exc.job_id, Facts(rt.clock()), reason, exc.reason_code, delivery.body)
-    send_poison_copy(rt, delivery.body, reason, job_id, exc.reason_code, under_claim=False)
-    log_decision(
-        "poisoned",
-        job_id,
-        reason=reason,
-        reason_code=exc.reason_code,
-        level=logging.WARNING,
-        **delivery.fields(),
-    )
 
 
 def _claimed(prev: ledger.Data | None, *, env: Envelope, facts: Facts, lease_s: float) -> ledger.Data:

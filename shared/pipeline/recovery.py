@@ -66,18 +66,21 @@ def recover_claims(rt: Runtime, grace_s: float = GRACE_S) -> Recovered:
     """One pass: find claims that ended at least `grace_s` ago, confirm each from its record,
     re-send its envelope."""
     query = ended_claims_query(rt.clock(), grace_s)
-    return _each_found(rt, query, lambda job_id: _recover_one(rt, job_id, grace_s), "recovery")
+    return _each_found(rt, query, lambda lane, job_id: _recover_one(lane, job_id, grace_s), "recovery")
 
 
-def _each_found(rt: Runtime, query: TagQuery, send_one: Callable[[str], bool], what: str) -> Recovered:
-    """Run `send_one` on each record the index query finds. A failing query raises (the next pass
+def _each_found(
+    rt: Runtime, query: TagQuery, send_one: Callable[[Runtime, str], bool], what: str
+) -> Recovered:
+    """Run `send_one` on each record the index query finds, with the runtime of the record's
+    queue (`<queue>/<id>.json`: shared/runtime/lanes.py). A failing query raises (the next pass
     retries); a failing job is logged and skipped (its tag stays: the next pass tries it again)."""
     report = Recovered()
     for name in list(rt.ledger.store.find(query)):
         report.found += 1
-        job_id = name.removesuffix(".json")
+        queue, _, job_id = name.removesuffix(".json").rpartition("/")
         try:
-            done = send_one(job_id)
+            done = send_one(rt.for_queue(queue or None), job_id)
         except Exception as exc:
             log.warning("job %s: %s failed (%s); the next pass retries", job_id, what, exc)
             done = False
@@ -118,7 +121,7 @@ def unclaimed_query(now: datetime) -> TagQuery:
 
 def resend_unclaimed(rt: Runtime) -> Recovered:
     """One pass: send each due job's kept envelope again (never expiring), then drop its marker."""
-    return _each_found(rt, unclaimed_query(rt.clock()), lambda job_id: _resend_one(rt, job_id), "re-send")
+    return _each_found(rt, unclaimed_query(rt.clock()), _resend_one, "re-send")
 
 
 def _resend_one(rt: Runtime, job_id: str) -> bool:

@@ -65,6 +65,7 @@ from shared.core.errors import EnvelopeError, MessageTooLarge, PayloadError
 from shared.ledger import Facts, Record
 from shared.ledger import send as ledger_send
 from shared.ledger.view import RecordView
+from shared.queues import UnknownQueue
 from shared.runtime.sending import send_job
 from shared.runtime.wiring import Runtime
 from shared.storage.clients import CallBudget, bounded_calls
@@ -118,10 +119,28 @@ class SubmissionBusy(Exception):
         )
 
 
+def request_queue(rt: Runtime, data: object, named: str | None = None) -> tuple[Runtime, object]:
+    """The runtime of the queue a request names (its `"queue"`, else `named`, else the default)
+    and the request without that field; EnvelopeError when no such queue is declared."""
+    if isinstance(data, dict) and "queue" in data:
+        data = dict(data)
+        named = data.pop("queue")
+        if not isinstance(named, str):
+            raise EnvelopeError(["queue: a queue name (a string)"])
+    try:
+        return rt.for_queue(named), data
+    except UnknownQueue as exc:
+        raise EnvelopeError([f"queue: {exc}"]) from None
+
+
 def validate_request(rt: Runtime, data: object) -> Envelope:
-    """Envelope + payload validation; EnvelopeError lists every problem (payload ones included).
-    A producer may not set the app's own fields (`attempt`, `continuation_seq`)."""
+    """Envelope + payload validation on `rt`'s queue; EnvelopeError lists every problem (payload
+    ones included, and a kind the queue does not run: `QUEUE_<NAME>_KINDS`). A producer may not
+    set the app's own fields (`attempt`, `continuation_seq`)."""
     env = parse_dict(data, rt.handlers.keys(), require_id=False, producer=True)
+    refusal = rt.queue.kind_refusal(env.kind)
+    if refusal:
+        raise EnvelopeError([f"kind: {refusal}"], job_id=env.id)
     if env.payload is not None:
         try:
             rt.handlers[env.kind].validate(env.payload)

@@ -97,14 +97,15 @@ def judge(
 # -- the poison-queue trigger ---------------------------------------------------------------
 
 
-def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
-    """Archive one poisoned message and settle its job. Never raises because of a body; raises
-    only when storage failed `HANDLER_TRIES` times in a row, so the message comes back."""
+def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None, queue: str | None = None) -> None:
+    """Archive one poisoned message of the declared queue `queue` (None: the default) and settle
+    its job. Never raises because of a body; raises only when storage failed `HANDLER_TRIES` times
+    in a row, so the message comes back."""
     try:
         body = decode_message(msg.get_body() or b"")
     except Exception:  # a body the worker could not even hand over
         body = b""
-    rt = rt or get_runtime()
+    rt = (rt or get_runtime()).for_queue(queue)
     for attempt in range(1, HANDLER_TRIES + 1):
         try:
             with translated(f"archiving poison message {msg.id}"):

@@ -13,6 +13,7 @@ from shared.queues.settings import (
     env_name,
     read_queues,
     setting_name,
+    trigger_connection,
     wired_names,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "env_name",
     "read_queues",
     "setting_name",
+    "trigger_connection",
     "wired_names",
 ]

@@ -1,7 +1,8 @@
 """The declared job queues and each one's settings, read once at start-up (pure).
 
-`JOBS_QUEUES` (comma-separated queue names; the first is the default) declares them; unset, the
-app has one queue, `JOBS_QUEUE` (default `jobs`), exactly as before. Each queue may override the
+`JOBS_QUEUES` (comma-separated queue names; the first is the default) declares them, and
+`JOBS_QUEUE` is then not read; unset, the app has one queue, `JOBS_QUEUE` (default `jobs`),
+exactly as before. Each queue may override the
 app's settings with `QUEUE_<NAME>_<SETTING>` (the name upper-cased, `-` as `_`):
 
 - `CONNECTION`: the name of a connection setting (a connection string, or `<NAME>__accountName` /
@@ -188,11 +189,6 @@ def queue_names(env: Mapping[str, str], problems: list[str]) -> tuple[tuple[str,
     if not names:
         problems.append("JOBS_QUEUES names no queue (leave it unset for JOBS_QUEUE alone)")
         return (single,), False
-    if env.get("JOBS_QUEUE", "").strip() and single != names[0]:
-        problems.append(
-            f"JOBS_QUEUE ({single}) must be the first of JOBS_QUEUES ({names[0]}), or be left unset: "
-            "the first declared queue is the default"
-        )
     return tuple(names), True
 
 
@@ -201,6 +197,11 @@ def wired_names(env: Mapping[str, str]) -> tuple[str, ...]:
     `JOBS_QUEUES` is refused at start-up by `read_queues`)."""
     names, _ = queue_names(env, [])
     return names
+
+
+def trigger_connection(env: Mapping[str, str], queue: str) -> str:
+    """The `connection` of a queue's bindings: `QUEUE_<NAME>_CONNECTION`, else the app's storage."""
+    return env.get(setting_name(queue, "CONNECTION"), "").strip() or "AzureWebJobsStorage"
 
 
 def _split(text: str) -> tuple[str, ...]:

@@ -35,6 +35,8 @@ from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
 from shared.observability import overview_counters
 from shared.observability.telemetry import configure_telemetry
+from shared.queues import QueueSettings
+from shared.runtime.lanes import build_lanes
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients, connect, ensure_resources
 from shared.storage.tables import NoTableEndpoint, table_service
@@ -74,6 +76,10 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     retry_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
+    lane: QueueSettings | None = None
+    """The queue whose jobs this runtime serves (shared/runtime/lanes.py); None: the default's."""
+    lanes: dict[str, Runtime] = field(default_factory=dict, repr=False)
+    """Every declared queue's runtime, by name (`for_queue`); empty: this one serves them all."""
 
     @classmethod
     def over(
@@ -98,7 +104,7 @@ class Runtime:
         )
         archive = BlobDocuments(storage.container(settings.poison_archive_container))
         job_index, entry_index, audit, counters = indexes(settings, tables, archive)
-        return cls(
+        rt = cls(
             settings=settings,
             storage=storage,
             handlers=kinds.handlers,
@@ -113,6 +119,22 @@ class Runtime:
             counters=counters,
             retry_policies=kinds.retry,
         )
+        build_lanes(rt, handlers)
+        return rt
+
+    @property
+    def queue(self) -> QueueSettings:
+        """The queue whose jobs this runtime serves."""
+        return self.lane or self.settings.queue_set.default
+
+    def for_queue(self, name: str | None = None) -> Runtime:
+        """The runtime of the declared queue `name` (None: the default); UnknownQueue otherwise."""
+        queue = self.settings.queue_set.get(name)
+        return self.lanes.get(queue.name, self)
+
+    def job_key(self, job_id: str) -> str:
+        """How handlers name the job: `<queue>/<id>` on a queue other than the default."""
+        return self.queue.ledger_prefix + job_id
 
     def counter_store(self) -> overview_counters.CounterStore:
         """Where the overview's counters are kept."""

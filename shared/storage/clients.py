@@ -269,8 +269,10 @@ def ensure_resources(clients: StorageClients, settings: Settings) -> list[str]:
                 error_code(exc) or status_code(exc),
             )
 
-    for name in (settings.jobs_queue, settings.poison_queue, settings.parked_queue):
-        attempt(name, clients.queue_service.create_queue)
+    for queue in settings.queue_set:  # a queue in another account: its owner creates it
+        if queue.connection is None:
+            for name in (queue.name, queue.poison, queue.parked):
+                attempt(name, clients.queue_service.create_queue)
     for name in (
         settings.ledger_container,
         settings.results_container,

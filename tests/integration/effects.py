@@ -22,11 +22,11 @@ def count_effects(results: ContainerClient) -> Effects:
     runs: Counter[str] = Counter()
     repeats: Counter[str] = Counter()
     for blob in results.list_blobs():
-        parts = blob.name.split("/")
-        if parts[0] == "effects" and len(parts) == 2:
-            applied[parts[1].removesuffix(".json")] += 1
+        parts = blob.name.split("/")  # a job of a queue other than the default is `<queue>/<id>`
+        if parts[0] == "effects" and len(parts) in (2, 3):
+            applied["/".join(parts[1:]).removesuffix(".json")] += 1
         elif parts[0] == "runs":
-            runs[parts[1]] += 1
+            runs["/".join(parts[1:-1])] += 1
         elif parts[0] == "repeats":
-            repeats[parts[1]] += 1
+            repeats["/".join(parts[1:-1])] += 1
     return Effects(applied, runs, repeats)

@@ -44,11 +44,20 @@ def app_dir(tmp_path: Path, queues: dict[str, Any]) -> Path:
     return target
 
 
-@pytest.fixture
-def start_host(azurite: Azurite, tmp_path: Path) -> Iterator[Callable[..., HostProcess]]:
+@pytest.fixture(params=["one-queue", "second-queue"])
+def start_host(
+    azurite: Azurite, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., HostProcess]]:
+    """The app with one queue, or with two (JOBS_QUEUES) where the tests use the second one:
+    everything that works for one queue works for each (issue 46)."""
     hosts: list[HostProcess] = []
+    queues = (
+        {"JOBS_QUEUE": unique("e2e")}
+        if request.param == "one-queue"
+        else {"JOBS_QUEUES": f"{unique('e2e')},{unique('second')}"}
+    )
     settings = {
-        "JOBS_QUEUE": unique("e2e"),
+        **queues,
         "LEDGER_CONTAINER": unique("ledger"),
         "RESULTS_CONTAINER": unique("res"),
         "PAYLOADS_CONTAINER": unique("pay"),
@@ -79,7 +88,24 @@ def start_host(azurite: Azurite, tmp_path: Path) -> Iterator[Callable[..., HostP
         host.stop()
 
 
+def lane(host: HostProcess) -> str | None:
+    """The queue the tests use: the second of JOBS_QUEUES when declared, else the default (None)."""
+    declared = host.env.get("JOBS_QUEUES", "")
+    return declared.split(",")[1] if declared else None
+
+
+def job_key(host: HostProcess, job_id: str) -> str:
+    """How the job's effects are named: `<queue>/<id>` on a queue other than the default."""
+    queue = lane(host)
+    return f"{queue}/{job_id}" if queue else job_id
+
+
 def call(host: HostProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    queue = lane(host)
+    if queue and isinstance(body, dict):
+        body = {**body, "queue": queue}
+    if queue and path.startswith("jobs/"):
+        path = f"{path}?queue={queue}"
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(f"{host.url}/api/{path}", data=data, method=method)
     try:
@@ -103,7 +129,8 @@ def wait_status(host: HostProcess, job_id: str, wanted: set[str], timeout_s: flo
 def test_api_submit_status_result_and_errors(start_host: Callable[..., HostProcess]) -> None:
     host = start_host()
     status, body = call(host, "POST", "jobs", {"id": "api-1", "kind": "noop", "payload": {"note": "hi"}})
-    assert status == 202 and body["id"] == "api-1" and body["status_url"].endswith("/api/jobs/api-1")
+    url = "/api/jobs/api-1" + (f"?queue={lane(host)}" if lane(host) else "")
+    assert status == 202 and body["id"] == "api-1" and body["status_url"].endswith(url)
     record = wait_status(host, "api-1", {"completed"})
     assert record["attempt"] == 0 and record["updated_at"]
     assert call(host, "GET", "jobs/api-1/result") == (200, {"id": "api-1", "summary": {"note": "hi"}})
@@ -177,7 +204,7 @@ def test_two_hosts_given_the_same_job_apply_it_once(
     from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
     first, second = start_host("host-a"), start_host("host-b")
-    queue_name = first.env["JOBS_QUEUE"]
+    queue_name = lane(first) or first.env["JOBS_QUEUE"]
     queue = QueueClient.from_connection_string(
         azurite.connection_string, queue_name, message_encode_policy=TextBase64EncodePolicy()
     )
@@ -194,7 +221,8 @@ def test_two_hosts_given_the_same_job_apply_it_once(
         azurite.connection_string, first.env["RESULTS_CONTAINER"]
     )
     counted = count_effects(results)
-    assert counted.applied["twin-1"] == 1 and counted.runs["twin-1"] == 1 and not counted.repeats
+    key = job_key(first, "twin-1")
+    assert counted.applied[key] == 1 and counted.runs[key] == 1 and not counted.repeats
     invocations = sum(q.get("invocations", 0) for h in (first, second) for q in h.stats()["queues"].values())
     assert invocations >= 4
 

@@ -1,0 +1,133 @@
+"""Several job queues in one app (issue 46): the API's `queue`, one job id on two queues, a
+queue's KINDS, expiry, retry policy and `http` allowance, on the in-memory account and Azurite."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from shared.interfaces import api
+from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
+from tests.integration.backends import Backend
+from tests.integration.helpers import drain_raw, message, unique
+
+
+@pytest.fixture
+def rt(storage_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    first, second = unique("jobs"), unique("gold")
+    runtime = storage_backend.runtime(
+        JOBS_QUEUES=f"{first},{second}",
+        **{
+            f"QUEUE_{second.upper()}_KINDS": "noop, fault, http",
+            f"QUEUE_{second.upper()}_MAX_ATTEMPTS": "1",
+            f"QUEUE_{second.upper()}_JOB_TTL_SECONDS": "60",
+            f"QUEUE_{second.upper()}_HTTP_ALLOWED_HOSTS": "127.0.0.1",
+        },
+    )
+    monkeypatch.setattr(api, "get_runtime", lambda: runtime)
+    yield runtime
+
+
+def second(rt: Runtime) -> str:
+    return rt.settings.queue_set.names[1]
+
+
+def post(body: Any) -> tuple[int, dict[str, Any]]:
+    req = func.HttpRequest(
+        method="POST", url="http://localhost/api/jobs", body=json.dumps(body).encode(), headers={}, params={}
+    )
+    resp = api.submit_job(req)
+    return resp.status_code, json.loads(resp.get_body())
+
+
+def get(path: str, job_id: str, queue: str | None = None) -> tuple[int, dict[str, Any]]:
+    req = func.HttpRequest(
+        method="GET",
+        url=f"http://localhost/api/{path}",
+        body=b"",
+        route_params={"id": job_id},
+        params={"queue": queue} if queue else {},
+    )
+    resp = api.get_result(req) if path.endswith("/result") else api.get_job(req)
+    return resp.status_code, json.loads(resp.get_body())
+
+
+def run_queue(rt: Runtime, queue: str | None) -> int:
+    """Deliver every message on `queue` (None: the default) once, as its trigger would."""
+    name = queue or rt.settings.queue_set.default.name
+    bodies = drain_raw(rt.for_queue(queue), name)
+    for body in bodies:
+        process_message(message(body), rt, queue=queue)
+    return len(bodies)
+
+
+def test_two_queues_one_job_id_two_jobs_two_results(rt: Runtime) -> None:
+    gold = second(rt)
+    assert post({"id": "same-1", "kind": "noop", "payload": {"note": "default"}})[0] == 202
+    status, body = post({"id": "same-1", "kind": "noop", "payload": {"note": "gold"}, "queue": gold})
+    assert status == 202 and body["status_url"].endswith(f"/api/jobs/same-1?queue={gold}")
+    assert run_queue(rt, None) == 1 and run_queue(rt, gold) == 1
+    assert get("jobs/same-1/result", "same-1") == (200, {"id": "same-1", "summary": {"note": "default"}})
+    assert get("jobs/same-1/result", "same-1", gold) == (200, {"id": "same-1", "summary": {"note": "gold"}})
+    status, record = get("jobs/same-1", "same-1", gold)
+    assert status == 200 and record["status"] == "completed" and record["queue"] == gold
+    assert "queue" not in get("jobs/same-1", "same-1")[1]  # the default queue's records as before
+    assert rt.ledger.store.read(f"{gold}/same-1.json") is not None and rt.ledger.get("same-1") is not None
+
+
+def test_a_queue_that_is_not_declared_is_refused(rt: Runtime) -> None:
+    status, body = post({"kind": "noop", "payload": {}, "queue": "nowhere"})
+    assert status == 400 and "no queue 'nowhere' is declared" in body["problems"][0]
+    assert get("jobs/x", "x", "nowhere")[0] == 400
+
+
+def test_kinds_refused_at_post_and_poisoned_with_the_reason_when_put_directly(rt: Runtime) -> None:
+    gold = second(rt)
+    aggregate = {"id": "agg-1", "kind": "aggregate", "payload": {"input": {"container": "c", "blob": "b"}}}
+    status, body = post({**aggregate, "queue": gold})
+    assert status == 400 and any(f"queue {gold} does not run kind 'aggregate'" in p for p in body["problems"])
+    assert get("jobs/agg-1", "agg-1", gold)[0] == 404  # nothing recorded, nothing sent
+    rt.for_queue(gold).storage.queue(gold).send_message(json.dumps(aggregate))  # the producer's own send
+    assert run_queue(rt, gold) == 1
+    status, record = get("jobs/agg-1", "agg-1", gold)
+    assert status == 200 and record["status"] == "poisoned" and record["reason_code"] == "kind_not_allowed"
+    assert "does not run kind 'aggregate'" in record["reason"]
+    poisoned = drain_raw(rt.for_queue(gold), f"{gold}-poison")
+    assert [json.loads(body)["id"] for body in poisoned] == ["agg-1"]
+
+
+def test_each_queue_its_own_retry_policy(rt: Runtime) -> None:
+    gold = second(rt)
+    job = {"kind": "fault", "payload": {"transient_failures": 1}}
+    assert post({**job, "id": "tr-d"})[0] == 202 and post({**job, "id": "tr-g", "queue": gold})[0] == 202
+    run_queue(rt, None)
+    run_queue(rt, gold)
+    assert get("jobs/tr-d", "tr-d")[1]["status"] == "retry_scheduled"  # the app's MAX_ATTEMPTS (5)
+    record = get("jobs/tr-g", "tr-g", gold)[1]
+    assert record["status"] == "poisoned" and "gave up after 1 attempts" in record["reason"]
+
+
+def test_a_job_past_its_queues_expiry_is_poisoned_not_run(rt: Runtime) -> None:
+    gold = second(rt)
+    old = (datetime.now(UTC) - timedelta(seconds=120)).isoformat()
+    for name in (gold, rt.settings.queue_set.default.name):
+        env = {"id": "old-1", "kind": "noop", "payload": {}, "created_at": old}
+        rt.storage.queue(name).send_message(json.dumps(env))
+    run_queue(rt, gold)
+    run_queue(rt, None)
+    record = get("jobs/old-1", "old-1", gold)[1]
+    assert record["status"] == "poisoned" and record["reason_code"] == "expired"
+    assert get("jobs/old-1", "old-1")[1]["status"] == "completed"  # the app's 7 days
+
+
+def test_each_queue_its_own_http_allowance(rt: Runtime) -> None:
+    call = {"kind": "http", "payload": {"url": "http://127.0.0.1:9/"}}
+    status, body = post(call)
+    assert status == 400 and "HTTP_ALLOWED_HOSTS" in json.dumps(body["problems"])
+    assert post({**call, "queue": second(rt)})[0] == 202
