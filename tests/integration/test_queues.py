@@ -21,15 +21,16 @@ from tests.integration.helpers import drain_raw, message, unique
 @pytest.fixture
 def rt(storage_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     first, second = unique("jobs"), unique("gold")
-    runtime = storage_backend.runtime(
-        JOBS_QUEUES=f"{first},{second}",
+    settings: dict[str, str] = {
+        "JOBS_QUEUES": f"{first},{second}",
         **{
             f"QUEUE_{second.upper()}_KINDS": "noop, fault, http",
             f"QUEUE_{second.upper()}_MAX_ATTEMPTS": "1",
             f"QUEUE_{second.upper()}_JOB_TTL_SECONDS": "60",
             f"QUEUE_{second.upper()}_HTTP_ALLOWED_HOSTS": "127.0.0.1",
         },
-    )
+    }
+    runtime = storage_backend.runtime(None, **settings)
     monkeypatch.setattr(api, "get_runtime", lambda: runtime)
     yield runtime
 
