@@ -36,8 +36,8 @@ from shared.core.errors import (
 )
 from shared.core.messages import QueueMessageLike, inserted_at
 from shared.core.timers import Timer
-from shared.jobs.abandon import abandon_work
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
+from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.calls import calls_noted
 from shared.ledger.view import RecordView
