@@ -60,7 +60,7 @@ def cmd_enqueue(rt: Runtime, args: argparse.Namespace) -> int:
     status = 0
     for item in items:
         try:
-            lane, item = request_queue(rt, item, args.queue)
+            lane, item = request_queue(rt, item, getattr(args, "queue", None))
             result = submit(lane, validate_request(lane, item))
         except EnvelopeError as exc:
             print(f"rejected: {'; '.join(exc.problems)}", file=sys.stderr)

@@ -84,9 +84,10 @@ def queue_policy(policy: RetryPolicy, queue: QueueSettings) -> RetryPolicy:
     )
 
 
-def lane(rt: R, queue: QueueSettings, handlers: Mapping[str, Handler]) -> R:
-    """`rt` as `queue`'s jobs see it (start-up: SettingsError names a bad setting)."""
-    settings = rt.settings.for_queue(queue)
+def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Handler]) -> R:
+    """`rt` as `queue`'s jobs see it, from the app's settings `app` (start-up: SettingsError
+    names a bad setting)."""
+    settings = app.for_queue(queue)
     kinds = configure_kinds(settings, handlers)
     sends = rt.storage
     if queue.connection is not None:
@@ -104,10 +105,12 @@ def lane(rt: R, queue: QueueSettings, handlers: Mapping[str, Handler]) -> R:
     )
 
 
-def build_lanes(rt: R, handlers: Mapping[str, Handler]) -> dict[str, R]:
-    """Every declared queue's lane, each able to find the others (`Runtime.for_queue`)."""
-    lanes = {queue.name: lane(rt, queue, handlers) for queue in rt.settings.queue_set}
+def build_lanes(template: R, handlers: Mapping[str, Handler]) -> R:
+    """Every declared queue's lane, each able to find the others (`Runtime.for_queue`), made
+    from `template` (the runtime on the app's settings); returns the default queue's, which is
+    the process's runtime."""
+    app = template.settings
+    lanes = {queue.name: lane(template, app, queue, handlers) for queue in app.queue_set}
     for each in lanes.values():
         each.lanes = lanes
-    rt.lanes = lanes
-    return lanes
+    return lanes[app.queue_set.default.name]

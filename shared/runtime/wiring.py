@@ -119,8 +119,7 @@ class Runtime:
             counters=counters,
             retry_policies=kinds.retry,
         )
-        build_lanes(rt, handlers)
-        return rt
+        return build_lanes(rt, handlers)  # the default queue's: each queue's is `for_queue(name)`
 
     @property
     def queue(self) -> QueueSettings:
