@@ -7,6 +7,7 @@
     python -m bench.run --spark            # also bench/bench_spark.py (slow)
     python -m bench.run --skip-http        # no http-kind section (bench_http_kind.py)
     python -m bench.run --skip-spark-versus  # no Spark-path-vs-spark.read.csv section
+    python -m bench.run --skip-fairness    # no several-queues section (bench_fairness.py)
     python -m bench.run --out DIR          # bench.json, the PNG plot and host logs go to DIR
 
 Sections (each starts and stops its own Azurite and local hosts):
@@ -25,7 +26,10 @@ Sections (each starts and stops its own Azurite and local hosts):
    with --skip-http;
 8. the app's Spark path against Spark's own reader (`spark.read.csv(...).groupBy(...).agg(...)`)
    on the same local cluster and input, ~200 and ~500 MB, interleaved rounds (bench/spark_versus.py;
-   target 1.0x or better); skipped with --skip-spark-versus, or without Java 17+.
+   target 1.0x or better); skipped with --skip-spark-versus, or without Java 17+;
+9. several queues, one flooded with 2,000 http jobs (bench/bench_fairness.py): the two small
+   queues' p95 POST-to-completed alone and beside the flood (target: within max(1.5x, +2 s)), the
+   flood's jobs/s alone and beside them; skipped with --skip-fairness.
 The machine is shared and noisy: speed figures are ratios taken side by side, or counts.
 """
 
@@ -214,6 +218,37 @@ def run_http(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
         except ValueError:
             result["error"] = "its output is not JSON"
     return result
+
+
+def run_fairness(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_fairness.py: three queues, one flooded (its JSON on stdout)."""
+    flags = ["--quick"] if args.quick else []
+    result = run_script("bench.bench_fairness", [*flags, "--logs", str(out_dir / "logs")], timeout_s=3600)
+    if result.get("exit_code") == 0:
+        try:
+            result["report"] = json.loads(result["stdout"])
+        except ValueError:
+            result["error"] = "its output is not JSON"
+    return result
+
+
+def format_fairness(fair: dict[str, Any]) -> list[str]:
+    """Section 9's lines."""
+    lines = ["", "9. Several queues, one flooded (bench/bench_fairness.py)"]
+    report = fair.get("report")
+    if not report:
+        return [*lines, f"   FAILED ({fair.get('error') or fair.get('skipped')})"]
+    for lane, v in report["small_queues"].items():
+        lines.append(
+            f"   small queue {lane}: p95 POST-to-completed alone {v['p95_alone_s']:.2f} s, with the flood "
+            f"{v['p95_flooded_s']:.2f} s ({v['ratio']}x; target <= max(1.5x, +2 s) = {v['allowed_s']:.2f} s: "
+            f"{_ok(v['met'])})"
+        )
+    lines.append(
+        f"   flood of {report['flood_jobs']}: {report['flood_jobs_per_s_alone']} jobs/s alone, "
+        f"{report['flood_jobs_per_s_flooded']} with the small queues"
+    )
+    return lines
 
 
 def format_http(http: dict[str, Any]) -> list[str]:
@@ -446,6 +481,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.extend(format_http(report["http"]))
     if report.get("spark_versus"):
         lines.extend(format_versus(report["spark_versus"]))
+    if report.get("fairness"):
+        lines.extend(format_fairness(report["fairness"]))
 
     spark = report.get("spark")
     if spark:
@@ -491,6 +528,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--skip-spark-versus", action="store_true", help="no Spark path vs spark.read.csv section"
     )
     parser.add_argument("--http-jobs", type=int, default=300, help="http jobs (default 300)")
+    parser.add_argument(
+        "--skip-fairness", action="store_true", help="no several-queues section (bench_fairness)"
+    )
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
     return parser.parse_args(argv)
 
@@ -530,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         report["http"] = run_http(args, out_dir)
     if not args.skip_spark_versus:
         report["spark_versus"] = run_spark_versus(args, out_dir)
+    if not args.skip_fairness:
+        report["fairness"] = run_fairness(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

@@ -1,0 +1,226 @@
+"""Several queues, one flooded (issue 46): does a flood on one queue delay the others' jobs?
+
+One local host with the shipped host.json and settings sample, three declared queues
+(`JOBS_QUEUES`): two small ones (`a`, the default, and `b`) and `flood`. Every job is an `http`
+job against a local downstream answering after `--latency-ms` (200). Three runs, side by side in
+one Azurite:
+
+1. alone: 20 jobs on `a` and 20 on `b`, POSTed over 10 s (alternating), nothing else;
+2. flooded: `--flood` (2,000) jobs put on `flood` directly, released at once, then the same
+   small jobs POSTed over 10 s while the flood drains;
+3. flood alone: the same flood with nothing else.
+
+Printed (and JSON on stdout): each small queue's POST-to-completed p50 / p95 (the host's
+`completed` decisions: finished - created_at, the API stamping created_at) alone and flooded,
+their ratio and difference, the target (flooded p95 within max(1.5x, +2 s) of alone), and the
+flood's jobs/s alone and flooded.
+
+    python -m bench.bench_fairness [--flood N] [--small N] [--over-s S] [--latency-ms MS] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.bench_host import (
+    Site,
+    azurite_site,
+    completed_latencies,
+    envelope,
+    make_app_dir,
+    paused,
+    percentile,
+    prefill,
+    shipped_queue_options,
+    snapshot,
+    stop_hosts,
+    wait_for,
+)
+from bench.bench_http_kind import downstream
+from devstack.hostproc import REPO_ROOT, HostProcess
+
+TAG = "fair"
+QUEUES = {"a": f"{TAG}-a", "b": f"{TAG}-b", "flood": f"{TAG}-flood"}
+
+
+def post(host: HostProcess, body: dict[str, Any]) -> int:
+    req = urllib.request.Request(
+        f"{host.url}/api/jobs",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def submit_small(host: HostProcess, url: str, run: str, small: int, over_s: float) -> list[int]:
+    """`small` jobs on each of `a` and `b`, POSTed evenly over `over_s` seconds, alternating."""
+    count = 2 * small
+    start = time.monotonic()
+    statuses = []
+    for i in range(count):
+        due = start + i * over_s / count
+        time.sleep(max(0.0, due - time.monotonic()))
+        lane = "a" if i % 2 == 0 else "b"
+        body = {"id": f"{run}-{lane}-{i // 2:03d}", "kind": "http", "payload": {"url": url}}
+        if lane == "b":
+            body["queue"] = QUEUES["b"]  # `a` is the default queue: no field needed
+        statuses.append(post(host, body))
+    return statuses
+
+
+def drain(host: HostProcess, queue: str, target: int, timeout_s: float) -> None:
+    wait_for([host], queue, "deletes", target, timeout_s, every=0.25)
+
+
+def scenario(
+    site: Site, app_dir: Path, url: str, run: str, flood: int, small: int, over_s: float, timeout_s: float
+) -> dict[str, Any]:
+    """One run on a fresh host: the flood (if any) released, then the small jobs POSTed."""
+    (host,) = site.start_hosts(1, app_dir)
+    result: dict[str, Any] = {"run": run}
+    try:
+        base = {name: snapshot([host], queue).get("q.deletes", 0) for name, queue in QUEUES.items()}
+        texts = [envelope(f"{run}-flood-{i:05d}", "http", {"url": url}) for i in range(flood)]
+        if flood:
+            with paused([host]):
+                prefill(site.conn, QUEUES["flood"], texts)
+        released = time.monotonic()
+        flood_done: dict[str, float] = {}
+
+        def watch_flood() -> None:
+            drain(host, QUEUES["flood"], base["flood"] + flood, timeout_s)
+            flood_done["s"] = time.monotonic() - released
+
+        watcher = threading.Thread(target=watch_flood, daemon=True)
+        if flood:
+            watcher.start()
+        if small:
+            time.sleep(1.0 if flood else 0.0)  # the flood under way: its listener's batches in flight
+            statuses = submit_small(host, url, run, small, over_s)
+            result["posts_not_202"] = sum(1 for s in statuses if s != 202)
+            for lane in ("a", "b"):
+                drain(host, QUEUES[lane], base[lane] + small, timeout_s)
+        if flood:
+            watcher.join(timeout_s)
+            result["flood_seconds"] = round(flood_done.get("s", float("nan")), 2)
+            result["flood_jobs_per_s"] = round(flood / flood_done["s"], 1) if "s" in flood_done else None
+        log = host.log_path
+    finally:
+        stop_hosts([host])
+    assert log is not None
+    for lane in ("a", "b") if small else ():
+        latencies = sorted(completed_latencies(log, f"{run}-{lane}-").values())
+        result[lane] = {
+            "jobs": len(latencies),
+            "p50_s": round(percentile(latencies, 50), 3),
+            "p95_s": round(percentile(latencies, 95), 3),
+            "max_s": round(latencies[-1], 3) if latencies else None,
+        }
+    return result
+
+
+def judge(alone: dict[str, Any], flooded: dict[str, Any]) -> dict[str, Any]:
+    """Each small queue's flooded p95 against max(1.5x, +2 s) of its p95 alone."""
+    out: dict[str, Any] = {}
+    for lane in ("a", "b"):
+        before, after = alone[lane]["p95_s"], flooded[lane]["p95_s"]
+        allowed = max(1.5 * before, before + 2.0)
+        out[lane] = {
+            "p95_alone_s": before,
+            "p95_flooded_s": after,
+            "ratio": round(after / before, 2) if before else None,
+            "difference_s": round(after - before, 3),
+            "allowed_s": round(allowed, 3),
+            "met": after <= allowed,
+        }
+    return out
+
+
+def run(
+    flood: int, small: int, over_s: float, latency_s: float, log_dir: Path, timeout_s: float
+) -> dict[str, Any]:
+    with azurite_site(log_dir, "fairness") as azurite, downstream(latency_s) as service:
+        site = Site(azurite, TAG, log_dir).init(
+            JOBS_QUEUES=",".join((QUEUES["a"], QUEUES["b"], QUEUES["flood"])),
+            JOBS_QUEUE=QUEUES["a"],
+            HTTP_ALLOWED_HOSTS="127.0.0.1",
+        )
+        app_dir = make_app_dir(Path(tempfile.mkdtemp(prefix="bench-fair-")), {})  # host.json as shipped
+        alone = scenario(site, app_dir, service.url, "alone", 0, small, over_s, timeout_s)
+        flooded = scenario(site, app_dir, service.url, "flooded", flood, small, over_s, timeout_s)
+        flood_alone = scenario(site, app_dir, service.url, "floodonly", flood, 0, over_s, timeout_s)
+    verdict = judge(alone, flooded)
+    share = (
+        round(flooded["flood_jobs_per_s"] / flood_alone["flood_jobs_per_s"], 3)
+        if flooded.get("flood_jobs_per_s") and flood_alone.get("flood_jobs_per_s")
+        else None
+    )
+    return {
+        "host_json_queues": shipped_queue_options(),
+        "downstream_latency_s": latency_s,
+        "flood_jobs": flood,
+        "small_jobs_per_queue": small,
+        "small_over_s": over_s,
+        "alone": alone,
+        "flooded": flooded,
+        "flood_alone": flood_alone,
+        "small_queues": verdict,
+        "small_queues_met": all(v["met"] for v in verdict.values()),
+        "flood_jobs_per_s_alone": flood_alone.get("flood_jobs_per_s"),
+        "flood_jobs_per_s_flooded": flooded.get("flood_jobs_per_s"),
+        "flood_flooded_over_alone": share,
+    }
+
+
+def summary(result: dict[str, Any]) -> str:
+    lines = [
+        f"fairness: {result['flood_jobs']} flood jobs, {result['small_jobs_per_queue']} x 2 small over "
+        f"{result['small_over_s']:g} s, downstream {result['downstream_latency_s'] * 1000:.0f} ms",
+    ]
+    for lane, v in result["small_queues"].items():
+        lines.append(
+            f"  queue {lane}: p95 alone {v['p95_alone_s']:.2f} s, flooded {v['p95_flooded_s']:.2f} s "
+            f"({v['ratio']}x, +{v['difference_s']:.2f} s; allowed {v['allowed_s']:.2f} s) "
+            f"{'met' if v['met'] else 'NOT met'}"
+        )
+    lines.append(
+        f"  flood: {result['flood_jobs_per_s_alone']} jobs/s alone, {result['flood_jobs_per_s_flooded']} "
+        f"flooded ({result['flood_flooded_over_alone']})"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--flood", type=int, default=2000)
+    parser.add_argument("--small", type=int, default=20)
+    parser.add_argument("--over-s", type=float, default=10.0)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--quick", action="store_true", help="300 flood jobs, 10 small (smoke test)")
+    parser.add_argument("--logs", type=Path, default=REPO_ROOT / "bench" / "out" / "logs")
+    args = parser.parse_args(argv)
+    flood, small = (300, 10) if args.quick else (args.flood, args.small)
+    log_dir = args.logs / time.strftime("fairness-%Y%m%d-%H%M%S")
+    result = run(flood, small, args.over_s, args.latency_ms / 1000, log_dir, 900.0)
+    print(summary(result), file=__import__("sys").stderr)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
