@@ -54,7 +54,7 @@ def overview(rt: Runtime) -> dict[str, Any]:
     own = metrics.installed_instance()
     hours = metrics.hours_to_read(now)
     docs: list[Mapping[str, Any]] = [metrics.RECORDER.document(hour, own) for hour in hours] if own else []
-    docs.extend(rt.counter_store().read(hours, own))
+    docs.extend(rt.counters.read(hours, own))
     figures = metrics.merge(docs, now)
     figures["depth"] = {
         "jobs": queue_depth(rt, rt.settings.jobs_queue),
