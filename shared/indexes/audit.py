@@ -28,7 +28,7 @@ from typing import Any
 from shared.core.documents import DocumentStore
 from shared.core.envelope import isoformat
 from shared.indexes.keys import clip, newest_first, quoted
-from shared.storage.errors import NotFound, StorageError, failure_name
+from shared.storage.failures import NotFound, StorageError, failure_name
 from shared.storage.ports import Tables
 from shared.storage.tables import query_rows, upsert_creating
 

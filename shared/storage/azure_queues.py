@@ -8,7 +8,7 @@ from typing import Any
 
 from azure.storage.queue import QueueClient
 
-from shared.storage.errors import AlreadyExists, translated
+from shared.storage.failures import AlreadyExists, translated
 
 
 class AzureQueue:

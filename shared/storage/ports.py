@@ -3,7 +3,7 @@
 Protocols only, and the plain values they pass (no storage SDK is imported here). `shared.storage`
 implements them for Azure (`azure_tables`, `azure_blobs`, `azure_queues`, bundled by
 `accounts.AzureAccount`) and in memory (`memory_tables`, ...: tests and the deterministic
-simulation). Every method raises `shared.storage.errors`' exceptions (`NotFound`, `AlreadyExists`,
+simulation). Every method raises `shared.storage.failures`' exceptions (`NotFound`, `AlreadyExists`,
 `ConditionFailed`, `StorageBusy`, `StorageError`), never an SDK's. The documents port is
 `shared.core.documents.DocumentStore`; `MessageQueue` and `QueueSender` (shared/core/messages.py)
 are the queue's sending and reading sides.
@@ -109,7 +109,7 @@ def in_transactions(table: Table, ops: Sequence[TableOp], one: Callable[[TableOp
     """Run `ops` (one partition) as entity group transactions of `TRANSACTION_SIZE`; a
     transaction that fails (a row gone, a reset connection, a missing table) is done operation by
     operation with `one` (which handles its own failures). Returns the requests sent."""
-    from shared.storage.errors import StorageError
+    from shared.storage.failures import StorageError
 
     sent = 0
     for i in range(0, len(ops), TRANSACTION_SIZE):

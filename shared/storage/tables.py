@@ -19,7 +19,7 @@ from azure.data.tables._policies import TablesRetryPolicy
 
 from shared.config.settings import StorageConnection
 from shared.storage.clients import within_budget
-from shared.storage.errors import AlreadyExists, NotFound, translated
+from shared.storage.failures import AlreadyExists, NotFound, translated
 from shared.storage.ports import Row, Table, TableOp, TablePage
 
 KEPT_TABLE_CLIENTS = 64

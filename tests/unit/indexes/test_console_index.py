@@ -10,7 +10,7 @@ from shared.indexes.entry_rows import index_key
 from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_index
 from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
 from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
-from shared.storage.errors import StorageBusy
+from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 
 

@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 
 from shared.config.platform import in_azure
 from shared.config.settings import Settings
-from shared.config.telemetry import configure_telemetry
 from shared.core.backoff import RetryPolicy
 from shared.core.documents import DocumentStore
 from shared.core.errors import SettingsError
 from shared.core.messages import MessageQueue, QueueSender
 from shared.core.timers import Clock, ThreadTimers, Timers, system_clock
-from shared.indexes import metrics
 from shared.indexes.audit import SUFFIX as AUDIT_SUFFIX
 from shared.indexes.audit import AuditLog
 from shared.indexes.counters import SUFFIX as METRICS_SUFFIX
@@ -33,6 +31,8 @@ from shared.jobs.base import Handler
 from shared.jobs.kinds import app_policy, configure_kinds
 from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
+from shared.observability import overview_counters
+from shared.observability.telemetry import configure_telemetry
 from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, connect, ensure_resources
 from shared.storage.ports import Account, Tables
@@ -158,13 +158,13 @@ def build_runtime(
         ensure_console_resources(runtime)
     if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
         # console counters: flushed on a timer, never per message
-        metrics.install(runtime.counters, instance)
+        overview_counters.install(runtime.counters, instance)
     return runtime
 
 
 def ensure_console_resources(rt: Runtime) -> None:
     """The entry index's table and the bulk operations' queue (start-up, never per message)."""
-    from shared.storage.errors import StorageError, failure_name
+    from shared.storage.failures import StorageError, failure_name
 
     try:
         rt.entry_index.ensure()
