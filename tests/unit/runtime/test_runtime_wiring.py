@@ -9,6 +9,7 @@ import pytest
 from shared.config.settings import Settings
 from shared.core.errors import SettingsError
 from shared.runtime.wiring import Runtime
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients
 
 
@@ -21,4 +22,4 @@ def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> No
         }
     )
     with pytest.raises(SettingsError, match=r"AzureWebJobsStorage: .*no TableEndpoint"):
-        Runtime.over(settings, cast(StorageClients, None), {}, "test")
+        Runtime.over(settings, AzureAccount(cast(StorageClients, None), settings.storage), {}, "test")
