@@ -15,21 +15,23 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from shared.config.settings import Settings, named_connection
+from shared.config.settings import Settings, storage_connection
 from shared.core.backoff import RetryPolicy
 from shared.core.documents import Document, DocumentStore, TagQuery
+from shared.core.errors import SettingsError
 from shared.jobs.base import Handler
 from shared.jobs.kinds import configure_kinds
 from shared.ledger import Ledger
-from shared.queues import QueueSettings
-from shared.storage.clients import StorageClients, connect
+from shared.queues import QueueSettings, setting_name
+from shared.storage.accounts import account_for
+from shared.storage.ports import Account
 
 
 class LaneHost(Protocol):
     """What a lane is made from (the runtime, shared/runtime/wiring.py)."""
 
     settings: Settings
-    storage: StorageClients
+    account: Account
     ledger: Ledger
     lanes: Any
 
@@ -89,9 +91,14 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
     names a bad setting)."""
     settings = app.for_queue(queue)
     kinds = configure_kinds(settings, handlers)
-    sends = rt.storage
+    sends = rt.account
     if queue.connection is not None:
-        sends = connect(replace(settings, storage=named_connection(settings.source, queue.connection)))
+        try:
+            sends = account_for(storage_connection(settings.source, queue.connection))
+        except SettingsError as exc:
+            raise SettingsError(
+                f"{setting_name(queue.name, 'CONNECTION')}={queue.connection}: {exc}"
+            ) from None
     return replace(  # type: ignore[type-var]  # a dataclass (the runtime)
         rt,
         settings=settings,
