@@ -2,13 +2,15 @@
 
 One local host with the shipped host.json and settings sample, three declared queues
 (`JOBS_QUEUES`): two small ones (`a`, the default, and `b`) and `flood`. Every job is an `http`
-job against a local downstream answering after `--latency-ms` (200). Three runs, side by side in
+job against a local downstream answering after `--latency-ms` (200). Five runs, side by side in
 one Azurite:
 
 1. alone: 20 jobs on `a` and 20 on `b`, POSTed over 10 s (alternating), nothing else;
-2. flooded: `--flood` (2,000) jobs put on `flood` directly, released at once, then the same
-   small jobs POSTed over 10 s while the flood drains;
-3. flood alone: the same flood with nothing else.
+2. unfair: `--flood` (2,000) jobs put on `flood` directly, released at once, then the same
+   small jobs POSTed over 10 s while the flood drains, with `FAIR_SHARE=false` (as before it);
+3. flooded: the same with the fair share (shared/pipeline/fair_share.py);
+4. unlimited: the flood alone, `FAIR_SHARE=false` (no limit of any kind configured);
+5. flood alone: the flood alone with the fair share (work-conserving: target >= 90% of 4).
 
 Printed (and JSON on stdout): each small queue's POST-to-completed p50 / p95 (the host's
 `completed` decisions: finished - created_at, the API stamping created_at) alone and flooded,
@@ -86,11 +88,20 @@ def drain(host: HostProcess, queue: str, target: int, timeout_s: float) -> None:
 
 
 def scenario(
-    site: Site, app_dir: Path, url: str, run: str, flood: int, small: int, over_s: float, timeout_s: float
+    site: Site,
+    app_dir: Path,
+    url: str,
+    run: str,
+    flood: int,
+    small: int,
+    over_s: float,
+    timeout_s: float,
+    fair: bool = True,
 ) -> dict[str, Any]:
     """One run on a fresh host: the flood (if any) released, then the small jobs POSTed."""
+    site.env["FAIR_SHARE"] = "true" if fair else "false"
     (host,) = site.start_hosts(1, app_dir)
-    result: dict[str, Any] = {"run": run}
+    result: dict[str, Any] = {"run": run, "fair_share": fair}
     try:
         base = {name: snapshot([host], queue).get("q.deletes", 0) for name, queue in QUEUES.items()}
         texts = [envelope(f"{run}-flood-{i:05d}", "http", {"url": url}) for i in range(flood)]
@@ -160,14 +171,12 @@ def run(
         )
         app_dir = make_app_dir(Path(tempfile.mkdtemp(prefix="bench-fair-")), {})  # host.json as shipped
         alone = scenario(site, app_dir, service.url, "alone", 0, small, over_s, timeout_s)
+        unfair = scenario(site, app_dir, service.url, "unfair", flood, small, over_s, timeout_s, fair=False)
         flooded = scenario(site, app_dir, service.url, "flooded", flood, small, over_s, timeout_s)
+        unlimited = scenario(site, app_dir, service.url, "unlimited", flood, 0, over_s, timeout_s, fair=False)
         flood_alone = scenario(site, app_dir, service.url, "floodonly", flood, 0, over_s, timeout_s)
     verdict = judge(alone, flooded)
-    share = (
-        round(flooded["flood_jobs_per_s"] / flood_alone["flood_jobs_per_s"], 3)
-        if flooded.get("flood_jobs_per_s") and flood_alone.get("flood_jobs_per_s")
-        else None
-    )
+    share = _ratio(flood_alone.get("flood_jobs_per_s"), unlimited.get("flood_jobs_per_s"))
     return {
         "host_json_queues": shipped_queue_options(),
         "downstream_latency_s": latency_s,
@@ -177,12 +186,21 @@ def run(
         "alone": alone,
         "flooded": flooded,
         "flood_alone": flood_alone,
+        "unfair": unfair,
+        "unlimited": unlimited,
         "small_queues": verdict,
+        "small_queues_without_fair_share": judge(alone, unfair),
         "small_queues_met": all(v["met"] for v in verdict.values()),
         "flood_jobs_per_s_alone": flood_alone.get("flood_jobs_per_s"),
+        "flood_jobs_per_s_alone_unlimited": unlimited.get("flood_jobs_per_s"),
         "flood_jobs_per_s_flooded": flooded.get("flood_jobs_per_s"),
-        "flood_flooded_over_alone": share,
+        "flood_alone_over_unlimited": share,
+        "flood_alone_met": share is not None and share >= 0.9,
     }
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return round(top / bottom, 3) if top and bottom else None
 
 
 def summary(result: dict[str, Any]) -> str:
@@ -190,15 +208,21 @@ def summary(result: dict[str, Any]) -> str:
         f"fairness: {result['flood_jobs']} flood jobs, {result['small_jobs_per_queue']} x 2 small over "
         f"{result['small_over_s']:g} s, downstream {result['downstream_latency_s'] * 1000:.0f} ms",
     ]
-    for lane, v in result["small_queues"].items():
-        lines.append(
-            f"  queue {lane}: p95 alone {v['p95_alone_s']:.2f} s, flooded {v['p95_flooded_s']:.2f} s "
-            f"({v['ratio']}x, +{v['difference_s']:.2f} s; allowed {v['allowed_s']:.2f} s) "
-            f"{'met' if v['met'] else 'NOT met'}"
-        )
+    for label, key in (
+        ("fair share", "small_queues"),
+        ("FAIR_SHARE=false", "small_queues_without_fair_share"),
+    ):
+        for lane, v in result[key].items():
+            lines.append(
+                f"  {label}, queue {lane}: p95 alone {v['p95_alone_s']:.2f} s, flooded {v['p95_flooded_s']:.2f} s "
+                f"({v['ratio']}x, +{v['difference_s']:.2f} s; allowed {v['allowed_s']:.2f} s) "
+                f"{'met' if v['met'] else 'NOT met'}"
+            )
     lines.append(
-        f"  flood: {result['flood_jobs_per_s_alone']} jobs/s alone, {result['flood_jobs_per_s_flooded']} "
-        f"flooded ({result['flood_flooded_over_alone']})"
+        f"  flood alone: {result['flood_jobs_per_s_alone']} jobs/s with the fair share, "
+        f"{result['flood_jobs_per_s_alone_unlimited']} with FAIR_SHARE=false ({result['flood_alone_over_unlimited']}, "
+        f"target >= 0.9: {'met' if result['flood_alone_met'] else 'NOT met'}); beside the small queues "
+        f"{result['flood_jobs_per_s_flooded']} jobs/s"
     )
     return "\n".join(lines)
 

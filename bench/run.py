@@ -245,9 +245,12 @@ def format_fairness(fair: dict[str, Any]) -> list[str]:
             f"{v['p95_flooded_s']:.2f} s ({v['ratio']}x; target <= max(1.5x, +2 s) = {v['allowed_s']:.2f} s: "
             f"{_ok(v['met'])})"
         )
+    for lane, v in report["small_queues_without_fair_share"].items():
+        lines.append(f"   (FAIR_SHARE=false, queue {lane}: {v['p95_flooded_s']:.2f} s, {v['ratio']}x)")
     lines.append(
-        f"   flood of {report['flood_jobs']}: {report['flood_jobs_per_s_alone']} jobs/s alone, "
-        f"{report['flood_jobs_per_s_flooded']} with the small queues"
+        f"   flood of {report['flood_jobs']} alone: {report['flood_jobs_per_s_alone']} jobs/s, "
+        f"{report['flood_jobs_per_s_alone_unlimited']} with FAIR_SHARE=false ({report['flood_alone_over_unlimited']}; "
+        f"target >= 0.9: {_ok(report['flood_alone_met'])})"
     )
     return lines
 

@@ -16,6 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -46,6 +47,7 @@ from shared.observability import job_metrics, overview_counters, tracing
 from shared.observability.decisions import log_decision
 from shared.pipeline import recovery
 from shared.pipeline.delivery import Delivery, poison_unparsed, send_poison_copy
+from shared.pipeline.fair_share import process_share
 from shared.pipeline.job_payload import load_payload
 from shared.runtime.sending import send_job
 from shared.runtime.wiring import Runtime, get_runtime
@@ -73,7 +75,9 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None, queue: str
     except EnvelopeError as exc:
         poison_unparsed(rt, delivery, exc)
         return
-    with tracing.delivery_span(env, delivery.message_id, delivery.dequeue_count):
+    queues = rt.settings.queue_set
+    share = process_share().slot(rt.queue.name) if len(queues) > 1 and queues.fair_share else nullcontext()
+    with share, tracing.delivery_span(env, delivery.message_id, delivery.dequeue_count):  # fair_share.py
         Processor(rt, env, delivery).run()
 
 

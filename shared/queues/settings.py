@@ -133,6 +133,9 @@ class QueueSet:
     queues: tuple[QueueSettings, ...]
     declared: bool = False
     """True when `JOBS_QUEUES` declares them (else the single `JOBS_QUEUE`)."""
+    fair_share: bool = True
+    """`FAIR_SHARE` (`true`/`false`): with several queues, each worker process shares its job
+    slots among the queues with work (shared/pipeline/fair_share.py)."""
 
     @property
     def default(self) -> QueueSettings:
@@ -307,6 +310,7 @@ def read_queues(env: Mapping[str, str], problems: list[str] | None = None) -> Qu
                 f"{setting_name(queue.name, 'RETRY_BASE_SECONDS')}"
             )
     _stray(env, names, found)
+    fair = reader.choice("FAIR_SHARE", "true", ("true", "false")) == "true"
     if problems is None and len(found) > start:
         raise SettingsError("invalid settings: " + "; ".join(found))
-    return QueueSet(queues, declared)
+    return QueueSet(queues, declared, fair)

@@ -11,7 +11,7 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared.interfaces import api
+from shared.interfaces import api, cli
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
@@ -132,3 +132,16 @@ def test_each_queue_its_own_http_allowance(rt: Runtime) -> None:
     status, body = post(call)
     assert status == 400 and "HTTP_ALLOWED_HOSTS" in json.dumps(body["problems"])
     assert post({**call, "queue": second(rt)})[0] == 202
+
+
+def test_the_cli_enqueues_to_and_shows_from_a_queue(rt: Runtime, capsys: pytest.CaptureFixture[str]) -> None:
+    gold = second(rt)
+    args = cli.build_parser().parse_args(
+        ["--queue", gold, "enqueue", "--kind", "noop", "--payload", "{}", "--id", "c-1"]
+    )
+    assert args.queue == gold and cli.cmd_enqueue(rt, args) == 0
+    assert "c-1\tenqueued" in capsys.readouterr().out
+    assert run_queue(rt, gold) == 1 and run_queue(rt, None) == 0
+    assert cli.cmd_show(rt.for_queue(gold), args) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "completed"
+    assert cli.cmd_show(rt, args) == 1  # not on the default queue
