@@ -28,12 +28,12 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared.app.runtime import Runtime, ensure_console_resources
 from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.jobs.base import Handler
 from shared.pipeline.processing import process_message
 from shared.pipeline.submit import submit, validate_request
+from shared.runtime.wiring import Runtime, ensure_console_resources
 from shared.storage.clients import ensure_resources
 from tests.fakes.storage import MemoryStorage, SkippingClock
 
@@ -57,11 +57,7 @@ def kit_runtime(handlers: Mapping[str, Handler] | None = None, /, **settings: st
     clients = account.clients()
     ensure_resources(clients, app_settings)
     rt = Runtime.over(
-        app_settings,
-        clients,
-        dict(handlers) if handlers is not None else registry(),
-        "kit:1",
-        tables=account.table_service(),
+        app_settings, account.app_account(), dict(handlers) if handlers is not None else registry(), "kit:1"
     )
     ensure_console_resources(rt)
     return Kit(rt, account, clock)

@@ -8,16 +8,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from shared.config.retention import RetentionDays, Rule, rules
 from shared.config.retention import problems as retention_problems
 from shared.core.containers import check_input_containers
 from shared.core.errors import SettingsError
 from shared.core.setting_reader import NAME_RE, SettingReader
+from shared.queues import QueueSet, QueueSettings, read_queues
 from shared.spark.backends import read_spark
 from shared.spark.config import SparkSettings
 
@@ -108,7 +110,10 @@ class Settings:
     storage: StorageConnection
     """`AzureWebJobsStorage` (connection string) or `AzureWebJobsStorage__*` (identity)."""
     jobs_queue: str = "jobs"
-    """`JOBS_QUEUE`: the main queue; its poison queue is `<name>-poison`."""
+    """`JOBS_QUEUE`: the main queue; its poison queue is `<name>-poison`. With `JOBS_QUEUES`, the
+    first of them (the default queue)."""
+    queues: QueueSet | None = None
+    """`JOBS_QUEUES` and each queue's `QUEUE_<NAME>_*` (shared/queues); None: `jobs_queue` alone."""
     ledger_container: str = "ledger"
     """`LEDGER_CONTAINER`: one JSON blob per job id."""
     results_container: str = "results"
@@ -175,11 +180,11 @@ class Settings:
     otlp_endpoint: str = ""
     """`OTEL_EXPORTER_OTLP_ENDPOINT`: an OTLP/HTTP collector's base URL (traces to `/v1/traces`,
     metrics to `/v1/metrics`); set, the app exports its spans and metrics there too, next to Azure
-    Monitor (shared/config/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
+    Monitor (shared/observability/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
     are read by the exporter itself and never logged. '' (unset): no OTLP export."""
     retention_by_app: bool = False
     """`RETENTION_BY_APP` (`true`/`false`): the sweep timer also deletes what the rules make
-    due, at most every 5 minutes (shared/pipeline/retention.py). Off by default: in Azure the lifecycle policy does it at
+    due, at most every 5 minutes (shared/pipeline/retention_sweep.py). Off by default: in Azure the lifecycle policy does it at
     no request cost; the local stack (Azurite has no lifecycle policies) turns it on."""
 
     def retention_rules(self) -> list[Rule]:
@@ -190,6 +195,26 @@ class Settings:
             self.results_container,
             self.payloads_container,
             self.poison_archive_container,
+        )
+
+    @property
+    def queue_set(self) -> QueueSet:
+        """The declared queues (the default first)."""
+        return self.queues if self.queues is not None else QueueSet.single(self.jobs_queue)
+
+    def for_queue(self, queue: QueueSettings) -> Settings:
+        """These settings as one queue's jobs see them: its name, and its own values where it
+        sets them (`QUEUE_<NAME>_*`); the kinds read its `HTTP_*` overrides from `source`."""
+        return replace(
+            self,
+            jobs_queue=queue.name,
+            job_ttl_s=queue.job_ttl_s if queue.job_ttl_s is not None else self.job_ttl_s,
+            max_attempts=queue.max_attempts if queue.max_attempts is not None else self.max_attempts,
+            retry_base_s=queue.retry_base_s if queue.retry_base_s is not None else self.retry_base_s,
+            retry_max_s=queue.retry_max_s if queue.retry_max_s is not None else self.retry_max_s,
+            source=ChainMap(queue.overrides(), cast(MutableMapping[str, str], self.source))
+            if queue.overrides()
+            else self.source,
         )
 
     @property
@@ -224,9 +249,13 @@ class Settings:
         function_timeout = _function_timeout(host, problems)
         lease = reader.number("CLAIM_LEASE_SECONDS", 30.0, 3.0)
         spark = read_spark(reader, function_timeout)
+        queues = read_queues(src, problems)
         settings = cls(
             storage=storage,
-            jobs_queue=reader.resource_name("JOBS_QUEUE", "jobs", max_len=56),
+            jobs_queue=queues.default.name
+            if queues.declared
+            else reader.resource_name("JOBS_QUEUE", "jobs", max_len=56),
+            queues=queues,
             ledger_container=reader.resource_name("LEDGER_CONTAINER", "ledger"),
             results_container=reader.resource_name("RESULTS_CONTAINER", "results"),
             payloads_container=reader.resource_name("PAYLOADS_CONTAINER", "payloads"),
@@ -255,7 +284,15 @@ class Settings:
             source=src,
             otlp_endpoint=reader.url("OTEL_EXPORTER_OTLP_ENDPOINT"),
         )
-        problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
+        longest_ttl = max([settings.job_ttl_s] + [q.job_ttl_s for q in queues if q.job_ttl_s is not None])
+        problems.extend(retention_problems(settings.retention, longest_ttl))
+        for queue in settings.queue_set:
+            mine = settings.for_queue(queue)
+            if mine.retry_max_s < mine.retry_base_s:
+                problems.append(
+                    f"queue {queue.name}: RETRY_MAX_SECONDS ({mine.retry_max_s:g}) must be >= RETRY_BASE_SECONDS "
+                    f"({mine.retry_base_s:g}) (QUEUE_<NAME>_ or the app's)"
+                )
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(
@@ -326,8 +363,11 @@ def _input_containers(env: Mapping[str, str], problems: list[str]) -> tuple[str,
     return names
 
 
-def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageConnection:
-    """`AzureWebJobsStorage` as a connection string, or its identity-based settings.
+def _storage_connection(
+    env: Mapping[str, str], problems: list[str], setting: str = "AzureWebJobsStorage"
+) -> StorageConnection:
+    """`setting` (`AzureWebJobsStorage`, or another account's) as a connection string, or its
+    identity-based settings.
 
     Identity based (Functions documentation): `__accountName`, or `__blobServiceUri` and
     `__queueServiceUri` (the host and the app use both services); `__serviceUri` is the single-service
@@ -336,8 +376,8 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     without `__credential` (local development): `__tenantId`, `__clientId` and `__clientSecret` of a
     service principal, or else the developer's own identity.
     """
-    conn = env.get("AzureWebJobsStorage", "").strip()
-    prefix = "AzureWebJobsStorage__"
+    conn = env.get(setting, "").strip()
+    prefix = setting + "__"
 
     def get(name: str) -> str | None:
         return env.get(prefix + name, "").strip() or None
@@ -353,7 +393,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
             and "AccountName=" not in conn
             and "SharedAccessSignature=" not in conn
         ):
-            problems.append("AzureWebJobsStorage is not a storage connection string (no AccountName=)")
+            problems.append(f"{setting} is not a storage connection string (no AccountName=)")
         return StorageConnection(connection_string=conn)
     blob_uri = blob_uri or service_uri
     if account:
@@ -363,14 +403,14 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     if not (blob_uri and queue_uri):
         if service_uri:
             problems.append(
-                "AzureWebJobsStorage__serviceUri names a single service (read as the blob service), but "
-                "the host and the app use blobs and queues: set AzureWebJobsStorage__accountName, or "
-                "AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+                f"{setting}__serviceUri names a single service (read as the blob service), but "
+                f"the host and the app use blobs and queues: set {setting}__accountName, or "
+                f"{setting}__blobServiceUri and {setting}__queueServiceUri"
             )
         else:
             problems.append(
-                "AzureWebJobsStorage is not set: give a connection string, or AzureWebJobsStorage__accountName, "
-                "or both AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+                f"{setting} is not set: give a connection string, or {setting}__accountName, "
+                f"or both {setting}__blobServiceUri and {setting}__queueServiceUri"
             )
         return StorageConnection(connection_string="UseDevelopmentStorage=true")
     for name, uri in (
@@ -379,7 +419,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         ("tableServiceUri", table_uri),
     ):
         if uri is not None and not uri.startswith(("https://", "http://")):
-            problems.append(f"AzureWebJobsStorage__{name} must be an http(s) URL")
+            problems.append(f"{setting}__{name} must be an http(s) URL")
 
     raw_credential = get("credential")
     credential = raw_credential.lower() if raw_credential else None
@@ -390,36 +430,36 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     if credential == "managedidentity":
         if client_id and resource_id:
             problems.append(
-                "AzureWebJobsStorage__clientId and AzureWebJobsStorage__managedIdentityResourceId both name "
+                f"{setting}__clientId and {setting}__managedIdentityResourceId both name "
                 "the managed identity: set one of them"
             )
         if secret:
             problems.append(
-                "AzureWebJobsStorage__clientSecret is for local development without AzureWebJobsStorage__credential; "
+                f"{setting}__clientSecret is for local development without {setting}__credential; "
                 "a managed identity has no secret: remove it"
             )
         if not (client_id or resource_id):
             client_id = env.get("AZURE_CLIENT_ID", "").strip() or None  # documented default
     elif credential == "managedidentityasfederatedidentity":
         problems.append(
-            "AzureWebJobsStorage__credential=managedidentityasfederatedidentity (storage in another tenant) "
+            f"{setting}__credential=managedidentityasfederatedidentity (storage in another tenant) "
             "is not supported by this app: use managedidentity with an identity of the account's tenant"
         )
     elif raw_credential is not None:
         problems.append(
-            f"AzureWebJobsStorage__credential={raw_credential[:40]!r} is not supported: set managedidentity, "
+            f"{setting}__credential={raw_credential[:40]!r} is not supported: set managedidentity, "
             "or leave it unset for local development"
         )
     else:
         if secret and not (tenant_id and client_id):
             problems.append(
-                "AzureWebJobsStorage__clientSecret needs AzureWebJobsStorage__tenantId and "
-                "AzureWebJobsStorage__clientId (a service principal, local development only)"
+                f"{setting}__clientSecret needs {setting}__tenantId and "
+                f"{setting}__clientId (a service principal, local development only)"
             )
         if resource_id:
             problems.append(
-                "AzureWebJobsStorage__managedIdentityResourceId is read only with "
-                "AzureWebJobsStorage__credential=managedidentity"
+                f"{setting}__managedIdentityResourceId is read only with "
+                f"{setting}__credential=managedidentity"
             )
     return StorageConnection(
         account_name=account,
@@ -432,3 +472,13 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         tenant_id=tenant_id,
         client_secret=secret if credential is None else None,
     )
+
+
+def storage_connection(env: Mapping[str, str], setting: str) -> StorageConnection:
+    """The storage account `setting` names in `env` (a connection string, or `<setting>__*` identity
+    settings, read as `AzureWebJobsStorage` is); SettingsError listing every problem."""
+    problems: list[str] = []
+    conn = _storage_connection(env, problems, setting)
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return conn

@@ -19,9 +19,9 @@ import pytest
 from azure.data.tables import TableServiceClient
 
 from devstack.azurite import Azurite
-from shared.app.runtime import Runtime, build_runtime, ensure_console_resources
 from shared.config.settings import Settings
 from shared.jobs import registry
+from shared.runtime.wiring import Runtime, build_runtime, ensure_console_resources
 from shared.storage.clients import StorageClients, clients_for, ensure_resources
 from shared.storage.tables import table_service
 from tests.fakes.storage import MemoryStorage, SkippingClock
@@ -104,9 +104,10 @@ class Backend:
         handlers = handlers or app_handlers()
         if self.azurite is not None:
             return build_runtime(settings, handlers=handlers)
+        assert self.memory is not None
         ensure_resources(self.clients, settings)
         rt = Runtime.over(
-            settings, self.clients, handlers, f"{socket.gethostname()}:{os.getpid()}", tables=self.tables
+            settings, self.memory.app_account(), handlers, f"{socket.gethostname()}:{os.getpid()}"
         )
         ensure_console_resources(rt)
         return rt

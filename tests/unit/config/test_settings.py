@@ -443,8 +443,9 @@ def test_table_service_client_uses_the_table_endpoint_and_the_identity() -> None
 
 def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> None:
     """The indexes are not optional: a connection naming no Table service fails at start."""
-    from shared.app.runtime import Runtime
     from shared.core.errors import SettingsError
+    from shared.runtime.wiring import Runtime
+    from shared.storage.accounts import AzureAccount
     from shared.storage.clients import StorageClients
 
     settings = Settings.from_env(
@@ -454,4 +455,4 @@ def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> No
         }
     )
     with pytest.raises(SettingsError, match=r"AzureWebJobsStorage: .*no TableEndpoint"):
-        Runtime.over(settings, cast(StorageClients, None), {}, "test")
+        Runtime.over(settings, AzureAccount(cast(StorageClients, None), settings.storage), {}, "test")
