@@ -276,9 +276,10 @@ PARQUET_METRICS = [
 ]
 
 
-def parquet_case(rng: random.Random) -> bytes:
-    """A random Parquet file: a string key (nulls or not), float64, int64 and float32 values."""
-    rows = rng.choice((1, 5, 300, 3000))
+def parquet_case(rng: random.Random, sizes: tuple[int, ...] = (1, 5, 300, 3000)) -> bytes:
+    """A random Parquet file of one of `sizes` rows: a string key (nulls or not), float64, int64
+    and float32 values."""
+    rows = rng.choice(sizes)
     names = [f"k{i}" for i in range(rng.choice((1, 4, 200)))]
     key_nulls, nulls = rng.choice((0.0, 0.2, 1.0)), rng.choice((0.0, 0.1, 1.0))
 

@@ -31,6 +31,8 @@ METRICS = [
     {"op": "min", "column": "f"},
     {"op": "max", "column": "t"},
 ]
+SIZES = (1, 5, 40, 300)
+"""Rows of a file mutated (few pages: each is taken apart and put back in Python)."""
 EXTREMES = (0, 1, -1, 2**31 - 1, -(2**31), 2**31, 2**32, 2**32 + 7)
 
 
@@ -182,7 +184,7 @@ def run(seed: int, cases: int | None = None, seconds: float | None = None, nativ
     report = Report()
     deadline = None if seconds is None else time.monotonic() + seconds
     while (cases is None or report.cases < cases) and (deadline is None or time.monotonic() < deadline):
-        what, data = mutate(rng, parquet_case(rng))
+        what, data = mutate(rng, parquet_case(rng, SIZES))
         report.cases += 1
         want = pyarrow_answer(data)
         try:
