@@ -32,6 +32,7 @@ from shared.app.runtime import Runtime, ensure_console_resources
 from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.jobs.base import Handler
+from shared.net.destinations import destination
 from shared.pipeline.processing import process_message
 from shared.pipeline.submit import submit, validate_request
 from shared.storage.clients import ensure_resources
@@ -148,6 +149,12 @@ class JobRun:
         return bytes(self.kit.rt.storage.container(container).get_blob_client(name).download_blob().readall())
 
 
+def allowing(url: str, *secrets: str) -> dict[str, str]:
+    """Settings that let the `http` kind call `url`'s host and port (and send it `secrets`)."""
+    entry = str(destination(url))
+    return {"HTTP_ALLOWED_HOSTS": entry, **{f"{name}_HOSTS": entry for name in secrets}}
+
+
 def run_handler(
     handler: Handler,
     payload: Mapping[str, Any],
@@ -236,6 +243,11 @@ class Receiver:
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    @property
+    def allow(self) -> str:
+        """The entry that lets a guard call it: `127.0.0.1:<port>` (for `<PREFIX>ALLOWED_HOSTS`)."""
+        return f"127.0.0.1:{self.port}"
 
     def reply(self, *replies: Reply) -> None:
         with self._lock:

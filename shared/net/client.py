@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import email.utils
+import json as jsonlib
+import logging
 import re
 import threading
 import time
@@ -38,9 +40,13 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from shared.core.errors import DestinationRefused, DownstreamRejected, DownstreamUnavailable, PermanentError
+from shared.net import secrets as in_play
+from shared.net.destinations import BadUrl, Destination, destination
 from shared.net.guard import Guard, Refused
 
 PROPAGATOR = TraceContextTextMapPropagator()
+logging.getLogger("urllib3").setLevel(logging.WARNING)
+"""urllib3 logs each request's path at DEBUG (queries may carry tokens): kept out of the app's logs."""
 
 MAX_THROTTLE_RETRIES = 2
 MAX_REDIRECTS = 5
@@ -125,17 +131,16 @@ def remaining_budget(clock: Callable[[], float] = time.monotonic) -> float | Non
 
 
 def scrub(text: str, limit: int = 400, secrets: Collection[str] = ()) -> str:
-    """Server text safe for logs and errors: `secrets` (values the caller sent) and anything
-    token-like masked, control characters (line breaks, terminal escapes) made spaces, the length
-    bounded."""
-    longest = max((len(v) for v in secrets), default=0)
-    cut = text[: limit * 4 + longest]
-    for value in sorted((v for v in secrets if v), key=len, reverse=True):
-        cut = cut.replace(value, "***")
-    masked = _CONTROL.sub(
-        " ", _SECRETS.sub(lambda m: (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "") + "***", cut)
+    """Server text safe for logs and errors: `secrets` (values the caller sent) and the run's
+    secrets in play masked in every encoding (shared/net/masking.py), anything token-like masked,
+    all of it before control characters (line breaks, terminal escapes) are made spaces and the
+    length is cut to `limit`."""
+    masked = in_play.masker().with_(secrets).text(text)
+    masked = _SECRETS.sub(
+        lambda m: (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "") + "***", masked
     )
-    return masked if len(masked) <= limit and len(cut) == len(text) else masked[:limit] + "..."
+    masked = _CONTROL.sub(" ", masked)
+    return masked if len(masked) <= limit else masked[:limit] + "..."
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -212,6 +217,8 @@ class HttpClient:
     record: bool = False
     """Note each call's outcome in the list `calls_recorded()` opened (a job's `downstream`)."""
     sleep: Callable[[float], None] = time.sleep
+    verify: str | bool | None = None
+    """TLS verification of guarded calls: None (the default CA bundle), or a CA bundle's path."""
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @property
@@ -321,10 +328,15 @@ class HttpClient:
         timeout: tuple[float, float],
         secret_headers: Collection[str] = (),
     ) -> requests.Response:
+        """Send, following redirects by hand when guarded. Every message names the request as
+        sent (`sent`), never a redirect's target: a `Location` is the downstream's text."""
         headers = {**self.headers(), **(extra or {})}
         PROPAGATOR.inject(headers)  # the job's trace goes with every outbound call (W3C traceparent)
-        for _ in range(MAX_REDIRECTS + 1):
-            session = self.session if self.guard is None else self._pinned_session(url)
+        sent = f"{method} {path_of(url)}"
+        for hop in range(MAX_REDIRECTS + 1):
+            if self.guard is not None:
+                self._check_secrets(url, hop, sent, headers, body, data)
+            session = self.session if self.guard is None else self._pinned_session(url, hop, sent)
             try:
                 resp = session.request(
                     method,
@@ -339,19 +351,23 @@ class HttpClient:
                     stream=self.max_body_bytes is not None,
                 )
                 if self.max_body_bytes is not None:
-                    resp._content = resp.raw.read(self.max_body_bytes + 1, decode_content=True) or b""
+                    window = in_play.masker().window + 4096  # an echo across the cut is read whole
+                    resp._content = (
+                        resp.raw.read(self.max_body_bytes + 1 + window, decode_content=True) or b""
+                    )
                     resp.close()
             except requests.exceptions.ReadTimeout as exc:
-                raise ReadTimedOut(
-                    f"{self.service}: no answer within {timeout[1]:g}s on {method} {path_of(url)}"
-                ) from _bare(exc)
+                raise ReadTimedOut(f"{self.service}: no answer within {timeout[1]:g}s on {sent}") from _bare(
+                    exc
+                )
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+                where = host_of(url) if hop == 0 else f"the target of a redirect of {sent}"
                 raise DownstreamUnavailable(
-                    f"{self.service}: cannot reach {host_of(url)} ({exc.__class__.__name__})"
+                    f"{self.service}: cannot reach {where} ({exc.__class__.__name__})"
                 ) from _bare(exc)
-            except requests.exceptions.RequestException as exc:
+            except (requests.exceptions.RequestException, ValueError, UnicodeError) as exc:
                 raise PermanentError(
-                    f"{self.service}: bad request to {path_of(url)} ({exc.__class__.__name__})"
+                    f"{self.service}: bad request {sent} ({exc.__class__.__name__})"
                 ) from None
             finally:
                 if self.guard is not None:
@@ -359,32 +375,101 @@ class HttpClient:
             location = resp.headers.get("Location")
             if self.guard is None or not self.follow_redirects or not resp.is_redirect or not location:
                 return resp
-            target = urljoin(url, location)
+            try:
+                target = urljoin(url, location)
+                destination(target)
+            except (ValueError, UnicodeError):
+                raise DownstreamRejected(
+                    f"{self.service}: HTTP {resp.status_code} redirect on {sent} to an invalid location: not followed",
+                    status=int(resp.status_code),
+                ) from None
             if origin(target) != origin(url):  # credentials stay with the origin they were meant for
                 dropped = CREDENTIAL_HEADERS | set(secret_headers)
                 headers = {k: v for k, v in headers.items() if k.lower() not in dropped}
             url = target
             if resp.status_code in (301, 302, 303) and method != "HEAD":
                 method, body, data, params = "GET", None, None, None
-        raise DownstreamRejected(f"{self.service}: more than {MAX_REDIRECTS} redirects", status=310)
+        raise DownstreamRejected(f"{self.service}: more than {MAX_REDIRECTS} redirects on {sent}", status=310)
 
-    def _pinned_session(self, url: str) -> requests.Session:
-        """A session for one call to `url`'s checked address (DestinationRefused: not allowed)."""
+    def _check_secrets(
+        self, url: str, hop: int, sent: str, headers: Mapping[str, str], body: Any, data: bytes | str | None
+    ) -> None:
+        """DestinationRefused when a secret in play is in this request and `url` is not one of
+        its destinations (shared/net/secrets.py)."""
+        uses = in_play.uses()
+        if not uses:
+            return
+        dest = destination(url)
+        carried = [*headers.values(), url]
+        if data is not None:
+            carried.append(data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+        if body is not None:
+            carried.append(jsonlib.dumps(body, ensure_ascii=False))
+        for secret in uses:
+            if secret.destinations.allows(dest) or not any(secret.value in text for text in carried):
+                continue
+            if hop:
+                raise DestinationRefused(
+                    f"{self.service}: a redirect of {sent} would carry secret {secret.name} outside its "
+                    f"destinations ({secret.name}_HOSTS): not followed"
+                )
+            raise DestinationRefused(
+                f"{self.service}: secret {secret.name} may be sent only to its destinations "
+                f"({secret.name}_HOSTS: {secret.destinations}); not to {dest}"
+            )
+
+    def _pinned_session(self, url: str, hop: int = 0, sent: str = "") -> requests.Session:
+        """A session for one call to `url`'s checked address (DestinationRefused: not allowed).
+        A redirect's target is not named (it is the downstream's text)."""
         assert self.guard is not None
         try:
             address = self.guard.checked_address(url)
         except Refused as refused:
+            if hop:
+                raise DestinationRefused(
+                    f"{self.service}: a redirect of {sent} was refused by the outbound guard "
+                    f"({refusal_category(str(refused))}; the target is not shown: it came from the downstream)"
+                ) from None
             raise DestinationRefused(f"{self.service}: {host_of(url)} refused: {refused}") from None
         except OSError as exc:
+            where = host_of(url) if hop == 0 else f"the target of a redirect of {sent}"
             raise DownstreamUnavailable(
-                f"{self.service}: cannot resolve {host_of(url)} ({exc.__class__.__name__})"
+                f"{self.service}: cannot resolve {where} ({exc.__class__.__name__})"
             ) from None
         session = requests.Session()
         session.trust_env = False  # no proxy from the environment: the connection goes to `address`
+        if self.verify is not None:
+            session.verify = self.verify
         adapter = PinnedAdapter(address)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
+
+
+_CATEGORIES = (
+    "http://",
+    "loopback",
+    "link-local",
+    "private",
+    "unspecified",
+    "multicast",
+    "reserved",
+    "site-local",
+    "not globally routable",
+    "own storage",
+    "platform address",
+    "IETF protocol assignment",
+    "credentials in the URL",
+    "port",
+)
+
+
+def refusal_category(text: str) -> str:
+    """What kind of destination a refusal was about, without naming it (pure)."""
+    found = next((c for c in _CATEGORIES if c in text), None)
+    if found == "http://":
+        return "http:// to a destination not allowed"
+    return f"{found} destination" if found else "a destination not allowed"
 
 
 def json_body(resp: requests.Response, service: str) -> dict[str, Any]:
@@ -418,7 +503,12 @@ def origin(url: str) -> tuple[str, str, int | None]:
 
 
 def host_of(url: str) -> str:
-    return re.sub(r"^(\w+://[^/?#]+).*$", r"\1", url)
+    """`scheme://host:port` of a URL, without userinfo (for messages)."""
+    try:
+        dest: Destination | None = destination(url)
+    except BadUrl:
+        dest = None
+    return f"{dest.scheme}://{dest}" if dest is not None else "(an invalid URL)"
 
 
 def path_of(url: str) -> str:

@@ -44,10 +44,12 @@ from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
 from shared.core.timers import Timer
 from shared.indexes import metrics
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
+from shared.jobs.kinds import prefix_of
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.calls import calls_noted
 from shared.ledger.view import RecordView
 from shared.net.client import CallNote, calls_recorded, deadline_at
+from shared.net.secrets import secrets_in_play
 from shared.pipeline import recovery
 from shared.pipeline.payload import load_payload
 from shared.poison.archive import note_reason
@@ -328,10 +330,14 @@ class Processor:
             effects=ledger.effects_of(keeper.record.data, version),
             record_effect=partial(self.record_effect, version),
             deadline=self.started + timeout - deadline_margin(timeout),
+            now=self.rt.clock,
+            created_at=self.env.created_at,
+            settings_prefix=prefix_of(self.env.kind, handler),
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
-        with deadline_at(ctx.deadline), calls_recorded() as calls:  # the HTTP client cuts calls to it
+        # the HTTP client cuts calls to the deadline; secrets read are enforced and masked
+        with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():
             self.calls = calls
             return handler.run(ctx)
 
@@ -380,7 +386,8 @@ class Processor:
         """Enqueue the continuation first, then record it: a crash in between loses nothing."""
         assert self.keeper is not None
         seq = RecordView.of(self.keeper.record).next_continuation_seq
-        self.send_followup(self.env.with_attempt(self.env.attempt, seq), outcome.delay_s)
+        attempt = 0 if outcome.attempts == "stage" else self.env.attempt  # transient failures per stage
+        self.send_followup(self.env.with_attempt(attempt, seq), outcome.delay_s)
         facts = self.facts()
         self.write(
             lambda prev: ledger.continued(
