@@ -175,11 +175,11 @@ class Settings:
     otlp_endpoint: str = ""
     """`OTEL_EXPORTER_OTLP_ENDPOINT`: an OTLP/HTTP collector's base URL (traces to `/v1/traces`,
     metrics to `/v1/metrics`); set, the app exports its spans and metrics there too, next to Azure
-    Monitor (shared/config/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
+    Monitor (shared/observability/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
     are read by the exporter itself and never logged. '' (unset): no OTLP export."""
     retention_by_app: bool = False
     """`RETENTION_BY_APP` (`true`/`false`): the sweep timer also deletes what the rules make
-    due, at most every 5 minutes (shared/pipeline/retention.py). Off by default: in Azure the lifecycle policy does it at
+    due, at most every 5 minutes (shared/pipeline/retention_sweep.py). Off by default: in Azure the lifecycle policy does it at
     no request cost; the local stack (Azurite has no lifecycle policies) turns it on."""
 
     def retention_rules(self) -> list[Rule]:

@@ -15,16 +15,16 @@ from azure.storage.blob import BlobClient, ContainerClient
 
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.output import DATA_FORMATS
-from shared.config import tracing
 from shared.config.settings import Settings
 from shared.core import jsontext
 from shared.core.errors import InputRefused
 from shared.jobs import spark_offload as tracking
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.spark_storage import job_storage
+from shared.observability import tracing
 from shared.spark.model import RunError, SparkBackend, SparkJobRequest
 from shared.storage.clients import StorageClients
-from shared.storage.errors import NotFound, translated
+from shared.storage.failures import NotFound, translated
 from shared.storage.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
 
 ERROR_MAX_BYTES: Final = 1024 * 1024

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from devstack.azurite import Azurite
-from shared.app.abandon import abandon_work
 from shared.core.errors import PermanentError
 from shared.jobs import aggregate
+from shared.jobs.abandon import abandon_work
 from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue
 from shared.jobs.spark_offload import slots_for
