@@ -24,7 +24,7 @@ from shared.core.backoff import RetryPolicy
 from shared.core.errors import SettingsError
 from shared.core.setting_reader import SettingReader
 from shared.jobs.base import Handler
-from shared.jobs.outbound import read_outbound, register_app_endpoints
+from shared.jobs.outbound import read_secrets, register_app_endpoints
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def configure_kinds(settings: Settings, handlers: Mapping[str, Handler]) -> Kind
         declared = getattr(handler, "retry", None)
         default = declared if isinstance(declared, RetryPolicy) else app_policy(settings)
         policies[kind] = read_policy(reader, prefix, default)
-        read_outbound(reader, prefix)  # its secrets' destinations, whether or not it reads them
+        read_secrets(reader, prefix)  # its secrets' destinations, whether or not it reads them
     if problems:
         raise SettingsError("invalid settings: " + "; ".join(dict.fromkeys(problems)))
     return Kinds(configured, policies)

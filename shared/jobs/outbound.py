@@ -78,6 +78,14 @@ def read_allow_list(reader: SettingReader, name: str) -> AllowList:
 def read_outbound(reader: SettingReader, prefix: str) -> OutboundPolicy:
     """A kind's policy from its settings; a bad entry or a secret without destinations is a
     problem naming the setting (never its value)."""
+    return OutboundPolicy(
+        prefix, read_allow_list(reader, f"{prefix}ALLOWED_HOSTS"), read_secrets(reader, prefix)
+    )
+
+
+def read_secrets(reader: SettingReader, prefix: str) -> dict[str, AllowList]:
+    """Each `<prefix>SECRET_<NAME>` set (found by listing the settings: secrets are named by a
+    pattern) with its destinations; one without them is a problem naming it."""
     secrets: dict[str, AllowList] = {}
     named = {k for k in reader.env if is_secret_setting(prefix, k) and reader.secret(k)}
     named |= {k[: -len(HOSTS_SUFFIX)] for k in reader.env if k.endswith(HOSTS_SUFFIX)}
@@ -89,7 +97,7 @@ def read_outbound(reader: SettingReader, prefix: str) -> OutboundPolicy:
                 f"comma-separated) it may be sent to"
             )
         secrets[key] = hosts
-    return OutboundPolicy(prefix, read_allow_list(reader, f"{prefix}ALLOWED_HOSTS"), secrets)
+    return secrets
 
 
 def secret_destinations(source: Mapping[str, str], setting: str) -> AllowList:

@@ -333,9 +333,10 @@ class HttpClient:
         headers = {**self.headers(), **(extra or {})}
         PROPAGATOR.inject(headers)  # the job's trace goes with every outbound call (W3C traceparent)
         sent = f"{method} {path_of(url)}"
+        carried: list[in_play.SecretUse] = []
         for hop in range(MAX_REDIRECTS + 1):
             if self.guard is not None:
-                self._check_secrets(url, hop, sent, headers, body, data)
+                carried = self._check_secrets(url, hop, sent, carried, headers, body, data)
             session = self.session if self.guard is None else self._pinned_session(url, hop, sent)
             try:
                 resp = session.request(
@@ -392,21 +393,30 @@ class HttpClient:
         raise DownstreamRejected(f"{self.service}: more than {MAX_REDIRECTS} redirects on {sent}", status=310)
 
     def _check_secrets(
-        self, url: str, hop: int, sent: str, headers: Mapping[str, str], body: Any, data: bytes | str | None
-    ) -> None:
-        """DestinationRefused when a secret in play is in this request and `url` is not one of
-        its destinations (shared/net/secrets.py)."""
+        self,
+        url: str,
+        hop: int,
+        sent: str,
+        before: list[in_play.SecretUse],
+        headers: Mapping[str, str],
+        body: Any,
+        data: bytes | str | None,
+    ) -> list[in_play.SecretUse]:
+        """The secrets in play this request carries, and those the first one carried (a redirect
+        stays within their destinations even when it drops them): DestinationRefused when `url`
+        is not a destination of one of them (shared/net/secrets.py)."""
         uses = in_play.uses()
         if not uses:
-            return
+            return []
         dest = destination(url)
-        carried = [*headers.values(), url]
+        texts = [*headers.values(), url]
         if data is not None:
-            carried.append(data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+            texts.append(data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
         if body is not None:
-            carried.append(jsonlib.dumps(body, ensure_ascii=False))
-        for secret in uses:
-            if secret.destinations.allows(dest) or not any(secret.value in text for text in carried):
+            texts.append(jsonlib.dumps(body, ensure_ascii=False))
+        carried = [*before, *(u for u in uses if u not in before and any(u.value in t for t in texts))]
+        for secret in carried:
+            if secret.destinations.allows(dest):
                 continue
             if hop:
                 raise DestinationRefused(
@@ -417,6 +427,7 @@ class HttpClient:
                 f"{self.service}: secret {secret.name} may be sent only to its destinations "
                 f"({secret.name}_HOSTS: {secret.destinations}); not to {dest}"
             )
+        return carried
 
     def _pinned_session(self, url: str, hop: int = 0, sent: str = "") -> requests.Session:
         """A session for one call to `url`'s checked address (DestinationRefused: not allowed).

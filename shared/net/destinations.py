@@ -40,12 +40,14 @@ def canonical_port(text: str) -> int:
 def numeric_ipv4(host: str) -> ipaddress.IPv4Address | None:
     """The IPv4 address a host written as numbers names (inet_aton's forms: `2130706433`,
     `0x7f000001`, `127.1`, `0`, octal `0177.0.0.1`), None when it is not all numbers. BadUrl when
-    it is numbers that name no address."""
+    it ends in a number yet names no address (as browsers read it)."""
     parts = host.split(".")
     if parts and parts[-1] == "" and len(parts) > 1:
         parts = parts[:-1]
-    if not parts or not all(_NUMERIC_PART.match(p) for p in parts) or len(parts) > 4:
+    if not parts or not _NUMERIC_PART.match(parts[-1]):
         return None
+    if not all(_NUMERIC_PART.match(p) for p in parts) or len(parts) > 4:
+        raise BadUrl(f"{host[:80]} ends in a number but is not an IPv4 address")
     values = []
     for part in parts:
         if part.startswith("0x"):

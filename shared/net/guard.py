@@ -143,13 +143,15 @@ class Guard:
             return None
         if dest.scheme == "http":
             return f"http:// is allowed only for destinations in {self.setting} ({dest} is not)"
+        address = dest.address
+        refusal = address_refusal(address) if address is not None else None
+        if refusal:
+            return f"{refusal} is not allowed ({self.setting}: {dest} is not in it)"
         if self.owns(dest.host):
             return f"{dest.host} is one of the app's own storage endpoints"
         if dest.host == "localhost" or dest.host.endswith(".localhost"):
             return f"{dest.host} is a loopback name"
-        address = dest.address
-        refusal = address_refusal(address) if address is not None else None
-        return f"{refusal} is not allowed ({self.setting}: {dest} is not in it)" if refusal else None
+        return None
 
     def checked_address(self, url: str) -> str:
         """The address to connect to for `url`: an allowed one of those it resolves to. Refused
@@ -164,13 +166,14 @@ class Guard:
         refusal = self.refusal(dest)
         if refusal:
             raise Refused(refusal)
-        addresses = [_canonical(a) for a in self.resolver(dest.host, dest.port)]
+        literal = dest.address is not None  # a literal address is not resolved
+        addresses = [dest.host] if literal else [_canonical(a) for a in self.resolver(dest.host, dest.port)]
         if not addresses:
             raise OSError(f"{dest.host} resolved to no address")
         if self.allows(dest):
             return addresses[0]
         reasons: list[str] = []
-        own = self._own_addresses_now() if dest.address is None else frozenset()
+        own = frozenset() if literal else self._own_addresses_now()
         for text in addresses:
             why = self.address_refusal(text, dest, own)
             if why is None:

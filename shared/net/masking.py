@@ -86,14 +86,12 @@ class Masker:
 
     @cached_property
     def _bytes_pattern(self) -> re.Pattern[str] | None:
-        """Over bytes read as Latin-1 (one character per byte): UTF-8 and UTF-16 forms."""
+        """Over bytes read as Latin-1 (one character per byte): the UTF-8 forms."""
         forms: list[str] = []
         for value in self.secrets:
             if len(value) < MIN_SECRET_CHARS:
                 continue
             forms.append(_encoded_pattern(value, as_bytes=True))
-            for codec in ("utf-16-le", "utf-16-be"):
-                forms.append(re.escape(value.encode(codec).decode("latin-1")))
             forms.extend(re.escape(f) for f in _base64_forms(value.encode("utf-8")))
             forms.append(f"(?i:{value.encode('utf-8').hex()})")
         return re.compile("|".join(forms)) if forms else None
@@ -117,6 +115,8 @@ class Masker:
             return data
         for value in self.secrets:
             data = data.replace(value.encode("utf-8"), MASK.encode())
+            for codec in ("utf-16-le", "utf-16-be"):  # masked in the same encoding: the text still decodes
+                data = data.replace(value.encode(codec), MASK.encode(codec))
         pattern = self._bytes_pattern
         if pattern is None:
             return data

@@ -38,7 +38,6 @@ from armeval import (
 from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.jobs.http import HttpHandler
-
 from shared.jobs.kinds import configure_kinds, prefix_of
 from shared.net.destinations import AllowList
 from tests.deploy.infra_support import (

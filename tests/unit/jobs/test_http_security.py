@@ -136,10 +136,11 @@ def test_an_answer_echoing_the_secret_is_kept_masked_in_the_result(receiver: Rec
 
 
 @pytest.mark.parametrize("host", ["2130706433", "0x7f.0.0.1", "127.1", "017700000001"])
-def test_other_spellings_of_loopback_are_refused_on_the_resolved_address(host: str) -> None:
-    """Not literal addresses to `ipaddress`, so let through at POST: the system resolver reads
-    them as 127.0.0.1, and the check before connecting refuses them (no connection made)."""
+def test_other_spellings_of_loopback_are_refused_at_post_and_before_connecting(host: str) -> None:
+    """Not literal addresses to `ipaddress`, but the system resolver reads them as 127.0.0.1: the
+    guard decodes them the same way, so POST refuses them (400) and so does the call."""
     guard = Guard.of([])
+    assert "loopback address 127.0.0.1" in (guard.url_refusal(f"https://{host}/x") or "")
     with pytest.raises(Refused, match="loopback"):
         guard.checked_address(f"https://{host}/x")
 
