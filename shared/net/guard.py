@@ -188,9 +188,10 @@ class Guard:
         address = literal_address(text)
         if address is None:
             return "an unparseable address"
-        if text in own:
+        why = address_refusal(address)
+        if why is None and text in own:
             return f"an address of the app's own storage endpoints ({text})"
-        return address_refusal(address)
+        return why
 
     def _own_addresses_now(self) -> frozenset[str]:
         """The addresses the app's storage endpoints resolve to (cached; a name that does not

@@ -186,7 +186,11 @@ class Processor:
 
     def run_claimed(self, keeper: ClaimKeeper, decision: Decision) -> None:
         if self.expired():
-            expired = Expired(f"job expired at {isoformat(self.expiry())} before it could run")
+            ran = (
+                decision is Decision.RESUME or self.env.attempt > 0
+            )  # it has run before: not "could not run"
+            when = "before it could finish" if ran else "before it could run"
+            expired = Expired(f"job expired at {isoformat(self.expiry())} {when}")
             self.finish(partial(self.poison, expired))
             return
         died = ledger.runs_died(keeper.record.data, self.rt.settings.max_takeovers)
