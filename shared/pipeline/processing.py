@@ -37,9 +37,9 @@ from shared.core.errors import (
 )
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
 from shared.core.timers import Timer
-from shared.jobs.abandon import abandon_work
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
 from shared.jobs.kinds import prefix_of
+from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.calls import calls_noted
 from shared.ledger.view import RecordView

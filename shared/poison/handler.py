@@ -30,7 +30,7 @@ from shared.core.envelope import (
 from shared.core.errors import EnvelopeError, JobError
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.indexes.entry_rows import EntryState
-from shared.jobs.abandon import abandon_work
+from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
 from shared.observability.decisions import log_decision

@@ -22,8 +22,8 @@ from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, encode_json
 from shared.core.errors import RunAbandoned
 from shared.jobs import aggregate
-from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.jobs.offload.aggregate_spark import abandon, offload, resume
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import build_runtime

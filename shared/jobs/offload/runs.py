@@ -69,7 +69,7 @@ def limits_for(settings: Settings) -> Limits:
 
 
 class OffloadWork(Protocol):
-    """What a job kind offloads and how its outcome is read (`shared.jobs.aggregate_offload`)."""
+    """What a job kind offloads and how its outcome is read (`shared.jobs.offload.aggregate_spark`)."""
 
     def request(self, ctx: JobContext, submission: int) -> SparkJobRequest:
         """Submission number `submission` of this job (name unique per job and submission)."""
