@@ -122,6 +122,8 @@ def storage_endpoints(conn: StorageConnection) -> tuple[str, ...]:
         parts = found.group(1).split(".")
         if len(parts) > 3 and parts[1] in ("blob", "queue", "table", "file", "dfs"):
             hosts.extend(account_endpoints(parts[0], ".".join(parts[2:])))
+    if conn.account_name:
+        hosts.extend(account_endpoints(conn.account_name))
     account = re.search(r"AccountName=([^;]+)", text)
     suffix = re.search(r"EndpointSuffix=([^;]+)", text)
     if account:
@@ -129,6 +131,32 @@ def storage_endpoints(conn: StorageConnection) -> tuple[str, ...]:
     return tuple(dict.fromkeys(h.lower() for h in hosts))
 
 
+def connection_endpoints(source: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """The hosts of a named connection setting (a connection string, or its identity-based
+    `<name>__accountName` / `__blobServiceUri` / `__queueServiceUri` / `__tableServiceUri` / `__serviceUri`)."""
+    uris = [source.get(f"{name}__{part}", "") for part in ("blobServiceUri", "queueServiceUri", "tableServiceUri")]
+    conn = StorageConnection(
+        connection_string=source.get(name, "").strip() or None,
+        blob_service_uri=uris[0] or source.get(f"{name}__serviceUri", "") or None,
+        queue_service_uri=uris[1] or None,
+    )
+    hosts = list(storage_endpoints(conn))
+    hosts += [h for uri in uris[2:] if (h := _host(uri))]
+    account = source.get(f"{name}__accountName", "").strip()
+    if account:
+        hosts += account_endpoints(account)
+    return tuple(dict.fromkeys(h.lower() for h in hosts))
+
+
+def _host(uri: str) -> str:
+    found = re.match(r"^\w+://([^/:]+)", uri or "")
+    return found.group(1) if found else ""
+
+
 def register_app_endpoints(settings: Settings) -> None:
-    """Every kind's guard refuses these from now on (shared/net/endpoints.py)."""
+    """Every kind's guard refuses these from now on (shared/net/endpoints.py): the endpoints of
+    `AzureWebJobsStorage` and of each queue's own connection (`QUEUE_<NAME>_CONNECTION`)."""
     APP_ENDPOINTS.add(storage_endpoints(settings.storage))
+    for queue in settings.queue_set.queues:
+        if queue.connection:
+            APP_ENDPOINTS.add(connection_endpoints(settings.source, queue.connection))

@@ -398,3 +398,18 @@ def test_raw_downstream_a_header_that_names_the_secret_as_a_port_does_not_crash(
         check_clean(stored(job))
     finally:
         raw.stop()
+
+
+def test_5_a_queues_own_connection_is_the_apps_storage_too(ca: TestCA) -> None:
+    other = (
+        "DefaultEndpointsProtocol=https;AccountName=queueacct;AccountKey=a2V5;EndpointSuffix=core.windows.net"
+    )
+    kit = http_kit(
+        ca,
+        ScriptedResolver({}),
+        JOBS_QUEUES="jobs,other",
+        QUEUE_OTHER_CONNECTION="OTHERSTORE",
+        OTHERSTORE=other,
+    )
+    with pytest.raises(EnvelopeError, match="own storage"):
+        submit_job(kit, "http", {"url": "https://QueueAcct-secondary.queue.core.windows.net./q"})
