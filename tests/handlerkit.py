@@ -36,6 +36,7 @@ import azure.functions as func
 import pytest
 
 from shared.config.settings import Settings
+from shared.core.errors import EnvelopeError as EnvelopeError  # the 400 of `submit_job`, for tests
 from shared.interfaces.console.actions import replay_edited
 from shared.interfaces.console.queries import job_view
 from shared.jobs import registry

@@ -132,11 +132,13 @@ class JobContext:
         if name in self.effects:
             return self.effects[name]  # type: ignore[no-any-return]
         result = fn()
-        size = len(json.dumps(result, separators=(",", ":")))  # TypeError: not JSON
+        text = json.dumps(result, separators=(",", ":"))  # TypeError: not JSON
+        size = len(text)
         if size > MAX_EFFECT_BYTES:
             raise ValueError(f"effect {name!r}: result is {size} bytes of JSON, over {MAX_EFFECT_BYTES}")
-        if self.record_effect is not None:
-            self.record_effect(name, result)
+        if self.record_effect is not None:  # stored with the run's secrets masked
+            masker = in_play.masker()
+            self.record_effect(name, json.loads(masker.text(text)) if masker else result)
         self.effects[name] = result
         return result
 
