@@ -70,11 +70,7 @@ def kit_runtime(handlers: Mapping[str, Handler] | None = None, /, **settings: st
     clients = account.clients()
     ensure_resources(clients, app_settings)
     rt = Runtime.over(
-        app_settings,
-        clients,
-        dict(handlers) if handlers is not None else registry(),
-        "kit:1",
-        tables=account.table_service(),
+        app_settings, account.app_account(), dict(handlers) if handlers is not None else registry(), "kit:1"
     )
     rt.clock = clock  # one clock: expiry, retries, leases and `ctx.now()` see the skipped time too
     ensure_console_resources(rt)

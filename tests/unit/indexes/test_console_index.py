@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from azure.core.exceptions import ServiceRequestError
-
 from shared.core.envelope import utcnow
 from shared.indexes.entry_rows import entity_of as entry_entity
 from shared.indexes.entry_rows import index_key
 from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_index
 from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
 from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
+from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 
 
@@ -82,7 +81,7 @@ class FakeIndex:
 
     def put(self, data: dict[str, Any]) -> None:
         if self.fail:
-            raise ServiceRequestError("table down")
+            raise StorageBusy("indexing: storage busy (ServiceRequestError)", answered=False)
         self.put_ids.append(f"{data['id']}:{data['status']}")
 
 
