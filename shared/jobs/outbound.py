@@ -134,7 +134,9 @@ def storage_endpoints(conn: StorageConnection) -> tuple[str, ...]:
 def connection_endpoints(source: Mapping[str, str], name: str) -> tuple[str, ...]:
     """The hosts of a named connection setting (a connection string, or its identity-based
     `<name>__accountName` / `__blobServiceUri` / `__queueServiceUri` / `__tableServiceUri` / `__serviceUri`)."""
-    uris = [source.get(f"{name}__{part}", "") for part in ("blobServiceUri", "queueServiceUri", "tableServiceUri")]
+    uris = [
+        source.get(f"{name}__{part}", "") for part in ("blobServiceUri", "queueServiceUri", "tableServiceUri")
+    ]
     conn = StorageConnection(
         connection_string=source.get(name, "").strip() or None,
         blob_service_uri=uris[0] or source.get(f"{name}__serviceUri", "") or None,
