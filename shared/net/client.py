@@ -3,8 +3,10 @@
 Errors map to shared.core.errors: connection failures, timeouts, 408, 429 and 5xx are transient
 (`DownstreamUnavailable`, carrying the answer's Retry-After; a read timeout is the subclass
 `ReadTimedOut` because the server may have acted on the request); other 4xx are
-`DownstreamRejected` (permanent). Messages never carry request headers, and server text is
-scrubbed of anything token-like.
+`DownstreamRejected` (permanent). Messages name the request as sent (never a redirect's target,
+never userinfo or request headers), and server text is masked (the run's secrets in every
+encoding, anything token-like) before it is cut (shared/net/text.py). A request that carries a
+secret in play goes only to that secret's destinations (shared/net/secrets.py).
 
 The time budget: inside `step_budget(s)` or `deadline_at(t)` (a handler's run is inside its
 `ctx.deadline`), every call's timeouts are cut to what is left, and a call that cannot fit is not
@@ -25,13 +27,12 @@ import contextvars
 import email.utils
 import json as jsonlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import requests
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -41,8 +42,10 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from shared.core.errors import DestinationRefused, DownstreamRejected, DownstreamUnavailable, PermanentError
 from shared.net import secrets as in_play
-from shared.net.destinations import BadUrl, Destination, destination
+from shared.net.destinations import destination
 from shared.net.guard import Guard, Refused
+from shared.net.text import host_of, origin, path_of, refusal_category
+from shared.net.text import scrub as scrub  # callers import it from here too
 
 PROPAGATOR = TraceContextTextMapPropagator()
 logging.getLogger("urllib3").setLevel(logging.WARNING)
@@ -52,16 +55,8 @@ MAX_THROTTLE_RETRIES = 2
 MAX_REDIRECTS = 5
 MAX_CALL_NOTES = 20
 """The most call notes one `calls_recorded()` keeps (a run's later calls are not noted)."""
-_SECRETS = re.compile(
-    r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
-    r"|((?:AccountKey|SharedAccessSignature|password|secret|token|sig)\s*[=:]\s*\"?)[^;&\s\"]+"
-    r"|(dapi)[0-9a-f]{16,}"
-    r"|(eyJ)[A-Za-z0-9._-]{20,}",
-    re.IGNORECASE,
-)
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 """Never sent on to another origin by a redirect (nor the caller's `secret_headers`)."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 TRANSIENT_STATUSES = frozenset({408, 429})
 """Besides 5xx: answers that say "later" (Request Timeout, Too Many Requests)."""
 
@@ -128,19 +123,6 @@ def remaining_budget(clock: Callable[[], float] = time.monotonic) -> float | Non
     """Seconds left in the current budget (None: no budget set)."""
     deadline = _deadline.get()
     return None if deadline is None else deadline - clock()
-
-
-def scrub(text: str, limit: int = 400, secrets: Collection[str] = ()) -> str:
-    """Server text safe for logs and errors: `secrets` (values the caller sent) and the run's
-    secrets in play masked in every encoding (shared/net/masking.py), anything token-like masked,
-    all of it before control characters (line breaks, terminal escapes) are made spaces and the
-    length is cut to `limit`."""
-    masked = in_play.masker().with_(secrets).text(text)
-    masked = _SECRETS.sub(
-        lambda m: (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "") + "***", masked
-    )
-    masked = _CONTROL.sub(" ", masked)
-    return masked if len(masked) <= limit else masked[:limit] + "..."
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -457,32 +439,6 @@ class HttpClient:
         return session
 
 
-_CATEGORIES = (
-    "http://",
-    "loopback",
-    "link-local",
-    "private",
-    "unspecified",
-    "multicast",
-    "reserved",
-    "site-local",
-    "not globally routable",
-    "own storage",
-    "platform address",
-    "IETF protocol assignment",
-    "credentials in the URL",
-    "port",
-)
-
-
-def refusal_category(text: str) -> str:
-    """What kind of destination a refusal was about, without naming it (pure)."""
-    found = next((c for c in _CATEGORIES if c in text), None)
-    if found == "http://":
-        return "http:// to a destination not allowed"
-    return f"{found} destination" if found else "a destination not allowed"
-
-
 def json_body(resp: requests.Response, service: str) -> dict[str, Any]:
     """The answer as a JSON object, or DownstreamUnavailable when it is not one."""
     try:
@@ -497,30 +453,3 @@ def json_body(resp: requests.Response, service: str) -> dict[str, Any]:
 def _bare(exc: BaseException) -> Exception:
     """A cause without the request attached (requests exceptions can hold headers)."""
     return RuntimeError(exc.__class__.__name__)
-
-
-def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of a URL, the default port made explicit (pure)."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return (
-        parts.scheme.lower(),
-        (parts.hostname or "").lower(),
-        port or {"http": 80, "https": 443}.get(parts.scheme.lower()),
-    )
-
-
-def host_of(url: str) -> str:
-    """`scheme://host:port` of a URL, without userinfo (for messages)."""
-    try:
-        dest: Destination | None = destination(url)
-    except BadUrl:
-        dest = None
-    return f"{dest.scheme}://{dest}" if dest is not None else "(an invalid URL)"
-
-
-def path_of(url: str) -> str:
-    return re.sub(r"^\w+://[^/?#]+", "", url).split("?")[0] or "/"

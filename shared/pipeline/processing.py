@@ -186,11 +186,8 @@ class Processor:
 
     def run_claimed(self, keeper: ClaimKeeper, decision: Decision) -> None:
         if self.expired():
-            ran = (
-                decision is Decision.RESUME or self.env.attempt > 0
-            )  # it has run before: not "could not run"
-            when = "before it could finish" if ran else "before it could run"
-            expired = Expired(f"job expired at {isoformat(self.expiry())} {when}")
+            when = "finish" if decision is Decision.RESUME or self.env.attempt > 0 else "run"  # ran before?
+            expired = Expired(f"job expired at {isoformat(self.expiry())} before it could {when}")
             self.finish(partial(self.poison, expired))
             return
         died = ledger.runs_died(keeper.record.data, self.rt.settings.max_takeovers)
@@ -339,8 +336,7 @@ class Processor:
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
-        # the HTTP client cuts calls to the deadline; secrets read are enforced and masked
-        with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():
+        with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():  # see shared/net
             self.calls = calls
             return handler.run(ctx)
 
@@ -389,7 +385,7 @@ class Processor:
         """Enqueue the continuation first, then record it: a crash in between loses nothing."""
         assert self.keeper is not None
         seq = RecordView.of(self.keeper.record).next_continuation_seq
-        attempt = 0 if outcome.attempts == "stage" else self.env.attempt  # transient failures per stage
+        attempt = 0 if outcome.attempts == "stage" else self.env.attempt  # failures counted per stage
         self.send_followup(self.env.with_attempt(attempt, seq), outcome.delay_s)
         facts = self.facts()
         self.write(

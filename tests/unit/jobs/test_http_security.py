@@ -10,8 +10,9 @@ import logging
 import pytest
 
 from shared.core.errors import DestinationRefused, DownstreamRejected
-from shared.net.client import HttpClient, origin, scrub
+from shared.net.client import HttpClient
 from shared.net.guard import Guard, Refused, address_refusal
+from shared.net.text import origin, scrub
 from tests.handlerkit import JobRun, Receiver, Reply, allowing, drain, kit_runtime, submit_job
 
 SECRET = "Zq8-partner-secret-4471"
