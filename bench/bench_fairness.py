@@ -168,7 +168,7 @@ def run(
         site = Site(azurite, TAG, log_dir).init(
             JOBS_QUEUES=",".join((QUEUES["a"], QUEUES["b"], QUEUES["flood"])),
             JOBS_QUEUE=QUEUES["a"],
-            HTTP_ALLOWED_HOSTS="127.0.0.1",
+            HTTP_ALLOWED_HOSTS=f"127.0.0.1:{service.server.server_address[1]}",  # that port only
         )
         app_dir = make_app_dir(Path(tempfile.mkdtemp(prefix="bench-fair-")), {})  # host.json as shipped
         alone = scenario(site, app_dir, service.url, "alone", 0, small, over_s, timeout_s)

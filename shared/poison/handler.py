@@ -233,8 +233,13 @@ def sweep(rt: Runtime | None = None, limit: int = 32) -> int:
     `-poison` queue has no poison queue). Every other body reaches `handle_poison` as sent.
 
     Peeks first: nothing is received unless such a message is visible. Every message received is
-    archived here (none is released, which would raise its dequeue count). Returns how many."""
+    archived here (none is released, which would raise its dequeue count). Each declared queue's
+    `-poison` queue (JOBS_QUEUES: one peek each). Returns how many."""
     rt = rt or get_runtime()
+    return sum(_sweep_queue(rt.for_queue(queue.name), limit) for queue in rt.settings.queue_set)
+
+
+def _sweep_queue(rt: Runtime, limit: int) -> int:
     queue = rt.poison_queue
     limit = min(32, limit)
     max_count = rt.settings.max_dequeue_count

@@ -27,7 +27,7 @@ def rt(storage_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ru
             f"QUEUE_{second.upper()}_KINDS": "noop, fault, http",
             f"QUEUE_{second.upper()}_MAX_ATTEMPTS": "1",
             f"QUEUE_{second.upper()}_JOB_TTL_SECONDS": "60",
-            f"QUEUE_{second.upper()}_HTTP_ALLOWED_HOSTS": "127.0.0.1",
+            f"QUEUE_{second.upper()}_HTTP_ALLOWED_HOSTS": "127.0.0.1:9",
         },
     }
     runtime = storage_backend.runtime(None, **settings)
