@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from shared.config.settings import Settings
-from shared.storage.clients import StorageClients
+from shared.storage.ports import Account
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class JobContext:
     attempt: int
     payload: Mapping[str, Any]
     settings: Settings
-    storage: StorageClients
+    storage: Account
+    """The app's storage account: `storage.blobs(container)`, `.documents(container)`, `.queue(name)`."""
     log: logging.LoggerAdapter[logging.Logger]
     checkpoint: Callable[[Mapping[str, Any]], None]
     """Save progress into the ledger record (never into the queue message)."""

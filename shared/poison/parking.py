@@ -21,7 +21,7 @@ from shared.core.messages import NEVER_EXPIRE
 from shared.indexes.entry_rows import EntryState, index_key
 from shared.poison.archive import LISTED_STATE, set_state
 from shared.runtime.wiring import Runtime
-from shared.storage.failures import NotFound, StorageError, translated
+from shared.storage.failures import NotFound, StorageError
 
 PARKED = EntryState.PARKED
 DAY_S = 86_400
@@ -42,7 +42,7 @@ def park_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str
     """(outcome, reason): `parked`, or `skipped` with why."""
     if doc.data.get("state") != LISTED_STATE:
         return "skipped", f"entry is {doc.data.get('state')}, not {LISTED_STATE}"
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
+    queue = rt.account.raw_queue(rt.settings.parked_queue)
     ttl = parked_ttl_s(rt.settings.retention.archive)
     sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=ttl)
     data = {
@@ -68,8 +68,7 @@ def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
     if not msg_id or not receipt:
         return "parked before receipts were kept: its parked message is left on the queue"
     try:
-        with translated("deleting a parked message"):
-            rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+        rt.account.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
     except NotFound:
         return "its parked message was already gone (expired with the archive's retention, or deleted)"
     except StorageError as exc:
