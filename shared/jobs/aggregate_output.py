@@ -18,6 +18,7 @@ from shared.aggregation.result_data import DATA_BATCH_ROWS, write_batches, write
 from shared.aggregation.spill import ResultRows
 from shared.jobs.base import Completed, JobContext
 from shared.storage.ports import Blobs
+from shared.storage.staged import BLOCK_BYTES
 
 if TYPE_CHECKING:
     from shared.aggregation import AggregateSpec
@@ -41,12 +42,12 @@ def write_data_result(
 ) -> Completed:
     """Write the engine's `rows` (in memory, or read back from a spilled run a batch at a time) as
     `spec.output.format` beside the result document, then the document (blocks of `block_bytes`,
-    default the port's: 4 MiB)."""
+    default `BLOCK_BYTES`)."""
     fmt = spec.output.format
     container = ctx.settings.results_container
     name = data_blob(ctx.job_id, ctx.version, fmt)
     results = ctx.storage.blobs(container)
-    sink = results.writer(name, CONTENT_TYPES[fmt], block_bytes)
+    sink = results.writer(name, CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
     if rows.table is not None:
         written = write_data(rows.table, fmt, sink, batch_rows)
     else:
