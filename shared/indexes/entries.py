@@ -60,7 +60,6 @@ from shared.indexes.entry_rows import (
     counts_of,
     entity_of,
     expired_filter,
-    index_key,
     matches,
     reason_code_of,
     row_of,
@@ -84,7 +83,7 @@ def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
     poison handler must not fail (and retry) because the view could not be updated."""
     try:
         with translated(f"indexing entry {name}"):
-            action(name, *args)
+            action(*args)
     except StorageError as exc:
         log.warning("poison entry %s: index not updated (%s)", name, failure_name(exc))
 
@@ -104,33 +103,30 @@ class EntryIndex:
         with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
             self.service.create_table(self.name)
 
-    def put(self, name: str, entry: Mapping[str, Any]) -> None:
+    def put(self, row: EntryRow) -> None:
         """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
-        upsert_creating(self.table, entity_of(name, entry), self.ensure)
+        upsert_creating(self.table, entity_of(row), self.ensure)
 
-    def add(self, name: str, entry: Mapping[str, Any]) -> None:
+    def add(self, row: EntryRow) -> None:
         """A new entry: its row, and its reason code's count when it is listed."""
-        self.put(name, entry)
-        self.count(name, count_changes(None, entry))
+        self.put(row)
+        self.count(row.name, count_changes(None, row))
 
-    def _delete_row(self, name: str, entry: Mapping[str, Any]) -> None:
-        state = str(entry.get("state") or "poisoned")
-        with contextlib.suppress(NotFound), translated(f"deleting the row of {name}"):
-            self.table.delete_entity(
-                state, index_key(name, entry), match_condition=MatchConditions.Unconditionally
-            )
+    def _delete_row(self, row: EntryRow) -> None:
+        with contextlib.suppress(NotFound), translated(f"deleting the row of {row.name}"):
+            self.table.delete_entity(row.state, row.key, match_condition=MatchConditions.Unconditionally)
 
-    def remove(self, name: str, entry: Mapping[str, Any]) -> None:
+    def remove(self, row: EntryRow) -> None:
         """The entry is gone: its row, and its count when it was listed."""
-        self._delete_row(name, entry)
-        self.count(name, count_changes(entry, None))
+        self._delete_row(row)
+        self.count(row.name, count_changes(row, None))
 
-    def move(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    def move(self, before: EntryRow, after: EntryRow) -> None:
         """The row follows the entry from its old state's partition to the new one."""
-        self.put(name, after)
-        if str(before.get("state") or "") != str(after.get("state") or ""):
-            self._delete_row(name, before)
-        self.count(name, count_changes(before, after))
+        self.put(after)
+        if before.state != after.state:
+            self._delete_row(before)
+        self.count(after.name, count_changes(before, after))
 
     # -- retention -------------------------------------------------------------------------------
 
@@ -208,8 +204,8 @@ class EntryIndex:
         done.deleted += len(gone)
         done.changed += len(rows) - len(gone)
         for row in gone:  # the row is its entry as far as its count goes: state, code, reason
-            entry = {"state": state, "reason_code": row.get("reason_code"), "reason": row.get("reason")}
-            add_deltas(deltas, str(row.get("name") or ""), count_changes(entry, None))
+            listed = row_of({**row, "PartitionKey": state})
+            add_deltas(deltas, listed.name, count_changes(listed, None))
 
     # -- counts per reason code ----------------------------------------------------------------
 
@@ -307,28 +303,25 @@ class EntryIndex:
 
     def move_many(
         self,
-        moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
-        removes: Iterable[tuple[str, Mapping[str, Any]]] = (),
+        moves: Iterable[tuple[EntryRow | None, EntryRow]],
+        removes: Iterable[EntryRow] = (),
     ) -> int:
-        """`move` for many entries (name, before, after) and `remove` for many (name, entry): the
+        """`move` for many entries (before, after; before None: `add`) and `remove` for many: the
         upserts as entity group transactions per new state (100 a transaction), then the deletes
         per old state; a transaction that fails (a row already gone, a reset connection) is done
         row by row; the reason-code counts change by the sum of the changes, in one transaction
         (`count_many`). Best effort, like `best_effort`. Returns the requests sent."""
-        puts: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
-        deletes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        puts: dict[str, dict[str, EntryRow]] = {}
+        deletes: dict[str, dict[str, EntryRow]] = {}
         deltas: dict[str, int] = {}
-        for name, before, after in moves:
-            add_deltas(deltas, name, count_changes(before, after))
-            new = entity_of(name, after)
-            puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
-            old_state = str(before.get("state") or "poisoned")
-            if old_state != new["PartitionKey"]:
-                deletes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
-        for name, entry in removes:
-            add_deltas(deltas, name, count_changes(entry, None))
-            state = str(entry.get("state") or "poisoned")
-            deletes.setdefault(state, {})[index_key(name, entry)] = (name, entry)
+        for before, after in moves:
+            add_deltas(deltas, after.name, count_changes(before, after))
+            puts.setdefault(after.state, {})[after.key] = after
+            if before is not None and before.state != after.state:
+                deletes.setdefault(before.state, {})[before.key] = before
+        for gone in removes:
+            add_deltas(deltas, gone.name, count_changes(gone, None))
+            deletes.setdefault(gone.state, {})[gone.key] = gone
         sent = 0
         for kind, groups in (("upsert", puts), ("delete", deletes)):
             for state, keyed in groups.items():
@@ -340,18 +333,18 @@ class EntryIndex:
                         with translated(f"indexing entries ({kind})"):
                             self.table.submit_transaction(
                                 [
-                                    ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
+                                    ("upsert", entity_of(row), {"mode": UpdateMode.REPLACE})
                                     if kind == "upsert"
                                     else ("delete", {"PartitionKey": state, "RowKey": key})
-                                    for key, (name, entry) in chunk
+                                    for key, row in chunk
                                 ]
                             )
                             continue
                     except StorageError:
                         pass
-                    for _, (name, entry) in chunk:
+                    for _, row in chunk:
                         sent += 1
-                        best_effort(name, self.put if kind == "upsert" else self._delete_row, entry)
+                        best_effort(row.name, self.put if kind == "upsert" else self._delete_row, row)
         return sent + self.count_many(deltas)
 
     def count_many(self, deltas: Mapping[str, int]) -> int:

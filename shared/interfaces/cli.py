@@ -31,6 +31,7 @@ from shared.pipeline import retention as retention_apply
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import SubmissionBusy, envelope_from_args, submit, validate_request
 from shared.poison import bulk
+from shared.poison.audited import record_action
 
 
 def load_local_settings(path: Path = Path("local.settings.json")) -> None:
@@ -321,8 +322,8 @@ def cmd_audit(rt: Runtime, args: argparse.Namespace) -> int:
 
 
 def _audit(rt: Runtime, by: str, action: str, op: dict[str, Any], **details: Any) -> None:
-    """Record an operator's action from the CLI in the audit table (as the console does)."""
-    rt.audit.record(rt.clock(), by, action, f"op:{op.get('id')}", op=op.get("id"), via="cli", **details)
+    """Record an operator's action from the CLI (shared/poison/audited.py, as the console does)."""
+    record_action(rt, "cli", by, action, op=op.get("id"), **details)
 
 
 def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
