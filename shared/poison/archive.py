@@ -13,13 +13,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core.archive_layout import is_entry_name, reason_name
 from shared.core.documents import Conflict, Document, DocumentStore
 from shared.core.envelope import body_digest, isoformat
 from shared.indexes.entries import best_effort
 from shared.indexes.entry_rows import EntryRow, EntryState
 from shared.poison.entry import ArchiveEntry
+from shared.runtime.wiring import Runtime
 
 LISTED_STATE = EntryState.POISONED
 """Entries in this state are listed and replayable; the others are kept for the record."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from shared.app.runtime import Runtime
-from shared.config.observability import log_decision
+from shared.observability.decisions import log_decision
+from shared.runtime.wiring import Runtime
 
 Via = Literal["console", "cli", "api"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core.archive_layout import ENTRY_PREFIXES
 from shared.core.envelope import best_effort_id
 from shared.indexes.entry_rows import EntryRow
 from shared.poison.archive import read_entry
+from shared.runtime.wiring import Runtime
 
 
 def list_poisoned(rt: Runtime, include_done: bool = False) -> list[EntryRow]:

@@ -13,13 +13,13 @@ expires."""
 
 from __future__ import annotations
 
-from shared.app.runtime import Runtime
 from shared.core.documents import Conflict
 from shared.core.messages import NEVER_EXPIRE
 from shared.indexes.entry_rows import EntryState
 from shared.poison.archive import IndexWrites, StoredEntry, change, set_state
 from shared.poison.entry import ArchiveEntry
-from shared.storage.errors import NotFound, StorageError, translated
+from shared.runtime.wiring import Runtime
+from shared.storage.failures import NotFound, StorageError, translated
 
 PARKED = EntryState.PARKED
 DAY_S = 86_400

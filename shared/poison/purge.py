@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core.archive_layout import reason_name
 from shared.poison import bulk
 from shared.poison.archive import IndexWrites, StoredEntry
 from shared.poison.parking import PARKED
+from shared.runtime.wiring import Runtime
 
 
 def purge_entry(rt: Runtime, stored: StoredEntry, writes: IndexWrites) -> tuple[str, str]:

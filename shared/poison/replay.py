@@ -23,10 +23,6 @@ from datetime import datetime
 from typing import Any
 
 from shared import ledger
-from shared.app.runtime import Runtime
-from shared.app.sending import send_job
-from shared.config import tracing
-from shared.config.observability import log_decision
 from shared.core.archive_layout import JOBS_PREFIX, UNPARSED_PREFIX, is_job_entry_of
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, parse_body
@@ -35,8 +31,12 @@ from shared.indexes.entry_rows import EntryState
 from shared.ledger import Facts, Record
 from shared.ledger import operator as ledger_operator
 from shared.ledger.view import RecordView
+from shared.observability import tracing
+from shared.observability.decisions import log_decision
 from shared.poison.archive import LISTED_STATE, IndexWrites, StoredEntry, index_writes, read_entry, set_state
 from shared.poison.pacing import Pacer
+from shared.runtime.sending import send_job
+from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.poison")
 COMPLETED_MEANWHILE = "the job completed meanwhile"

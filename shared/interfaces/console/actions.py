@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core import jsontext
 from shared.core.archive_layout import edit_name, is_entry_name
 from shared.core.documents import Conflict
@@ -26,6 +25,7 @@ from shared.poison import bulk, pacing, parking, replay
 from shared.poison.archive import IndexWrites, StoredEntry, index_writes, read_entry
 from shared.poison.audited import record_action
 from shared.poison.purge import start_purge
+from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.console")
 
