@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -11,7 +10,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from shared.config.platform import in_azure
 from shared.config.settings import Settings
@@ -35,12 +33,10 @@ from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
 from shared.observability import overview_counters
 from shared.observability.telemetry import configure_telemetry
-from shared.storage.blob_documents import BlobDocuments
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, connect, ensure_resources
-from shared.storage.tables import NoTableEndpoint, table_service
-
-if TYPE_CHECKING:
-    from azure.data.tables import TableServiceClient
+from shared.storage.ports import Account, Tables
+from shared.storage.tables import NoTableEndpoint
 
 log = logging.getLogger("jobs.runtime")
 
@@ -51,6 +47,8 @@ class Runtime:
     directly with in-memory parts (the deterministic simulation)."""
 
     settings: Settings
+    account: Account
+    """The app's storage account (`AzureWebJobsStorage`): its documents, tables and queues."""
     storage: StorageClients
     """Clients for handlers' own I/O (inputs, results, claim-checked payloads)."""
     handlers: Mapping[str, Handler]
@@ -70,7 +68,7 @@ class Runtime:
     """The poison archive's index (Table storage): its pages, replay and purge."""
     audit: AuditLog
     """The audit of operator actions (Table storage)."""
-    counters: overview_counters.CounterStore
+    counters: TableCounters
     """The overview's counters (Table storage)."""
     clock: Clock = system_clock
     timers: Timers = field(default_factory=ThreadTimers)
@@ -82,45 +80,41 @@ class Runtime:
     def over(
         cls,
         settings: Settings,
-        storage: StorageClients,
+        account: AzureAccount,
         handlers: Mapping[str, Handler],
         instance: str,
-        tables: TableServiceClient | None = None,
     ) -> Runtime:
-        """A runtime on the configured storage account; its Table service is `tables` when given
-        (tests: an in-memory account), else the configured account's. SettingsError when the
-        connection names no Table service: the indexes are not optional. The kinds' own settings
-        are read and checked here (SettingsError naming each bad one)."""
+        """A runtime on `account` (the configured one: `AzureAccount` over `connect(settings)`;
+        tests: one over an in-memory account). SettingsError when the account names no Table
+        service: the indexes are not optional. The kinds' own settings are read and checked here
+        (SettingsError naming each bad one)."""
         kinds = configure_kinds(settings, handlers)
         try:
-            tables = tables if tables is not None else table_service(settings.storage)
+            tables = account.tables()
         except NoTableEndpoint as exc:
             raise SettingsError(f"AzureWebJobsStorage: {exc}") from None
-        ledger_store: DocumentStore = BlobDocuments(
-            storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
+        ledger_store = account.documents(
+            settings.ledger_container, metadata=listing_metadata, tags=index_tags
         )
-        archive = BlobDocuments(storage.container(settings.poison_archive_container))
+        archive = account.documents(settings.poison_archive_container)
         job_index, entry_index, audit, counters = indexes(settings, tables, archive)
         return cls(
             settings=settings,
-            storage=storage,
+            account=account,
+            storage=account.clients,
             handlers=kinds.handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index)),
             ledger_docs=ledger_store,
             archive=archive,
-            jobs_queue=storage.queue(settings.jobs_queue),
-            poison_queue=storage.raw_queue(settings.poison_queue),
+            jobs_queue=account.queue(settings.jobs_queue),
+            poison_queue=account.raw_queue(settings.poison_queue),
             job_index=job_index,
             entry_index=entry_index,
             audit=audit,
             counters=counters,
             retry_policies=kinds.retry,
         )
-
-    def counter_store(self) -> overview_counters.CounterStore:
-        """Where the overview's counters are kept."""
-        return self.counters
 
     def retry_policy(self, kind: str) -> RetryPolicy:
         """The kind's retry policy: its own, else the app's settings."""
@@ -132,7 +126,7 @@ class Runtime:
 
 
 def indexes(
-    settings: Settings, tables: TableServiceClient, archive: DocumentStore
+    settings: Settings, tables: Tables, archive: DocumentStore
 ) -> tuple[JobIndex, EntryIndex, AuditLog, TableCounters]:
     """The console's indexes on `tables`, named after the containers they index."""
     archive_tables = table_prefix(settings.poison_archive_container)
@@ -162,27 +156,25 @@ def build_runtime(
     enable_tests = os.environ.get("ENABLE_TEST_KINDS", "").lower() in ("1", "true", "yes")
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
-    runtime = Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
+    account = AzureAccount(storage, settings.storage)
+    runtime = Runtime.over(settings, account, handlers or registry(enable_tests), instance)
     if create_resources:
         ensure_console_resources(runtime)
     if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
         # console counters: flushed on a timer, never per message
-        overview_counters.install(runtime.counter_store(), instance)
+        overview_counters.install(runtime.counters, instance)
     return runtime
 
 
 def ensure_console_resources(rt: Runtime) -> None:
     """The entry index's table and the bulk operations' queue (start-up, never per message)."""
-    from shared.storage.failures import AlreadyExists, StorageError, failure_name, translated
+    from shared.storage.failures import StorageError, failure_name
 
     try:
-        with translated("creating the console's resources"):
-            rt.entry_index.ensure()
-            rt.audit.ensure()
-            if isinstance(rt.counters, TableCounters):
-                rt.counters.ensure()
-            with contextlib.suppress(AlreadyExists), translated("creating the operations queue"):
-                rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
+        rt.entry_index.ensure()
+        rt.audit.ensure()
+        rt.counters.ensure()
+        rt.account.queue(f"{rt.settings.jobs_queue}-ops").create()
     except StorageError as exc:  # identity scoped to its resources: the deployment creates them
         if not exc.answered:  # no answer at all: not a refusal
             raise

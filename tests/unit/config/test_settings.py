@@ -445,6 +445,7 @@ def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> No
     """The indexes are not optional: a connection naming no Table service fails at start."""
     from shared.core.errors import SettingsError
     from shared.runtime.wiring import Runtime
+    from shared.storage.accounts import AzureAccount
     from shared.storage.clients import StorageClients
 
     settings = Settings.from_env(
@@ -454,4 +455,4 @@ def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> No
         }
     )
     with pytest.raises(SettingsError, match=r"AzureWebJobsStorage: .*no TableEndpoint"):
-        Runtime.over(settings, cast(StorageClients, None), {}, "test")
+        Runtime.over(settings, AzureAccount(cast(StorageClients, None), settings.storage), {}, "test")

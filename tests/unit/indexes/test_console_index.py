@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from azure.core.exceptions import ServiceRequestError
-
 from shared.core.envelope import utcnow
 from shared.indexes.entry_rows import EntryState
 from shared.indexes.entry_rows import entity_of as entry_entity
@@ -13,6 +11,7 @@ from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_in
 from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
 from shared.poison.entry import ArchiveEntry
 from shared.poison.pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
+from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 
 
@@ -90,7 +89,7 @@ class FakeIndex:
 
     def put(self, data: dict[str, Any]) -> None:
         if self.fail:
-            raise ServiceRequestError("table down")
+            raise StorageBusy("indexing: storage busy (ServiceRequestError)", answered=False)
         self.put_ids.append(f"{data['id']}:{data['status']}")
 
 
