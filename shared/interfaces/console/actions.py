@@ -39,11 +39,6 @@ class ActionRefused(Exception):
         self.status = status
 
 
-def logged(rt: Runtime, action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
-    """Record a console action (shared/poison/audited.py)."""
-    record_action(rt, "console", by, action, job_id=job_id, **fields)
-
-
 # -- checks (pure) ----------------------------------------------------------------------------
 
 
@@ -87,7 +82,7 @@ def replay_batch(
         "skipped": [s for s in skipped if s["id"] not in report.not_found],
         "not_found": report.not_found,
     }
-    logged(rt, "replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
+    record_action(rt, "console", by, "replay", ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
     return out
 
 
@@ -123,7 +118,7 @@ def _each_entry(
             ok.append(name)
             if note:
                 notes[name] = note
-            logged(rt, action, by, stored.entry.job_id, entry=name)
+            record_action(rt, "console", by, action, job_id=stored.entry.job_id, entry=name)
     return ok, other, notes
 
 
@@ -160,7 +155,7 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
     """Start a purge operation (shared/poison/purge.py: in the app, in steps): poison entries
     only, never parked ones, edits, the audit or counters."""
     op = start_purge(rt, older_than_days, by, dry_run=dry_run)
-    logged(rt, "purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
+    record_action(rt, "console", by, "purge", older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
     return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
 
 
@@ -171,7 +166,7 @@ def cancel_job(rt: Runtime, job_id: str, by: str, reason: str = "") -> dict[str,
         said = request_cancel(rt, job_id, by=by, reason=reason or "cancelled from the console")
     except Conflict as exc:
         raise ActionRefused(f"not cancelled: {exc}", status=409) from None
-    logged(rt, "cancel", by, job_id)
+    record_action(rt, "console", by, "cancel", job_id=job_id)
     return {"id": job_id, "cancel_requested": True, "said": said}
 
 
@@ -203,11 +198,11 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
         )
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)]) from None
-    logged(
+    record_action(
         rt,
-        "op_start",
+        "console",
         by,
-        None,
+        "op_start",
         op=op["id"],
         kind=kind,
         dry_run=op["dry_run"],
@@ -240,7 +235,7 @@ def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dic
         data = bulk.cancel(rt, op_id, by) if change == "cancel" else bulk.resume(rt, op_id, by)
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)], status=409) from None
-    logged(rt, f"op_{change}", by, None, op=op_id)
+    record_action(rt, "console", by, f"op_{change}", op=op_id)
     return {"op": op_id, "status": data.get("status"), "step": data.get("step")}
 
 
@@ -327,8 +322,14 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
         )
     except replay.ReplayRefused as exc:
         raise ActionRefused(str(exc), status=exc.status) from None
-    logged(
-        rt, "replay_edited", by, job_id, changes=change_values(original, checked.data, changes), digest=digest
+    record_action(
+        rt,
+        "console",
+        by,
+        "replay_edited",
+        job_id=job_id,
+        changes=change_values(original, checked.data, changes),
+        digest=digest,
     )
     return {"id": job_id, "replayed": True, "changes": changes}
 
@@ -359,7 +360,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
         job_id = replay.replay_fixed(rt, _checked(name), by, send)
     except replay.ReplayRefused as exc:
         raise ActionRefused(str(exc), status=exc.status) from None
-    logged(rt, "replay_fixed", by, job_id, entry=name)
+    record_action(rt, "console", by, "replay_fixed", job_id=job_id, entry=name)
     return {"id": job_id, "replayed": True}
 
 
