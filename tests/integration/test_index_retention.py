@@ -39,7 +39,6 @@ def _job(job_id: str, created: datetime) -> dict[str, str]:
 
 
 def _tables(rt: Runtime) -> list[str]:
-    assert rt.job_index is not None
     prefix = rt.job_index.prefix
     return sorted(rt.job_index.tables.names(f"TableName ge '{prefix}0' and TableName lt '{prefix}9~'"))
 
@@ -61,7 +60,6 @@ def _entry(rt: Runtime, job_id: str, state: str, archived: datetime) -> str:
 
 
 def _rows(rt: Runtime) -> dict[str, set[str]]:
-    assert rt.entry_index is not None
     rows = [e for e in rt.entry_index.table.rows("PartitionKey ne '~count'")]
     found: dict[str, set[str]] = {}
     for e in rows:
@@ -70,7 +68,7 @@ def _rows(rt: Runtime) -> dict[str, set[str]]:
 
 
 def test_due_day_tables_are_dropped_and_the_jobs_page_keeps_working(rt: Runtime) -> None:
-    assert rt.job_index is not None and rt.settings.retention.ledger == 30
+    assert rt.settings.retention.ledger == 30
     ages = {"a60": 60, "a40": 40, "a39": 39, "a38": 38, "a1": 1}  # days before NOW
     for job_id, days in ages.items():
         rt.job_index.put(_job(job_id, NOW - timedelta(days=days, hours=0)))
@@ -114,7 +112,7 @@ def test_due_day_tables_are_dropped_and_the_jobs_page_keeps_working(rt: Runtime)
 
 
 def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt: Runtime) -> None:
-    assert rt.entry_index is not None and rt.settings.retention.archive == 90
+    assert rt.settings.retention.archive == 90
     ancient = [_entry(rt, f"ancient{i}", LISTED, START - timedelta(days=200)) for i in range(3)]
     replayed = _entry(rt, "old-replayed", "replayed", START - timedelta(days=5))
     parked = _entry(rt, "old-parked", "parked", START - timedelta(days=5))
@@ -156,7 +154,7 @@ def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt:
 
 def test_the_sweep_timer_runs_the_table_part_without_retention_by_app(rt: Runtime) -> None:
     """Azure: the lifecycle policy deletes blobs, nothing deletes tables but this timer."""
-    assert rt.job_index is not None and not rt.settings.retention_by_app
+    assert not rt.settings.retention_by_app
     rt.job_index.put(_job("old", NOW - timedelta(days=60)))
     rt.job_index.put(_job("new", NOW - timedelta(days=1)))
     rt.clock = lambda: NOW
@@ -196,7 +194,6 @@ def test_a_table_in_the_due_range_that_is_not_a_day_table_is_never_dropped(rt: R
     """The list-tables query is a name range (`<prefix>0` to `<prefix><last due day>`): another
     table whose name falls in it (another container's prefix, digits that are no date) is
     returned and must stay; the jobs page does not read it either."""
-    assert rt.job_index is not None
     prefix = rt.job_index.prefix
     others = [f"{prefix}1entries", f"{prefix}19991301", f"{prefix}199912311"]
     for name in others:
