@@ -77,7 +77,12 @@ def native_plan(
     key_type = schema.field(key_name).type
     if not any(
         test(key_type)
-        for test in (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string, pa.types.is_large_binary)
+        for test in (
+            pa.types.is_string,
+            pa.types.is_binary,
+            pa.types.is_large_string,
+            pa.types.is_large_binary,
+        )
     ):  # large: as Polars writes its strings (the same BYTE_ARRAY pages)
         return None
     key = _column(metadata, leaves[key_name], "BYTE_ARRAY")
