@@ -35,6 +35,10 @@ from shared.jobs.base import Handler
 from shared.jobs.kinds import app_policy, configure_kinds
 from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
+from shared.permits.parking import QueueParking
+from shared.permits.service import Permits
+from shared.permits.settings import PermitSettings, read_permit_settings
+from shared.permits.store import PermitStore, blob_permit_store, memory_permit_store
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients, connect, ensure_resources
 from shared.storage.tables import NoTableEndpoint, table_service
@@ -74,6 +78,17 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     retry_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
+    permit_settings: PermitSettings = field(default_factory=PermitSettings)
+    permit_store: PermitStore | None = None
+    """Where permits are kept (shared/permits): the Blob container `PERMITS_CONTAINER`; None: in memory."""
+    permits: Permits = field(init=False)
+    """Concurrency and rate limits across instances (shared/permits)."""
+
+    def __post_init__(self) -> None:
+        store = self.permit_store or memory_permit_store(self.clock)
+        self.permits = Permits(
+            store, QueueParking(self.jobs_queue), self.clock, self.timers, self.permit_settings.lease_s
+        )
 
     @classmethod
     def over(
@@ -98,6 +113,7 @@ class Runtime:
         )
         archive = BlobDocuments(storage.container(settings.poison_archive_container))
         job_index, entry_index, audit, counters = indexes(settings, tables, archive)
+        permit_settings = read_permit_settings(settings.source, settings.jobs_queue)
         return cls(
             settings=settings,
             storage=storage,
@@ -112,6 +128,8 @@ class Runtime:
             audit=audit,
             counters=counters,
             retry_policies=kinds.retry,
+            permit_settings=permit_settings,
+            permit_store=blob_permit_store(storage.container(permit_settings.container)),
         )
 
     def counter_store(self) -> metrics.CounterStore:
@@ -175,6 +193,8 @@ def ensure_console_resources(rt: Runtime) -> None:
         with translated("creating the console's resources"):
             rt.entry_index.ensure()
             rt.audit.ensure()
+            with contextlib.suppress(AlreadyExists), translated("creating the permits container"):
+                rt.storage.blob.create_container(rt.permit_settings.container)
             if isinstance(rt.counters, TableCounters):
                 rt.counters.ensure()
             with contextlib.suppress(AlreadyExists), translated("creating the operations queue"):

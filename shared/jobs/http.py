@@ -25,6 +25,7 @@ import json
 import time
 from collections.abc import Collection, Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import requests
 from azure.storage.blob import ContentSettings
@@ -36,6 +37,8 @@ from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.http_payload import HttpCall, HttpKindSettings, parse_call, read_settings
 from shared.net.client import HttpClient
 from shared.net.guard import Guard, Resolver, resolve
+from shared.permits.limits import Limit
+from shared.permits.settings import HostLimits, read_host_limits
 
 KIND: Final = "http"
 RESULT_HEADERS = (
@@ -55,16 +58,30 @@ class HttpHandler:
 
     settings_prefix = "HTTP_"
 
-    def __init__(self, config: HttpKindSettings | None = None, resolver: Resolver = resolve) -> None:
+    def __init__(
+        self,
+        config: HttpKindSettings | None = None,
+        resolver: Resolver = resolve,
+        host_limits: HostLimits | None = None,
+    ) -> None:
         self.resolver = resolver
         """How host names are resolved for the guard (tests give their own)."""
         self.config = config or HttpKindSettings(guard=Guard(resolver=resolver))
+        self.host_limits = host_limits or HostLimits()
+        """`HTTP_MAX_CONCURRENT_PER_HOST`, `HTTP_MAX_PER_SECOND_PER_HOST`, `HTTP_LIMITS_PER_HOST`."""
 
     def configure(self, reader: SettingReader, settings: Settings) -> HttpHandler:
-        return HttpHandler(read_settings(reader, settings, self.resolver), self.resolver)
+        config = read_settings(reader, settings, self.resolver)
+        return HttpHandler(config, self.resolver, read_host_limits(reader, self.settings_prefix))
 
     def validate(self, payload: Mapping[str, Any]) -> None:
         parse_call(payload, self.config)
+
+    def limits(self, payload: Mapping[str, Any]) -> list[Limit]:
+        """The destination host's limit, if it has one (pure)."""
+        host = urlsplit(parse_call(payload, self.config).url).hostname or ""
+        limit = self.host_limits.for_host(host)
+        return [limit] if limit is not None else []
 
     def run(self, ctx: JobContext) -> Outcome:
         call = parse_call(ctx.payload, self.config)
@@ -81,6 +98,7 @@ class HttpHandler:
             max_body_bytes=self.config.max_body_bytes,
             record=True,  # each attempt's status goes into the ledger's `downstream` (the console shows it)
         )
+        ctx.fence()  # the call is made only while the host's permit is provably held
         started = time.monotonic()
         resp = client.request(
             call.method,

@@ -28,6 +28,7 @@ from shared.indexes.entry_rows import EntryRow
 from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
 from shared.ledger.view import RecordView
+from shared.pipeline.gate import waiting_reason
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
 from shared.storage.errors import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
@@ -175,6 +176,8 @@ class JobView:
     payload: Any
     payload_note: str
     archive_names: list[str]
+    waiting: dict[str, Any] | None = None
+    """Why the job waits for a permit (shared/permits), while it does."""
 
 
 def job_view(rt: Runtime, job_id: str) -> JobView | None:
@@ -210,6 +213,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         payload=payload,
         payload_note=note,
         archive_names=[name for name, _ in entries],
+        waiting=waiting_reason(rt, job_id, record),
     )
 
 
