@@ -5,11 +5,12 @@ import os
 import azure.functions as func
 
 from shared import poison
-from shared.app import queue_metrics
 from shared.interfaces import api
 from shared.interfaces.console import routes as console_routes
+from shared.observability import queue_metrics
 from shared.pipeline import processing, recovery
-from shared.pipeline import retention as retention_apply
+from shared.pipeline import retention_sweep as retention_apply
+from shared.runtime.wiring import get_runtime
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -22,7 +23,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 # the blob retention rules when RETENTION_BY_APP is on (the local stack: Azurite has no lifecycle
 # policy), at most every 5 minutes; in Azure the lifecycle policy deletes blobs. The index tables'
 # retention (no policy deletes table data) runs here everywhere, at most hourly: it adds no run, and
-# 9 requests an hour when nothing is due (shared/pipeline/retention.py).
+# 9 requests an hour when nothing is due (shared/pipeline/retention_sweep.py).
 SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 * * * *"
 
 
@@ -68,7 +69,7 @@ def recover_claims(timer: func.TimerRequest) -> None:
 
 # Issue 36: depth and oldest-message age of the jobs, poison and parked queues (and the Spark runs in
 # flight) for the alert rules of infra/main.bicep. By default with the sweep (the same wake-up, so an
-# idle app wakes no more often): 3 to 6 requests a run (shared/app/queue_metrics.py), 0.2 to 0.4 a
+# idle app wakes no more often): 3 to 6 requests a run (shared/observability/queue_metrics.py), 0.2 to 0.4 a
 # minute every 15 minutes. QUEUE_METRICS_SCHEDULE samples more often, at the cost of wake-ups.
 QUEUE_METRICS_SCHEDULE = os.environ.get("QUEUE_METRICS_SCHEDULE", "").strip() or SWEEP_SCHEDULE
 
@@ -76,7 +77,7 @@ QUEUE_METRICS_SCHEDULE = os.environ.get("QUEUE_METRICS_SCHEDULE", "").strip() or
 @app.function_name("sample_queues")
 @app.timer_trigger(arg_name="timer", schedule=QUEUE_METRICS_SCHEDULE, run_on_startup=False)
 def sample_queues(timer: func.TimerRequest) -> None:
-    queue_metrics.on_timer()
+    queue_metrics.on_timer(get_runtime)
 
 
 # The job's message goes out through the queue output binding: the host sends it when the function

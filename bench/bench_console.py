@@ -46,13 +46,13 @@ import requests
 
 from bench import console_seed
 from devstack.azurite import start_azurite
-from shared.app.runtime import Runtime, build_runtime
 from shared.config.settings import Settings
 from shared.core.envelope import isoformat, utcnow
 from shared.interfaces.console import actions, queries
 from shared.jobs import noop
 from shared.pipeline import processing
 from shared.poison import bulk, bulk_step
+from shared.runtime.wiring import Runtime, build_runtime
 from tests.integration.helpers import message
 
 _lock = threading.Lock()
@@ -326,8 +326,8 @@ def admin_purge_dry_run(rt: Runtime, days: float) -> dict[str, Any]:
     """`POST /api/poison/purge {"older_than_days": days, "dry_run": true}` through the app's handler."""
     from azure import functions as func
 
-    from shared.app import runtime as runtime_module
     from shared.interfaces import api
+    from shared.runtime import wiring as runtime_module
 
     runtime_module._runtime = rt  # the handler's `get_runtime()`: this runtime
     body = json.dumps({"older_than_days": days, "dry_run": True}).encode()

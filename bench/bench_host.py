@@ -641,7 +641,7 @@ def per_message(used: Usage, messages: int, batch: int, expected: float, path: s
 
 def settle_housekeeping(site: Site, host: HostProcess, timeout_s: float = 90.0) -> int:
     """Wait for the host's first poison sweep and the storage requests it makes to stop; return
-    their number. The sweep's timer also runs retention (shared/pipeline/retention.py: the index
+    their number. The sweep's timer also runs retention (shared/pipeline/retention_sweep.py: the index
     tables at most hourly, the blob rules every 5 minutes where the app applies them, as on the
     local stack): a few dozen requests once per process and hour, not a cost of the messages,
     so the paths are measured after it."""

@@ -45,8 +45,8 @@ from devstack.spark_cluster import SparkCluster, start_cluster  # noqa: E402
 from shared.aggregation import aggregate_stream, parse_aggregate_payload  # noqa: E402
 from shared.blobio.reader import open_blob_stream  # noqa: E402
 from shared.config.settings import Settings  # noqa: E402
-from shared.jobs.aggregate_offload import build_request, offload, resume  # noqa: E402
 from shared.jobs.base import Completed, Continue, JobContext  # noqa: E402
+from shared.jobs.offload.aggregate_spark import build_request, offload, resume  # noqa: E402
 from shared.spark.backends import make_backend  # noqa: E402
 from shared.spark.model import SparkBackend  # noqa: E402
 from shared.storage.clients import StorageClients, clients_for  # noqa: E402

@@ -53,7 +53,6 @@ from urllib.parse import quote, urlencode, urlsplit
 from devstack.azurite import AZURITE_BIN, dev_connection_string
 from devstack.ports import free_port, wait_for_port
 from shared import ledger
-from shared.app.runtime import Runtime
 from shared.core.documents import dump
 from shared.core.envelope import isoformat, utcnow
 from shared.indexes.entry_rows import COUNT_PARTITION, EntryState, shard_of
@@ -62,6 +61,7 @@ from shared.indexes.jobs import entity_of as job_entity
 from shared.ledger import Facts
 from shared.ledger.view import index_tags, listing_metadata
 from shared.poison.archive import entry_name, new_entry
+from shared.runtime.wiring import Runtime
 
 BLOB_PROCESSES = 2
 """Processes PUTting ledger blobs: one Python process (its GIL) sends ~1,000 PUTs/s at most."""

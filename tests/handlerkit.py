@@ -28,12 +28,12 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared.app.runtime import Runtime, ensure_console_resources
 from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.jobs.base import Handler
 from shared.pipeline.processing import process_message
 from shared.pipeline.submit import submit, validate_request
+from shared.runtime.wiring import Runtime, ensure_console_resources
 from shared.storage.clients import ensure_resources
 from tests.fakes.storage import MemoryStorage, SkippingClock
 

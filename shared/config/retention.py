@@ -5,11 +5,11 @@ The same rules are applied by the storage account's lifecycle policy in Azure (i
 by the app itself. A rule deletes blobs of one container under a prefix, optionally only those
 carrying an index tag, once not modified for `days` days. Never deleted: ledger records that are
 not finished (no `state=done` tag), the archive's `edits/` audit, its `console/metrics/`
-counters (shared/indexes/metrics.py prunes those after 48 h), anything of a setting set to 0.
+counters (shared/observability/overview_counters.py prunes those after 48 h), anything of a setting set to 0.
 Reasons of entries still listed are not deleted either: the poison handler deletes a reason once
 it has written the entry from it, and a reason is noted before its body's copy reaches the poison
 queue (which keeps it at most 7 days), so it is due 7 days after any entry written from it.
-Where the app applies them: shared/pipeline/retention.py.
+Where the app applies them: shared/pipeline/retention_sweep.py.
 
 The Table indexes next to the blobs follow them (`due_day_tables`, `entry_rows_cutoff`): no
 lifecycle policy deletes table data, so the app does it in Azure too. A day table of the jobs

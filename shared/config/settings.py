@@ -8,16 +8,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from shared.config.retention import RetentionDays, Rule, rules
 from shared.config.retention import problems as retention_problems
 from shared.core.containers import check_input_containers
 from shared.core.errors import SettingsError
 from shared.core.setting_reader import NAME_RE, SettingReader
+from shared.queues import QueueSet, QueueSettings, read_queues
 from shared.spark.backends import read_spark
 from shared.spark.config import SparkSettings
 
@@ -108,7 +110,10 @@ class Settings:
     storage: StorageConnection
     """`AzureWebJobsStorage` (connection string) or `AzureWebJobsStorage__*` (identity)."""
     jobs_queue: str = "jobs"
-    """`JOBS_QUEUE`: the main queue; its poison queue is `<name>-poison`."""
+    """`JOBS_QUEUE`: the main queue; its poison queue is `<name>-poison`. With `JOBS_QUEUES`, the
+    first of them (the default queue)."""
+    queues: QueueSet | None = None
+    """`JOBS_QUEUES` and each queue's `QUEUE_<NAME>_*` (shared/queues); None: `jobs_queue` alone."""
     ledger_container: str = "ledger"
     """`LEDGER_CONTAINER`: one JSON blob per job id."""
     results_container: str = "results"
@@ -175,11 +180,11 @@ class Settings:
     otlp_endpoint: str = ""
     """`OTEL_EXPORTER_OTLP_ENDPOINT`: an OTLP/HTTP collector's base URL (traces to `/v1/traces`,
     metrics to `/v1/metrics`); set, the app exports its spans and metrics there too, next to Azure
-    Monitor (shared/config/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
+    Monitor (shared/observability/telemetry.py). Headers (`OTEL_EXPORTER_OTLP_HEADERS`, e.g. an API key)
     are read by the exporter itself and never logged. '' (unset): no OTLP export."""
     retention_by_app: bool = False
     """`RETENTION_BY_APP` (`true`/`false`): the sweep timer also deletes what the rules make
-    due, at most every 5 minutes (shared/pipeline/retention.py). Off by default: in Azure the lifecycle policy does it at
+    due, at most every 5 minutes (shared/pipeline/retention_sweep.py). Off by default: in Azure the lifecycle policy does it at
     no request cost; the local stack (Azurite has no lifecycle policies) turns it on."""
 
     def retention_rules(self) -> list[Rule]:
@@ -190,6 +195,26 @@ class Settings:
             self.results_container,
             self.payloads_container,
             self.poison_archive_container,
+        )
+
+    @property
+    def queue_set(self) -> QueueSet:
+        """The declared queues (the default first)."""
+        return self.queues if self.queues is not None else QueueSet.single(self.jobs_queue)
+
+    def for_queue(self, queue: QueueSettings) -> Settings:
+        """These settings as one queue's jobs see them: its name, and its own values where it
+        sets them (`QUEUE_<NAME>_*`); the kinds read its `HTTP_*` overrides from `source`."""
+        return replace(
+            self,
+            jobs_queue=queue.name,
+            job_ttl_s=queue.job_ttl_s if queue.job_ttl_s is not None else self.job_ttl_s,
+            max_attempts=queue.max_attempts if queue.max_attempts is not None else self.max_attempts,
+            retry_base_s=queue.retry_base_s if queue.retry_base_s is not None else self.retry_base_s,
+            retry_max_s=queue.retry_max_s if queue.retry_max_s is not None else self.retry_max_s,
+            source=ChainMap(queue.overrides(), cast(MutableMapping[str, str], self.source))
+            if queue.overrides()
+            else self.source,
         )
 
     @property
@@ -224,9 +249,13 @@ class Settings:
         function_timeout = _function_timeout(host, problems)
         lease = reader.number("CLAIM_LEASE_SECONDS", 30.0, 3.0)
         spark = read_spark(reader, function_timeout)
+        queues = read_queues(src, problems)
         settings = cls(
             storage=storage,
-            jobs_queue=reader.resource_name("JOBS_QUEUE", "jobs", max_len=56),
+            jobs_queue=queues.default.name
+            if queues.declared
+            else reader.resource_name("JOBS_QUEUE", "jobs", max_len=56),
+            queues=queues,
             ledger_container=reader.resource_name("LEDGER_CONTAINER", "ledger"),
             results_container=reader.resource_name("RESULTS_CONTAINER", "results"),
             payloads_container=reader.resource_name("PAYLOADS_CONTAINER", "payloads"),
@@ -255,7 +284,15 @@ class Settings:
             source=src,
             otlp_endpoint=reader.url("OTEL_EXPORTER_OTLP_ENDPOINT"),
         )
-        problems.extend(retention_problems(settings.retention, settings.job_ttl_s))
+        longest_ttl = max([settings.job_ttl_s] + [q.job_ttl_s for q in queues if q.job_ttl_s is not None])
+        problems.extend(retention_problems(settings.retention, longest_ttl))
+        for queue in settings.queue_set:
+            mine = settings.for_queue(queue)
+            if mine.retry_max_s < mine.retry_base_s:
+                problems.append(
+                    f"queue {queue.name}: RETRY_MAX_SECONDS ({mine.retry_max_s:g}) must be >= RETRY_BASE_SECONDS "
+                    f"({mine.retry_base_s:g}) (QUEUE_<NAME>_ or the app's)"
+                )
         problems.extend(check_input_containers(settings.input_containers or (), settings.own_containers()))
         if not settings.heartbeat_s <= settings.claim_lease_s / 2:
             problems.append(

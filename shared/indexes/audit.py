@@ -31,7 +31,7 @@ from azure.data.tables import TableServiceClient
 from shared.core.documents import DocumentStore
 from shared.core.envelope import isoformat
 from shared.indexes.keys import clip, newest_first, quoted
-from shared.storage.errors import AlreadyExists, NotFound, StorageError, failure_name, translated
+from shared.storage.failures import AlreadyExists, NotFound, StorageError, failure_name, translated
 from shared.storage.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.audit")

@@ -2,7 +2,7 @@
 
 Table `<archive container, letters and digits>metrics`, one entity per (hour, instance):
 PartitionKey the hour (`YYYY-MM-DDTHH`), RowKey the instance, `doc` the hour's document as JSON
-(shared/indexes/metrics.py; an hour's is ~8 KB, a string property holds 64 KiB). A refresh reads the two
+(shared/observability/overview_counters.py; an hour's is ~8 KB, a string property holds 64 KiB). A refresh reads the two
 hours it shows with one range query on PartitionKey; a flush is one upsert; pruning is one range
 query (the hours past `RETENTION_H`) and a delete per entity found.
 
@@ -23,9 +23,9 @@ from typing import Any
 from azure.data.tables import TableServiceClient
 
 from shared.core.documents import DocumentStore
-from shared.indexes import metrics
 from shared.indexes.keys import quoted
-from shared.storage.errors import AlreadyExists, NotFound, translated
+from shared.observability import overview_counters
+from shared.storage.failures import AlreadyExists, NotFound, translated
 from shared.storage.tables import upsert_creating
 
 log = logging.getLogger("jobs.console.metrics")
@@ -38,17 +38,17 @@ def hours_filter(hours: list[str]) -> str:
     return f"PartitionKey ge {quoted(first)} and PartitionKey le {quoted(last)}"
 
 
-def expired_filter(now: datetime, retention_h: int = metrics.RETENTION_H) -> str:
+def expired_filter(now: datetime, retention_h: int = overview_counters.RETENTION_H) -> str:
     """The query of the entities older than `retention_h` hours (pure)."""
-    return f"PartitionKey lt {quoted(metrics.hour_key(now - timedelta(hours=retention_h)))}"
+    return f"PartitionKey lt {quoted(overview_counters.hour_key(now - timedelta(hours=retention_h)))}"
 
 
 def entity_of(hour: str, instance: str, doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {"PartitionKey": hour, "RowKey": metrics.instance_key(instance), "doc": json.dumps(doc)}
+    return {"PartitionKey": hour, "RowKey": overview_counters.instance_key(instance), "doc": json.dumps(doc)}
 
 
 class TableCounters:
-    """A `metrics.CounterStore` over one table; `legacy`: the counter blobs pruned until gone."""
+    """An `overview_counters.CounterStore` over one table; `legacy`: the counter blobs pruned until gone."""
 
     def __init__(self, service: TableServiceClient, name: str, legacy: DocumentStore) -> None:
         self.name = name
@@ -66,7 +66,7 @@ class TableCounters:
 
     def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
         """The documents of `hours`: one query."""
-        skip = metrics.instance_key(skip_instance) if skip_instance is not None else None
+        skip = overview_counters.instance_key(skip_instance) if skip_instance is not None else None
         try:
             with translated("reading counters"):
                 found = list(self.table.query_entities(hours_filter(hours), results_per_page=1000))
@@ -102,8 +102,8 @@ class TableCounters:
     def _prune_legacy(self, now: datetime) -> int:
         if not self.legacy_left:
             return 0
-        names = [name for name, _ in self.legacy.names(metrics.PREFIX)]
-        gone = metrics.expired(names, now)
+        names = [name for name, _ in self.legacy.names(overview_counters.PREFIX)]
+        gone = overview_counters.expired(names, now)
         for name in gone:
             self.legacy.delete(name)
         self.legacy_left = len(gone) < len(names)

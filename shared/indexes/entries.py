@@ -20,7 +20,7 @@ partition newest first, 500 rows a query, at most `SCAN_QUERIES` queries and no 
 goes on.
 
 Retention (`prune`): an entry blob goes once not written for ARCHIVE_RETENTION_DAYS (the lifecycle
-policy, or shared/pipeline/retention.py); its row follows, by the same age a day later. A row's RowKey
+policy, or shared/pipeline/retention_sweep.py); its row follows, by the same age a day later. A row's RowKey
 starts with its entry's first archival and the service stamps its `Timestamp` at every write, which
 follows every write of the entry: the rows due in a state's partition are one range query,
 `RowKey ge <cutoff's key> and Timestamp lt <cutoff>` (`expired_filter`), which returns only them
@@ -66,7 +66,7 @@ from shared.indexes.entry_rows import (
     row_of,
 )
 from shared.indexes.keys import quoted
-from shared.storage.errors import (
+from shared.storage.failures import (
     AlreadyExists,
     ConditionFailed,
     NotFound,

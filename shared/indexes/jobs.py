@@ -7,7 +7,7 @@ days: O(page), whatever the history. A day per table keeps each query to one day
 (it scans a table per query) and makes retention a table delete: once every finished record a
 day's table lists is past the ledger's retention (the day + JOB_TTL_SECONDS + LEDGER_RETENTION_DAYS
 + a day: `shared/retention.due_day_tables`), the retention run drops the table (`due_tables`, `drop`:
-one list-tables query for the due days, one Delete Table each; shared/pipeline/retention.py, in Azure
+one list-tables query for the due days, one Delete Table each; shared/pipeline/retention_sweep.py, in Azure
 too). A page skips a day table that is gone (dropped since its day list was read).
 
 The ledger's store is wrapped (`IndexedStore`): every record write except a claim (`in_progress`)
@@ -41,7 +41,7 @@ from shared.indexes.keys import (
     quoted,
     stamp_ms,
 )
-from shared.storage.errors import AlreadyExists, NotFound, StorageError, failure_name, translated
+from shared.storage.failures import AlreadyExists, NotFound, StorageError, failure_name, translated
 
 log = logging.getLogger("jobs.index")
 PARTITION = "j"

@@ -11,13 +11,12 @@ from typing import Any, Concatenate, ParamSpec
 import azure.functions as func
 
 from shared import poison
-from shared.app.runtime import Runtime, get_runtime
-from shared.config import tracing
 from shared.core import jsontext
 from shared.core.envelope import ID_RE, ID_RULE
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, StorageThrottled
 from shared.ledger import COMPLETED, Record
 from shared.ledger.view import RecordView
+from shared.observability import tracing
 from shared.pipeline.gate import waiting_reason
 from shared.pipeline.submit import (
     SUBMIT_CALLS,
@@ -27,8 +26,9 @@ from shared.pipeline.submit import (
     validate_request,
 )
 from shared.poison import bulk
+from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.clients import bounded_calls
-from shared.storage.errors import NotFound, StorageError, failure_name, translated
+from shared.storage.failures import NotFound, StorageError, failure_name, translated
 from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
 
 log = logging.getLogger("jobs.api")

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from shared import poison
-from shared.app.runtime import Runtime, get_runtime
 from shared.core.documents import Conflict
 from shared.core.envelope import isoformat
 from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError
 from shared.ledger.view import RecordView
-from shared.pipeline import retention as retention_apply
+from shared.pipeline import retention_sweep as retention_apply
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import SubmissionBusy, envelope_from_args, submit, validate_request
 from shared.poison import bulk
+from shared.runtime.wiring import Runtime, get_runtime
 
 
 def load_local_settings(path: Path = Path("local.settings.json")) -> None:

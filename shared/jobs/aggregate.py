@@ -39,9 +39,9 @@ from shared.blobio.stream import BlobStream, Ranges
 from shared.config.settings import Settings
 from shared.core.containers import cut
 from shared.core.errors import InputRefused, LimitExceeded, NotAvailable
-from shared.jobs import aggregate_offload
 from shared.jobs.aggregate_output import write_data_result, write_result
 from shared.jobs.base import Completed, JobContext, Outcome
+from shared.jobs.offload import aggregate_spark
 from shared.storage.clients import StorageClients
 from shared.storage.limits import input_refusal, result_limit_bytes
 
@@ -137,7 +137,7 @@ class AggregateHandler:
         spec = parse_aggregate_payload(ctx.payload)
         check_input(spec, ctx.settings)  # before any read, and before any Spark run is followed
         if ctx.resume_state is not None:  # offloaded earlier: follow the Spark run, never resubmit blindly
-            return aggregate_offload.resume(ctx, spec)
+            return aggregate_spark.resume(ctx, spec)
         if spec.engine == "spark" and ctx.settings.spark.backend == "none":
             raise NotAvailable("engine 'spark' is not available: SPARK_BACKEND=none")
         started = time.monotonic()
@@ -192,13 +192,13 @@ class AggregateHandler:
 
         `reason` (engine | size | max_groups) is kept in the offload state on the ledger.
         """
-        return aggregate_offload.offload(ctx, spec, reason=reason)
+        return aggregate_spark.offload(ctx, spec, reason=reason)
 
     def abandon(
         self, settings: Settings, storage: StorageClients, job_id: str, state: Mapping[str, Any]
     ) -> Mapping[str, Any] | None:
         """The job is poisoned while offloaded: cancel its Spark run on the cluster, free its slot."""
-        return aggregate_offload.abandon(settings, storage, job_id, state)
+        return aggregate_spark.abandon(settings, storage, job_id, state)
 
 
 HANDLER: Final = AggregateHandler()

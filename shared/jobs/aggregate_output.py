@@ -19,7 +19,7 @@ from shared.aggregation.output import CONTENT_TYPES, data_blob
 from shared.aggregation.result_data import DATA_BATCH_ROWS, write_batches, write_data
 from shared.aggregation.spill import ResultRows
 from shared.jobs.base import Completed, JobContext
-from shared.storage.errors import translated
+from shared.storage.failures import translated
 from shared.storage.staged import BLOCK_BYTES, StagedBlobWriter
 
 if TYPE_CHECKING:

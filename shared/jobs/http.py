@@ -77,6 +77,11 @@ class HttpHandler:
     def validate(self, payload: Mapping[str, Any]) -> None:
         parse_call(payload, self.config)
 
+    @property
+    def limited(self) -> bool:
+        """Whether any host is limited (else no job of this kind ever waits)."""
+        return self.host_limits.any()
+
     def limits(self, payload: Mapping[str, Any]) -> list[Limit]:
         """The destination host's limit, if it has one (pure)."""
         host = urlsplit(parse_call(payload, self.config).url).hostname or ""

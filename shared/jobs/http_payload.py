@@ -53,6 +53,9 @@ class HttpKindSettings:
     """`HTTP_MAX_BODY_BYTES`: the most of an answer body read and kept (the rest is cut)."""
     function_timeout_s: float = 300.0
     own_hosts: tuple[str, ...] = ()
+    allowed_secrets: tuple[str, ...] | None = None
+    """`HTTP_SECRETS` (a queue's `QUEUE_<NAME>_HTTP_SECRETS`): the secret settings payloads may
+    name; None (unset): any `HTTP_SECRET_<NAME>`."""
     guard: Guard = field(default_factory=Guard)
 
     def longest_timeout_s(self) -> float:
@@ -97,6 +100,7 @@ def read_settings(
         function_timeout_s=settings.function_timeout_s,
         own_hosts=own,
         guard=Guard.of(allowed, own, resolver),
+        allowed_secrets=_split(reader.text("HTTP_SECRETS", "")) or None,
     )
     if config.longest_timeout_s() < 1.0:
         reader.problem(
@@ -141,6 +145,7 @@ def parse_call(payload: Mapping[str, Any], config: HttpKindSettings) -> HttpCall
         method = "POST"
     headers = payload.get("headers", {})
     problems.extend(_header_problems(headers))
+    problems.extend(_secret_refusals(headers, config.allowed_secrets))
     timeout = payload.get("timeout_seconds", DEFAULT_TIMEOUT_S)
     longest = config.longest_timeout_s()
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
@@ -162,6 +167,23 @@ def parse_call(payload: Mapping[str, Any], config: HttpKindSettings) -> HttpCall
         has_body="body" in payload and payload.get("body") is not None,
         timeout_s=float(timeout),
     )
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+
+
+def _secret_refusals(headers: object, allowed: tuple[str, ...] | None) -> list[str]:
+    """Secret settings the payload names that `HTTP_SECRETS` does not allow (pure)."""
+    if allowed is None or not isinstance(headers, Mapping):
+        return []
+    return [
+        f"payload.headers.{str(name)[:40]}: secret {value['secret']} is not allowed here (HTTP_SECRETS)"
+        for name, value in headers.items()
+        if isinstance(value, Mapping)
+        and isinstance(value.get("secret"), str)
+        and value["secret"] not in allowed
+    ]
 
 
 def _header_problems(headers: object) -> list[str]:

@@ -14,7 +14,7 @@ from azure.core import MatchConditions
 
 from shared.core.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, JobContext, Outcome
-from shared.storage.errors import AlreadyExists, translated
+from shared.storage.failures import AlreadyExists, translated
 
 EFFECTS_PREFIX = "effects/"
 _FIELDS = {

@@ -42,7 +42,7 @@ STATE_POISONED = "poisoned"
 TAG_DONE_AT = "done_at"
 """Index tag of a completed record: when it completed (its `finished_at`, ISO-8601 UTC, ordered as
 text), so local retention finds the records past their days with one query (`done_at < cutoff`)
-instead of reading every finished record's properties (shared/pipeline/retention.py)."""
+instead of reading every finished record's properties (shared/pipeline/retention_sweep.py)."""
 
 
 def index_tags(data: Mapping[str, Any]) -> dict[str, str]:

@@ -37,14 +37,14 @@ class QueueParking:
         self.queue = queue
 
     def park(self, body: str, delay_s: int) -> Parked:
-        from shared.storage.errors import translated
+        from shared.storage.failures import translated
 
         with translated("parking a waiting job's message"):
             sent = self.queue.send_message(body, visibility_timeout=delay_s, time_to_live=NEVER_EXPIRE)
         return Parked(str(sent.id), str(sent.pop_receipt))
 
     def wake(self, parked: Parked) -> bool:
-        from shared.storage.errors import StorageError, translated
+        from shared.storage.failures import StorageError, translated
 
         try:
             with translated("waking a parked job"):
@@ -57,7 +57,7 @@ class QueueParking:
         return True
 
     def cancel(self, parked: Parked) -> None:
-        from shared.storage.errors import StorageError, translated
+        from shared.storage.failures import StorageError, translated
 
         try:
             with translated("deleting a parked message"):

@@ -3,7 +3,8 @@
 - `PERMIT_LEASE_SECONDS` (15-60, default 30): how long a permit lasts without renewal, so how
   soon a killed or frozen holder's permit is taken back; renewed every third of it.
 - `PERMITS_CONTAINER` (default `permits`): the Blob container of the permits' documents.
-- `MAX_CONCURRENT`: at most this many jobs of the jobs queue run at once across all instances.
+- `MAX_CONCURRENT`: at most this many jobs of a queue run at once across all instances (each
+  queue's `QUEUE_<NAME>_MAX_CONCURRENT` in its place, shared/queues).
 - `HTTP_MAX_CONCURRENT_PER_HOST`, `HTTP_MAX_PER_SECOND_PER_HOST`: the `http` kind's calls to one
   destination host; `HTTP_LIMITS_PER_HOST`: a JSON object of overrides by host,
   `{"api.partner.example": {"max_concurrent": 4, "per_second": 10}, "bulk.example": null}`
@@ -40,8 +41,12 @@ class PermitSettings:
         return Limit(queue_key(queue), n) if n else None
 
 
-def read_permit_settings(source: Mapping[str, str], jobs_queue: str) -> PermitSettings:
-    """The app's permit settings; SettingsError naming every bad one."""
+def read_permit_settings(
+    source: Mapping[str, str], jobs_queue: str, queue_max: Mapping[str, int | None] | None = None
+) -> PermitSettings:
+    """The app's permit settings; SettingsError naming every bad one. `queue_max`: each declared
+    queue's own `QUEUE_<NAME>_MAX_CONCURRENT` (read by shared/queues; None: the app's
+    `MAX_CONCURRENT`); without it, the jobs queue alone."""
     problems: list[str] = []
     reader = SettingReader(source, problems)
     lease = reader.number("PERMIT_LEASE_SECONDS", 30.0, 15.0)
@@ -51,10 +56,12 @@ def read_permit_settings(source: Mapping[str, str], jobs_queue: str) -> PermitSe
         )
         lease = 30.0
     container = reader.resource_name("PERMITS_CONTAINER", "permits")
-    queue_max = reader.integer("MAX_CONCURRENT", 0, 1)
+    app_max = reader.integer("MAX_CONCURRENT", 0, 1) or None
     if problems:
         raise SettingsError("invalid settings: " + "; ".join(problems))
-    return PermitSettings(lease, container, {jobs_queue: queue_max} if queue_max else {})
+    declared = queue_max if queue_max is not None else {jobs_queue: None}
+    limits = {queue: own or app_max for queue, own in declared.items()}
+    return PermitSettings(lease, container, {queue: n for queue, n in limits.items() if n})
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,14 @@ class HostLimits:
     max_concurrent: int | None = None
     per_second: float | None = None
     overrides: Mapping[str, tuple[int | None, float | None] | None] = field(default_factory=dict)
+
+    def any(self) -> bool:
+        """Whether some host is limited."""
+        return (
+            self.max_concurrent is not None
+            or self.per_second is not None
+            or any(v is not None for v in self.overrides.values())
+        )
 
     def for_host(self, host: str) -> Limit | None:
         host = host.strip().lower().rstrip(".")

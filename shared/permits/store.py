@@ -69,7 +69,7 @@ class BlobPermitStore(DocumentPermitStore):
         self.container = container
 
     def _created(self) -> None:
-        from shared.storage.errors import AlreadyExists, translated
+        from shared.storage.failures import AlreadyExists, translated
 
         with contextlib.suppress(AlreadyExists), translated("creating the permits container"):
             self.container.create_container()

@@ -8,10 +8,10 @@ on its cluster and its concurrency slot freed, and the ledger records both.
 
 from __future__ import annotations
 
-from shared.app.runtime import Runtime
 from shared.core.documents import Conflict
 from shared.ledger import Facts
 from shared.ledger import operator as ledger_operator
+from shared.runtime.wiring import Runtime
 
 
 def request_cancel(rt: Runtime, job_id: str, by: str = "operator", reason: str = "") -> str:

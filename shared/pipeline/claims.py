@@ -6,11 +6,11 @@ import logging
 import threading
 
 from shared import ledger
-from shared.app.runtime import Runtime
 from shared.core.documents import Conflict
 from shared.core.errors import ClaimLost
 from shared.core.timers import Timer
 from shared.ledger import Facts, Record
+from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.processing")
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from shared.app.runtime import Runtime
-from shared.config.observability import log_decision
 from shared.core.envelope import Envelope, encode_json
 from shared.ledger import COMPLETED, POISONED, Record
+from shared.observability.decisions import log_decision
 from shared.permits.decide import Ticket
 from shared.permits.limits import Limit
 from shared.permits.service import Hold, PermitLost, Waiting
-from shared.pipeline.payload import load_payload
+from shared.pipeline.job_payload import load_payload
+from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.permits")
 
@@ -94,6 +94,15 @@ def lost(rt: Runtime, env: Envelope, exc: PermitLost, fields: Mapping[str, Any])
 
 def waiting_reason(rt: Runtime, job_id: str, record: Record) -> dict[str, Any] | None:
     """Why a job that has not finished waits for a permit (2 reads; none for a finished job)."""
-    if record.status in (COMPLETED, POISONED):
+    if record.status in (COMPLETED, POISONED) or not may_wait(rt, str(record.data.get("kind", ""))):
         return None
     return rt.permits.waiting_reason(job_id)
+
+
+def may_wait(rt: Runtime, kind: str) -> bool:
+    """Whether a job of `kind` on this queue can be limited at all (pure): its queue has a
+    MAX_CONCURRENT, or its kind declares `limits` and has some configured (`limited`, if it says)."""
+    if rt.permit_settings.queue_limit(rt.settings.jobs_queue) is not None:
+        return True
+    handler = rt.handlers.get(kind)
+    return callable(getattr(handler, "limits", None)) and bool(getattr(handler, "limited", True))

@@ -22,11 +22,6 @@ from functools import partial
 from typing import Any
 
 from shared import ledger
-from shared.app.abandon import abandon_work
-from shared.app.runtime import Runtime, get_runtime
-from shared.app.sending import send_job
-from shared.config import job_metrics, tracing
-from shared.config.observability import log_decision
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, best_effort_id, decode_message, isoformat, parse_body
 from shared.core.errors import (
@@ -40,17 +35,21 @@ from shared.core.errors import (
     TransientError,
 )
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
-from shared.indexes import metrics
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
+from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.calls import calls_noted
 from shared.ledger.view import RecordView
 from shared.net.client import CallNote, calls_recorded, deadline_at
+from shared.observability import job_metrics, overview_counters, tracing
+from shared.observability.decisions import log_decision
 from shared.permits.service import PermitLost
 from shared.pipeline import gate, recovery
 from shared.pipeline.claims import ClaimKeeper
-from shared.pipeline.payload import load_payload
+from shared.pipeline.job_payload import load_payload
 from shared.poison.archive import note_reason
+from shared.runtime.sending import send_job
+from shared.runtime.wiring import Runtime, get_runtime
 
 log = logging.getLogger("jobs.processing")
 RECHECK_MARGIN_S = 1
@@ -71,7 +70,7 @@ class Delivery:
         return {"queue_message_id": self.message_id, "dequeue_count": self.dequeue_count, "attempt": attempt}
 
 
-@metrics.counted_in_flight  # console: jobs in flight, in memory only
+@overview_counters.counted_in_flight  # console: jobs in flight, in memory only
 def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
     """The queue trigger's body. Returns to acknowledge; raises to have the host retry.
 

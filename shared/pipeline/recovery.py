@@ -30,15 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from shared.app.runtime import Runtime, get_runtime
-from shared.app.sending import send_job
-from shared.config.observability import log_decision
 from shared.core.documents import Conflict, TagQuery
 from shared.core.envelope import isoformat, parse_dict
 from shared.core.errors import EnvelopeError
 from shared.ledger import Facts
 from shared.ledger import send as ledger_send
 from shared.ledger import view as ledger_view
+from shared.observability.decisions import log_decision
+from shared.runtime.sending import send_job
+from shared.runtime.wiring import Runtime, get_runtime
 
 log = logging.getLogger("jobs.recovery")
 GRACE_S = 10.0

@@ -51,8 +51,6 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from shared import ledger
-from shared.app.runtime import Runtime
-from shared.app.sending import send_job
 from shared.core.documents import Conflict
 from shared.core.envelope import (
     Envelope,
@@ -67,6 +65,8 @@ from shared.core.errors import EnvelopeError, MessageTooLarge, PayloadError
 from shared.ledger import Facts, Record
 from shared.ledger import send as ledger_send
 from shared.ledger.view import RecordView
+from shared.runtime.sending import send_job
+from shared.runtime.wiring import Runtime
 from shared.storage.clients import CallBudget, bounded_calls
 
 log = logging.getLogger("jobs.submit")

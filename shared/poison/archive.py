@@ -8,7 +8,7 @@ In the poison-archive container:
   edits/<job id>/<body digest>.json  an operator's edit of a job's envelope, replayed
                                      (shared/poison/replay.py `replay_edit`)
 Beside them, not entries: ops/ (bulk operations, shared/poison/bulk.py) and the overview's
-counters without a table (shared/indexes/metrics.py).
+counters without a table (shared/observability/overview_counters.py).
 """
 
 from __future__ import annotations

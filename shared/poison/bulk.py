@@ -23,14 +23,14 @@ import json
 import uuid
 from typing import Any
 
-from shared.app.runtime import Runtime
-from shared.config.observability import log_decision
 from shared.core.documents import Conflict
 from shared.core.envelope import isoformat
 from shared.core.messages import NEVER_EXPIRE
 from shared.indexes.entry_rows import EntryState
+from shared.observability.decisions import log_decision
 from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
 from shared.poison.parking import PARKED
+from shared.runtime.wiring import Runtime
 
 OPS_PREFIX = "ops/"
 KINDS = ("replay", "purge", "park", "unpark", "delete")

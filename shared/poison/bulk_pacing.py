@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.app.runtime import Runtime
+from shared.runtime.wiring import Runtime
 
 STEP_ITEMS = 1000
 STEP_SECONDS = 5.0

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from shared.app.runtime import Runtime, get_runtime
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import decode_message, isoformat
 from shared.core.messages import QueueMessageLike
@@ -27,6 +26,7 @@ from shared.poison.bulk_pacing import Pacer, StepWrites, step_plan, step_threads
 from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
 from shared.poison.purge import purge_entry
 from shared.poison.replay import replay_entry
+from shared.runtime.wiring import Runtime, get_runtime
 
 log = logging.getLogger("jobs.ops")
 STEP_BUDGET_S = 15.0

@@ -18,9 +18,6 @@ from datetime import datetime
 from typing import Any
 
 from shared import ledger
-from shared.app.abandon import abandon_work
-from shared.app.runtime import Runtime, get_runtime
-from shared.config.observability import log_decision
 from shared.core.documents import Conflict
 from shared.core.envelope import (
     Envelope,
@@ -33,10 +30,13 @@ from shared.core.envelope import (
 from shared.core.errors import EnvelopeError, JobError
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike
 from shared.indexes.entry_rows import EntryState
+from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
+from shared.observability.decisions import log_decision
 from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
-from shared.storage.errors import StorageError, translated
+from shared.runtime.wiring import Runtime, get_runtime
+from shared.storage.failures import StorageError, translated
 
 log = logging.getLogger("jobs.poison")
 HOST_REASON = "the host moved it after maxDequeueCount failed runs"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core.envelope import best_effort_id
 from shared.indexes.entry_rows import EntryRow, entity_of, row_of
 from shared.poison.archive import ENTRY_PREFIXES, LISTED_STATE
+from shared.runtime.wiring import Runtime
 
 
 def list_poisoned(rt: Runtime, include_done: bool = False) -> list[EntryRow]:

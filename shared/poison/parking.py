@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import isoformat
 from shared.core.messages import NEVER_EXPIRE
 from shared.indexes.entry_rows import EntryState, index_key
 from shared.poison.archive import LISTED_STATE, set_state
-from shared.storage.errors import NotFound, StorageError, translated
+from shared.runtime.wiring import Runtime
+from shared.storage.failures import NotFound, StorageError, translated
 
 PARKED = EntryState.PARKED
 DAY_S = 86_400

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core.documents import Document
 from shared.poison import bulk
 from shared.poison.archive import reason_name
 from shared.poison.bulk_pacing import StepWrites
 from shared.poison.parking import PARKED
+from shared.runtime.wiring import Runtime
 
 
 def purge_entry(rt: Runtime, name: str, doc: Document, writes: StepWrites | None = None) -> tuple[str, str]:

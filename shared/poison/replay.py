@@ -25,10 +25,6 @@ from datetime import datetime
 from typing import Any
 
 from shared import ledger
-from shared.app.runtime import Runtime
-from shared.app.sending import send_job
-from shared.config import tracing
-from shared.config.observability import log_decision
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import Envelope, parse_body
 from shared.core.errors import EnvelopeError
@@ -37,8 +33,12 @@ from shared.indexes.jobs import IndexedStore
 from shared.ledger import Facts, Record
 from shared.ledger import operator as ledger_operator
 from shared.ledger.view import RecordView
+from shared.observability import tracing
+from shared.observability.decisions import log_decision
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
 from shared.poison.bulk_pacing import StepWrites
+from shared.runtime.sending import send_job
+from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.poison")
 COMPLETED_MEANWHILE = "the job completed meanwhile"

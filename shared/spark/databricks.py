@@ -17,9 +17,9 @@ from typing import Any
 from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import databricks_status
+from shared.spark.transport import ReadTimedOut, client_for, json_body, own_options, scrub
 
 AZURE_DATABRICKS_SCOPE = "2ff814a6-3304-4ab8-85cb-cd0e6f879c1d/.default"
 API = "/api/2.2/jobs"

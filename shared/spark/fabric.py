@@ -22,10 +22,10 @@ from typing import Any, Protocol
 from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import ReadTimedOut, client_for, own_options, scrub
 from shared.spark.livy import batch_sizes, is_ours, log_tail
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import fabric_status
+from shared.spark.transport import ReadTimedOut, client_for, own_options, scrub
 
 FABRIC_API = "https://api.fabric.microsoft.com/v1"
 FABRIC_SCOPE = "https://api.fabric.microsoft.com/.default"

@@ -15,9 +15,9 @@ from typing import Any
 from shared.core.errors import PermanentError
 from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import livy_status
+from shared.spark.transport import ReadTimedOut, client_for, json_body, own_options, scrub
 
 SYNAPSE_SCOPE = "https://dev.azuresynapse.net/.default"
 _PAGE = 100

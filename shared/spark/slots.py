@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.core.documents import Conflict, DocumentStore
+from shared.spark.config import SparkSettings
 
 PREFIX = "spark-slots/"
 log = logging.getLogger("jobs.spark.slots")
@@ -44,6 +45,11 @@ def lease_seconds(poll_max_s: float, step_budget_s: float) -> float:
     """How long a slot stays taken without renewal: three polling intervals at their cap, one
     step, and ten minutes for queue and retry delays."""
     return 3 * poll_max_s + step_budget_s + 600
+
+
+def run_slots(store: DocumentStore, spark: SparkSettings) -> Slots:
+    """The SPARK_MAX_CONCURRENT_RUNS slots of these settings, kept in `store`."""
+    return Slots(store, spark.max_concurrent_runs, lease_seconds(spark.poll_max_s, spark.step_budget_s))
 
 
 @dataclass

@@ -22,9 +22,9 @@ from urllib.parse import urlparse
 from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
-from shared.spark.http import ReadTimedOut, client_for, json_body, own_options, scrub
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import standalone_status
+from shared.spark.transport import ReadTimedOut, client_for, json_body, own_options, scrub
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 _LOOKUP_LIMIT = 25  # newest drivers whose launch command is inspected by `find`

@@ -19,7 +19,7 @@ from azure.core.exceptions import (
 from azure.storage.blob import ContainerClient, ContentSettings
 
 from shared.core.documents import Document, DocumentChanged, DocumentExists, TagQuery, dump
-from shared.storage.errors import error_code, storage_failure
+from shared.storage.failures import error_code, storage_failure
 
 _JSON = ContentSettings(content_type="application/json")
 

@@ -22,7 +22,7 @@ from azure.storage.queue import ExponentialRetry as QueueExponentialRetry
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 from shared.config.settings import Settings, StorageConnection
-from shared.storage.errors import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
+from shared.storage.failures import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
 
 log = logging.getLogger("jobs.storage")
 

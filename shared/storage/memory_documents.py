@@ -11,7 +11,7 @@ from typing import Any
 from azure.core.exceptions import AzureError
 
 from shared.core.documents import Document, DocumentChanged, DocumentExists, TagQuery, dump
-from shared.storage.errors import storage_failure
+from shared.storage.failures import storage_failure
 
 
 class MemoryDocuments:

@@ -5,7 +5,7 @@ Memory stays at one block (`block_bytes`, 4 MiB by default) whatever the blob's 
 are the block's index, so a retried write (a new run of the same job) stages the same ids again
 and its commit replaces the blob whole: the blocks a dead attempt staged and never committed are
 not in the new list and the service drops them. Until the commit, readers see the previous blob
-(or none). Storage errors leave translated (`shared.storage.errors`).
+(or none). Storage errors leave translated (`shared.storage.failures`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from azure.storage.blob import BlobBlock, ContentSettings
 
-from shared.storage.errors import translated
+from shared.storage.failures import translated
 
 if TYPE_CHECKING:
     from azure.storage.blob import BlobClient

@@ -368,8 +368,8 @@ def test_every_app_setting_is_read_by_the_app(template: dict[str, Any]) -> None:
 
 def test_deployed_settings_and_host_json_export_every_log_once(template: dict[str, Any]) -> None:
     """host.json telemetryMode + PYTHON_ENABLE_OPENTELEMETRY: the host stops forwarding the worker's
-    logs and the app exports them (shared/config/telemetry.py), so each record arrives once."""
-    from shared.config.telemetry import host_telemetry_mode, telemetry_plan
+    logs and the app exports them (shared/observability/telemetry.py), so each record arrives once."""
+    from shared.observability.telemetry import host_telemetry_mode, telemetry_plan
 
     settings = app_settings(deployment(template, "defaults")[0])
     assert host_telemetry_mode(ROOT / "host.json") == "OpenTelemetry"
@@ -516,7 +516,7 @@ def _alerts(resources: list[Deployed]) -> dict[str, Deployed]:
 def test_alert_rules_query_the_apps_metrics_in_its_application_insights(
     template: dict[str, Any], case: str
 ) -> None:
-    from shared.config import job_metrics
+    from shared.observability import job_metrics
 
     resources, _ = deployment(template, case)
     insights = one(resources, "Microsoft.Insights/components")

@@ -1,4 +1,4 @@
-"""shared.config.telemetry without any network: what the app exports next to the host, quiet SDK loggers, log context fields."""
+"""shared.observability.telemetry without any network: what the app exports next to the host, quiet SDK loggers, log context fields."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from shared.config import telemetry  # noqa: E402
-from shared.config.telemetry import (  # noqa: E402
+from shared.observability import telemetry  # noqa: E402
+from shared.observability.telemetry import (  # noqa: E402
     MISSING,
     JobContextFilter,
     configure_telemetry,
@@ -52,7 +52,7 @@ def test_missing_distro_is_a_warning_not_a_crash(
 ) -> None:
     monkeypatch.setattr(telemetry, "_configured", False)
     monkeypatch.setitem(sys.modules, "azure.monitor.opentelemetry", None)  # import fails
-    with caplog.at_level(logging.WARNING, logger="shared.config.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="shared.observability.telemetry"):
         ok = configure_telemetry("InstrumentationKey=00000000-0000-0000-0000-000000000000")
     assert ok is False
     assert "azure-monitor-opentelemetry is not installed" in caplog.text
@@ -230,12 +230,12 @@ def test_an_explicit_azure_log_level_is_kept(sdk_loggers: None) -> None:
 
 
 def test_the_runtime_build_quiets_the_sdk_loggers(sdk_loggers: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.app import runtime
     from shared.config.settings import Settings
+    from shared.runtime import wiring
 
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
     settings = Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
-    runtime.build_runtime(settings, create_resources=False, handlers={})
+    wiring.build_runtime(settings, create_resources=False, handlers={})
     assert logging.getLogger("azure").level == logging.WARNING
     assert not logging.getLogger("azure.core.pipeline.policies.http_logging_policy").isEnabledFor(
         logging.INFO

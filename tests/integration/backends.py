@@ -19,9 +19,9 @@ import pytest
 from azure.data.tables import TableServiceClient
 
 from devstack.azurite import Azurite
-from shared.app.runtime import Runtime, build_runtime, ensure_console_resources
 from shared.config.settings import Settings
 from shared.jobs import registry
+from shared.runtime.wiring import Runtime, build_runtime, ensure_console_resources
 from shared.storage.clients import StorageClients, clients_for, ensure_resources
 from shared.storage.tables import table_service
 from tests.fakes.storage import MemoryStorage, SkippingClock

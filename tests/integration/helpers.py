@@ -11,9 +11,9 @@ from typing import Any
 import azure.functions as func
 
 from devstack.azurite import Azurite
-from shared.app.runtime import Runtime, build_runtime
 from shared.config.settings import Settings
 from shared.jobs import registry
+from shared.runtime.wiring import Runtime, build_runtime
 
 
 def unique(prefix: str) -> str:

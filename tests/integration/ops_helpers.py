@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.poison import bulk, bulk_step
+from shared.runtime.wiring import Runtime
 from tests.fakes.storage import MemoryQueueService
 from tests.integration.helpers import queue_length
 

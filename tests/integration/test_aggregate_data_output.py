@@ -23,13 +23,13 @@ import pytest
 from devstack.azurite import Azurite
 from shared.aggregation import engine
 from shared.aggregation.spill import ResultRows, SpillLimits
-from shared.app.runtime import Runtime
 from shared.interfaces import api
 from shared.jobs import aggregate as aggregate_job
 from shared.jobs import aggregate_output
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from shared.storage import staged
-from shared.storage.errors import StorageBusy
+from shared.storage.failures import StorageBusy
 from tests.integration.helpers import message, runtime_for, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.azurite]

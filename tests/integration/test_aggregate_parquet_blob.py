@@ -15,8 +15,8 @@ import pytest
 
 from devstack import parquetgen
 from devstack.azurite import Azurite
-from shared.app.runtime import Runtime
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import message
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat, utcnow
 from shared.interfaces.console import actions, job_archive, queries
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import message, queue_length
 from tests.integration.ops_helpers import read_op, take_steps

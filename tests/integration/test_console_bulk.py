@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from shared import ledger
-from shared.app import sending
-from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
-from shared.indexes import metrics
 from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
+from shared.observability import overview_counters
 from shared.pipeline.processing import process_message
 from shared.poison import archive, bulk, bulk_pacing, bulk_step, replay
 from shared.poison.archive import new_entry, note_reason, write_entry
+from shared.runtime import sending
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
 from tests.integration.ops_helpers import read_op, take_steps
@@ -59,7 +59,7 @@ def test_purge_deletes_poison_entries_only(rt: Runtime) -> None:
     kept = poisoned_noop(rt, "pg-parked")
     actions.park(rt, [kept], "t")
     rt.archive.upsert("edits/pg-listed/abc.json", {"job_id": "pg-listed", "by": "t"})
-    rt.archive.upsert(f"{metrics.PREFIX}2026010100/pg-instance.json", {"completed": [1]})
+    rt.archive.upsert(f"{overview_counters.PREFIX}2026010100/pg-instance.json", {"completed": [1]})
     note_reason(rt.archive, b"another body", "why", "pg-other", None, under_claim=True, now=rt.clock())
     dry = actions.purge(rt, 0.0, "t", dry_run=True)
     take_steps(rt)
@@ -73,7 +73,7 @@ def test_purge_deletes_poison_entries_only(rt: Runtime) -> None:
     left = {name for name, _ in rt.archive.names("")}
     assert kept in left, "parked entries are kept"
     assert "edits/pg-listed/abc.json" in left
-    assert any(n.startswith(metrics.PREFIX) for n in left), "counters are kept"
+    assert any(n.startswith(overview_counters.PREFIX) for n in left), "counters are kept"
     assert any(n.startswith("reasons/") for n in left), "reasons of bodies not purged are kept"
     assert any(n.startswith(bulk.OPS_PREFIX) for n in left), "the operations (the audit of bulk actions)"
     assert queue_length(rt, rt.settings.parked_queue) == 1, "no parked message stranded"
@@ -171,13 +171,13 @@ def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> N
     kept = poisoned_noop(rt, "cli-parked")
     actions.park(rt, [kept], "t")
     rt.archive.upsert("edits/cli-listed/abc.json", {"job_id": "cli-listed"})
-    rt.archive.upsert(f"{metrics.PREFIX}2026010100/cli.json", {"completed": [1]})
+    rt.archive.upsert(f"{overview_counters.PREFIX}2026010100/cli.json", {"completed": [1]})
     op = poison.start_purge(rt, 0.0, "cli")
     take_steps(rt)
     assert read_op(rt, op["id"])["counts"] == {"purged": 1}  # the parked entry is never visited
     left = {name for name, _ in rt.archive.names("")}
     assert kept in left and "edits/cli-listed/abc.json" in left
-    assert f"{metrics.PREFIX}2026010100/cli.json" in left and listed not in left
+    assert f"{overview_counters.PREFIX}2026010100/cli.json" in left and listed not in left
 
 
 def test_a_bulk_replay_step_costs_five_requests_an_entry_and_leaves_both_indexes_right(

@@ -13,12 +13,12 @@ from datetime import timedelta
 import pytest
 
 from shared import ledger
-from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat, utcnow
-from shared.indexes import metrics
 from shared.indexes.counters import TableCounters
 from shared.interfaces.console import actions, job_archive, queries
+from shared.observability import overview_counters
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import message
 from tests.integration.test_console_actions import archived, poisoned
@@ -114,11 +114,11 @@ def test_the_overview_queries_the_counters_table_and_lists_nothing(
 ) -> None:
     assert isinstance(rt.counters, TableCounters)
     now = utcnow()
-    recorder = metrics.Recorder(clock=lambda: now)
+    recorder = overview_counters.Recorder(clock=lambda: now)
     for _ in range(3):
         recorder.on_decision("completed", {"latency_s": 0.2})
     assert recorder.flush(rt.counters, "other:1") == 1
-    old = metrics.Recorder(clock=lambda: now - timedelta(hours=50))
+    old = overview_counters.Recorder(clock=lambda: now - timedelta(hours=50))
     old.on_decision("completed", {})
     old.flush(rt.counters, "gone:2")
     sent = storage_backend.record_requests(monkeypatch)
@@ -127,13 +127,16 @@ def test_the_overview_queries_the_counters_table_and_lists_nothing(
     monkeypatch.undo()
     assert listings(rt, seen) == [] and len(seen) == 4, seen  # 3 queue depths, 1 query
     assert figures["documents_merged"] == 1 and sum(figures["series"]["completed"]) == 3
-    rt.archive.upsert(metrics.blob_name(metrics.hour_key(now - timedelta(hours=49)), "old:3"), {"hour": "x"})
-    rt.archive.upsert(metrics.blob_name(metrics.hour_key(now), "old:4"), {"hour": "x"})
+    rt.archive.upsert(
+        overview_counters.blob_name(overview_counters.hour_key(now - timedelta(hours=49)), "old:3"),
+        {"hour": "x"},
+    )
+    rt.archive.upsert(overview_counters.blob_name(overview_counters.hour_key(now), "old:4"), {"hour": "x"})
     assert rt.counters.prune(now) == 2, "the expired entity and the expired blob of before the table"
     assert rt.counters.legacy_left, "a recent blob of before the table is still there"
-    assert [name for name, _ in rt.archive.names(metrics.PREFIX)] == [
-        metrics.blob_name(metrics.hour_key(now), "old:4")
+    assert [name for name, _ in rt.archive.names(overview_counters.PREFIX)] == [
+        overview_counters.blob_name(overview_counters.hour_key(now), "old:4")
     ]
-    assert rt.counters.read(metrics.hours_to_read(now), None)[0]["instance"] == "other:1"
+    assert rt.counters.read(overview_counters.hours_to_read(now), None)[0]["instance"] == "other:1"
     assert rt.counters.prune(now + timedelta(hours=49)) == 2 and not rt.counters.legacy_left
     assert rt.counters.prune(now + timedelta(hours=49)) == 0

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from shared import ledger, poison
-from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
 from shared.indexes import entries as entry_index
 from shared.indexes.entry_rows import EntryState
@@ -19,6 +18,7 @@ from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.poison import bulk
 from shared.poison.archive import new_entry, write_entry
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw
 from tests.integration.ops_helpers import read_op, take_steps

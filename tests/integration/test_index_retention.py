@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat
 from shared.indexes.entry_rows import COUNT_PARTITION, LISTED, EntryState
 from shared.indexes.jobs import JobIndex
-from shared.pipeline import retention as retention_apply
+from shared.pipeline import retention_sweep as retention_apply
 from shared.poison import archive
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 
 START = datetime.now(UTC)

@@ -25,10 +25,10 @@ from azure.core.exceptions import ResourceExistsError
 
 from devstack.azurite import Azurite
 from shared import poison
-from shared.app.runtime import Runtime
 from shared.interfaces import api
 from shared.jobs import aggregate
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from shared.storage.limits import result_limit_bytes
 from tests.integration.helpers import drain_raw, message, runtime_for
 from tests.spark.fakes import FakeStandalone

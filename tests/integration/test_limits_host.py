@@ -88,7 +88,11 @@ def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     }
     env = host_env(azurite.connection_string, settings)
     subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"], env=env, cwd=REPO_ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "shared.interfaces.cli", "init"],
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
     )
     log = tmp_path_factory.mktemp("limits-host") / "host.log"
     process = HostProcess(env, instance_id="limits-host", log_path=log).start()
@@ -113,7 +117,9 @@ def test_at_most_the_hosts_limit_in_flight_every_job_once_and_the_wait_explained
 ) -> None:
     jobs = []
     for n in range(8):
-        status, body = call(host, "POST", "jobs", {"kind": "http", "payload": {"url": downstream.url, "body": {"n": n}}})
+        status, body = call(
+            host, "POST", "jobs", {"kind": "http", "payload": {"url": downstream.url, "body": {"n": n}}}
+        )
         assert status == 202, body
         jobs.append(body["id"])
     reasons: set[str] = set()

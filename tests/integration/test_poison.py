@@ -16,8 +16,8 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import poison
-from shared.app.runtime import Runtime
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
 from tests.integration.helpers import message, queue_length, runtime_for

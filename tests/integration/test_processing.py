@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from shared.app.runtime import Runtime
 from shared.core.envelope import isoformat, utcnow
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.effects import count_effects
 from tests.integration.helpers import drain_raw, message, queue_length

@@ -12,14 +12,14 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
-from shared.app.runtime import Runtime
 from shared.core.envelope import Envelope, isoformat
 from shared.indexes.entry_rows import EntryState
 from shared.interfaces import cli
 from shared.ledger import Facts
 from shared.ledger import send as ledger_send
-from shared.pipeline import retention as retention_apply
+from shared.pipeline import retention_sweep as retention_apply
 from shared.poison import archive
+from shared.runtime.wiring import Runtime
 from tests.integration.helpers import runtime_for
 
 pytestmark = pytest.mark.azurite
@@ -92,7 +92,7 @@ def _names(rt: Runtime, container: str) -> set[str]:
 
 
 def _run(rt: Runtime, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    monkeypatch.setattr("shared.app.runtime._runtime", rt)
+    monkeypatch.setattr("shared.runtime.wiring._runtime", rt)
     assert cli.main(["retention", *args]) == 0
     return capsys.readouterr().out
 

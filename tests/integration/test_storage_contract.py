@@ -26,7 +26,7 @@ from shared.core.documents import DocumentChanged, DocumentExists, TagQuery
 from shared.core.envelope import decode_message
 from shared.core.messages import NEVER_EXPIRE
 from shared.storage.blob_documents import BlobDocuments
-from shared.storage.errors import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
+from shared.storage.failures import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
 from shared.storage.limits import read_capped, total_size
 from tests.fakes.storage import ManualClock, MemoryStorage, real_time
 from tests.integration.backends import Backend

@@ -18,12 +18,12 @@ import azure.functions as func
 import pytest
 from azure.core.exceptions import ServiceResponseError
 
-from shared.app.runtime import Runtime
 from shared.interfaces import api, cli
 from shared.ledger import send as ledger_send
 from shared.pipeline import recovery
 from shared.pipeline import submit as submit_module
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
 

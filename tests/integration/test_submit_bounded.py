@@ -23,11 +23,11 @@ from azure.storage.blob import BlobServiceClient
 from devstack.azurite import DEV_ACCOUNT, Azurite
 from devstack.faultproxy import FaultProxy, FaultRule
 from devstack.hostproc import REPO_ROOT, HostProcess, host_env
-from shared.app.runtime import Runtime, build_runtime
 from shared.config.settings import Settings
 from shared.interfaces import api
 from shared.ledger import COMPLETED, QUEUED
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import Runtime, build_runtime
 from shared.storage.clients import CallBudget, bounded_calls
 from tests.integration.backends import app_handlers
 from tests.integration.effects import count_effects

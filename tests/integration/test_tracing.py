@@ -18,13 +18,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from shared import ledger, poison
-from shared.app import queue_metrics
-from shared.app.runtime import Runtime
 from shared.core.envelope import Envelope, decode_message, parse_body
 from shared.interfaces import api
 from shared.ledger import Facts
+from shared.observability import queue_metrics
 from shared.pipeline.processing import process_message
 from shared.pipeline.recovery import recover_claims
+from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import message
 from tests.otel_support import counter_value, memory_telemetry, metric_points, spans_of

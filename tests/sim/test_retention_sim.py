@@ -19,7 +19,7 @@ from shared import ledger
 from shared.config.retention import Rule
 from shared.core import envelope
 from shared.core.envelope import isoformat
-from shared.pipeline.retention import DocumentTarget, apply
+from shared.pipeline.retention_sweep import DocumentTarget, apply
 from tests.sim.scenarios import job
 from tests.sim.world import START, Faults, World
 

@@ -25,7 +25,6 @@ from typing import Any, cast
 
 from azure.core.exceptions import ServiceResponseError
 
-from shared.app.runtime import Runtime, indexes
 from shared.config.settings import HOST_JSON, Settings, parse_timespan
 from shared.core.documents import Conflict
 from shared.core.envelope import best_effort_id, decode_message
@@ -36,6 +35,7 @@ from shared.ledger.view import index_tags
 from shared.pipeline.processing import process_message
 from shared.pipeline.recovery import recover_claims
 from shared.poison import handle_poison_message, sweep
+from shared.runtime.wiring import Runtime, indexes
 from shared.storage.clients import StorageClients
 from shared.storage.memory_documents import MemoryDocuments
 from tests.fakes.storage import MemoryStorage

@@ -16,8 +16,8 @@ from azure.core.exceptions import ResourceExistsError
 from devstack.azurite import Azurite
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
 from shared.config.settings import Settings
-from shared.jobs.aggregate_offload import resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.jobs.offload.aggregate_spark import resume
 from shared.spark.model import SparkBackend
 from shared.storage.clients import StorageClients, clients_for
 

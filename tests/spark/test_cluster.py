@@ -34,8 +34,8 @@ from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
 from shared.config.settings import Settings
 from shared.core.errors import InputDataError
-from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.jobs.offload.aggregate_spark import abandon, offload, resume
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
 from shared.storage.clients import StorageClients

@@ -12,8 +12,8 @@ import pytest
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
-from shared.jobs.aggregate_offload import offload
 from shared.jobs.base import Completed
+from shared.jobs.offload.aggregate_spark import offload
 from shared.spark.backends import make_backend
 from tests import nycflights
 from tests.spark.helpers import assert_rows_equal, follow, make_ctx, settings_for, storage_for, upload

@@ -379,7 +379,7 @@ def test_the_job_and_the_function_write_the_same_document() -> None:
     import pyarrow as pa
 
     from shared.aggregation.result import TAIL, result_blob, result_json
-    from shared.jobs.aggregate_offload import completed
+    from shared.jobs.offload.aggregate_spark import completed
 
     rows: list[dict[str, Any]] = [
         {"k": "é", "count": 2, "sum_v": 1.5},
@@ -428,7 +428,7 @@ def test_the_driver_writes_a_data_output_as_the_function_does(fmt: str) -> None:
 
     from shared.aggregation import aggregate_table
     from shared.aggregation.result import is_result_of
-    from shared.jobs.aggregate_offload import completed
+    from shared.jobs.offload.aggregate_spark import completed
 
     data = "".join(datagen.csv_lines(5_000, seed=13)).encode()
     payload = {

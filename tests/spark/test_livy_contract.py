@@ -9,10 +9,10 @@ import pytest
 from shared.core.errors import DownstreamUnavailable, PermanentError, SettingsError
 from shared.spark.backends import spark_from_env
 from shared.spark.databricks import DatabricksBackend
-from shared.spark.http import BudgetSpent, ReadTimedOut, remaining_budget, step_budget
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkJobRequest
 from shared.spark.standalone import StandaloneBackend
+from shared.spark.transport import BudgetSpent, ReadTimedOut, remaining_budget, step_budget
 from tests.spark.fakes import FakeLivy, Reply
 
 JOB = SparkJobRequest(

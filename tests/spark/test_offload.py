@@ -13,8 +13,8 @@ from devstack.azurite import Azurite
 from shared.aggregation.result import error_blob
 from shared.config.settings import Settings
 from shared.core.errors import DownstreamUnavailable, InputDataError, NotAvailable, PermanentError
-from shared.jobs.aggregate_offload import build_request, offload, resume
 from shared.jobs.base import Completed, Continue
+from shared.jobs.offload.aggregate_spark import build_request, offload, resume
 from shared.spark.backends import backend_for
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.storage.clients import StorageClients

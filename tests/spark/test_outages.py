@@ -17,16 +17,16 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
-from shared.app.runtime import build_runtime
 from shared.config.settings import Settings
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, encode_json
 from shared.core.errors import RunAbandoned
 from shared.jobs import aggregate
-from shared.jobs.aggregate_offload import abandon, offload, resume
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
+from shared.jobs.offload.aggregate_spark import abandon, offload, resume
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.processing import process_message
+from shared.runtime.wiring import build_runtime
 from shared.spark.databricks import DatabricksBackend
 from shared.spark.fabric import FabricBackend
 from shared.spark.livy import LivyBackend

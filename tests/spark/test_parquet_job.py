@@ -22,8 +22,8 @@ from devstack.spark_cluster import SparkCluster
 from shared.aggregation import aggregate_stream, parse_aggregate_payload
 from shared.aggregation.parquet_path import BytesSpans
 from shared.core.errors import InputDataError
-from shared.jobs.aggregate_offload import offload
 from shared.jobs.base import Completed
+from shared.jobs.offload.aggregate_spark import offload
 from spark_jobs import aggregate_job as job
 from spark_jobs import aggregate_parquet, aggregate_partials
 from tests.spark.helpers import assert_rows_equal, follow, make_ctx, settings_for, storage_for, upload

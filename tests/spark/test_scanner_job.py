@@ -19,8 +19,8 @@ import pytest
 from devstack import datagen
 from devstack.azurite import Azurite
 from devstack.spark_cluster import SparkCluster
-from shared.jobs.aggregate_offload import offload
 from shared.jobs.base import Completed, Continue
+from shared.jobs.offload.aggregate_spark import offload
 from shared.spark.backends import make_backend
 from spark_jobs.aggregate_job import build_engine_zip
 from tests.spark.helpers import (

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from devstack.azurite import Azurite
-from shared.app.abandon import abandon_work
 from shared.core.errors import PermanentError
 from shared.jobs import aggregate
-from shared.jobs.aggregate_offload import offload, resume
 from shared.jobs.base import Completed, Continue
-from shared.jobs.spark_offload import slots_for
+from shared.jobs.offload.abandon import abandon_work
+from shared.jobs.offload.aggregate_spark import offload, resume
+from shared.jobs.offload.runs import slots_for
 from shared.spark.livy import LivyBackend
 from shared.spark.slots import Slots, is_free_for, lease_seconds
 from shared.storage.blob_documents import BlobDocuments

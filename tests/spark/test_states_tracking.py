@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 
 from shared.core.errors import PermanentError
-from shared.spark.http import retry_after_seconds, scrub
 from shared.spark.model import RunState, RunStatus
 from shared.spark.states import databricks_status, livy_status, standalone_status
 from shared.spark.tracking import (
@@ -26,6 +25,7 @@ from shared.spark.tracking import (
     resubmitted,
     with_cancelled,
 )
+from shared.spark.transport import retry_after_seconds, scrub
 
 LIMITS = Limits(
     max_submissions=3, poll_initial_s=10, poll_max_s=300, confirm_window_s=120, run_timeout_s=3600

@@ -9,9 +9,9 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
-from shared.app.runtime import build_runtime
 from shared.core.envelope import Envelope
 from shared.jobs import aggregate
+from shared.runtime.wiring import build_runtime
 from tests.integration.helpers import settings_for as app_settings_for
 from tests.otel_support import memory_telemetry, spans_of
 from tests.spark.fakes import FakeLivy

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import ledger
-from shared.app.runtime import Runtime
-from shared.config.observability import log_decision
 from shared.core import jsontext
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
@@ -22,12 +20,14 @@ from shared.indexes.audit import change_values
 from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console.job_archive import archived_bodies
 from shared.ledger import operator as ledger_operator
+from shared.observability.decisions import log_decision
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import submit, validate_request
 from shared.poison import bulk, parking
 from shared.poison.archive import LISTED_STATE, UNPARSED_PREFIX, edit_name, is_entry_name, set_state
 from shared.poison.purge import start_purge
 from shared.poison.replay import ReplayRefused, replay_edit, replay_jobs
+from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.console")
 MAX_BATCH = 50

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.ledger import POISON_DIGESTS_PARTIAL, ever_archived, history_events, poison_digests_of
 from shared.poison.archive import EDITS_PREFIX, JOBS_PREFIX, edit_name, entry_name
+from shared.runtime.wiring import Runtime
 
 LAST_EDIT = "last_edit_digest"
 

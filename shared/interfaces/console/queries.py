@@ -21,16 +21,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared import poison
-from shared.app.runtime import Runtime
 from shared.core import jsontext
-from shared.indexes import metrics
 from shared.indexes.entry_rows import EntryRow
 from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
 from shared.ledger.view import RecordView
+from shared.observability import overview_counters
 from shared.pipeline.gate import waiting_reason
 from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
-from shared.storage.errors import NotFound, translated
+from shared.runtime.wiring import Runtime
+from shared.storage.failures import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
 
 PAGE_SIZE = 50
@@ -52,11 +52,13 @@ def queue_depth(rt: Runtime, name: str) -> int | None:
 def overview(rt: Runtime) -> dict[str, Any]:
     """Queue depths and the last hour's counters from every instance."""
     now = rt.clock()
-    own = metrics.installed_instance()
-    hours = metrics.hours_to_read(now)
-    docs: list[Mapping[str, Any]] = [metrics.RECORDER.document(hour, own) for hour in hours] if own else []
+    own = overview_counters.installed_instance()
+    hours = overview_counters.hours_to_read(now)
+    docs: list[Mapping[str, Any]] = (
+        [overview_counters.RECORDER.document(hour, own) for hour in hours] if own else []
+    )
     docs.extend(rt.counter_store().read(hours, own))
-    figures = metrics.merge(docs, now)
+    figures = overview_counters.merge(docs, now)
     figures["depth"] = {
         "jobs": queue_depth(rt, rt.settings.jobs_queue),
         "poison": queue_depth(rt, rt.settings.poison_queue),

@@ -19,11 +19,9 @@ from urllib.parse import quote, urlsplit
 
 import azure.functions as func
 
-from shared.app.runtime import Runtime, get_runtime
 from shared.core import jsontext
 from shared.core.envelope import ID_RE
 from shared.core.errors import SettingsError, StorageThrottled
-from shared.indexes import metrics
 from shared.interfaces import api
 from shared.interfaces.console import actions, pages, queries
 from shared.interfaces.console.assets import CSP
@@ -42,8 +40,10 @@ from shared.interfaces.console.security import (
     set_cookie,
     token_refusal,
 )
+from shared.observability import overview_counters
 from shared.poison import bulk
-from shared.storage.errors import StorageError, failure_name, translated
+from shared.runtime.wiring import Runtime, get_runtime
+from shared.storage.failures import StorageError, failure_name, translated
 
 log = logging.getLogger("jobs.console")
 SAFE_HEADERS = {
@@ -164,9 +164,11 @@ def _get(call: Call) -> func.HttpResponse:
     parts = call.path.split("/") if call.path else []
     params = call.req.params
     if not parts:
-        return _html(call, "Overview", pages.overview_page(queries.overview(rt), metrics.LATENCY_BOUNDS_S))
+        return _html(
+            call, "Overview", pages.overview_page(queries.overview(rt), overview_counters.LATENCY_BOUNDS_S)
+        )
     if parts == ["fragment", "overview"]:
-        body = pages.overview_fragment(queries.overview(rt), metrics.LATENCY_BOUNDS_S)
+        body = pages.overview_fragment(queries.overview(rt), overview_counters.LATENCY_BOUNDS_S)
         return func.HttpResponse(body, status_code=200, mimetype="text/html")
     if parts[0] == "data":
         return _data(rt, parts[1:], params)

@@ -22,7 +22,7 @@ from shared.core.errors import PayloadError
 from shared.jobs.aggregate import choose_engine, spark_takes_over
 from shared.jobs.aggregate_output import write_data_result
 from shared.jobs.base import Completed
-from shared.storage.errors import StorageError
+from shared.storage.failures import StorageError
 from shared.storage.staged import StagedBlobWriter, block_id
 from tests.fakes.storage import MemoryStorage
 from tests.unit.aggregation.aggregate_support import ctx_on

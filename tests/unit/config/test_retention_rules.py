@@ -19,7 +19,7 @@ from shared.indexes import entry_rows as entry_index
 from shared.indexes.entry_rows import EntryState
 from shared.ledger import Facts
 from shared.ledger import view as ledger_view
-from shared.pipeline.retention import ENTRY_STATES, DocumentTarget, apply
+from shared.pipeline.retention_sweep import ENTRY_STATES, DocumentTarget, apply
 from shared.poison import archive
 from shared.poison.parking import parked_ttl_s
 from shared.storage.memory_documents import MemoryDocuments

@@ -443,8 +443,8 @@ def test_table_service_client_uses_the_table_endpoint_and_the_identity() -> None
 
 def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> None:
     """The indexes are not optional: a connection naming no Table service fails at start."""
-    from shared.app.runtime import Runtime
     from shared.core.errors import SettingsError
+    from shared.runtime.wiring import Runtime
     from shared.storage.clients import StorageClients
 
     settings = Settings.from_env(

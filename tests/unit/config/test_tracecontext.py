@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from shared.config import tracing
 from shared.core.envelope import encode_json, parse_dict
 from shared.core.errors import EnvelopeError
 from shared.core.tracecontext import trace_id_of, traceparent_problem, tracestate_problem
+from shared.observability import tracing
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

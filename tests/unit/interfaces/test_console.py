@@ -17,7 +17,6 @@ from shared import ledger
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope
 from shared.core.errors import SettingsError
-from shared.indexes import metrics
 from shared.indexes.counters import TableCounters
 from shared.interfaces.console import queries
 from shared.interfaces.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
@@ -44,6 +43,7 @@ from shared.jobs import noop, testing
 from shared.ledger import Facts
 from shared.ledger import operator as ledger_operator
 from shared.ledger import view as ledger_view
+from shared.observability import overview_counters
 from shared.storage.memory_documents import MemoryDocuments
 from tests.fakes.storage import MemoryStorage
 
@@ -264,7 +264,7 @@ def test_ledger_writes_carry_the_listing_metadata() -> None:
 
 def test_counters_cost_no_storage_request_per_message_and_flush_once_per_changed_hour() -> None:
     clock = [NOW]
-    recorder = metrics.Recorder(clock=lambda: clock[0])
+    recorder = overview_counters.Recorder(clock=lambda: clock[0])
     ops: list[str] = []
 
     def note(op: str, name: str) -> None:
@@ -277,13 +277,13 @@ def test_counters_cost_no_storage_request_per_message_and_flush_once_per_changed
     recorder.on_decision("poisoned", {})
     recorder.on_decision("claimed", {})
     assert ops == []
-    assert recorder.flush(metrics.BlobCounters(store), "host:1") == 1 and ops == ["docs.upsert"]
-    assert recorder.flush(metrics.BlobCounters(store), "host:1") == 0 and len(ops) == 1
-    doc = store.read(metrics.blob_name("2026-11-24T12", "host:1"))
+    assert recorder.flush(overview_counters.BlobCounters(store), "host:1") == 1 and ops == ["docs.upsert"]
+    assert recorder.flush(overview_counters.BlobCounters(store), "host:1") == 0 and len(ops) == 1
+    doc = store.read(overview_counters.blob_name("2026-11-24T12", "host:1"))
     assert doc is not None
     minute = doc.data["minutes"]["2026-11-24T12:30"]
     assert (minute["completed"], minute["retried"], minute["poisoned"]) == (1000, 1, 1)
-    figures = metrics.merge([doc.data], NOW + timedelta(seconds=30))
+    figures = overview_counters.merge([doc.data], NOW + timedelta(seconds=30))
     assert figures["series"]["completed"][-1] == 1000 and figures["latency_p50_s"] == 0.25
     assert figures["latency_p95_s"] == 60.0
 
@@ -305,10 +305,10 @@ def test_merge_sums_instances_and_counts_in_flight_from_the_latest_recent_docume
         doc("b", NOW - timedelta(minutes=10), 4, "2026-11-24T12:20", 1),  # gone quiet: in flight unknown
         doc("c", NOW, 1, "2026-11-24T10:00", 7),  # outside the hour
     ]
-    figures = metrics.merge(docs, NOW)
+    figures = overview_counters.merge(docs, NOW)
     assert sum(figures["series"]["completed"]) == 8 and figures["in_flight"] == 4
     assert figures["latency_hist"][0] == 8
-    assert metrics.hours_to_read(NOW) == ["2026-11-24T11", "2026-11-24T12"]
+    assert overview_counters.hours_to_read(NOW) == ["2026-11-24T11", "2026-11-24T12"]
 
 
 def test_damaged_counter_documents_count_nothing_and_never_fail_the_overview() -> None:
@@ -328,23 +328,29 @@ def test_damaged_counter_documents_count_nothing_and_never_fail_the_overview() -
         {"written_at": "2026-11-24T12:29:00", "instance": "c", "in_flight": 5},  # no zone
         {"written_at": 12, "in_flight": [1]},
     ]
-    assert metrics.merge([good, *damaged], NOW) == metrics.merge([good], NOW)
-    assert metrics.merge([good], NOW)["in_flight"] == 2
+    assert overview_counters.merge([good, *damaged], NOW) == overview_counters.merge([good], NOW)
+    assert overview_counters.merge([good], NOW)["in_flight"] == 2
 
     counters = TableCounters(MemoryStorage().table_service(), "metrics", MemoryDocuments(lambda: NOW))
     counters.write("2026-11-24T12", "a", good)
     for i, text in enumerate(["", "{", "[" * 30_000, "[1]", json.dumps("x")]):
         counters.table.upsert_entity({"PartitionKey": "2026-11-24T12", "RowKey": f"bad{i}", "doc": text})
-    docs = counters.read(metrics.hours_to_read(NOW), None)
+    docs = counters.read(overview_counters.hours_to_read(NOW), None)
     assert docs == [good]
 
 
 def test_latency_bins_and_percentiles() -> None:
-    assert metrics.bin_index(0.05) == 0 and metrics.bin_index(0.1) == 0 and metrics.bin_index(7200) == 13
-    assert metrics.percentile([0] * 14, 0.5) is None
+    assert (
+        overview_counters.bin_index(0.05) == 0
+        and overview_counters.bin_index(0.1) == 0
+        and overview_counters.bin_index(7200) == 13
+    )
+    assert overview_counters.percentile([0] * 14, 0.5) is None
     hist = [0] * 14
     hist[3], hist[13] = 90, 10
-    assert metrics.percentile(hist, 0.5) == 1.0 and metrics.percentile(hist, 0.95) == float("inf")
+    assert overview_counters.percentile(hist, 0.5) == 1.0 and overview_counters.percentile(
+        hist, 0.95
+    ) == float("inf")
 
 
 def test_charts_are_inline_svg_with_their_totals() -> None:
@@ -352,7 +358,7 @@ def test_charts_are_inline_svg_with_their_totals() -> None:
     assert "<svg" in html and "data-total='3'" in html and "data-total='5'" in html and "http" not in html
     frag = overview_fragment(
         {"depth": {"jobs": 4}, "latency_hist": [1] * 14, "minutes": [], "series": {}},
-        metrics.LATENCY_BOUNDS_S,
+        overview_counters.LATENCY_BOUNDS_S,
     )
     assert "jobs queue<b>4</b>" in frag and frag.count("class=bar") == 14
 
@@ -403,7 +409,7 @@ def test_edited_is_recorded_only_on_a_poisoned_job_then_replayed_in_one_write() 
 
 
 def test_jobs_in_flight_are_counted_while_a_delivery_runs() -> None:
-    recorder = metrics.Recorder(clock=lambda: NOW)
+    recorder = overview_counters.Recorder(clock=lambda: NOW)
     with recorder.running(), recorder.running():
         assert recorder.document("2026-11-24T12", "i")["in_flight"] == 2
     with pytest.raises(RuntimeError), recorder.running():
@@ -471,14 +477,14 @@ def test_process_message_counts_itself_in_flight(monkeypatch: pytest.MonkeyPatch
     seen: list[int] = []
 
     def count_then_fail() -> None:
-        seen.append(metrics.RECORDER.in_flight)
+        seen.append(overview_counters.RECORDER.in_flight)
         raise ZeroDivisionError("no runtime in this test")
 
     monkeypatch.setattr(processing, "get_runtime", count_then_fail)
-    before = metrics.RECORDER.in_flight
+    before = overview_counters.RECORDER.in_flight
     with pytest.raises(ZeroDivisionError):
         processing.process_message(SimpleNamespace(id="m", dequeue_count=1, get_body=lambda: b"{}"))
-    assert seen == [before + 1] and metrics.RECORDER.in_flight == before
+    assert seen == [before + 1] and overview_counters.RECORDER.in_flight == before
 
 
 def test_counter_blobs_older_than_the_retention_are_pruned_and_recent_ones_kept() -> None:
@@ -487,15 +493,16 @@ def test_counter_blobs_older_than_the_retention_are_pruned_and_recent_ones_kept(
     gone_hours = ["2026-11-22T11", "2026-11-01T00"]
     for hour in kept_hours + gone_hours:
         for instance in ("host:1", "host:2"):
-            store.upsert(metrics.blob_name(hour, instance), {"hour": hour})
+            store.upsert(overview_counters.blob_name(hour, instance), {"hour": hour})
     store.upsert("jobs/a/1.json", {"other": "archive entry"})  # not a counter blob: never touched
-    assert metrics.prune(store, NOW) == 4
+    assert overview_counters.prune(store, NOW) == 4
     left = sorted(name for name, _ in store.names(""))
     assert left == sorted(
-        ["jobs/a/1.json"] + [metrics.blob_name(h, i) for h in kept_hours for i in ("host:1", "host:2")]
+        ["jobs/a/1.json"]
+        + [overview_counters.blob_name(h, i) for h in kept_hours for i in ("host:1", "host:2")]
     )
-    assert metrics.prune(store, NOW) == 0
-    assert metrics.expired(["console/metrics/x", "other/2026-01-01T00/a.json"], NOW) == []
+    assert overview_counters.prune(store, NOW) == 0
+    assert overview_counters.expired(["console/metrics/x", "other/2026-01-01T00/a.json"], NOW) == []
 
 
 def test_every_console_answer_carries_the_security_headers(monkeypatch: pytest.MonkeyPatch) -> None:

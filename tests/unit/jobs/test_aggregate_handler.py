@@ -176,17 +176,19 @@ def test_spark_without_backend_is_not_available() -> None:
 
 
 def test_auto_over_threshold_is_offloaded_to_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    import shared.jobs.aggregate_offload
+    import shared.jobs.offload.aggregate_spark
     from shared.jobs.base import Continue
 
     calls: list[str] = []
     monkeypatch.setattr(
-        shared.jobs.aggregate_offload,
+        shared.jobs.offload.aggregate_spark,
         "offload",
         lambda ctx, spec, reason: recorded(calls, f"offload:{reason}", Continue({}, 3)),
     )
     monkeypatch.setattr(
-        shared.jobs.aggregate_offload, "resume", lambda ctx, spec: recorded(calls, "resume", Continue({}, 3))
+        shared.jobs.offload.aggregate_spark,
+        "resume",
+        lambda ctx, spec: recorded(calls, "resume", Continue({}, 3)),
     )
     service = FakeService({("data", "sales.csv"): b"k,v\n" + b"a,1\n" * 100})
     settings = make_settings("standalone", threshold=100)
@@ -329,13 +331,13 @@ def test_over_max_groups_without_spark_is_a_permanent_error() -> None:
 def test_over_max_groups_goes_to_spark_when_it_may(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    import shared.jobs.aggregate_offload
+    import shared.jobs.offload.aggregate_spark
     from shared.core.errors import LimitExceeded
     from shared.jobs.base import Continue
 
     calls: list[str] = []
     monkeypatch.setattr(
-        shared.jobs.aggregate_offload,
+        shared.jobs.offload.aggregate_spark,
         "offload",
         lambda ctx, spec, reason: recorded(calls, reason, Continue({"reason": reason}, 3)),
     )

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from shared.app.sending import send_job
 from shared.config.settings import Settings
 from shared.core.backoff import RetryPolicy
 from shared.core.envelope import parse_dict
@@ -21,6 +20,7 @@ from shared.jobs.base import Completed, JobContext, Outcome, deadline_margin, id
 from shared.jobs.kinds import configure_kinds
 from shared.ledger import Facts
 from shared.ledger.operator import replayed
+from shared.runtime.sending import send_job
 from tests.handlerkit import Kit, drain, kit_runtime, run_handler, submit_job
 
 

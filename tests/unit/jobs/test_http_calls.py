@@ -101,8 +101,8 @@ def test_a_hung_call_is_noted_as_a_timeout_then_the_answer(receiver: Receiver) -
 
 def test_the_happy_path_notes_cost_no_storage_request(receiver: Receiver) -> None:
     """The same count as without notes: claim, result, complete, the jobs index's entry."""
-    from shared.app.sending import send_job
     from shared.core.envelope import parse_dict
+    from shared.runtime.sending import send_job
 
     kit = kit_runtime(**ALLOW)
     for job in ("warm-up", "happy-1"):

@@ -154,8 +154,8 @@ def test_a_large_body_is_kept_in_a_blob_beside_the_result(receiver: Receiver) ->
 def test_the_happy_path_takes_four_storage_requests_a_job(receiver: Receiver) -> None:
     """claim, result, complete and the jobs index's entry; the queue's receive and delete are
     the host's. The envelope goes straight onto the queue, as a producer that sends its own does."""
-    from shared.app.sending import send_job
     from shared.core.envelope import parse_dict
+    from shared.runtime.sending import send_job
 
     kit = kit_runtime(**ALLOW)
     for job in ("warm-up", "happy-1"):  # the first job of a day also creates the index's table

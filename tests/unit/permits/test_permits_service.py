@@ -124,6 +124,7 @@ def test_a_killed_holders_permit_is_back_within_one_lease(world) -> None:  # typ
     assert parking.due() == []
     clock.s = waiting.delay_s
     (msg,) = parking.due()
+    assert msg.body == "body-1"
     assert isinstance(live.permits.acquire([limit], ticket(1)), Hold)
     assert waiting.delay_s <= 60
 

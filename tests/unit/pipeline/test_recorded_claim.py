@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.app.sending import send_job
 from shared.core.envelope import parse_dict
 from shared.core.errors import EnvelopeError
+from shared.runtime.sending import send_job
 from tests.handlerkit import drain, kit_runtime, submit_job
 
 

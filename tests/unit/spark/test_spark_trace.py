@@ -10,7 +10,7 @@ from typing import Any, cast
 from opentelemetry import trace
 
 from shared.config.settings import Settings
-from shared.jobs.aggregate_offload import build_request
+from shared.jobs.offload.aggregate_spark import build_request
 from shared.net.client import HttpClient
 from spark_jobs import aggregate_job
 from tests.handlerkit import Receiver

@@ -341,8 +341,8 @@ def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> 
     import logging
 
     from shared.core.errors import InputRefused
-    from shared.jobs.aggregate_offload import offload
     from shared.jobs.base import JobContext
+    from shared.jobs.offload.aggregate_spark import offload
 
     spark_env = {
         "SPARK_BACKEND": "standalone",

@@ -15,7 +15,7 @@ from azure.storage.blob import StorageErrorCode as BlobCode
 from azure.storage.queue import StorageErrorCode as QueueCode
 
 from shared.core.errors import StorageThrottled, TransientError
-from shared.storage.errors import (
+from shared.storage.failures import (
     GONE_MESSAGE_CODES,
     AlreadyExists,
     ConditionFailed,

@@ -16,12 +16,28 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
-from shared.app.runtime import Runtime, get_runtime
-from shared.config import job_metrics
-from shared.storage.errors import NotFound, translated
+from shared.config.settings import Settings
+from shared.core.timers import Clock
+from shared.observability import job_metrics
+from shared.spark.slots import run_slots
+from shared.storage.blob_documents import BlobDocuments
+from shared.storage.clients import StorageClients
+from shared.storage.failures import NotFound, translated
 
 log = logging.getLogger("jobs.metrics")
+
+
+class Sampled(Protocol):
+    """What a sample reads: the process's runtime (shared.runtime.wiring.Runtime) has it."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def storage(self) -> StorageClients: ...
+    @property
+    def clock(self) -> Clock: ...
 
 
 @dataclass(frozen=True)
@@ -39,7 +55,7 @@ def oldest_age(inserted: Iterable[datetime | None], now: datetime) -> float:
     return max(0.0, max(ages)) if ages else 0.0
 
 
-def sample_queue(rt: Runtime, role: str, name: str) -> QueueSample:
+def sample_queue(rt: Sampled, role: str, name: str) -> QueueSample:
     """One queue: its properties, and a peek at its first message when it is not empty."""
     client = rt.storage.raw_queue(name)
     try:
@@ -56,7 +72,7 @@ def _inserted(msg: object) -> datetime | None:
     return value if isinstance(value, datetime) and value.tzinfo is not None else None
 
 
-def sample(rt: Runtime, clock: Callable[[], float] = time.time) -> list[QueueSample]:
+def sample(rt: Sampled, clock: Callable[[], float] = time.time) -> list[QueueSample]:
     """Sample the three queues and the Spark slots; set the gauges. Returns the queue samples."""
     settings = rt.settings
     roles = (
@@ -69,18 +85,18 @@ def sample(rt: Runtime, clock: Callable[[], float] = time.time) -> list[QueueSam
         if s.depth is not None:
             job_metrics.queue_sample(s.queue, s.depth, s.oldest_age_s)
     if settings.spark.max_concurrent_runs > 0:
-        from shared.jobs.spark_offload import slots_for
-
-        since = slots_for(settings, rt.storage).held_since()
+        store = BlobDocuments(rt.storage.container(settings.ledger_container))  # where the offload keeps them
+        since = run_slots(store, settings.spark).held_since()
         now = clock()
         job_metrics.spark_sample(len(since), max((now - t for t in since), default=0.0))
     return samples
 
 
-def on_timer() -> None:
-    """The `sample_queues` timer's body: a failed sample is logged, the next one tries again."""
+def on_timer(runtime: Callable[[], Sampled]) -> None:
+    """The `sample_queues` timer's body (`runtime`: the process's, built on first use): a failed
+    sample is logged, the next one tries again."""
     try:
-        samples = sample(get_runtime())
+        samples = sample(runtime())
     except Exception as exc:
         log.warning("queue metrics: sample failed (%s); the next run tries again", exc.__class__.__name__)
         return

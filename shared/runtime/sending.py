@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared.app.runtime import Runtime
 from shared.core.envelope import Envelope, encode_json
 from shared.core.messages import NEVER_EXPIRE
-from shared.storage.errors import translated
+from shared.runtime.wiring import Runtime
+from shared.storage.failures import translated
 
 
 def send_job(rt: Runtime, env: Envelope, delay_s: int = 0) -> None:

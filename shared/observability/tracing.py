@@ -12,7 +12,7 @@
   Errors are named by their class only.
 
 Spans go to whatever tracer provider the process has (Azure Monitor and/or OTLP, see
-shared/config/telemetry.py); without one they cost a context lookup and nothing is recorded. No
+shared/observability/telemetry.py); without one they cost a context lookup and nothing is recorded. No
 storage request is made here.
 """
 
@@ -29,9 +29,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from shared.config.observability import add_listener
 from shared.core.envelope import Envelope
 from shared.core.tracecontext import traceparent_problem, tracestate_problem
+from shared.observability.decisions import add_listener
 
 __all__ = [
     "OUTCOME_SPANS",

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from shared.config.observability import add_listener
 from shared.core.documents import DocumentStore
 from shared.core.envelope import isoformat, utcnow
+from shared.observability.decisions import add_listener
 
 log = logging.getLogger("jobs.console.metrics")
 

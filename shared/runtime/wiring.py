@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING
 
 from shared.config.platform import in_azure
 from shared.config.settings import Settings
-from shared.config.telemetry import configure_telemetry
 from shared.core.backoff import RetryPolicy
 from shared.core.documents import DocumentStore
 from shared.core.errors import SettingsError
 from shared.core.messages import MessageQueue, QueueSender
 from shared.core.timers import Clock, ThreadTimers, Timers, system_clock
-from shared.indexes import metrics
 from shared.indexes.audit import SUFFIX as AUDIT_SUFFIX
 from shared.indexes.audit import AuditLog
 from shared.indexes.counters import SUFFIX as METRICS_SUFFIX
@@ -35,6 +33,8 @@ from shared.jobs.base import Handler
 from shared.jobs.kinds import app_policy, configure_kinds
 from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
+from shared.observability import overview_counters
+from shared.observability.telemetry import configure_telemetry
 from shared.permits.parking import QueueParking
 from shared.permits.service import Permits
 from shared.permits.settings import PermitSettings, read_permit_settings
@@ -71,7 +71,7 @@ class Runtime:
     """The poison archive's index (Table storage): its pages, replay and purge."""
     audit: AuditLog
     """The audit of operator actions (Table storage)."""
-    counters: metrics.CounterStore
+    counters: overview_counters.CounterStore
     """The overview's counters (Table storage)."""
     clock: Clock = system_clock
     timers: Timers = field(default_factory=ThreadTimers)
@@ -113,7 +113,9 @@ class Runtime:
         )
         archive = BlobDocuments(storage.container(settings.poison_archive_container))
         job_index, entry_index, audit, counters = indexes(settings, tables, archive)
-        permit_settings = read_permit_settings(settings.source, settings.jobs_queue)
+        permit_settings = read_permit_settings(
+            settings.source, settings.jobs_queue, {q.name: q.max_concurrent for q in settings.queue_set}
+        )
         return cls(
             settings=settings,
             storage=storage,
@@ -132,7 +134,7 @@ class Runtime:
             permit_store=blob_permit_store(storage.container(permit_settings.container)),
         )
 
-    def counter_store(self) -> metrics.CounterStore:
+    def counter_store(self) -> overview_counters.CounterStore:
         """Where the overview's counters are kept."""
         return self.counters
 
@@ -181,13 +183,13 @@ def build_runtime(
         ensure_console_resources(runtime)
     if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
         # console counters: flushed on a timer, never per message
-        metrics.install(runtime.counter_store(), instance)
+        overview_counters.install(runtime.counter_store(), instance)
     return runtime
 
 
 def ensure_console_resources(rt: Runtime) -> None:
     """The entry index's table and the bulk operations' queue (start-up, never per message)."""
-    from shared.storage.errors import AlreadyExists, StorageError, failure_name, translated
+    from shared.storage.failures import AlreadyExists, StorageError, failure_name, translated
 
     try:
         with translated("creating the console's resources"):

@@ -28,7 +28,6 @@ from typing import Protocol
 
 from azure.storage.blob import ContainerClient
 
-from shared.app.runtime import Runtime, get_runtime
 from shared.config.retention import Rule, day_tables_last_due, due_day_tables, entry_rows_cutoff
 from shared.core.documents import DocumentStore, TagQuery
 from shared.indexes.entries import EntryIndex
@@ -36,7 +35,8 @@ from shared.indexes.entry_rows import Pruned
 from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
-from shared.storage.errors import ConditionFailed, NotFound, StorageError, failure_name, translated
+from shared.runtime.wiring import Runtime, get_runtime
+from shared.storage.failures import ConditionFailed, NotFound, StorageError, failure_name, translated
 
 log = logging.getLogger("jobs.retention")
 PAGE = 500

@@ -1,6 +1,6 @@
 """The job metrics operators alert on, through OpenTelemetry (issue 36).
 
-Counted in memory from the decisions every process logs (`shared.config.observability`
+Counted in memory from the decisions every process logs (`shared.observability.decisions`
 listeners), exported by whatever meter provider the process has (Azure Monitor: customMetrics;
 OTLP): no storage request per message. Names and attributes (no job id: one series per kind):
 
@@ -10,7 +10,7 @@ OTLP): no storage request per message. Names and attributes (no job id: one seri
 - `jobs.retries` {job.kind}; `jobs.poisoned` {job.kind, job.reason_code};
 - `jobs.takeovers` {job.kind}: claims over a dead run; `jobs.recoveries`: ended claims re-sent;
 - `jobs.queue.depth` / `jobs.queue.oldest_age` (s) {queue: jobs | poison | parked}: sampled by the
-  `sample_queues` timer (shared/app/queue_metrics.py);
+  `sample_queues` timer (shared/observability/queue_metrics.py);
 - `jobs.spark.runs_in_flight` / `jobs.spark.oldest_run_age` (s): from the same sample.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from shared.config import tracing
-from shared.config.observability import add_listener
+from shared.observability import tracing
+from shared.observability.decisions import add_listener
 
 METER_NAME = "jobs"
 NOT_DELIVERIES = frozenset(

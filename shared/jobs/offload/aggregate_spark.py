@@ -1,6 +1,6 @@
 """The aggregate kind on Spark: what is submitted (spark_jobs/aggregate_job.py and its arguments)
 and how its outcome is read back (the result document and error report of
-`shared.aggregation.result`). The tracking itself is `shared.jobs.spark_offload`.
+`shared.aggregation.result`). The tracking itself is `shared.jobs.offload.runs`.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from azure.storage.blob import BlobClient, ContainerClient
 
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.output import DATA_FORMATS
-from shared.config import tracing
 from shared.config.settings import Settings
 from shared.core import jsontext
 from shared.core.errors import InputRefused
-from shared.jobs import spark_offload as tracking
 from shared.jobs.base import Completed, JobContext, Outcome
-from shared.jobs.spark_storage import job_storage
+from shared.jobs.offload import runs as tracking
+from shared.jobs.offload.spark_storage import job_storage
+from shared.observability import tracing
 from shared.spark.model import RunError, SparkBackend, SparkJobRequest
 from shared.storage.clients import StorageClients
-from shared.storage.errors import NotFound, translated
+from shared.storage.failures import NotFound, translated
 from shared.storage.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
 
 ERROR_MAX_BYTES: Final = 1024 * 1024
@@ -80,7 +80,7 @@ def build_request(ctx: JobContext, submission: int) -> SparkJobRequest:
 
 
 class AggregateWork:
-    """`shared.jobs.spark_offload.OffloadWork` for aggregate jobs."""
+    """`shared.jobs.offload.runs.OffloadWork` for aggregate jobs."""
 
     def request(self, ctx: JobContext, submission: int) -> SparkJobRequest:
         return build_request(ctx, submission)

@@ -31,9 +31,8 @@ from shared.core.errors import (
 )
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.spark.backends import backend_for
-from shared.spark.http import step_budget
 from shared.spark.model import RunError, RunStatus, SparkBackend, SparkJobRequest, Submission
-from shared.spark.slots import Slots, lease_seconds
+from shared.spark.slots import Slots, run_slots
 from shared.spark.tracking import (
     Decision,
     GiveUp,
@@ -51,6 +50,7 @@ from shared.spark.tracking import (
     resubmitted,
     with_cancelled,
 )
+from shared.spark.transport import step_budget
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients
 
@@ -69,7 +69,7 @@ def limits_for(settings: Settings) -> Limits:
 
 
 class OffloadWork(Protocol):
-    """What a job kind offloads and how its outcome is read (`shared.jobs.aggregate_offload`)."""
+    """What a job kind offloads and how its outcome is read (`shared.jobs.offload.aggregate_spark`)."""
 
     def request(self, ctx: JobContext, submission: int) -> SparkJobRequest:
         """Submission number `submission` of this job (name unique per job and submission)."""
@@ -131,9 +131,7 @@ def abandon(
 
 def slots_for(settings: Settings, storage: StorageClients) -> Slots:
     """The SPARK_MAX_CONCURRENT_RUNS slots, kept in the ledger container."""
-    spark = settings.spark
-    store = BlobDocuments(storage.container(settings.ledger_container))
-    return Slots(store, spark.max_concurrent_runs, lease_seconds(spark.poll_max_s, spark.step_budget_s))
+    return run_slots(BlobDocuments(storage.container(settings.ledger_container)), settings.spark)
 
 
 def _release_slot(

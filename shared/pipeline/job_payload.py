@@ -6,11 +6,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from shared.app.runtime import Runtime
 from shared.core import jsontext
 from shared.core.envelope import Envelope
 from shared.core.errors import EnvelopeError, InputMissing, LimitExceeded
-from shared.storage.errors import NotFound, translated
+from shared.runtime.wiring import Runtime
+from shared.storage.failures import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from shared.app.queue_metrics import oldest_age
+from shared.observability.queue_metrics import oldest_age
 from shared.spark.slots import Slots
 from shared.storage.memory_documents import MemoryDocuments
 
