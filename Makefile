@@ -70,10 +70,11 @@ bench: install $(BENCH_STAMP)  ## benchmarks: prints tables, saves JSON under be
 
 FUZZ_SECONDS ?= 180
 FUZZ_DIR := build/fuzz
-# The sanitized build is a plain one (AGGKERNEL_PGO=0): no training run under the sanitizers.
+# The sanitized build is a plain one (AGGKERNEL_PGO=0): no training run under the sanitizers, and
+# -fno-wrapv after Python's -fwrapv, so that UBSan sees a signed overflow instead of a wrap.
 fuzz: $(STAMP)  ## differential fuzz of the scanner vs the Python path, scanner under ASan + UBSan (FUZZ_SECONDS=180)
 	rm -rf $(FUZZ_DIR) && mkdir -p $(FUZZ_DIR)
-	cd native && AGGKERNEL_PGO=0 CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	cd native && AGGKERNEL_PGO=0 CFLAGS="-O1 -g -fno-wrapv -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 		LDFLAGS="-fsanitize=address,undefined" ../$(PY) setup.py -q build_ext --build-temp ../$(FUZZ_DIR)/tmp --build-lib ../$(FUZZ_DIR)/lib
 	set -o pipefail; LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONMALLOC=malloc PYTHONPATH=$(FUZZ_DIR)/lib:. \

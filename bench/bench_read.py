@@ -25,7 +25,14 @@ best of 2 x --repeat each, the second pair at the end of the round):
 The job's run is compared with the fastest raw read (reader or obstore). The 1-minute load
 average is recorded before each input.
 
+Ratios are given twice: best against best, and the median of each round's own ratio (the two
+contenders side by side in that round; who goes first alternates). `--writers` adds the public NYC
+flights as the package ships them and as Polars and DuckDB write them (CSV, JSON lines:
+`bench/writers.py`), at each size: the job, Polars and the raw read only, each job's answer
+checked against Polars' (keys and counts exact, floats within 1e-9).
+
     python -m bench.bench_read                 # ~300 MB and 1 GB of wide CSV, narrow CSV, JSON lines
+    python -m bench.bench_read --writers       # ... and the flights as other tools write them
     python -m bench.bench_read --mb 20 --repeat 1   # quick (bench.run --quick)
 The machine is shared and noisy: read ratios taken side by side. Writes bench/out/read.json.
 """
@@ -36,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +59,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench import writers  # noqa: E402
 from bench.bench_aggregate import Case  # noqa: E402
 from devstack import datagen  # noqa: E402
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
@@ -104,7 +113,8 @@ def account(az: Azurite) -> dict[str, str]:
     return {"name": parts["AccountName"], "key": parts["AccountKey"], "endpoint": parts["BlobEndpoint"]}
 
 
-def polars_az(case: Case, acct: dict[str, str]) -> float:
+def polars_az(case: Case, acct: dict[str, str], answer: list[Any] | None = None) -> float:
+    """Polars' query over `az://`, seconds; its rows appended to `answer` when given."""
     import polars as pl
 
     options = {
@@ -120,13 +130,20 @@ def polars_az(case: Case, acct: dict[str, str]) -> float:
         frame = pl.scan_csv(url, null_values=["", "NA"], schema_overrides=types, storage_options=options)
     else:
         frame = pl.scan_ndjson(url, schema_overrides=types, storage_options=options)
-    frame.group_by(case.key).agg(
-        pl.len().alias("count"),
-        pl.col(case.mean).mean().alias("mean"),
-        pl.col(case.sum).sum().alias("sum"),
-        pl.col(case.max).max().alias("max"),
-    ).collect(engine="streaming")
-    return time.perf_counter() - start
+    rows = (
+        frame.group_by(case.key)
+        .agg(
+            pl.len().alias("count"),
+            pl.col(case.mean).mean().alias("mean"),
+            pl.col(case.sum).sum().alias("sum"),
+            pl.col(case.max).max().alias("max"),
+        )
+        .collect(engine="streaming")
+    )
+    elapsed = time.perf_counter() - start
+    if answer is not None:
+        answer.extend(rows.rows())
+    return elapsed
 
 
 def sdk_read(case: Case, az: Azurite) -> float:
@@ -244,7 +261,9 @@ def obstore_read(case: Case, acct: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def job(case: Case, host: HostProcess, az: Azurite, poll_s: float = 0.1) -> tuple[float, float]:
+def job(
+    case: Case, host: HostProcess, az: Azurite, poll_s: float = 0.1, ids: list[str] | None = None
+) -> tuple[float, float]:
     """POST the job, wait for its ledger record to say completed: (end to end, its duration_s).
 
     End to end is the record's `finished_at` (stamped by the worker just before its completing
@@ -260,6 +279,8 @@ def job(case: Case, host: HostProcess, az: Azurite, poll_s: float = 0.1) -> tupl
     ledger = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
     container = host.env.get("LEDGER_CONTAINER", "ledger")
     job_id = f"bench-{uuid.uuid4().hex[:12]}"
+    if ids is not None:
+        ids.append(job_id)
     payload = case.payload() | {"input": f"{CONTAINER}/{case.path.name}", "engine": "inline"}
     body = json.dumps({"id": job_id, "kind": "aggregate", "payload": payload}).encode()
     req = urllib.request.Request(
@@ -312,11 +333,15 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     cpu: dict[str, list[tuple[float, float, float, float]]] = {}
     durations: list[float] = []
     data = case.path.read_bytes()  # for the engine in memory: read once, untimed
-    for _ in range(repeat):  # interleaved: each round runs every contender once
+    rounds: list[tuple[float, float]] = []  # each round's (e2e / Polars, run / read) pair
+    for index in range(repeat):  # interleaved: each round runs every contender once
+        if index % 2:  # who goes first alternates
+            runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
         e2e, duration = job(case, host, az)
         runs.setdefault("job_e2e_s", []).append(e2e)
         durations.append(duration)
-        runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
+        if not index % 2:
+            runs.setdefault("polars_az_s", []).append(polars_az(case, acct))
         runs.setdefault("sdk_read_s", []).append(sdk_read(case, az))
         for variant in VARIANTS:
             suffix = f"_{variant}" if variant else ""
@@ -335,6 +360,8 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
         measured = with_cpu(lambda: reader_read(case, az), az)
         runs["reader_read_s"].append(measured[0])
         cpu["reader_read_s"].append(measured)
+        read = min(runs["reader_read_s"][-2:] + runs.get("obstore_read_s", [])[-1:])
+        rounds.append((runs["polars_az_s"][-1] / e2e, min(durations[-2:]) / read))
     del data
     out: dict[str, Any] = {"load_avg_1m": load}
     out |= {k: round(min(v), 3) for k, v in runs.items()}
@@ -344,6 +371,9 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     out["fastest_read_s"] = fastest
     out["job_vs_polars"] = round(out["polars_az_s"] / out["job_e2e_s"], 2)
     out["run_vs_read"] = round(out["job_run_s"] / fastest, 2)
+    out["job_vs_polars_rounds"] = [round(r[0], 2) for r in rounds]
+    out["job_vs_polars_median"] = round(statistics.median(r[0] for r in rounds), 2)
+    out["run_vs_read_median"] = round(statistics.median(r[1] for r in rounds), 2)
     out["inproc_vs_read"] = round(out["inproc_s"] / fastest, 2)
     out["memory_vs_read"] = round(out["in_memory_s"] / fastest, 2)
     out["sdk_vs_reader"] = round(out["sdk_read_s"] / out["reader_read_s"], 2)
@@ -372,6 +402,72 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, with_obstor
     return out
 
 
+def same_answer(case: Case, job_rows: list[dict[str, Any]], polars_rows: list[Any]) -> None:
+    """The job's rows equal Polars' (keys and counts exact, floats within 1e-9), or AssertionError."""
+    ours = {row[case.key]: (row["count"], row["mean"], row["sum"], row["max"]) for row in job_rows}
+    theirs = {row[0]: tuple(row[1:]) for row in polars_rows}
+    assert ours.keys() == theirs.keys(), f"{case.name}: keys differ"
+    for key, (count, *floats) in theirs.items():
+        mine = ours[key]
+        assert mine[0] == count, f"{case.name}: count of {key!r} {mine[0]} != {count}"
+        for a, b in zip(mine[1:], floats, strict=True):
+            assert (a is None and b is None) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (
+                f"{case.name}: {key!r} {mine} != {count, *floats}"
+            )
+
+
+def job_rows(az: Azurite, host: HostProcess, job_id: str) -> list[dict[str, Any]]:
+    from azure.storage.blob import BlobServiceClient
+
+    from shared.blobio.reader import reader_for
+
+    ledger = reader_for(BlobServiceClient.from_connection_string(az.connection_string))
+    container = host.env.get("RESULTS_CONTAINER", "results")
+    rows: list[dict[str, Any]] = json.loads(ledger.read_range(container, f"{job_id}.json", 0, 1 << 24))[
+        "rows"
+    ]
+    return rows
+
+
+def measure_lean(case: Case, az: Azurite, host: HostProcess, repeat: int) -> dict[str, Any]:
+    """The job, Polars over az:// and the reader's raw read, interleaved (who goes first
+    alternates); the job's answer checked against Polars'."""
+    acct = account(az)
+    out: dict[str, Any] = {"load_avg_1m": round(os.getloadavg()[0], 2)}
+    e2e: list[float] = []
+    runs: list[float] = []
+    polars: list[float] = []
+    reads: list[float] = []
+    ids: list[str] = []
+    answer: list[Any] = []
+    for index in range(repeat):
+        if index % 2:
+            polars.append(polars_az(case, acct))
+        took, duration = job(case, host, az, poll_s=0.5, ids=ids)
+        e2e.append(took)
+        runs.append(duration)
+        if not index % 2:
+            polars.append(polars_az(case, acct, answer if index == 0 else None))
+        reads.append(reader_read(case, az))
+    same_answer(case, job_rows(az, host, ids[0]), answer)
+    out |= {
+        "file_mb": round(case.path.stat().st_size / 1e6, 1),
+        "job_e2e_s": round(min(e2e), 3),
+        "job_run_s": round(min(runs), 3),
+        "polars_az_s": round(min(polars), 3),
+        "reader_read_s": round(min(reads), 3),
+        "job_vs_polars": round(min(polars) / min(e2e), 2),
+        "run_vs_read": round(min(runs) / min(reads), 2),
+        "job_vs_polars_rounds": [round(p / e, 2) for p, e in zip(polars, e2e, strict=True)],
+        "job_vs_polars_median": round(statistics.median(p / e for p, e in zip(polars, e2e, strict=True)), 2),
+        "run_vs_read_median": round(statistics.median(r / d for r, d in zip(runs, reads, strict=True)), 2),
+        "answer": "equal to Polars'",
+    }
+    if out["file_mb"] >= 900:
+        out |= memory(case, az)
+    return out
+
+
 def has_obstore() -> bool:
     try:
         import obstore  # noqa: F401
@@ -393,6 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "aggregate-bench-read")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--writers",
+        action="store_true",
+        help="also the NYC flights as other tools write them (bench/writers.py)",
+    )
     args = parser.parse_args(argv)
     with_obstore = has_obstore()
     report: dict[str, Any] = {
@@ -400,7 +501,13 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "cases": {},
     }
-    all_cases = [case for mb in (float(x) for x in args.mb.split(",")) for case in cases(args.data_dir, mb)]
+    sizes = [float(x) for x in args.mb.split(",")]
+    all_cases = [case for mb in sizes for case in cases(args.data_dir, mb)]
+    writer_cases = (
+        [case for mb in sizes for case in writers.cases(args.data_dir / "writers", mb)]
+        if args.writers
+        else []
+    )
     az = start_azurite()
     host: HostProcess | None = None
     try:
@@ -408,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
 
         service = BlobServiceClient.from_connection_string(az.connection_string)
         service.create_container(CONTAINER)
-        for case in all_cases:
+        for case in all_cases + writer_cases:
             print(f"uploading {case.path.name} ...", file=sys.stderr, flush=True)
             with case.path.open("rb") as fh:
                 service.get_blob_client(CONTAINER, case.path.name).upload_blob(
@@ -428,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
         for case in all_cases:
             print(f"timing {case.name} ...", file=sys.stderr, flush=True)
             report["cases"][case.name] = measure(case, az, host, args.repeat, with_obstore)
+        for case in writer_cases:
+            print(f"timing {case.name} ...", file=sys.stderr, flush=True)
+            report.setdefault("writers", {})[case.name] = measure_lean(case, az, host, args.repeat)
     finally:
         if host is not None:
             host.stop()
@@ -455,13 +565,30 @@ COLUMNS = (
     ("fresh", "inproc_fresh_s"),
     ("in memory", "in_memory_s"),
     ("e2e/polars", "job_vs_polars"),
+    ("... median", "job_vs_polars_median"),
     ("run/read", "run_vs_read"),
+    ("... median", "run_vs_read_median"),
     ("inproc/read", "inproc_vs_read"),
     ("memory/read", "memory_vs_read"),
     ("cpu ratio", "cpu_ratio"),
     ("floor/read", "floor_vs_read"),
     ("read busy", "read_busy"),
     ("inproc busy", "inproc_busy"),
+    ("peak MB", "peak_rss_mb"),
+)
+
+
+WRITER_COLUMNS = (
+    ("load", "load_avg_1m"),
+    ("MB", "file_mb"),
+    ("job e2e", "job_e2e_s"),
+    ("job run", "job_run_s"),
+    ("polars az", "polars_az_s"),
+    ("reader", "reader_read_s"),
+    ("e2e/polars", "job_vs_polars"),
+    ("... median", "job_vs_polars_median"),
+    ("run/read", "run_vs_read"),
+    ("... median", "run_vs_read_median"),
     ("peak MB", "peak_rss_mb"),
 )
 
@@ -486,8 +613,14 @@ def print_table(report: dict[str, Any]) -> None:
         f"the {os.cpu_count()} cores / the fastest read: where Azurite shares the cores, run/read "
         "cannot go below it; read busy / inproc busy = the share of every core's time busy (in "
         "any process) during the fastest round of the raw read / of inproc: near 1, the cores are "
-        "the limit, not the storage or the pipeline"
+        "the limit, not the storage or the pipeline; ... median = the median of the rounds' own "
+        "ratios (the two side by side in each round)"
     )
+    if report.get("writers"):
+        print("\nthe NYC flights as other tools write them (bench/writers.py; the job's answer = Polars')")
+        print(f"{'input':<28}" + "".join(f"{title:>12}" for title, _ in WRITER_COLUMNS))
+        for name, row in report["writers"].items():
+            print(f"{name:<28}" + "".join(f"{row.get(key, '-')!s:>12}" for _, key in WRITER_COLUMNS))
 
 
 if __name__ == "__main__":

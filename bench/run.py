@@ -17,7 +17,8 @@ Sections (each starts and stops its own Azurite and local hosts):
 4. throughput against the number of host processes (1, 2, 3), plotted to throughput_vs_hosts.png;
 5. the inline aggregate engine against a naive loop, DuckDB and Polars streaming on wide and narrow
    CSV and wide JSON lines, and its peak memory on 1 GB inputs (bench_aggregate.py); a job over a
-   CSV / JSON-lines blob end to end vs Polars over az:// (bench_read.py); a job over a ~300 MB and
+   CSV / JSON-lines blob end to end vs Polars over az:// (bench_read.py; also the NYC flights as
+   the package ships them and as Polars and DuckDB write them: bench/writers.py); a job over a ~300 MB and
    a 1 GB Parquet blob vs Polars scan_parquet over az://, with its peak memory (bench_parquet.py);
 6. with --spark: bench_spark.py;
 7. the `http` kind against a local downstream with a set latency (bench_http_kind.py): jobs/s and
@@ -187,7 +188,7 @@ def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
 
 def run_read(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_read.py: a job over a blob end to end vs Polars over az://, the SDK, the reader."""
-    flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000"]
+    flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000", "--writers"]
     result = run_script("bench.bench_read", [*flags, "--out", str(out_dir / "read.json")], timeout_s=5400)
     if result.get("exit_code") == 0:
         result["report"] = _read_json(out_dir / "read.json")

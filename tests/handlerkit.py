@@ -57,11 +57,7 @@ def kit_runtime(handlers: Mapping[str, Handler] | None = None, /, **settings: st
     clients = account.clients()
     ensure_resources(clients, app_settings)
     rt = Runtime.over(
-        app_settings,
-        clients,
-        dict(handlers) if handlers is not None else registry(),
-        "kit:1",
-        tables=account.table_service(),
+        app_settings, account.app_account(), dict(handlers) if handlers is not None else registry(), "kit:1"
     )
     ensure_console_resources(rt)
     return Kit(rt, account, clock)

@@ -15,7 +15,7 @@
  * levels: a page's definition levels (RLE / bit-packed hybrid, bit width 1: max level 1), None
  * when every value is defined. indices / values with encoding 1: a bit width byte, then the hybrid
  * stream of dictionary indices; encoding 0: PLAIN values of `phys` (0 double, 1 float, 2 int32,
- * 3 int64). slots: (count int64, sum, min, max float64) per group, folded into. */
+ * 3 int64, 4 int8 and 5 int16 stored as INT32, narrowed as pyarrow narrows them). slots: (count int64, sum, min, max float64) per group, folded into. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -54,20 +54,18 @@ static int rle_next_run(Rle *r) {
         h |= (uint64_t)(b & 0x7f) << shift;
         if (!(b & 0x80)) break;
     }
+    if ((h >> 1) == 0) return 0; /* a run of no values: malformed (pyarrow decides) */
+    /* runs pyarrow's decoder refuses, refused: more than INT32_MAX values, a bit-packed run whose
+     * bytes stop short of its groups */
     if (h & 1) {
         uint64_t values = (h >> 1) * 8;
         uint64_t bytes = (h >> 1) * (uint64_t)r->bw;
-        uint64_t have = (uint64_t)(r->end - r->p);
-        if (bytes > have) { /* a last run may stop short of its group: the values its bytes hold */
-            bytes = have;
-            values = r->bw ? have * 8 / (uint64_t)r->bw : values;
-        }
-        if (values > UINT32_MAX) return 0;
+        if (values > INT32_MAX || bytes > (uint64_t)(r->end - r->p)) return 0;
         r->rle = 0, r->packed = r->p, r->pend = r->p + bytes, r->pos = 0, r->left = (uint32_t)values;
         r->p += bytes;
     } else {
         int nb = (r->bw + 7) / 8;
-        if (nb > r->end - r->p || (h >> 1) > UINT32_MAX) return 0;
+        if (nb > r->end - r->p || (h >> 1) > INT32_MAX) return 0;
         uint32_t v = 0;
         for (int i = 0; i < nb; i++) v |= (uint32_t)r->p[i] << (8 * i);
         if (r->bw < 32 && (v >> r->bw)) return 0;
@@ -170,6 +168,13 @@ static uint64_t tr_varint(Tr *t) {
 
 static int64_t tr_zigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
+/* An i32 (or i16) as Thrift's C++ compact reader takes it, which pyarrow uses: the varint cut
+ * to its low 32 bits, then zigzag-decoded (a header field of 2^32 + 27 is 27 to pyarrow). */
+static int64_t tr_i32(Tr *t) {
+    uint32_t v = (uint32_t)tr_varint(t);
+    return (int32_t)((v >> 1) ^ (0u - (v & 1)));
+}
+
 static void tr_bytes(Tr *t, uint64_t n) {
     if (n > (uint64_t)(t->end - t->p)) t->bad = 1;
     else t->p += n;
@@ -178,7 +183,7 @@ static void tr_bytes(Tr *t, uint64_t n) {
 #define TR_FIELDS 16
 typedef struct {
     int64_t v[TR_FIELDS];
-    uint8_t seen[TR_FIELDS];
+    uint8_t seen[TR_FIELDS]; /* the field's compact type (1 / 2 a bool, 5 an i32, 12 a struct), 0 if absent */
 } Fields;
 
 static void tr_struct(Tr *t, int depth, Fields *f, Fields *nested); /* nested: fields 5, 7, 8 */
@@ -234,18 +239,19 @@ static void tr_struct(Tr *t, int depth, Fields *f, Fields *nested) {
         uint8_t b = *t->p++;
         if (b == 0) return;
         int type = b & 0x0f;
-        int64_t id = (b >> 4) ? last + (b >> 4) : tr_zigzag(tr_varint(t));
+        /* a field id is an i16, as Thrift's reader keeps it (a delta past it wraps there too) */
+        int64_t id = (int16_t)(uint16_t)((b >> 4) ? (uint64_t)last + (uint64_t)(b >> 4) : (uint64_t)tr_i32(t));
         last = id;
         int keep = f && id >= 0 && id < TR_FIELDS;
         if (type == 1 || type == 2) {
-            if (keep) f->v[id] = type == 1, f->seen[id] = 1;
+            if (keep) f->v[id] = type == 1, f->seen[id] = 1; /* Thrift's bool: either type */
         } else if (type >= 4 && type <= 6) {
-            int64_t v = tr_zigzag(tr_varint(t));
-            if (keep) f->v[id] = v, f->seen[id] = 1;
+            int64_t v = type == 6 ? tr_zigzag(tr_varint(t)) : type == 5 ? tr_i32(t) : (int16_t)tr_i32(t);
+            if (keep) f->v[id] = v, f->seen[id] = (uint8_t)type;
         } else if (type == 12 && nested && (id == 5 || id == 7 || id == 8)) {
             Fields *sub = &nested[id == 5 ? 0 : id == 7 ? 1 : 2];
             tr_struct(t, depth + 1, sub, NULL);
-            if (keep) f->seen[id] = 1;
+            if (keep) f->seen[id] = 12;
         } else {
             tr_skip(t, type, depth);
         }
@@ -270,23 +276,27 @@ PyObject *pq_pages(PyObject *self, PyObject *args) {
         memset(&top, 0, sizeof(top));
         memset(nested, 0, sizeof(nested));
         tr_struct(&t, 0, &top, nested);
-        if (t.bad || !top.seen[1] || !top.seen[2] || !top.seen[3]) goto none;
+        /* a field of another type than its own is skipped by Thrift's reader: as if absent */
+#define I32(f, i) ((f)->seen[i] == 5)
+        if (t.bad || !I32(&top, 1) || !I32(&top, 2) || !I32(&top, 3)) goto none;
+        /* every field below is an i32 (tr_i32): their sums stay far inside int64 */
         int64_t type = top.v[1], usize = top.v[2], csize = top.v[3];
         if (usize < 0 || csize < 0 || csize > end - t.p) goto none;
         int64_t num = 0, enc = 0, def_enc = 0, nulls = -1, def_len = 0, rep_len = 0, compressed = 1;
         if (type == 0) { /* DATA_PAGE */
             Fields *d = &nested[0];
-            if (!top.seen[5] || !d->seen[1] || !d->seen[2] || !d->seen[3]) goto none;
+            if (top.seen[5] != 12 || !I32(d, 1) || !I32(d, 2) || !I32(d, 3) || !I32(d, 4)) goto none;
             num = d->v[1], enc = d->v[2], def_enc = d->v[3];
         } else if (type == 2) { /* DICTIONARY_PAGE */
             Fields *d = &nested[1];
-            if (!top.seen[7] || !d->seen[1] || !d->seen[2]) goto none;
+            if (top.seen[7] != 12 || !I32(d, 1) || !I32(d, 2)) goto none;
             num = d->v[1], enc = d->v[2];
         } else if (type == 3) { /* DATA_PAGE_V2 */
             Fields *d = &nested[2];
-            if (!top.seen[8] || !d->seen[1] || !d->seen[2] || !d->seen[4] || !d->seen[5] || !d->seen[6]) goto none;
+            if (top.seen[8] != 12 || !I32(d, 1) || !I32(d, 2) || !I32(d, 3) || !I32(d, 4) || !I32(d, 5) || !I32(d, 6))
+                goto none;
             num = d->v[1], nulls = d->v[2], enc = d->v[4], def_len = d->v[5], rep_len = d->v[6];
-            compressed = d->seen[7] ? d->v[7] : 1;
+            compressed = d->seen[7] == 1 || d->seen[7] == 2 ? d->v[7] : 1;
             if (def_len < 0 || rep_len < 0 || def_len + rep_len > csize) goto none;
         }
         if (num < 0) goto none;
@@ -299,7 +309,7 @@ PyObject *pq_pages(PyObject *self, PyObject *args) {
             break;
         }
         Py_DECREF(page);
-        if (type == 0 || type == 3) seen += num;
+        if (type == 0 || type == 3) seen = num < values - seen ? seen + num : values;
         p = t.p + csize;
     }
     PyBuffer_Release(&chunk);
@@ -462,8 +472,8 @@ PyObject *pq_fold_page(PyObject *self, PyObject *args) {
     if ((has_levels && get_buffer(levels_obj, &levels, 0) < 0) || (has_dict && get_buffer(dict_obj, &dict, 0) < 0) ||
         get_buffer(ids_obj, &ids, 0) < 0 || get_buffer(slots_obj, &slots, 1) < 0)
         goto done;
-    static const int sizes[] = {8, 4, 4, 8};
-    if (num_values < 0 || row < 0 || row + num_values > ids.len / 4 || phys < 0 || phys > 3 || encoding < 0 ||
+    static const int sizes[] = {8, 4, 4, 8, 4, 4};
+    if (num_values < 0 || row < 0 || row + num_values > ids.len / 4 || phys < 0 || phys > 5 || encoding < 0 ||
         encoding > 1 || (encoding == 1 && !has_dict) || slots.len / (Py_ssize_t)sizeof(Fold) > UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "pq_fold_page: bad arguments");
         goto done;
@@ -519,6 +529,12 @@ PyObject *pq_fold_page(PyObject *self, PyObject *args) {
                     int32_t v;
                     memcpy(&v, vp + i * 4, 4);
                     x[i] = v;
+                }
+            else if (phys >= 4) /* int8 / int16 stored as INT32: narrowed as pyarrow does (the low bits) */
+                for (Py_ssize_t i = 0; i < defined; i++) {
+                    uint32_t v;
+                    memcpy(&v, vp + i * 4, 4);
+                    x[i] = phys == 4 ? (double)(int8_t)(uint8_t)v : (double)(int16_t)(uint16_t)v;
                 }
             else
                 for (Py_ssize_t i = 0; i < defined; i++) {

@@ -38,6 +38,9 @@ CODECS: Final = {
 """Column chunk codecs taken (the name pyarrow's metadata gives: Arrow's codec); others go to
 pyarrow, LZ4 too (the metadata names Hadoop's framing and the raw one alike)."""
 PHYSICAL: Final = {"DOUBLE": (0, "<f8"), "FLOAT": (1, "<f4"), "INT32": (2, "<i4"), "INT64": (3, "<i8")}
+NARROW: Final = {8: (4, "<i1"), 16: (5, "<i2")}
+"""int8 / int16 columns (stored as INT32): the scanner's code and the type pyarrow narrows to (the
+low bits of an out-of-range value, as pyarrow keeps them)."""
 SLOT = np.dtype([("count", "<i8"), ("sum", "<f8"), ("min", "<f8"), ("max", "<f8")])
 
 
@@ -51,6 +54,10 @@ class Column:
     """The leaf column's index in the row group."""
     max_def: int
     physical: str
+    code: int = -1
+    """The scanner's value type (`pq.c`'s phys): PHYSICAL's, or NARROW's."""
+    narrow: str | None = None
+    """The numpy type an INT32's value is narrowed to (int8, int16)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,12 @@ def native_plan(
         column = _column(metadata, leaves[name], None)
         if column is None or column.physical not in PHYSICAL:
             return None
+        code, narrow = PHYSICAL[column.physical][0], None
+        if pa.types.is_integer(kind) and kind.bit_width in NARROW:
+            if column.physical != "INT32":
+                return None
+            code, narrow = NARROW[kind.bit_width]
+        column = Column(column.index, column.max_def, column.physical, code, narrow)
         want = sum(WANT.get(func, 0) for part, func, _ in plan.partial if part == f"v{i}")
         values.append((column, want))
     return NativePlan(key, tuple(values))
@@ -105,6 +118,9 @@ def native_partial(
     """The row group's partial aggregates, or None where pyarrow must decode it."""
     group = metadata.row_group(index)
     rows = group.num_rows
+    for column in (native.key, *(value for value, _ in native.values)):
+        if group.column(column.index).physical_type != column.physical:
+            return None  # the footer's type is not the schema's: pyarrow refuses the file
     try:
         ids = _ids(rows)
         dictionary, count_all = _key(chunks, group.column(native.key.index), native.key, ids, rows)
@@ -184,15 +200,20 @@ def _fold(
 ) -> np.ndarray | None:
     slots = np.zeros(groups, dtype=SLOT)
     slots["min"], slots["max"] = np.inf, -np.inf
-    phys, dtype = PHYSICAL[column.physical]
+    dtype = PHYSICAL[column.physical][1]
     dictionary: np.ndarray | None = None
     row = 0
     for kind, count, encoding, levels, data in _pages(chunks, meta, column):
         if kind == DICTIONARY_PAGE:
             size = np.dtype(dtype).itemsize
+            if dictionary is not None:
+                raise Malformed("two dictionary pages")
             if count < 0 or len(data) < count * size:
                 raise Malformed("a dictionary page's values")
-            dictionary = np.frombuffer(data, dtype=dtype, count=count).astype(np.float64)
+            stored = np.frombuffer(data, dtype=dtype, count=count)
+            if column.narrow is not None:
+                stored = stored.astype(column.narrow)  # C's narrowing: the low bits
+            dictionary = stored.astype(np.float64)
             continue
         coded = 1 if encoding in (PLAIN_DICTIONARY, RLE_DICTIONARY) else 0 if encoding == PLAIN else -1
         if coded < 0 or (coded == 1 and dictionary is None) or row + count > rows:
@@ -202,7 +223,7 @@ def _fold(
             data,
             count,
             coded,
-            phys,
+            column.code,
             dictionary if coded else None,
             ids,
             row,
@@ -239,7 +260,7 @@ def _pages(
     pages = kernel.pq_pages(chunk, meta.num_values)
     if pages is None:
         raise Malformed("a page header")
-    for kind, at, compressed, size, count, encoding, def_encoding, nulls, def_len, rep_len, packed in pages:
+    for kind, at, compressed, size, count, encoding, def_encoding, _nulls, def_len, rep_len, packed in pages:
         payload = chunk[at : at + compressed]
         if kind == DICTIONARY_PAGE:
             if encoding not in (PLAIN, PLAIN_DICTIONARY):
@@ -257,9 +278,9 @@ def _pages(
                 levels, data = data[4 : 4 + length], data[4 + length :]
             yield kind, count, encoding, levels, data
         elif kind == DATA_PAGE_V2:
-            if rep_len or (def_len and not column.max_def):
+            if rep_len or (def_len and not column.max_def) or (column.max_def and not def_len):
                 raise Malformed("levels of a v2 page")
-            levels = payload[:def_len] if column.max_def and nulls else None
+            levels = payload[:def_len] if column.max_def else None  # whatever num_nulls says
             data = _decompress(codec if packed else None, payload[def_len:], size - def_len)
             yield kind, count, encoding, levels, data
 
@@ -273,11 +294,33 @@ def _span(chunks: Sequence[tuple[int, Any]], start: int, length: int) -> memoryv
 
 
 def _decompress(codec: pa.Codec | None, payload: memoryview, size: int) -> Any:
+    """A page's bytes, `size` of them, or Malformed when its data holds another size (Arrow's
+    `Codec.decompress` answers a buffer of the size asked whatever the data holds: snappy's
+    preamble, or a stream read one byte past the size, says)."""
     if codec is None:
         if len(payload) != size:
             raise Malformed("an uncompressed page's size")
         return payload
+    name = codec.name
+    if name == "snappy" and _snappy_length(payload) != size:
+        raise Malformed("a snappy page's size")
+    if name in ("gzip", "brotli"):
+        with pa.CompressedInputStream(pa.BufferReader(payload), name) as stream:
+            data = stream.read(size + 1)
+        if len(data) != size:
+            raise Malformed("a page's decompressed size")
+        return data
     out = codec.decompress(payload, decompressed_size=size, asbytes=False)
     if out.size != size:
         raise Malformed("a page's decompressed size")
     return out
+
+
+def _snappy_length(payload: memoryview) -> int:
+    """The uncompressed length a snappy block starts with (a varint of at most 5 bytes); -1 if none."""
+    value = 0
+    for i, byte in enumerate(payload[:5]):
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return value
+    return -1

@@ -20,23 +20,33 @@ import io
 from collections import deque
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shared.aggregation.dict_keys import dict_partial
+from shared.aggregation.parquet_layout import ParquetLayout, check_columns
 from shared.aggregation.parquet_native import NativePlan, native_partial, native_plan
+from shared.aggregation.parquet_source import BytesSpans, SpanSource, StreamSpans, as_source, read_footer
 from shared.aggregation.plan import Accumulator, Plan
 from shared.core.errors import InputDataError
 
-MAGIC: Final = b"PAR1"
-TAIL_BYTES: Final = 64 * 1024
-"""Bytes read from the end first: most footers fit (a larger one costs one GET more)."""
-MAX_FOOTER_BYTES: Final = 64 * 1024 * 1024
-"""A footer larger than this is refused (bounded memory: thousands of row groups x columns)."""
+__all__ = [
+    "BytesSpans",
+    "ParquetLayout",
+    "SpanSource",
+    "StreamSpans",
+    "aggregate_parquet",
+    "as_source",
+    "check_columns",
+    "load_row_group",
+    "parquet_partials",
+    "read_footer",
+    "reduce_table",
+]
+
 WORKERS: Final = 1
 """Row groups decoded and reduced at once, each on a thread of its own; with one, its columns are
 decoded in parallel on pyarrow's CPU pool. Peak RSS over a 1 GB blob (child process, Azurite,
@@ -47,241 +57,6 @@ BATCH_ROWS: Final = 1024 * 1024
 groups of 1 Mi rows), best of 4 side by side: 64 Ki and 128 Ki rows 1.09-1.14 s (a group-by's
 fixed cost per batch), 256 Ki 0.93 s, 512 Ki 0.90 s, 1 Mi 0.89 s; peak RSS 1 Mi 250 MB, 512 Ki
 264-270 MB."""
-
-
-class SpanSource(Protocol):
-    """Random access to the input's bytes: the blob reader's `SpanReader`, or `BytesSpans`."""
-
-    @property
-    def size(self) -> int: ...
-
-    def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, Any]]:
-        """(offset, bytes) of ranges covering the (offset, length) spans (a buffer-protocol object
-        each; adjacent spans may come in one range)."""
-        ...
-
-    def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
-        """What `read` returned is no longer read: its buffers may be reused."""
-        ...
-
-
-class BytesSpans:
-    """A `SpanSource` over bytes in memory or a local file (tests, benchmarks, Spark's local mode)."""
-
-    def __init__(self, data: bytes | bytearray | memoryview | str) -> None:
-        if isinstance(data, str):
-            with open(data, "rb") as fh:
-                data = fh.read()
-        self.data = memoryview(data)
-        self.requests = 0
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, Any]]:
-        self.requests += 1
-        start = min((offset for offset, _ in spans), default=0)
-        end = max((offset + length for offset, length in spans), default=0)
-        return [(start, self.data[start:end])]
-
-    def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
-        pass
-
-
-class StreamSpans:
-    """A `SpanSource` over a seekable binary stream (a local file): each span read as asked."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        stream.seek(0, io.SEEK_END)
-        self._size = int(stream.tell())
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def read(self, spans: Sequence[tuple[int, int]]) -> list[tuple[int, Any]]:
-        out: list[tuple[int, Any]] = []
-        for offset, length in sorted(spans):
-            self.stream.seek(offset)
-            out.append((offset, self.stream.read(length) or b""))
-        return out
-
-    def give_back(self, ranges: Sequence[tuple[int, Any]]) -> None:
-        pass
-
-
-def as_source(stream: Any) -> SpanSource:
-    """A `SpanSource` as it is, or one over a seekable stream (a local file)."""
-    if callable(getattr(stream, "seek", None)):
-        return StreamSpans(stream)
-    source: SpanSource = stream
-    return source
-
-
-def read_footer(source: SpanSource) -> pq.FileMetaData:
-    """The file's metadata from its footer (one read, two when it is larger than TAIL_BYTES);
-    InputDataError naming what is wrong when the input is not a whole Parquet file."""
-    size = source.size
-    if size < 12:
-        raise InputDataError(
-            f"the input is {size} bytes: too short to be a Parquet file (truncated, or not Parquet)"
-        )
-    tail_len = min(size, TAIL_BYTES)
-    tail = _bytes_at(source, size - tail_len, tail_len)
-    if tail[-4:] != MAGIC:
-        raise InputDataError(
-            "the input does not end with Parquet's magic bytes 'PAR1': it is truncated, or not a Parquet file"
-        )
-    footer_len = int.from_bytes(tail[-8:-4], "little")
-    if footer_len + 12 > size or footer_len > MAX_FOOTER_BYTES:
-        raise InputDataError(
-            f"the Parquet footer says it is {footer_len} bytes, which does not fit the {size}-byte "
-            "input: the file is truncated or corrupt"
-        )
-    if footer_len + 8 > len(tail):
-        tail = _bytes_at(source, size - footer_len - 8, footer_len + 8)
-    try:
-        return pq.read_metadata(pa.BufferReader(tail[-(footer_len + 8) :]))
-    except (OSError, pa.ArrowException) as exc:
-        raise InputDataError(f"the Parquet footer cannot be read (the file is corrupt): {exc}") from None
-
-
-def _bytes_at(source: SpanSource, offset: int, length: int) -> bytes:
-    for start, data in source.read([(offset, length)]):
-        view = memoryview(data)
-        if start <= offset and offset + length <= start + len(view):
-            return bytes(view[offset - start : offset - start + length])
-    raise InputDataError(
-        f"bytes {offset}-{offset + length} of the Parquet input could not be read: truncated"
-    )
-
-
-@dataclass(frozen=True)
-class ParquetLayout:
-    """Which leaf columns (column chunks) each needed top-level column is stored in."""
-
-    metadata: pq.FileMetaData
-    schema: pa.Schema
-    leaves: dict[str, list[int]]
-    data_end: int
-    """Where the column chunks end: the footer's start."""
-    keys: tuple[str, ...]
-
-    @classmethod
-    def of(cls, metadata: pq.FileMetaData, plan: Plan, size: int) -> ParquetLayout:
-        try:
-            schema = metadata.schema.to_arrow_schema()
-        except (OSError, pa.ArrowException) as exc:
-            raise InputDataError(f"the Parquet schema cannot be read: {exc}") from None
-        check_columns(schema, plan)
-        leaves: dict[str, list[int]] = {}
-        first = 0
-        for field in schema:
-            count = _leaf_count(field.type)
-            if field.name in plan.columns:
-                leaves[field.name] = list(range(first, first + count))
-            first += count
-        if first != metadata.num_columns:
-            raise InputDataError("the Parquet schema does not match its column chunks: the file is corrupt")
-        return cls(metadata, schema, leaves, size - metadata.serialized_size - 8, plan.keys)
-
-    @property
-    def dictionary_keys(self) -> list[str]:
-        """Group columns of strings or bytes: read dictionary-encoded (grouped by index, ~2x faster)."""
-        return [
-            name
-            for name in self.leaves
-            if name in self.keys
-            and (
-                pa.types.is_string(self.schema.field(name).type)
-                or pa.types.is_binary(self.schema.field(name).type)
-            )
-        ]
-
-    def spans(self, row_group: int) -> list[tuple[int, int]]:
-        """(offset, length) of each needed column chunk of a row group; InputDataError if one lies
-        outside the file's data (a truncated or corrupt file)."""
-        group = self.metadata.row_group(row_group)
-        end = self.data_end
-        out: list[tuple[int, int]] = []
-        for name, indices in self.leaves.items():
-            for index in indices:
-                chunk = group.column(index)
-                start = chunk.data_page_offset
-                dictionary = chunk.dictionary_page_offset
-                if chunk.has_dictionary_page and dictionary is not None and 0 < dictionary < start:
-                    start = dictionary
-                length = chunk.total_compressed_size
-                if start < 4 or length <= 0 or start + length > end:
-                    raise InputDataError(
-                        f"row group {row_group} of the Parquet input: the data of column {name!r} lies "
-                        "outside the file's data (the file is truncated or corrupt)"
-                    )
-                out.append((start, length))
-        return out
-
-
-def _leaf_count(kind: pa.DataType) -> int:
-    if pa.types.is_struct(kind):
-        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
-    if pa.types.is_map(kind):
-        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _leaf_count(kind.value_type)
-    return 1
-
-
-def _is_key_type(kind: pa.DataType) -> bool:
-    if pa.types.is_dictionary(kind):
-        return _is_key_type(kind.value_type)
-    return bool(
-        pa.types.is_string(kind)
-        or pa.types.is_large_string(kind)
-        or pa.types.is_binary(kind)
-        or pa.types.is_large_binary(kind)
-        or pa.types.is_integer(kind)
-        or pa.types.is_boolean(kind)
-        or pa.types.is_floating(kind)
-        or pa.types.is_decimal(kind)
-        or pa.types.is_date(kind)
-        or pa.types.is_timestamp(kind)
-    )
-
-
-def _is_number_type(kind: pa.DataType) -> bool:
-    if pa.types.is_dictionary(kind):
-        return _is_number_type(kind.value_type)
-    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind))
-
-
-def check_columns(schema: pa.Schema, plan: Plan) -> None:
-    """InputDataError naming the first column the plan cannot use: missing, a group column of a
-    nested type, or a numeric metric's column that is not a number column."""
-    names = schema.names
-    missing = [c for c in plan.columns if c not in names]
-    if missing:
-        shown = ", ".join(names[:30]) + (", ..." if len(names) > 30 else "")
-        listed = ", ".join(repr(c) for c in missing)
-        raise InputDataError(f"column(s) {listed} not in the Parquet schema; the schema has: {shown}")
-    doubled = [c for c in plan.columns if names.count(c) > 1]
-    if doubled:
-        raise InputDataError(f"column {doubled[0]!r} appears more than once in the Parquet schema")
-    for name in plan.keys:
-        kind = schema.field(name).type
-        if not _is_key_type(kind):
-            raise InputDataError(
-                f"group column {name!r} is of Parquet type {kind}: a group column must be a string, "
-                "number, boolean, date or timestamp column"
-            )
-    for name in sorted(plan.numeric):
-        kind = schema.field(name).type
-        if not _is_number_type(kind):
-            raise InputDataError(
-                f"column {name!r} is of Parquet type {kind}, not a number: sum, mean, min and max "
-                "need an integer, float or decimal column"
-            )
 
 
 class _Sparse(io.RawIOBase):
@@ -357,6 +132,7 @@ def parquet_partials(
     footer = read_footer(source) if metadata is None else metadata
     layout = ParquetLayout.of(footer, plan, source.size)
     groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
+    groups = [index for index in groups if layout.needed(index)]
     reducer = Accumulator(plan)
     fast = native_plan(footer, layout.schema, layout.leaves, plan) if native else None
     workers = max(1, workers)
@@ -396,8 +172,8 @@ def _row_group(
     """A row group's partial aggregates, `batch_rows` rows at a time (`threads`: its columns
     decoded in parallel, on pyarrow's CPU pool); `fast`: decoded and folded by the C scanner
     where it can (`parquet_native`)."""
+    rows = layout.metadata.row_group(index).num_rows
     if not layout.leaves:  # rows counted only: the footer says how many
-        rows = layout.metadata.row_group(index).num_rows
         return [(reducer.reduce(pa.table({"_": pa.nulls(rows)})), rows)]
     chunks = read.result()
     where = f"row group {index}"
@@ -405,10 +181,16 @@ def _row_group(
         if fast is not None:
             partial = native_partial(chunks, layout.metadata, index, reducer.plan, fast)
             if partial is not None:
-                return [(partial, layout.metadata.row_group(index).num_rows)]
+                return [(partial, rows)]
         out: list[tuple[pa.Table, int]] = []
         for table in _batches(source, layout, index, chunks, batch_rows, threads):
             out.append((reduce_table(table, reducer.plan, reducer, where, native), table.num_rows))
+        got = sum(n for _, n in out)
+        if got != rows and not layout.holds(index, got):  # a chunk short of its values: never rows lost
+            raise InputDataError(
+                f"{where} of the Parquet input holds {rows} rows by its footer, but its columns "
+                f"{', '.join(repr(c) for c in layout.leaves)} give {got} (the file is corrupt)"
+            )
         return out
     finally:
         source.give_back(chunks)
@@ -429,7 +211,7 @@ def _batches(
             _Sparse(source.size, chunks),
             metadata=layout.metadata,
             pre_buffer=False,
-            read_dictionary=layout.dictionary_keys,
+            read_dictionary=layout.dictionary_keys_of(index),
         )
         batches = reader.iter_batches(
             batch_size=batch_rows, row_groups=[index], columns=list(layout.leaves), use_threads=threads

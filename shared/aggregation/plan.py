@@ -3,6 +3,7 @@ partial aggregation of blocks (`Accumulator`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -153,7 +154,22 @@ class Accumulator:
         row per group, in the same columns."""
         aggs: list[tuple[Any, ...]] = [("count_all", "sum")]
         aggs += [(f"{c}_{f}", combine) for c, f, combine in self.plan.partial]
+        both = [
+            f"{c}_{f}"
+            for c, f, _ in self.plan.partial
+            if f == "sum" and _both_infinities(partials[f"{c}_{f}"])
+        ]
+        for name in both:  # sums that overflowed both ways in different parts (rare): see _overflowed
+            partials = partials.append_column(
+                f"{name}_inf", pc.if_else(pc.is_inf(partials[name]), partials[name], None)
+            )
+            partials = partials.append_column(f"{name}_nan", pc.is_nan(partials[name]))
+            aggs += [(f"{name}_inf", "first"), (f"{name}_nan", "any")]
         out = partials.group_by(self.key_names, use_threads=False).aggregate(aggs)
+        for name in both:
+            out = out.set_column(
+                out.schema.get_field_index(f"{name}_sum"), f"{name}_sum", _overflowed(out, name)
+            )
         names = ["count_all_sum", *(f"{c}_{f}_{combine}" for c, f, combine in self.plan.partial)]
         out = out.select(names + self.key_names)
         final_names = ["count_all", *(f"{c}_{f}" for c, f, _ in self.plan.partial), *self.key_names]
@@ -207,6 +223,24 @@ class Accumulator:
         func = {"count": "count", "sum": "sum", "min": "min", "max": "max"}[metric.op]
         column = table[f"{value}_{func}"]
         return column if metric.op == "count" else pc.cast(column, pa.float64())
+
+
+def _both_infinities(column: pa.ChunkedArray) -> bool:
+    if not pa.types.is_floating(column.type):
+        return False
+    bounds = pc.min_max(column).as_py()
+    return bool(bounds["min"] == -math.inf and bounds["max"] == math.inf)
+
+
+def _overflowed(out: pa.Table, name: str) -> pa.ChunkedArray:
+    """A combined sum as one sum over the rows in order would be: its parts summed to +inf and
+    -inf (each overflowed), so the first infinity reached stays (a single sum does not come back
+    from it), where the parts' sum gave NaN; a part that is NaN keeps it NaN. (An infinity that
+    is a value of the column, not an overflow, is taken as one too: a single sum of +inf and
+    -inf values would be NaN.)"""
+    total, first, nan = out[f"{name}_sum"], out[f"{name}_inf_first"], out[f"{name}_nan_any"]
+    crossed = pc.and_(pc.is_nan(total), pc.and_(pc.is_valid(first), pc.invert(nan)))
+    return pc.if_else(crossed, first, total)
 
 
 @dataclass(frozen=True)

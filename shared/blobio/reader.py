@@ -221,17 +221,34 @@ class BlobReader:
         return bytes(buffer)
 
     def get_into(
-        self, container: str, blob: str, view: memoryview, offset: int, etag: str | None = None
+        self,
+        container: str,
+        blob: str,
+        view: memoryview,
+        offset: int,
+        etag: str | None = None,
+        announce: Callable[[Range], None] | None = None,
     ) -> Range:
-        """One ranged GET into `view`, retried on 429/5xx and broken connections."""
+        """One ranged GET into `view`, retried on 429/5xx and broken connections. `announce`: told
+        the answer's Range at its headers, before the body; a retry after it reads under its ETag."""
         label = f"{container}/{blob}"
         path = self.path(container, blob)
+        heard: list[str] = []
+
+        def told(got: Range) -> None:
+            heard.append(got.etag)
+            if announce is not None:
+                announce(got)
+
+        def pinned() -> str | None:
+            return etag if etag is not None or not heard else heard[0]
+
         for attempt in range(self.retries + 1):
             try:
                 try:
-                    return self._get(path, label, view, offset, etag)
+                    return self._get(path, label, view, offset, pinned(), told)
                 except _Stale:
-                    return self._get(path, label, view, offset, etag, fresh=True)
+                    return self._get(path, label, view, offset, pinned(), told, fresh=True)
             except _Retryable as exc:
                 if attempt == self.retries:
                     raise StorageThrottled(f"storage busy reading {label}: {exc}") from exc
@@ -239,7 +256,14 @@ class BlobReader:
         raise AssertionError("unreachable")
 
     def _get(
-        self, path: str, label: str, view: memoryview, offset: int, etag: str | None, fresh: bool = False
+        self,
+        path: str,
+        label: str,
+        view: memoryview,
+        offset: int,
+        etag: str | None,
+        announce: Callable[[Range], None],
+        fresh: bool = False,
     ) -> Range:
         headers = {
             "x-ms-date": formatdate(usegmt=True),
@@ -260,8 +284,10 @@ class BlobReader:
             length = int(resp.getheader("Content-Length") or 0)
             if length > len(view):
                 raise UnexpectedResponse(f"GET {label}: {length} bytes for a range of {len(view)}")
-            _read_body(resp, view[:length], conn.sock, self.lowat)
             result = Range(length, _total_size(resp, length), resp.getheader("ETag") or "")
+            if resp.status == 206 and result.etag and _content_range(resp):  # the whole answer named
+                announce(result)
+            _read_body(resp, view[:length], conn.sock, self.lowat)
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
             conn.close()
             if reused:  # closed by the server while idle: not a failure of the storage
@@ -291,6 +317,11 @@ class HttpRanges:
 
     def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
         return self.reader.get_into(self.container, self.blob, view, offset, etag)
+
+    def get_into_announced(
+        self, view: memoryview, offset: int, etag: str | None, announce: Callable[[Range], None]
+    ) -> Range:
+        return self.reader.get_into(self.container, self.blob, view, offset, etag, announce)
 
 
 def _read_body(resp: http.client.HTTPResponse, view: memoryview, sock: Any, lowat: int) -> None:
@@ -327,6 +358,11 @@ def _read_exactly(resp: http.client.HTTPResponse, view: memoryview) -> None:
         if not n:
             raise http.client.IncompleteRead(b"", len(view) - done)
         done += n
+
+
+def _content_range(resp: http.client.HTTPResponse) -> bool:
+    """Whether the answer names the blob's size ('Content-Range: bytes 0-8388607/123456789')."""
+    return (resp.getheader("Content-Range") or "").rpartition("/")[2].isdigit()
 
 
 def _total_size(resp: http.client.HTTPResponse, length: int) -> int:

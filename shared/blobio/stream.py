@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import io
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -34,7 +35,9 @@ LEND: Final = 4
 """Buffers a caller of `BlobStream.next_chunk` may hold at once (the engine: blocks being parsed):
 memory <= (DEPTH + 1 + LEND) * CHUNK_BYTES."""
 FIRST_BYTES: Final = 1024 * 1024
-"""Bytes of the first GET (size and ETag): small, so the parallel GETs start early."""
+"""Bytes of the first GET (size and ETag) where the ranges cannot announce its headers (a test
+double): small, so the parallel GETs start early. `AnnouncingRanges` (the HTTP reader) need not
+wait for a body: their first GET is a whole chunk and the GETs ahead start at its headers."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,19 @@ class Ranges(Protocol):
         ...
 
 
+@runtime_checkable
+class AnnouncingRanges(Ranges, Protocol):
+    """`Ranges` that can say what a GET returns (its length, the blob's size and ETag) as soon as
+    its headers arrive, before its body: the stream's GETs ahead then start without waiting for it."""
+
+    def get_into_announced(
+        self, view: memoryview, offset: int, etag: str | None, announce: Callable[[Range], None]
+    ) -> Range:
+        """`get_into`, calling `announce` once with the answer's Range before the body is read
+        (not for an empty blob); a retry after the announcement reads under the announced ETag."""
+        ...
+
+
 class BlobStream(io.RawIOBase):
     """A read-only file over a blob, `depth` ranged GETs in flight ahead of the reader.
 
@@ -70,7 +86,9 @@ class BlobStream(io.RawIOBase):
       until one comes back, so memory stays at `(depth + 1 + lend) * chunk_size`.
 
     The first GET (in the constructor: size, ETag, InputMissing) is `first_size` bytes, so the
-    parallel GETs and the caller start early.
+    parallel GETs and the caller start early; with `AnnouncingRanges` it is a whole chunk, and the
+    constructor returns at its headers, the GETs ahead started and its body still arriving: no
+    round trip of its own before the others, and one GET fewer for a blob of at most a chunk.
     """
 
     def __init__(
@@ -88,23 +106,48 @@ class BlobStream(io.RawIOBase):
         self.chunk_size, self.depth = chunk_size, max(1, depth)
         self.max_buffers = self.depth + 1 + max(0, lend)
         self.pool = pool or pool_for(chunk_size, self.max_buffers)
-        first = self.pool.take()
-        try:
-            got = ranges.get_into(memoryview(first)[: max(1, min(first_size, chunk_size))], 0, None)
-        except BaseException:
-            self.pool.put([first])
-            raise
-        self.size, self.etag = got.size, got.etag
-        self._buffers = [first]  # every buffer this stream owns: at most max_buffers
-        self._free: list[bytearray] = []
-        self._lent: dict[int, bytearray] = {}  # handed out by next_chunk, by id
-        self._held: bytearray | None = first  # the buffer being read from: bytes [_lo, _hi)
-        self._lo, self._hi = 0, got.length
-        self._pos = 0
-        self._next_offset = got.length
         self._pool = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="blob-read")
         self._ahead: deque[tuple[Future[Range], bytearray, int]] = deque()
+        self._buffers: list[bytearray] = []  # every buffer this stream owns: at most max_buffers
+        self._free: list[bytearray] = []
+        self._lent: dict[int, bytearray] = {}  # handed out by next_chunk, by id
+        self._held: bytearray | None = None  # the buffer being read from: bytes [_lo, _hi)
+        self._lo = self._hi = self._pos = 0
+        first = self.pool.take()
+        try:
+            got = self._first_get(ranges, first, first_size)
+        except BaseException:
+            self._pool.shutdown(wait=False)
+            self.pool.put([first])  # the GET has ended: nothing writes into it any more
+            raise
+        self.size, self.etag = got.size, got.etag
+        self._buffers.append(first)
+        self._next_offset = got.length
         self._schedule()
+
+    def _first_get(self, ranges: Ranges, first: bytearray, first_size: int) -> Range:
+        """The first GET, from offset 0: what it returns. Announcing ranges read a whole chunk,
+        and the stream goes on at its headers (the GET then ahead, writing into `first`)."""
+        if not isinstance(ranges, AnnouncingRanges):
+            got = ranges.get_into(memoryview(first)[: max(1, min(first_size, self.chunk_size))], 0, None)
+            self._held, self._hi = first, got.length
+            return got
+        heard: Future[Range] = Future()
+
+        def announce(got: Range) -> None:
+            if not heard.done():  # a retry announces again (only this GET's thread calls it)
+                heard.set_result(got)
+
+        view = memoryview(first)[: self.chunk_size]
+        body = self._pool.submit(ranges.get_into_announced, view, 0, None, announce)
+        wait((heard, body), return_when=FIRST_COMPLETED)
+        if heard.done():
+            got = heard.result()
+            self._ahead.append((body, first, got.length))
+            return got
+        got = body.result()  # an error before any header, or an empty blob (nothing announced)
+        self._held, self._hi = first, got.length
+        return got
 
     @property
     def buffers_allocated(self) -> int:

@@ -29,8 +29,8 @@ from shared.core.documents import TagQuery
 from shared.core.envelope import isoformat
 from shared.ledger import view as ledger_view
 
-# The poison archive's layout (shared/poison/archive.py, which imports settings: not imported
-# here; a unit test checks these are its prefixes).
+# The poison archive's layout (shared/poison/archive.py, a higher layer: not imported here; a
+# unit test checks these are its prefixes).
 JOBS_PREFIX = "jobs/"
 UNPARSED_PREFIX = "unparsed/"
 REASONS_PREFIX = "reasons/"

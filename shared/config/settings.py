@@ -363,8 +363,11 @@ def _input_containers(env: Mapping[str, str], problems: list[str]) -> tuple[str,
     return names
 
 
-def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageConnection:
-    """`AzureWebJobsStorage` as a connection string, or its identity-based settings.
+def _storage_connection(
+    env: Mapping[str, str], problems: list[str], setting: str = "AzureWebJobsStorage"
+) -> StorageConnection:
+    """`setting` (`AzureWebJobsStorage`, or another account's) as a connection string, or its
+    identity-based settings.
 
     Identity based (Functions documentation): `__accountName`, or `__blobServiceUri` and
     `__queueServiceUri` (the host and the app use both services); `__serviceUri` is the single-service
@@ -373,8 +376,8 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     without `__credential` (local development): `__tenantId`, `__clientId` and `__clientSecret` of a
     service principal, or else the developer's own identity.
     """
-    conn = env.get("AzureWebJobsStorage", "").strip()
-    prefix = "AzureWebJobsStorage__"
+    conn = env.get(setting, "").strip()
+    prefix = setting + "__"
 
     def get(name: str) -> str | None:
         return env.get(prefix + name, "").strip() or None
@@ -390,7 +393,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
             and "AccountName=" not in conn
             and "SharedAccessSignature=" not in conn
         ):
-            problems.append("AzureWebJobsStorage is not a storage connection string (no AccountName=)")
+            problems.append(f"{setting} is not a storage connection string (no AccountName=)")
         return StorageConnection(connection_string=conn)
     blob_uri = blob_uri or service_uri
     if account:
@@ -400,14 +403,14 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     if not (blob_uri and queue_uri):
         if service_uri:
             problems.append(
-                "AzureWebJobsStorage__serviceUri names a single service (read as the blob service), but "
-                "the host and the app use blobs and queues: set AzureWebJobsStorage__accountName, or "
-                "AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+                f"{setting}__serviceUri names a single service (read as the blob service), but "
+                f"the host and the app use blobs and queues: set {setting}__accountName, or "
+                f"{setting}__blobServiceUri and {setting}__queueServiceUri"
             )
         else:
             problems.append(
-                "AzureWebJobsStorage is not set: give a connection string, or AzureWebJobsStorage__accountName, "
-                "or both AzureWebJobsStorage__blobServiceUri and AzureWebJobsStorage__queueServiceUri"
+                f"{setting} is not set: give a connection string, or {setting}__accountName, "
+                f"or both {setting}__blobServiceUri and {setting}__queueServiceUri"
             )
         return StorageConnection(connection_string="UseDevelopmentStorage=true")
     for name, uri in (
@@ -416,7 +419,7 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         ("tableServiceUri", table_uri),
     ):
         if uri is not None and not uri.startswith(("https://", "http://")):
-            problems.append(f"AzureWebJobsStorage__{name} must be an http(s) URL")
+            problems.append(f"{setting}__{name} must be an http(s) URL")
 
     raw_credential = get("credential")
     credential = raw_credential.lower() if raw_credential else None
@@ -427,36 +430,36 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
     if credential == "managedidentity":
         if client_id and resource_id:
             problems.append(
-                "AzureWebJobsStorage__clientId and AzureWebJobsStorage__managedIdentityResourceId both name "
+                f"{setting}__clientId and {setting}__managedIdentityResourceId both name "
                 "the managed identity: set one of them"
             )
         if secret:
             problems.append(
-                "AzureWebJobsStorage__clientSecret is for local development without AzureWebJobsStorage__credential; "
+                f"{setting}__clientSecret is for local development without {setting}__credential; "
                 "a managed identity has no secret: remove it"
             )
         if not (client_id or resource_id):
             client_id = env.get("AZURE_CLIENT_ID", "").strip() or None  # documented default
     elif credential == "managedidentityasfederatedidentity":
         problems.append(
-            "AzureWebJobsStorage__credential=managedidentityasfederatedidentity (storage in another tenant) "
+            f"{setting}__credential=managedidentityasfederatedidentity (storage in another tenant) "
             "is not supported by this app: use managedidentity with an identity of the account's tenant"
         )
     elif raw_credential is not None:
         problems.append(
-            f"AzureWebJobsStorage__credential={raw_credential[:40]!r} is not supported: set managedidentity, "
+            f"{setting}__credential={raw_credential[:40]!r} is not supported: set managedidentity, "
             "or leave it unset for local development"
         )
     else:
         if secret and not (tenant_id and client_id):
             problems.append(
-                "AzureWebJobsStorage__clientSecret needs AzureWebJobsStorage__tenantId and "
-                "AzureWebJobsStorage__clientId (a service principal, local development only)"
+                f"{setting}__clientSecret needs {setting}__tenantId and "
+                f"{setting}__clientId (a service principal, local development only)"
             )
         if resource_id:
             problems.append(
-                "AzureWebJobsStorage__managedIdentityResourceId is read only with "
-                "AzureWebJobsStorage__credential=managedidentity"
+                f"{setting}__managedIdentityResourceId is read only with "
+                f"{setting}__credential=managedidentity"
             )
     return StorageConnection(
         account_name=account,
@@ -469,3 +472,13 @@ def _storage_connection(env: Mapping[str, str], problems: list[str]) -> StorageC
         tenant_id=tenant_id,
         client_secret=secret if credential is None else None,
     )
+
+
+def storage_connection(env: Mapping[str, str], setting: str) -> StorageConnection:
+    """The storage account `setting` names in `env` (a connection string, or `<setting>__*` identity
+    settings, read as `AzureWebJobsStorage` is); SettingsError listing every problem."""
+    problems: list[str] = []
+    conn = _storage_connection(env, problems, setting)
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return conn

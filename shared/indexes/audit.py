@@ -17,7 +17,6 @@ as `console_action` decisions only (and as events with `by` in their entries): n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
@@ -26,12 +25,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from azure.data.tables import TableServiceClient
-
 from shared.core.documents import DocumentStore
 from shared.core.envelope import isoformat
 from shared.indexes.keys import clip, newest_first, quoted
-from shared.storage.failures import AlreadyExists, NotFound, StorageError, failure_name, translated
+from shared.storage.failures import NotFound, StorageError, failure_name
+from shared.storage.ports import Tables
 from shared.storage.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.audit")
@@ -161,23 +159,20 @@ def backfill_rows(
 class AuditLog:
     """Writes and reads the audit table."""
 
-    def __init__(self, service: TableServiceClient, name: str) -> None:
+    def __init__(self, tables: Tables, name: str) -> None:
         self.name = name
-        self.service = service
-        self.table = service.get_table_client(name)
+        self.table = tables.table(name)
 
     def ensure(self) -> None:
-        with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
-            self.service.create_table(self.name)
+        self.table.create()
 
     def write(self, entity: Mapping[str, Any]) -> None:
-        upsert_creating(self.table, entity, self.ensure)
+        upsert_creating(self.table, entity)
 
     def record(self, at: datetime, by: str, action: str, target: str = "", **details: Any) -> None:
         """One action's row; a failure is logged, never raised (one request)."""
         try:
-            with translated("recording an action"):
-                self.write(entity_of(at, by, action, target, details, uuid.uuid4().hex[:12]))
+            self.write(entity_of(at, by, action, target, details, uuid.uuid4().hex[:12]))
         except StorageError as exc:
             log.warning("audit: %s by %s not recorded (%s)", action, by, failure_name(exc))
 
@@ -202,8 +197,7 @@ class AuditLog:
                 edits.append((name, doc.data))
         ops = [d.data for d in (archive.read(n) for n, _ in archive.names("ops/")) if d is not None]
         try:
-            with translated("reading the audit log"):
-                known = list(self.table.query_entities(f"PartitionKey eq {quoted(PARTITION)}"))
+            known = list(self.table.rows(f"PartitionKey eq {quoted(PARTITION)}"))
         except NotFound:
             known = []
         rows = backfill_rows(edits, ops, [k for k in known if '"backfilled"' not in str(k.get("details"))])

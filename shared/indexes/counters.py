@@ -20,12 +20,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.data.tables import TableServiceClient
-
 from shared.core.documents import DocumentStore
 from shared.indexes.keys import quoted
 from shared.observability import overview_counters
-from shared.storage.failures import AlreadyExists, NotFound, translated
+from shared.storage.failures import NotFound
+from shared.storage.ports import Tables
 from shared.storage.tables import upsert_creating
 
 log = logging.getLogger("jobs.console.metrics")
@@ -50,26 +49,23 @@ def entity_of(hour: str, instance: str, doc: Mapping[str, Any]) -> dict[str, Any
 class TableCounters:
     """An `overview_counters.CounterStore` over one table; `legacy`: the counter blobs pruned until gone."""
 
-    def __init__(self, service: TableServiceClient, name: str, legacy: DocumentStore) -> None:
+    def __init__(self, tables: Tables, name: str, legacy: DocumentStore) -> None:
         self.name = name
-        self.service = service
-        self.table = service.get_table_client(name)
+        self.table = tables.table(name)
         self.legacy = legacy
         self.legacy_left = True
 
     def ensure(self) -> None:
-        with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
-            self.service.create_table(self.name)
+        self.table.create()
 
     def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
-        upsert_creating(self.table, entity_of(hour, instance, doc), self.ensure)
+        upsert_creating(self.table, entity_of(hour, instance, doc))
 
     def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
         """The documents of `hours`: one query."""
         skip = overview_counters.instance_key(skip_instance) if skip_instance is not None else None
         try:
-            with translated("reading counters"):
-                found = list(self.table.query_entities(hours_filter(hours), results_per_page=1000))
+            found = list(self.table.rows(hours_filter(hours), size=1000))
         except NotFound:
             return []
         docs: list[Mapping[str, Any]] = []
@@ -90,13 +86,12 @@ class TableCounters:
     def prune(self, now: datetime) -> int:
         """Delete the hours past `RETENTION_H` (and the counter blobs of before the table)."""
         try:
-            with translated("listing expired counters"):
-                due = list(self.table.query_entities(expired_filter(now), select=["PartitionKey", "RowKey"]))
+            due = list(self.table.rows(expired_filter(now), select=["PartitionKey", "RowKey"]))
         except NotFound:
             due = []
         for entity in due:
-            with contextlib.suppress(NotFound), translated("deleting expired counters"):
-                self.table.delete_entity(str(entity["PartitionKey"]), str(entity["RowKey"]))
+            with contextlib.suppress(NotFound):
+                self.table.delete(str(entity["PartitionKey"]), str(entity["RowKey"]))
         return len(due) + self._prune_legacy(now)
 
     def _prune_legacy(self, now: datetime) -> int:

@@ -40,9 +40,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.data.tables import TableEntity, TableServiceClient, UpdateMode
-
 from shared.indexes.entry_rows import (
     COUNT_PARTITION,
     COUNT_TRIES,
@@ -66,14 +63,8 @@ from shared.indexes.entry_rows import (
     row_of,
 )
 from shared.indexes.keys import quoted
-from shared.storage.failures import (
-    AlreadyExists,
-    ConditionFailed,
-    NotFound,
-    StorageError,
-    failure_name,
-    translated,
-)
+from shared.storage.failures import AlreadyExists, ConditionFailed, NotFound, StorageError, failure_name
+from shared.storage.ports import Row, TableOp, Tables, in_transactions
 from shared.storage.tables import query_rows, upsert_creating
 
 log = logging.getLogger("jobs.index")
@@ -83,30 +74,39 @@ def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
     """Run an index write; a failure is logged, never raised: the entry blob is the truth, and a
     poison handler must not fail (and retry) because the view could not be updated."""
     try:
-        with translated(f"indexing entry {name}"):
-            action(name, *args)
+        action(name, *args)
     except StorageError as exc:
         log.warning("poison entry %s: index not updated (%s)", name, failure_name(exc))
+
+
+def _one_by_one(
+    keyed: Mapping[str, tuple[str, Mapping[str, Any]]], action: Callable[..., None]
+) -> Callable[[TableOp], None]:
+    """An operation of a failed transaction done alone: `action` on its (name, entry), best effort."""
+
+    def one(op: TableOp) -> None:
+        name, entry = keyed[str(op.entity["RowKey"])]
+        best_effort(name, action, entry)
+
+    return one
 
 
 class EntryIndex:
     """Reads and writes the `poisonentries` table."""
 
-    def __init__(self, service: TableServiceClient, name: str) -> None:
+    def __init__(self, tables: Tables, name: str) -> None:
         self.name = name
-        self.table = service.get_table_client(name)
-        self.service = service
+        self.table = tables.table(name)
         self._lock = threading.Lock()
         self._etags: dict[str, tuple[str, int]] = {}
         self._key_locks: dict[str, threading.Lock] = {}
 
     def ensure(self) -> None:
-        with contextlib.suppress(AlreadyExists), translated(f"creating table {self.name}"):
-            self.service.create_table(self.name)
+        self.table.create()
 
     def put(self, name: str, entry: Mapping[str, Any]) -> None:
         """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
-        upsert_creating(self.table, entity_of(name, entry), self.ensure)
+        upsert_creating(self.table, entity_of(name, entry))
 
     def add(self, name: str, entry: Mapping[str, Any]) -> None:
         """A new entry: its row, and its reason code's count when it is listed."""
@@ -115,10 +115,8 @@ class EntryIndex:
 
     def _delete_row(self, name: str, entry: Mapping[str, Any]) -> None:
         state = str(entry.get("state") or "poisoned")
-        with contextlib.suppress(NotFound), translated(f"deleting the row of {name}"):
-            self.table.delete_entity(
-                state, index_key(name, entry), match_condition=MatchConditions.Unconditionally
-            )
+        with contextlib.suppress(NotFound):
+            self.table.delete(state, index_key(name, entry))
 
     def remove(self, name: str, entry: Mapping[str, Any]) -> None:
         """The entry is gone: its row, and its count when it was listed."""
@@ -140,13 +138,12 @@ class EntryIndex:
         done = Pruned()
         deltas: dict[str, int] = {}
         try:
-            with translated("pruning the entry index"):
-                for state in states:
-                    for rows in self._due_pages(state, cutoff, limit, done):
-                        if not dry_run:
-                            self._delete_due(state, rows, done, deltas)
-                    if done.stopped_at_limit:
-                        break
+            for state in states:
+                for rows in self._due_pages(state, cutoff, limit, done):
+                    if not dry_run:
+                        self._delete_due(state, rows, done, deltas)
+                if done.stopped_at_limit:
+                    break
         except NotFound:  # no table: nothing indexed
             pass
         for key, delta in deltas.items():
@@ -154,9 +151,7 @@ class EntryIndex:
             self._count_key(key, delta)
         return done
 
-    def _due_pages(
-        self, state: str, cutoff: datetime, limit: int, done: Pruned
-    ) -> Iterator[list[TableEntity]]:
+    def _due_pages(self, state: str, cutoff: datetime, limit: int, done: Pruned) -> Iterator[list[Row]]:
         """The due rows of one state, a page (<= 100) a query, until `limit` rows are due in all."""
         cont: Any = None
         while True:
@@ -164,41 +159,36 @@ class EntryIndex:
             if room <= 0:
                 done.stopped_at_limit = True
                 return
-            pager = self.table.query_entities(
+            page = self.table.query(
                 expired_filter(state, cutoff),
                 select=["PartitionKey", "RowKey", "name", "reason_code", "reason"],
-                results_per_page=min(TRANSACTION_SIZE, room),
-            ).by_page(continuation_token=cont)
+                size=min(TRANSACTION_SIZE, room),
+                continuation=cont,
+            )
             done.requests += 1
-            got = list(next(pager, []))[:room]
-            cont = getattr(pager, "continuation_token", None)
+            got = page.rows[:room]
+            cont = page.continuation
             done.due += len(got)
             if got:
                 yield got
             if not cont:
                 return
 
-    def _delete_due(self, state: str, rows: list[TableEntity], done: Pruned, deltas: dict[str, int]) -> None:
+    def _delete_due(self, state: str, rows: list[Row], done: Pruned, deltas: dict[str, int]) -> None:
         """One transaction (one partition, <= 100 rows), If-Match each row's ETag; when it fails (a
         row written or moved since the query) row by row, keeping those written since."""
-
-        def option(row: TableEntity) -> dict[str, Any]:
-            return {"etag": row.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
-
-        gone: list[TableEntity] = []
+        gone: list[Row] = []
         done.requests += 1
         try:
-            with translated("deleting entry rows"):
-                self.table.submit_transaction(
-                    [("delete", {"PartitionKey": state, "RowKey": str(r["RowKey"])}, option(r)) for r in rows]
-                )
-                gone = rows
+            self.table.transact(
+                [TableOp("delete", {"PartitionKey": state, "RowKey": str(r["RowKey"])}, r.etag) for r in rows]
+            )
+            gone = rows
         except StorageError:
             for row in rows:
                 done.requests += 1
                 try:
-                    with translated("deleting an entry row"):
-                        self.table.delete_entity(state, str(row["RowKey"]), **option(row))
+                    self.table.delete(state, str(row["RowKey"]), row.etag)
                 except (ConditionFailed, NotFound):
                     continue
                 except StorageError as exc:
@@ -219,8 +209,7 @@ class EntryIndex:
 
     def _count_key(self, key: str, delta: int) -> None:
         try:
-            with translated(f"counting {key}"):
-                self._bump(key, delta)
+            self._bump(key, delta)
         except StorageError as exc:
             log.warning("poison count %s not updated by %+d (%s)", key, delta, failure_name(exc))
 
@@ -237,51 +226,39 @@ class EntryIndex:
             known = self._etags.get(key)
         for _ in range(COUNT_TRIES):
             if known is None:
-                try:
-                    with translated(f"reading counter {key}"):
-                        got = self.table.get_entity(COUNT_PARTITION, key)
-                        known = (str(got.metadata["etag"]), int(got.get("n") or 0))
-                except NotFound:
+                got = self.table.get(COUNT_PARTITION, key)
+                if got is not None:
+                    known = (got.etag, int(got.get("n") or 0))
+                else:
                     try:
-                        with translated(f"creating counter {key}"):
-                            made = self.table.create_entity(
-                                {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta}
-                            )
+                        made = self.table.insert({"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": delta})
                     except AlreadyExists:
                         continue
                     with self._lock:
-                        self._etags[key] = (str(made.get("etag")), delta)
+                        self._etags[key] = (made, delta)
                     return
             etag, n = known
             value = n + delta  # a shard may go below 0 (its +1 was counted in another): the sum counts
             try:
-                with translated(f"updating counter {key}"):
-                    done = self.table.update_entity(
-                        {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value},
-                        mode=UpdateMode.REPLACE,
-                        etag=etag,
-                        match_condition=MatchConditions.IfNotModified,
-                    )
+                done = self.table.update({"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": value}, etag)
             except (ConditionFailed, NotFound):
                 known = None
                 continue
             with self._lock:
-                self._etags[key] = (str(done.get("etag")), value)
+                self._etags[key] = (done, value)
             return
         raise ConditionFailed(f"counter {key} kept changing")
 
     def counts(self) -> dict[str, int]:
         """Listed entries per reason code, largest first: one query."""
         try:
-            with translated("reading the poison counts"):
-                rows = list(self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
+            rows = list(self.table.rows(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
         except NotFound:
             return {}
         with self._lock:  # the page's next actions then change a counter with one request
             for e in rows:
-                etag = getattr(e, "metadata", {}).get("etag")
-                if etag:
-                    self._etags[str(e["RowKey"])] = (str(etag), int(e.get("n") or 0))
+                if e.etag:
+                    self._etags[str(e["RowKey"])] = (e.etag, int(e.get("n") or 0))
         return counts_of(rows)
 
     def recount(self) -> dict[str, int]:
@@ -289,18 +266,14 @@ class EntryIndex:
         for repairs; entries changing meanwhile may be off by those changes)."""
         found: dict[str, int] = {}
         where = f"PartitionKey eq {quoted(LISTED)}"
-        for e in self.table.query_entities(
-            where, select=["reason_code", "reason"], results_per_page=SCAN_ROWS
-        ):
+        for e in self.table.rows(where, select=["reason_code", "reason"], size=SCAN_ROWS):
             code = str(e.get("reason_code") or reason_code_of(e.get("reason")))
             found[code] = found.get(code, 0) + 1
-        old = {
-            str(e["RowKey"]) for e in self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
-        }
+        old = {str(e["RowKey"]) for e in self.table.rows(f"PartitionKey eq {quoted(COUNT_PARTITION)}")}
         for key in old:
-            self.table.delete_entity(COUNT_PARTITION, key)
+            self.table.delete(COUNT_PARTITION, key)
         for code, n in found.items():
-            self.table.upsert_entity({"PartitionKey": COUNT_PARTITION, "RowKey": f"{code}|00", "n": n})
+            self.table.upsert({"PartitionKey": COUNT_PARTITION, "RowKey": f"{code}|00", "n": n})
         with self._lock:
             self._etags.clear()
         return counts_of({"RowKey": f"{c}|00", "n": n} for c, n in found.items())
@@ -331,27 +304,15 @@ class EntryIndex:
             deletes.setdefault(state, {})[index_key(name, entry)] = (name, entry)
         sent = 0
         for kind, groups in (("upsert", puts), ("delete", deletes)):
+            action = self.put if kind == "upsert" else self._delete_row
             for state, keyed in groups.items():
-                rows = list(keyed.items())
-                for i in range(0, len(rows), TRANSACTION_SIZE):
-                    chunk = rows[i : i + TRANSACTION_SIZE]
-                    sent += 1
-                    try:
-                        with translated(f"indexing entries ({kind})"):
-                            self.table.submit_transaction(
-                                [
-                                    ("upsert", entity_of(name, entry), {"mode": UpdateMode.REPLACE})
-                                    if kind == "upsert"
-                                    else ("delete", {"PartitionKey": state, "RowKey": key})
-                                    for key, (name, entry) in chunk
-                                ]
-                            )
-                            continue
-                    except StorageError:
-                        pass
-                    for _, (name, entry) in chunk:
-                        sent += 1
-                        best_effort(name, self.put if kind == "upsert" else self._delete_row, entry)
+                ops = [
+                    TableOp("upsert", entity_of(name, entry))
+                    if kind == "upsert"
+                    else TableOp("delete", {"PartitionKey": state, "RowKey": key})
+                    for key, (name, entry) in keyed.items()
+                ]
+                sent += in_transactions(self.table, ops, _one_by_one(keyed, action))
         return sent + self.count_many(deltas)
 
     def count_many(self, deltas: Mapping[str, int]) -> int:
@@ -364,43 +325,33 @@ class EntryIndex:
         for _ in range(COUNT_TRIES if len(changed) <= TRANSACTION_SIZE else 0):
             sent += 1
             try:
-                with translated("reading the counters"):
-                    current: dict[str, TableEntity] = {
-                        str(e["RowKey"]): e
-                        for e in self.table.query_entities(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
-                    }
+                current = {
+                    str(e["RowKey"]): e for e in self.table.rows(f"PartitionKey eq {quoted(COUNT_PARTITION)}")
+                }
             except NotFound:
                 current = {}
-            operations: list[Any] = []
+            operations: list[TableOp] = []
             for key, delta in changed.items():
                 row = current.get(key)
                 n = int(row.get("n") or 0) if row is not None else 0
                 entity = {"PartitionKey": COUNT_PARTITION, "RowKey": key, "n": n + delta}
-                if row is None:
-                    operations.append(("create", entity))
-                else:
-                    condition = {
-                        "etag": row.metadata["etag"],
-                        "match_condition": MatchConditions.IfNotModified,
-                    }
-                    operations.append(("update", entity, {"mode": UpdateMode.REPLACE, **condition}))
+                operations.append(
+                    TableOp("create", entity) if row is None else TableOp("update", entity, row.etag)
+                )
             sent += 1
             try:
-                with translated("changing the counters"):
-                    answers = self.table.submit_transaction(operations)
+                answers = self.table.transact(operations)
             except StorageError:
                 continue
             with self._lock:
-                for (_, entity, *_), answer in zip(operations, answers, strict=False):
-                    etag = (answer or {}).get("etag")
+                for op, etag in zip(operations, answers, strict=False):
                     if etag:
-                        self._etags[str(entity["RowKey"])] = (str(etag), int(entity["n"]))
+                        self._etags[str(op.entity["RowKey"])] = (etag, int(op.entity["n"]))
             return sent
         for key, delta in changed.items():  # many rows, or contended: one by one
             sent += 1
             try:
-                with translated(f"changing counter {key}"):
-                    self._count_key(key, delta)
+                self._count_key(key, delta)
             except StorageError as exc:
                 log.warning("counter %s not changed (%s)", key, failure_name(exc))
         return sent
@@ -446,22 +397,19 @@ class EntryIndex:
         reached = after_key
         started = time.monotonic()
         try:
-            with translated("searching the entry index"):
-                for _ in range(queries or SCAN_QUERIES):
-                    if time.monotonic() - started > SCAN_SECONDS:
-                        break
-                    pager = self.table.query_entities(where, results_per_page=SCAN_ROWS).by_page(
-                        continuation_token=cont
-                    )
-                    for e in next(pager, []):
-                        reached = str(e.get("RowKey", ""))
-                        if matches(text, e):
-                            rows.append(row_of(e))
-                            if len(rows) >= size:
-                                return rows, reached
-                    cont = getattr(pager, "continuation_token", None)
-                    if not cont:
-                        return rows, ""
+            for _ in range(queries or SCAN_QUERIES):
+                if time.monotonic() - started > SCAN_SECONDS:
+                    break
+                page = self.table.query(where, size=SCAN_ROWS, continuation=cont)
+                for e in page.rows:
+                    reached = str(e.get("RowKey", ""))
+                    if matches(text, e):
+                        rows.append(row_of(e))
+                        if len(rows) >= size:
+                            return rows, reached
+                cont = page.continuation
+                if not cont:
+                    return rows, ""
         except NotFound:
             return [], ""
         return rows, reached

@@ -18,7 +18,6 @@ The index is a view: a failed index write is logged, never fails the ledger writ
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -26,8 +25,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
-
-from azure.data.tables import TableServiceClient, UpdateMode
 
 from shared.config.retention import day_tables_filter, table_day
 from shared.core.documents import Document, DocumentStore, TagQuery
@@ -41,7 +38,8 @@ from shared.indexes.keys import (
     quoted,
     stamp_ms,
 )
-from shared.storage.failures import AlreadyExists, NotFound, StorageError, failure_name, translated
+from shared.storage.failures import NotFound, StorageError, failure_name
+from shared.storage.ports import TableOp, Tables, in_transactions
 
 log = logging.getLogger("jobs.index")
 PARTITION = "j"
@@ -49,8 +47,6 @@ NOT_INDEXED = frozenset({"in_progress"})
 """Statuses whose write does not touch the index (a claim): the happy path pays one index write."""
 DAYS_TTL_S = 10.0
 MAX_QUERIES = 8
-TRANSACTION_SIZE = 100
-"""Entities one entity group transaction may hold (Table storage's limit)."""
 """Queries one page may take at most (a filter matching nothing old stops there with a token)."""
 
 
@@ -146,10 +142,8 @@ def query_filter(
 class JobIndex:
     """Reads and writes the per-day job tables."""
 
-    def __init__(
-        self, service: TableServiceClient, prefix: str, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.service = service
+    def __init__(self, tables: Tables, prefix: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.tables = tables
         self.prefix = prefix
         self.clock = clock
         self._lock = threading.Lock()
@@ -162,13 +156,12 @@ class JobIndex:
         """Upsert the job's entity (creating its day's table on first use)."""
         entity = entity_of(data)
         name = self.table_name(day_of(entity["created_at"]))
-        client = self.service.get_table_client(name)
+        table = self.tables.table(name)
         try:
-            with translated(f"indexing into {name}"):
-                client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+            table.upsert(entity)
         except NotFound:  # a new day, or a day table retention dropped
             self.ensure_table(name, fresh=True)
-            client.upsert_entity(entity, mode=UpdateMode.REPLACE)
+            table.upsert(entity)
 
     def put_many(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Upsert many jobs' entities: one entity group transaction per day table and 100 jobs (a
@@ -180,27 +173,18 @@ class JobIndex:
                 entity = entity_of(data)
                 table = by_table.setdefault(self.table_name(day_of(entity["created_at"])), {})
                 table[entity["RowKey"]] = (data, entity)  # once per transaction: the last write wins
+        record_of = {key: data for keyed in by_table.values() for key, (data, _) in keyed.items()}
+
+        def one(op: TableOp) -> None:  # a missing day table, a reset connection: one by one
+            try:
+                self.put(record_of[op.entity["RowKey"]])
+            except StorageError as exc:
+                log.warning("job %s: index not updated (%s)", op.entity["id"], failure_name(exc))
+
         sent = 0
         for name, keyed in by_table.items():
-            rows = list(keyed.values())
-            for i in range(0, len(rows), TRANSACTION_SIZE):
-                chunk = rows[i : i + TRANSACTION_SIZE]
-                sent += 1
-                try:
-                    with translated(f"indexing into {name}"):
-                        self.service.get_table_client(name).submit_transaction(
-                            [("upsert", entity, {"mode": UpdateMode.REPLACE}) for _, entity in chunk]
-                        )
-                        continue
-                except StorageError:  # a missing day table, a reset connection: one by one
-                    pass
-                for data, entity in chunk:
-                    sent += 1
-                    try:
-                        with translated("indexing a job"):
-                            self.put(data)
-                    except StorageError as exc:
-                        log.warning("job %s: index not updated (%s)", entity["id"], failure_name(exc))
+            ops = [TableOp("upsert", entity) for _, entity in keyed.values()]
+            sent += in_transactions(self.tables.table(name), ops, one)
         return sent
 
     def table_name(self, day: str) -> str:
@@ -210,19 +194,18 @@ class JobIndex:
         """Create the table unless this process knows it exists (`fresh`: it was found missing)."""
         if name in self._known and not fresh:
             return
-        with contextlib.suppress(AlreadyExists), translated(f"creating table {name}"):
-            self.service.create_table(name)
+        self.tables.table(name).create()
         with self._lock:
             self._known.add(name)
             self._days = None
 
     def due_tables(self, last: date) -> list[str]:
         """The day tables of days up to `last`: one list-tables query (a page per 1,000 names)."""
-        return [t.name for t in self.service.query_tables(day_tables_filter(self.prefix, last))]
+        return self.tables.names(day_tables_filter(self.prefix, last))
 
     def drop(self, name: str) -> None:
         """Delete a day table (retention): one request; gone already is no error."""
-        self.service.delete_table(name)
+        self.tables.table(name).drop()
         with self._lock:
             self._known.discard(name)
             self._days = None
@@ -235,10 +218,7 @@ class JobIndex:
             if self._days and not fresh and self.clock() - self._days[0] < DAYS_TTL_S:
                 return self._days[1]
         low, high = f"{self.prefix}0", f"{self.prefix}9~"
-        names = [
-            t.name
-            for t in self.service.query_tables(f"TableName ge {quoted(low)} and TableName lt {quoted(high)}")
-        ]
+        names = self.tables.names(f"TableName ge {quoted(low)} and TableName lt {quoted(high)}")
         cut = len(self.prefix)
         days = sorted((n[cut:] for n in names if table_day(n, self.prefix) is not None), reverse=True)
         with self._lock:
@@ -272,21 +252,17 @@ class JobIndex:
             while True:
                 if queries >= MAX_QUERIES:
                     return IndexPage(rows, encode_token({"day": day, "cont": cont}), queries)
-                pager = (
-                    self.service.get_table_client(self.table_name(day))
-                    .query_entities(where, results_per_page=size - len(rows))
-                    .by_page(continuation_token=cont)
-                )
                 queries += 1
                 try:
-                    with translated(f"reading index table {self.table_name(day)}"):
-                        got = list(next(pager, []))
+                    got = self.tables.table(self.table_name(day)).query(
+                        where, size=size - len(rows), continuation=cont
+                    )
                 except NotFound:  # dropped by retention since the day list was read
                     with self._lock:
                         self._days = None
                     break
-                rows.extend(row_of(e) for e in got[: size - len(rows)])
-                cont = getattr(pager, "continuation_token", None)
+                rows.extend(row_of(e) for e in got.rows[: size - len(rows)])
+                cont = got.continuation
                 if len(rows) >= size:
                     if cont:
                         return IndexPage(rows, encode_token({"day": day, "cont": cont}), queries)
@@ -308,8 +284,7 @@ class IndexedStore:
     def _indexed(self, doc: Document) -> Document:
         if should_index(doc.data):
             try:
-                with translated("indexing a job"):
-                    self.index.put(doc.data)
+                self.index.put(doc.data)
             except StorageError as exc:  # a view: the ledger write stands
                 log.warning("job %s: index not updated (%s)", doc.data.get("id"), failure_name(exc))
         return doc

@@ -1,8 +1,8 @@
 """The permit store (a port): each key's permits document, and a note per waiting job.
 
-`DocumentPermitStore` keeps them as JSON documents with etags: over `BlobDocuments` (Azure Blob
-storage, conditional writes with If-Match / If-None-Match: one request a write) in production and
-the integration tests, over `MemoryDocuments` in unit tests and the simulation. Names:
+`DocumentPermitStore` keeps them as JSON documents with etags: over the account's documents port
+(`Account.documents`: Azure Blob storage, conditional writes with If-Match / If-None-Match, one
+request a write) in production and the integration tests, over `MemoryDocuments` in unit tests. Names:
 `keys/<key>.json` (the key is URL-quoted) and `waiting/<job id>.json`.
 """
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 from shared.core.documents import Document, DocumentStore
+
+T = TypeVar("T")
 
 
 class PermitStore(Protocol):
@@ -29,10 +31,12 @@ class PermitStore(Protocol):
 
 
 class DocumentPermitStore:
-    """The permit store on a `DocumentStore` (Blob or in memory)."""
+    """The permit store on a `DocumentStore` (Blob or in memory). `ensure` creates its container
+    when a write finds none (a runtime whose start-up did not create resources)."""
 
-    def __init__(self, documents: DocumentStore) -> None:
+    def __init__(self, documents: DocumentStore, ensure: Callable[[], Any] | None = None) -> None:
         self.documents = documents
+        self.ensure = ensure
 
     @staticmethod
     def key_name(key: str) -> str:
@@ -44,11 +48,11 @@ class DocumentPermitStore:
     def write(self, key: str, data: dict[str, Any], current: Document | None) -> Document:
         name = self.key_name(key)
         if current is None:
-            return self.documents.create(name, data)
+            return self._created(lambda: self.documents.create(name, data))
         return self.documents.replace(name, current, data)
 
     def note_waiting(self, job: str, note: dict[str, Any]) -> None:
-        self.documents.upsert(f"waiting/{job}.json", note)
+        self._created(lambda: self.documents.upsert(f"waiting/{job}.json", note))
 
     def waiting_note(self, job: str) -> dict[str, Any] | None:
         doc = self.documents.read(f"waiting/{job}.json")
@@ -57,45 +61,17 @@ class DocumentPermitStore:
     def clear_waiting(self, job: str) -> None:
         self.documents.delete(f"waiting/{job}.json")
 
-
-class BlobPermitStore(DocumentPermitStore):
-    """The permit store in a Blob container (`PERMITS_CONTAINER`), created on first use when the
-    start-up could not (a runtime built without creating resources)."""
-
-    def __init__(self, container: Any) -> None:
-        from shared.storage.blob_documents import BlobDocuments
-
-        super().__init__(BlobDocuments(container))
-        self.container = container
-
-    def _created(self) -> None:
+    def _created(self, write: Callable[[], T]) -> T:
+        try:
+            return write()
+        except Exception as exc:
+            if self.ensure is None or getattr(exc, "error_code", None) != "ContainerNotFound":
+                raise
         from shared.storage.failures import AlreadyExists, translated
 
         with contextlib.suppress(AlreadyExists), translated("creating the permits container"):
-            self.container.create_container()
-
-    def write(self, key: str, data: dict[str, Any], current: Document | None) -> Document:
-        try:
-            return super().write(key, data, current)
-        except Exception as exc:
-            if getattr(exc, "error_code", None) != "ContainerNotFound":
-                raise
-        self._created()
-        return super().write(key, data, current)
-
-    def note_waiting(self, job: str, note: dict[str, Any]) -> None:
-        try:
-            super().note_waiting(job, note)
-        except Exception as exc:
-            if getattr(exc, "error_code", None) != "ContainerNotFound":
-                raise
-            self._created()
-            super().note_waiting(job, note)
-
-
-def blob_permit_store(container: Any) -> BlobPermitStore:
-    """The permit store in a Blob container (`PERMITS_CONTAINER`)."""
-    return BlobPermitStore(container)
+            self.ensure()
+        return write()
 
 
 def memory_permit_store(clock: Callable[[], datetime]) -> DocumentPermitStore:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -11,7 +10,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from shared.config.platform import in_azure
 from shared.config.settings import Settings
@@ -35,16 +33,14 @@ from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
 from shared.observability import overview_counters
 from shared.observability.telemetry import configure_telemetry
-from shared.permits.parking import QueueParking
+from shared.permits.parking import Parking, QueueParking
 from shared.permits.service import Permits
 from shared.permits.settings import PermitSettings, read_permit_settings
-from shared.permits.store import PermitStore, blob_permit_store, memory_permit_store
-from shared.storage.blob_documents import BlobDocuments
+from shared.permits.store import DocumentPermitStore, PermitStore, memory_permit_store
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, connect, ensure_resources
-from shared.storage.tables import NoTableEndpoint, table_service
-
-if TYPE_CHECKING:
-    from azure.data.tables import TableServiceClient
+from shared.storage.ports import Account, Tables
+from shared.storage.tables import NoTableEndpoint
 
 log = logging.getLogger("jobs.runtime")
 
@@ -55,6 +51,8 @@ class Runtime:
     directly with in-memory parts (the deterministic simulation)."""
 
     settings: Settings
+    account: Account
+    """The app's storage account (`AzureWebJobsStorage`): its documents, tables and queues."""
     storage: StorageClients
     """Clients for handlers' own I/O (inputs, results, claim-checked payloads)."""
     handlers: Mapping[str, Handler]
@@ -71,7 +69,7 @@ class Runtime:
     """The poison archive's index (Table storage): its pages, replay and purge."""
     audit: AuditLog
     """The audit of operator actions (Table storage)."""
-    counters: overview_counters.CounterStore
+    counters: TableCounters
     """The overview's counters (Table storage)."""
     clock: Clock = system_clock
     timers: Timers = field(default_factory=ThreadTimers)
@@ -80,63 +78,64 @@ class Runtime:
     """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
     permit_settings: PermitSettings = field(default_factory=PermitSettings)
     permit_store: PermitStore | None = None
-    """Where permits are kept (shared/permits): the Blob container `PERMITS_CONTAINER`; None: in memory."""
+    """Where permits are kept (shared/permits): the container `PERMITS_CONTAINER`; None: in memory."""
+    parking: Parking | None = None
+    """Where waiting jobs' messages are parked; None: on `jobs_queue`."""
     permits: Permits = field(init=False)
     """Concurrency and rate limits across instances (shared/permits)."""
 
     def __post_init__(self) -> None:
         store = self.permit_store or memory_permit_store(self.clock)
-        self.permits = Permits(
-            store, QueueParking(self.jobs_queue), self.clock, self.timers, self.permit_settings.lease_s
-        )
+        parking = self.parking or QueueParking(self.jobs_queue)
+        self.permits = Permits(store, parking, self.clock, self.timers, self.permit_settings.lease_s)
 
     @classmethod
     def over(
         cls,
         settings: Settings,
-        storage: StorageClients,
+        account: AzureAccount,
         handlers: Mapping[str, Handler],
         instance: str,
-        tables: TableServiceClient | None = None,
     ) -> Runtime:
-        """A runtime on the configured storage account; its Table service is `tables` when given
-        (tests: an in-memory account), else the configured account's. SettingsError when the
-        connection names no Table service: the indexes are not optional. The kinds' own settings
-        are read and checked here (SettingsError naming each bad one)."""
+        """A runtime on `account` (the configured one: `AzureAccount` over `connect(settings)`;
+        tests: one over an in-memory account). SettingsError when the account names no Table
+        service: the indexes are not optional. The kinds' own settings are read and checked here
+        (SettingsError naming each bad one)."""
         kinds = configure_kinds(settings, handlers)
         try:
-            tables = tables if tables is not None else table_service(settings.storage)
+            tables = account.tables()
         except NoTableEndpoint as exc:
             raise SettingsError(f"AzureWebJobsStorage: {exc}") from None
-        ledger_store: DocumentStore = BlobDocuments(
-            storage.container(settings.ledger_container), metadata=listing_metadata, tags=index_tags
+        ledger_store = account.documents(
+            settings.ledger_container, metadata=listing_metadata, tags=index_tags
         )
-        archive = BlobDocuments(storage.container(settings.poison_archive_container))
+        archive = account.documents(settings.poison_archive_container)
         job_index, entry_index, audit, counters = indexes(settings, tables, archive)
         permit_settings = read_permit_settings(
             settings.source, settings.jobs_queue, {q.name: q.max_concurrent for q in settings.queue_set}
         )
+        permits_container = account.clients.container(permit_settings.container)
         return cls(
             settings=settings,
-            storage=storage,
+            account=account,
+            storage=account.clients,
             handlers=kinds.handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index)),
             archive=archive,
-            jobs_queue=storage.queue(settings.jobs_queue),
-            poison_queue=storage.raw_queue(settings.poison_queue),
+            jobs_queue=account.queue(settings.jobs_queue),
+            poison_queue=account.raw_queue(settings.poison_queue),
             job_index=job_index,
             entry_index=entry_index,
             audit=audit,
             counters=counters,
             retry_policies=kinds.retry,
             permit_settings=permit_settings,
-            permit_store=blob_permit_store(storage.container(permit_settings.container)),
+            permit_store=DocumentPermitStore(
+                account.documents(permit_settings.container), ensure=permits_container.create_container
+            ),
+            parking=QueueParking(account.clients.queue(settings.jobs_queue)),
         )
-
-    def counter_store(self) -> overview_counters.CounterStore:
-        """Where the overview's counters are kept."""
-        return self.counters
 
     def retry_policy(self, kind: str) -> RetryPolicy:
         """The kind's retry policy: its own, else the app's settings."""
@@ -148,7 +147,7 @@ class Runtime:
 
 
 def indexes(
-    settings: Settings, tables: TableServiceClient, archive: DocumentStore
+    settings: Settings, tables: Tables, archive: DocumentStore
 ) -> tuple[JobIndex, EntryIndex, AuditLog, TableCounters]:
     """The console's indexes on `tables`, named after the containers they index."""
     archive_tables = table_prefix(settings.poison_archive_container)
@@ -178,29 +177,25 @@ def build_runtime(
     enable_tests = os.environ.get("ENABLE_TEST_KINDS", "").lower() in ("1", "true", "yes")
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
-    runtime = Runtime.over(settings, storage, handlers or registry(enable_tests), instance)
+    account = AzureAccount(storage, settings.storage)
+    runtime = Runtime.over(settings, account, handlers or registry(enable_tests), instance)
     if create_resources:
         ensure_console_resources(runtime)
     if os.environ.get("FUNCTIONS_WORKER_RUNTIME") or in_azure(os.environ):  # a Functions worker
         # console counters: flushed on a timer, never per message
-        overview_counters.install(runtime.counter_store(), instance)
+        overview_counters.install(runtime.counters, instance)
     return runtime
 
 
 def ensure_console_resources(rt: Runtime) -> None:
     """The entry index's table and the bulk operations' queue (start-up, never per message)."""
-    from shared.storage.failures import AlreadyExists, StorageError, failure_name, translated
+    from shared.storage.failures import StorageError, failure_name
 
     try:
-        with translated("creating the console's resources"):
-            rt.entry_index.ensure()
-            rt.audit.ensure()
-            with contextlib.suppress(AlreadyExists), translated("creating the permits container"):
-                rt.storage.blob.create_container(rt.permit_settings.container)
-            if isinstance(rt.counters, TableCounters):
-                rt.counters.ensure()
-            with contextlib.suppress(AlreadyExists), translated("creating the operations queue"):
-                rt.storage.queue_service.create_queue(f"{rt.settings.jobs_queue}-ops")
+        rt.entry_index.ensure()
+        rt.audit.ensure()
+        rt.counters.ensure()
+        rt.account.queue(f"{rt.settings.jobs_queue}-ops").create()
     except StorageError as exc:  # identity scoped to its resources: the deployment creates them
         if not exc.answered:  # no answer at all: not a refusal
             raise

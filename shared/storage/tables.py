@@ -7,17 +7,20 @@ Azurite serves tables on its table port (the connection string's `TableEndpoint`
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core import MatchConditions
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from azure.data.tables._policies import TablesRetryPolicy
 
 from shared.config.settings import StorageConnection
 from shared.storage.clients import within_budget
+from shared.storage.failures import AlreadyExists, NotFound, translated
+from shared.storage.ports import Row, Table, TableOp, TablePage
 
 KEPT_TABLE_CLIENTS = 64
 """Table clients kept per process (the jobs index adds one table a day; older ones are rebuilt)."""
@@ -77,33 +80,152 @@ class TableService(TableServiceClient):
             return list(self._tables)
 
 
-def query_rows(table: TableClient, where: str, size: int, max_queries: int) -> list[Mapping[str, Any]]:
+def _row(entity: Any) -> Row:
+    metadata = getattr(entity, "metadata", None) or {}
+    return Row(entity, str(metadata.get("etag") or ""))
+
+
+def _operation(op: TableOp) -> tuple[Any, ...]:
+    """The SDK's form of one transaction operation."""
+    if op.kind == "create":
+        return ("create", dict(op.entity))
+    options: dict[str, Any] = {}
+    if op.kind in ("upsert", "update"):
+        options["mode"] = UpdateMode.REPLACE
+    if op.etag is not None:
+        options.update(etag=op.etag, match_condition=MatchConditions.IfNotModified)
+    if op.kind == "delete":
+        keys = {"PartitionKey": op.entity["PartitionKey"], "RowKey": op.entity["RowKey"]}
+        return ("delete", keys, options) if options else ("delete", keys)
+    return (op.kind, dict(op.entity), options)
+
+
+class AzureTable:
+    """The `Table` port on an SDK table client: one request a call (`rows`: one a page)."""
+
+    def __init__(self, service: TableServiceClient, name: str) -> None:
+        self._service = service
+        self._name = name
+        self.client = service.get_table_client(name)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def create(self) -> None:
+        with contextlib.suppress(AlreadyExists), translated(f"creating table {self._name}"):
+            self._service.create_table(self._name)
+
+    def drop(self) -> None:
+        with translated(f"deleting table {self._name}"):
+            self._service.delete_table(self._name)
+
+    def get(self, partition: str, row: str) -> Row | None:
+        try:
+            with translated(f"reading {row} of {self._name}"):
+                return _row(self.client.get_entity(partition, row))
+        except NotFound:
+            return None
+
+    def insert(self, entity: Mapping[str, Any]) -> str:
+        with translated(f"creating {entity.get('RowKey')} in {self._name}"):
+            return str(self.client.create_entity(dict(entity)).get("etag") or "")
+
+    def upsert(self, entity: Mapping[str, Any]) -> None:
+        with translated(f"writing {entity.get('RowKey')} of {self._name}"):
+            self.client.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
+
+    def update(self, entity: Mapping[str, Any], etag: str) -> str:
+        with translated(f"updating {entity.get('RowKey')} of {self._name}"):
+            done = self.client.update_entity(
+                dict(entity),
+                mode=UpdateMode.REPLACE,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        return str(done.get("etag") or "")
+
+    def delete(self, partition: str, row: str, etag: str | None = None) -> None:
+        condition: dict[str, Any] = (
+            {"match_condition": MatchConditions.Unconditionally}
+            if etag is None
+            else {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+        )
+        with translated(f"deleting {row} of {self._name}"):
+            self.client.delete_entity(partition, row, **condition)
+
+    def query(
+        self,
+        where: str,
+        *,
+        size: int | None = None,
+        select: Sequence[str] | None = None,
+        continuation: Any = None,
+    ) -> TablePage:
+        with translated(f"querying {self._name}"):
+            pager = self.client.query_entities(
+                where, results_per_page=size, select=list(select) if select else None
+            ).by_page(continuation_token=continuation)
+            got = [_row(e) for e in next(pager, [])]
+        return TablePage(got, getattr(pager, "continuation_token", None))
+
+    def rows(
+        self, where: str, *, size: int | None = None, select: Sequence[str] | None = None
+    ) -> Iterator[Row]:
+        with translated(f"querying {self._name}"):
+            for e in self.client.query_entities(
+                where, results_per_page=size, select=list(select) if select else None
+            ):
+                yield _row(e)
+
+    def transact(self, ops: Sequence[TableOp]) -> list[str | None]:
+        with translated(f"a transaction of {len(ops)} on {self._name}"):
+            answers = self.client.submit_transaction([_operation(op) for op in ops])
+        return [
+            None if op.kind == "delete" else str((answer or {}).get("etag") or "") or None
+            for op, answer in zip(ops, answers, strict=False)
+        ]
+
+
+class AzureTables:
+    """The `Tables` port on an account's Table service."""
+
+    def __init__(self, service: TableServiceClient) -> None:
+        self.service = service
+
+    def table(self, name: str) -> AzureTable:
+        return AzureTable(self.service, name)
+
+    def names(self, where: str) -> list[str]:
+        with translated("listing tables"):
+            return [t.name for t in self.service.query_tables(where)]
+
+
+def query_rows(table: Table, where: str, size: int, max_queries: int) -> list[Row]:
     """Up to `size` entities matching `where`, in key order: one query, more only while the service
     answers a short page with a continuation (at most `max_queries`); none when the table is missing."""
-    rows: list[Mapping[str, Any]] = []
+    rows: list[Row] = []
     cont: Any = None
     try:
         for _ in range(max_queries):
-            pager = table.query_entities(where, results_per_page=size - len(rows)).by_page(
-                continuation_token=cont
-            )
-            rows.extend(list(next(pager, []))[: size - len(rows)])
-            cont = getattr(pager, "continuation_token", None)
+            page = table.query(where, size=size - len(rows), continuation=cont)
+            rows.extend(page.rows[: size - len(rows)])
+            cont = page.continuation
             if len(rows) >= size or not cont:
                 break
-    except ResourceNotFoundError:
+    except NotFound:
         return []
     return rows
 
 
-def upsert_creating(table: TableClient, entity: Mapping[str, Any], create: Callable[[], None]) -> None:
-    """Upsert (replace) `entity`; when its table is missing, `create` it and upsert again: one
+def upsert_creating(table: Table, entity: Mapping[str, Any]) -> None:
+    """Upsert (replace) `entity`; when its table is missing, create it and upsert again: one
     request while the table exists."""
     try:
-        table.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
-    except ResourceNotFoundError:
-        create()
-        table.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)
+        table.upsert(entity)
+    except NotFound:
+        table.create()
+        table.upsert(entity)
 
 
 class NoTableEndpoint(Exception):

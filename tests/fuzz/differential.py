@@ -8,7 +8,9 @@ sum does not depend on the order of the additions.
 
 Parquet (`parquet_run`): random files written every way pyarrow writes them, the scanner's page
 decode and fold (`parquet_native`) against pyarrow's decode; then their column chunks' bytes
-changed at random, where only a crash or a read past a buffer (the sanitizers) is a finding.
+changed at random, where only a crash or a read past a buffer (the sanitizers) is a finding;
+and (`parquet_mutations`) page headers, levels, dictionaries and footers changed, each file
+answered as pyarrow's read_table answers it or refused where it refuses.
 
     python -m tests.fuzz.differential --seconds 180     # what `make fuzz` runs (under sanitizers)
 """
@@ -32,6 +34,7 @@ import pyarrow.parquet as pq
 from shared.aggregation import EngineOptions, engine, parse_aggregate_payload
 from shared.aggregation import native as bridge
 from shared.core.errors import InputDataError
+from tests.fuzz import parquet_mutations
 
 BLOCK_SIZES = (16, 37, 64, 256, 4096, 1 << 20)
 COLUMNS = ("k", "v", "w", "\ufeffk", "k\u00e9")
@@ -273,9 +276,10 @@ PARQUET_METRICS = [
 ]
 
 
-def parquet_case(rng: random.Random) -> bytes:
-    """A random Parquet file: a string key (nulls or not), float64, int64 and float32 values."""
-    rows = rng.choice((1, 5, 300, 3000))
+def parquet_case(rng: random.Random, sizes: tuple[int, ...] = (1, 5, 300, 3000)) -> bytes:
+    """A random Parquet file of one of `sizes` rows: a string key (nulls or not), float64, int64
+    and float32 values."""
+    rows = rng.choice(sizes)
     names = [f"k{i}" for i in range(rng.choice((1, 4, 200)))]
     key_nulls, nulls = rng.choice((0.0, 0.2, 1.0)), rng.choice((0.0, 0.1, 1.0))
 
@@ -380,15 +384,17 @@ def main(argv: list[str] | None = None) -> int:
         hand_blocks_in_exact_buffers()
     started = time.monotonic()
     report = run(args.seed, seconds=args.seconds * 0.75)
-    parquet = parquet_run(args.seed, seconds=args.seconds * 0.25)
-    for problem in (report.mismatches + parquet.mismatches)[:20]:
+    parquet = parquet_run(args.seed, seconds=args.seconds * 0.125)
+    mutated = parquet_mutations.run(args.seed, seconds=args.seconds * 0.125)
+    mismatches = report.mismatches + parquet.mismatches + mutated.mismatches
+    for problem in mismatches[:20]:
         print("MISMATCH", problem)
     print(
-        f"differential fuzz: seed {args.seed}, {report.cases} CSV / JSON-lines cases and {parquet.cases} "
-        f"Parquet files, {len(report.mismatches) + len(parquet.mismatches)} mismatches, "
-        f"scanner {_kernel_file()}, {time.monotonic() - started:.0f} s"
+        f"differential fuzz: seed {args.seed}, {report.cases} CSV / JSON-lines cases, {parquet.cases} "
+        f"Parquet files and {mutated.cases} mutated ones against pyarrow ({mutated.refused} refused by "
+        f"it), {len(mismatches)} mismatches, scanner {_kernel_file()}, {time.monotonic() - started:.0f} s"
     )
-    return 1 if report.mismatches or parquet.mismatches else 0
+    return 1 if mismatches else 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 from shared.aggregation import engine
 from shared.aggregation.options import DEFAULT_OPTIONS, EngineOptions
 from tests.conftest import tier_cases
-from tests.fuzz import differential
+from tests.fuzz import differential, parquet_mutations
 
 
 def test_jsonl_scanner_python_path_and_block_sizes_agree() -> None:
@@ -31,6 +31,13 @@ def test_csv_scanner_python_path_and_block_sizes_agree() -> None:
 def test_parquet_scanner_and_pyarrow_agree_and_mutated_pages_are_survived() -> None:
     report = differential.parquet_run(seed=19, cases=tier_cases(60))
     assert report.cases == tier_cases(60)
+    assert not report.mismatches, "\n\n".join(report.mismatches[:3])
+
+
+def test_parquet_files_mutated_are_answered_as_pyarrow_answers_them_or_refused() -> None:
+    report = parquet_mutations.run(seed=23, cases=tier_cases(120))
+    assert report.cases == tier_cases(120)
+    assert 0 < report.refused < report.cases  # some mutations break the file, some do not
     assert not report.mismatches, "\n\n".join(report.mismatches[:3])
 
 

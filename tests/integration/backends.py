@@ -104,9 +104,10 @@ class Backend:
         handlers = handlers or app_handlers()
         if self.azurite is not None:
             return build_runtime(settings, handlers=handlers)
+        assert self.memory is not None
         ensure_resources(self.clients, settings)
         rt = Runtime.over(
-            settings, self.clients, handlers, f"{socket.gethostname()}:{os.getpid()}", tables=self.tables
+            settings, self.memory.app_account(), handlers, f"{socket.gethostname()}:{os.getpid()}"
         )
         ensure_console_resources(rt)
         return rt

@@ -183,7 +183,6 @@ def test_the_cli_and_api_purge_deletes_poison_entries_only_too(rt: Runtime) -> N
 def test_a_bulk_replay_step_costs_five_requests_an_entry_and_leaves_both_indexes_right(
     rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert rt.entry_index is not None and rt.job_index is not None
     names = [poisoned_noop(rt, f"cost-{i:02d}") for i in range(40)]
     listed_before = sum(rt.entry_index.counts().values())
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)  # no rate: one step
@@ -252,7 +251,6 @@ def test_a_bulk_replay_killed_between_the_ledger_write_and_the_message_still_sen
 def test_a_step_killed_before_its_index_writes_is_redone_and_fixes_the_indexes(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert rt.entry_index is not None
     names = [poisoned_noop(rt, f"flush-{i:02d}") for i in range(8)]
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
     real_flush = bulk_pacing.StepWrites.flush

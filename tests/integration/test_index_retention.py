@@ -37,10 +37,8 @@ def _job(job_id: str, created: datetime) -> dict[str, str]:
 
 
 def _tables(rt: Runtime) -> list[str]:
-    assert rt.job_index is not None
     prefix = rt.job_index.prefix
-    found = rt.job_index.service.query_tables(f"TableName ge '{prefix}0' and TableName lt '{prefix}9~'")
-    return sorted(t.name for t in found)
+    return sorted(rt.job_index.tables.names(f"TableName ge '{prefix}0' and TableName lt '{prefix}9~'"))
 
 
 def _entry(rt: Runtime, job_id: str, state: str, archived: datetime) -> str:
@@ -59,8 +57,7 @@ def _entry(rt: Runtime, job_id: str, state: str, archived: datetime) -> str:
 
 
 def _rows(rt: Runtime) -> dict[str, set[str]]:
-    assert rt.entry_index is not None
-    rows = [e for e in rt.entry_index.table.query_entities("PartitionKey ne '~count'")]
+    rows = [e for e in rt.entry_index.table.rows("PartitionKey ne '~count'")]
     found: dict[str, set[str]] = {}
     for e in rows:
         found.setdefault(str(e["PartitionKey"]), set()).add(str(e["name"]))
@@ -68,7 +65,7 @@ def _rows(rt: Runtime) -> dict[str, set[str]]:
 
 
 def test_due_day_tables_are_dropped_and_the_jobs_page_keeps_working(rt: Runtime) -> None:
-    assert rt.job_index is not None and rt.settings.retention.ledger == 30
+    assert rt.settings.retention.ledger == 30
     ages = {"a60": 60, "a40": 40, "a39": 39, "a38": 38, "a1": 1}  # days before NOW
     for job_id, days in ages.items():
         rt.job_index.put(_job(job_id, NOW - timedelta(days=days, hours=0)))
@@ -86,7 +83,7 @@ def test_due_day_tables_are_dropped_and_the_jobs_page_keeps_working(rt: Runtime)
     ]  # days cached
 
     # another process's run (its own index object): this one's day list is stale meanwhile
-    other = JobIndex(rt.job_index.service, rt.job_index.prefix)
+    other = JobIndex(rt.job_index.tables, rt.job_index.prefix)
     dry = retention_apply.apply_tables(
         other, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=True
     )
@@ -112,7 +109,7 @@ def test_due_day_tables_are_dropped_and_the_jobs_page_keeps_working(rt: Runtime)
 
 
 def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt: Runtime) -> None:
-    assert rt.entry_index is not None and rt.settings.retention.archive == 90
+    assert rt.settings.retention.archive == 90
     ancient = [_entry(rt, f"ancient{i}", LISTED, START - timedelta(days=200)) for i in range(3)]
     replayed = _entry(rt, "old-replayed", "replayed", START - timedelta(days=5))
     parked = _entry(rt, "old-parked", "parked", START - timedelta(days=5))
@@ -146,7 +143,7 @@ def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt:
     assert (rest.rows.due, rest.rows.deleted, rest.rows.changed, rest.stopped_at_limit) == (3, 3, 0, False)
     assert _rows(rt) == {LISTED: {recent}}
     assert rt.entry_index.counts() == {"bad_input": 1}, "listed counts follow the rows"
-    counters = list(rt.entry_index.table.query_entities(f"PartitionKey eq '{COUNT_PARTITION}'"))
+    counters = list(rt.entry_index.table.rows(f"PartitionKey eq '{COUNT_PARTITION}'"))
     assert sum(int(c["n"]) for c in counters) == 1
     assert {n for n, _ in rt.archive.names(archive.JOBS_PREFIX)} >= {*ancient, replayed, parked}, (
         "rows only: the blobs are the blob rules' (lifecycle policy or the blob part of the run)"
@@ -156,7 +153,7 @@ def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt:
 
 def test_the_sweep_timer_runs_the_table_part_without_retention_by_app(rt: Runtime) -> None:
     """Azure: the lifecycle policy deletes blobs, nothing deletes tables but this timer."""
-    assert rt.job_index is not None and not rt.settings.retention_by_app
+    assert not rt.settings.retention_by_app
     rt.job_index.put(_job("old", NOW - timedelta(days=60)))
     rt.job_index.put(_job("new", NOW - timedelta(days=1)))
     rt.clock = lambda: NOW
@@ -175,15 +172,15 @@ def test_a_row_written_between_the_query_and_the_delete_is_kept(
     index = rt.entry_index
     assert index is not None
     names = [_entry(rt, f"raced{i}", LISTED, START - timedelta(days=200)) for i in range(3)]
-    submit = index.table.submit_transaction
+    submit = index.table.transact
 
-    def write_one_first(operations: Any, **kwargs: Any) -> Any:
+    def write_one_first(operations: Any) -> Any:
         doc = rt.archive.read(names[1])
         assert doc is not None
         index.put(names[1], doc.data)  # the row written again: a new ETag
-        return submit(operations, **kwargs)
+        return submit(operations)
 
-    monkeypatch.setattr(index.table, "submit_transaction", write_one_first)
+    monkeypatch.setattr(index.table, "transact", write_one_first)
     done = retention_apply.apply_tables(
         None, index, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
     )
@@ -196,11 +193,10 @@ def test_a_table_in_the_due_range_that_is_not_a_day_table_is_never_dropped(rt: R
     """The list-tables query is a name range (`<prefix>0` to `<prefix><last due day>`): another
     table whose name falls in it (another container's prefix, digits that are no date) is
     returned and must stay; the jobs page does not read it either."""
-    assert rt.job_index is not None
     prefix = rt.job_index.prefix
     others = [f"{prefix}1entries", f"{prefix}19991301", f"{prefix}199912311"]
     for name in others:
-        rt.job_index.service.create_table(name)
+        rt.job_index.tables.table(name).create()
     rt.job_index.put(_job("old", NOW - timedelta(days=60)))
     done = retention_apply.apply_tables(
         rt.job_index, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False

@@ -19,7 +19,8 @@ from shared.permits.limits import Limit
 from shared.permits.parking import QueueParking
 from shared.permits.service import Hold, PermitLost, Permits, Waiting
 from shared.permits.settings import read_permit_settings
-from shared.permits.store import blob_permit_store
+from shared.permits.store import DocumentPermitStore
+from shared.storage.blob_documents import BlobDocuments
 from tests.integration.helpers import unique
 
 LEASE = read_permit_settings({}, "jobs").lease_s  # shipped: 30 s

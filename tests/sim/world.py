@@ -38,6 +38,7 @@ from shared.poison import handle_poison_message, sweep
 from shared.runtime.wiring import Runtime, indexes
 from shared.storage.clients import StorageClients
 from shared.storage.memory_documents import MemoryDocuments
+from shared.storage.ports import Account
 from tests.fakes.storage import MemoryStorage
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -367,11 +368,12 @@ class World:
         self.tables = MemoryStorage(self.clock)
         """The indexes' tables (not faulted: index writes are best effort, the blobs the truth)."""
         job_index, entry_index, audit, counters = indexes(
-            self.settings, self.tables.table_service(), self.archive_docs
+            self.settings, self.tables.table_ports(), self.archive_docs
         )
         entry_index.ensure()
         self.rt = Runtime(
             settings=self.settings,
+            account=cast(Account, None),
             storage=cast(StorageClients, None),
             handlers={"sim": SimHandler(self)},
             instance="sim",

@@ -57,7 +57,7 @@ def overview(rt: Runtime) -> dict[str, Any]:
     docs: list[Mapping[str, Any]] = (
         [overview_counters.RECORDER.document(hour, own) for hour in hours] if own else []
     )
-    docs.extend(rt.counter_store().read(hours, own))
+    docs.extend(rt.counters.read(hours, own))
     figures = overview_counters.merge(docs, now)
     figures["depth"] = {
         "jobs": queue_depth(rt, rt.settings.jobs_queue),

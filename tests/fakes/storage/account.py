@@ -11,7 +11,10 @@ from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
+from shared.config.settings import StorageConnection
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients
+from shared.storage.tables import AzureTables
 from tests.fakes.storage.blobs import ContainerRecord, MemoryBlobService
 from tests.fakes.storage.common import ACCOUNT, Clock, blob_error, real_time
 from tests.fakes.storage.queues import MemoryQueueService, QueueRecord
@@ -46,6 +49,18 @@ class MemoryStorage:
     def table_service(self) -> TableServiceClient:
         """The Table service of this account (for `Runtime.over(tables=...)`)."""
         return cast(TableServiceClient, self.table_service_client)
+
+    def table_ports(self) -> AzureTables:
+        """The `Tables` port on this account's Table service."""
+        return AzureTables(self.table_service())
+
+    def app_account(self) -> AzureAccount:
+        """The app's `Account` on this account's clients."""
+        return AzureAccount(
+            self.clients(),
+            StorageConnection(connection_string="UseDevelopmentStorage=true"),
+            self.table_service(),
+        )
 
     def wait(self, seconds: float) -> None:
         """Let `seconds` of this account's time pass: at once when its clock can skip ahead."""

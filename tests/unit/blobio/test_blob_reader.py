@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,7 +13,7 @@ import pytest
 from shared.blobio.buffers import BufferPool
 from shared.blobio.reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
 from shared.blobio.stream import BlobStream, Range
-from shared.core.errors import StorageThrottled
+from shared.core.errors import InputMissing, StorageThrottled
 
 DATA = bytes(range(256)) * 8
 
@@ -30,6 +30,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         Handler.seen.append(dict(self.headers))
         status = Handler.answers.pop(0) if Handler.answers else 206
+        if status == 1:  # whole headers, then the connection dropped mid-body
+            first, last = (int(x) for x in self.headers["x-ms-range"].split("=")[1].split("-"))
+            body = DATA[first : last + 1]
+            self.send_response(206)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Range", f"bytes {first}-{first + len(body) - 1}/{len(DATA)}")
+            self.send_header("ETag", '"v1"')
+            self.end_headers()
+            self.wfile.write(body[:10])
+            self.close_connection = True
+            return
         if status == 0:  # drop the connection mid-answer
             self.send_response(206)
             self.send_header("Content-Length", "100")
@@ -94,6 +105,22 @@ def test_5xx_429_and_broken_connections_are_retried(server: str) -> None:
         assert stream.read() == DATA
 
 
+def test_a_first_get_retried_after_its_headers_reads_under_their_etag(server: str) -> None:
+    Handler.answers = [1]  # the stream went on at the headers: a retry must read that version
+    with reader(server).open("data", "x.bin") as stream:
+        assert stream.read() == DATA
+    first_gets = [h for h in Handler.seen if h["x-ms-range"].startswith("bytes=0-")]
+    assert [h.get("If-Match") for h in first_gets] == [None, '"v1"']
+    assert all(h.get("If-Match") == '"v1"' for h in Handler.seen[1:])
+
+
+def test_a_blob_of_at_most_a_chunk_is_one_get(server: str) -> None:
+    big = BlobReader(server, Bearer(FakeCredential(expires_on=2**40)), chunk_size=4096, depth=2)
+    with big.open("data", "x.bin") as stream:
+        assert stream.read() == DATA
+    assert [h["x-ms-range"] for h in Handler.seen] == ["bytes=0-4095"]
+
+
 def test_persistent_5xx_is_storage_throttled(server: str) -> None:
     Handler.answers = [500] * 4
     with pytest.raises(StorageThrottled, match=r"storage busy reading data/x\.bin: 500 Code"):
@@ -153,6 +180,65 @@ class MemoryRanges:
         piece = self.data[offset : offset + len(view)]
         view[: len(piece)] = piece
         return Range(len(piece), len(self.data), '"e"')
+
+
+class HeraldRanges(MemoryRanges):
+    """`AnnouncingRanges` in memory: each GET's Range announced before its body, and the first
+    body held back until a GET ahead has started (so the stream must go on at the headers)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.ahead = threading.Event()
+        self.gets: list[tuple[int, str | None]] = []
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        self.gets.append((offset, etag))
+        self.ahead.set()
+        return super().get_into(view, offset, etag)
+
+    def get_into_announced(
+        self, view: memoryview, offset: int, etag: str | None, announce: Callable[[Range], None]
+    ) -> Range:
+        self.gets.append((offset, etag))
+        if not self.data:
+            return Range(0, 0, '"e"')  # an empty blob: a 416, nothing announced
+        announce(Range(min(len(view), len(self.data) - offset), len(self.data), '"e"'))
+        if len(self.data) > len(view):
+            assert self.ahead.wait(10)
+        return super().get_into(view, offset, etag)
+
+
+def test_the_gets_ahead_start_at_the_first_gets_headers() -> None:
+    data = bytes(range(256)) * 40
+    ranges = HeraldRanges(data)
+    with BlobStream(ranges, chunk_size=1000, depth=3, lend=2) as s:
+        assert s.size == len(data) and s.etag == '"e"'
+        assert s.read() == data
+    offsets = sorted(offset for offset, _ in ranges.gets)
+    assert offsets == list(range(0, len(data), 1000))  # a whole chunk first: no GET of its own
+    assert ranges.gets[0] == (0, None)
+    assert all(etag == '"e"' for _, etag in ranges.gets[1:])
+
+
+def test_an_announcing_first_get_of_a_small_empty_or_missing_blob() -> None:
+    pool = BufferPool(1000, keep=4, timer=FakeTimer)
+    small = HeraldRanges(b"x" * 700)
+    with BlobStream(small, chunk_size=1000, depth=3, pool=pool) as s:
+        assert s.read() == b"x" * 700
+    assert small.gets == [(0, None)]  # one GET for a blob of at most a chunk
+    with BlobStream(HeraldRanges(b""), chunk_size=1000, depth=3, pool=pool) as s:
+        assert s.size == 0 and s.read() == b""
+    kept = pool.kept
+    missing = HeraldRanges(b"x")
+    missing.data = b""
+    missing.get_into_announced = _missing  # type: ignore[method-assign]
+    with pytest.raises(InputMissing, match="does not exist"):
+        BlobStream(missing, chunk_size=1000, depth=3, pool=pool)
+    assert pool.kept == kept  # its buffer went back
+
+
+def _missing(view: memoryview, offset: int, etag: str | None, announce: Callable[[Range], None]) -> Range:
+    raise InputMissing("input mem/x does not exist (blob not found)")
 
 
 def test_chunks_are_handed_over_without_a_copy_and_memory_stays_bounded() -> None:

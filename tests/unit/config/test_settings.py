@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -439,19 +438,3 @@ def test_table_service_client_uses_the_table_endpoint_and_the_identity() -> None
                 }
             ).storage
         )
-
-
-def test_a_runtime_without_a_table_service_is_refused_naming_the_setting() -> None:
-    """The indexes are not optional: a connection naming no Table service fails at start."""
-    from shared.core.errors import SettingsError
-    from shared.runtime.wiring import Runtime
-    from shared.storage.clients import StorageClients
-
-    settings = Settings.from_env(
-        {
-            "AzureWebJobsStorage": "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=eA==;"
-            "BlobEndpoint=http://127.0.0.1:1/a;QueueEndpoint=http://127.0.0.1:2/a;"
-        }
-    )
-    with pytest.raises(SettingsError, match=r"AzureWebJobsStorage: .*no TableEndpoint"):
-        Runtime.over(settings, cast(StorageClients, None), {}, "test")

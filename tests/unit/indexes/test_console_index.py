@@ -1,17 +1,15 @@
-"""The console's indexes and bulk operations: the pure parts (keys, entities, filters, plans)."""
+"""The console's indexes: the pure parts (keys, entities, filters, pages)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from azure.core.exceptions import ServiceRequestError
 
 from shared.core.envelope import utcnow
 from shared.indexes.entry_rows import entity_of as entry_entity
 from shared.indexes.entry_rows import index_key
 from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_index
 from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
-from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
+from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 
 
@@ -52,29 +50,6 @@ def test_an_entry_keeps_its_index_key_across_changes_of_state() -> None:
     assert entry_entity("jobs/a/1.json", later)["PartitionKey"] == "parked"
 
 
-def test_a_step_takes_about_five_seconds_of_the_rate_and_waits_the_rest() -> None:
-    assert step_plan(200).size == STEP_ITEMS == 1000
-    assert step_plan(5).size == 25
-    assert step_plan(5, done_in_s=0.2, items=5).delay_s == 1
-    assert step_plan(50, done_in_s=3.0, items=50).delay_s == 0
-    assert step_plan(0).size == STEP_ITEMS and step_plan(0, 1.0, 10).delay_s == 0
-
-
-def test_a_step_starts_its_entries_at_the_rate_with_enough_in_flight() -> None:
-    now = [100.0]
-    slept: list[float] = []
-    pacer = Pacer(200, clock=lambda: now[0])
-    pacer.wait(0, sleep=slept.append)
-    now[0] = 100.1
-    pacer.wait(40, sleep=slept.append)  # due at 100.2
-    pacer.wait(10, sleep=slept.append)  # due at 100.05: late, no wait
-    assert [round(s, 3) for s in slept] == [0.1]
-    Pacer(0, clock=lambda: now[0]).wait(10**6, sleep=slept.append)
-    assert len(slept) == 1, "rate 0: no pacing"
-    assert step_threads(200, 1000) == STEP_THREADS == 32 and step_threads(50, 250) == 13
-    assert step_threads(2, 10) == 4 and step_threads(200, 3) == 3 and step_threads(0, 500) == STEP_THREADS
-
-
 class FakeIndex:
     def __init__(self, fail: bool = False) -> None:
         self.put_ids: list[str] = []
@@ -82,7 +57,7 @@ class FakeIndex:
 
     def put(self, data: dict[str, Any]) -> None:
         if self.fail:
-            raise ServiceRequestError("table down")
+            raise StorageBusy("indexing: storage busy (ServiceRequestError)", answered=False)
         self.put_ids.append(f"{data['id']}:{data['status']}")
 
 

@@ -331,10 +331,10 @@ def test_damaged_counter_documents_count_nothing_and_never_fail_the_overview() -
     assert overview_counters.merge([good, *damaged], NOW) == overview_counters.merge([good], NOW)
     assert overview_counters.merge([good], NOW)["in_flight"] == 2
 
-    counters = TableCounters(MemoryStorage().table_service(), "metrics", MemoryDocuments(lambda: NOW))
+    counters = TableCounters(MemoryStorage().table_ports(), "metrics", MemoryDocuments(lambda: NOW))
     counters.write("2026-11-24T12", "a", good)
     for i, text in enumerate(["", "{", "[" * 30_000, "[1]", json.dumps("x")]):
-        counters.table.upsert_entity({"PartitionKey": "2026-11-24T12", "RowKey": f"bad{i}", "doc": text})
+        counters.table.upsert({"PartitionKey": "2026-11-24T12", "RowKey": f"bad{i}", "doc": text})
     docs = counters.read(overview_counters.hours_to_read(NOW), None)
     assert docs == [good]
 

@@ -1,4 +1,4 @@
-"""Search, reason-code groups, the jobs page's time range and skip reasons: the pure parts."""
+"""Search, reason-code groups and the jobs page's time range: the pure parts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from shared.indexes.jobs import day_span, query_filter, time_keys
 from shared.indexes.keys import newest_first
 from shared.interfaces.console.actions import ActionRefused, where_of
 from shared.interfaces.console.queries import parse_when, time_range
-from shared.poison.replay import ReplayReport, expiry_refusal
 
 
 def test_an_entry_reason_code_is_the_apps_else_read_from_its_reason() -> None:
@@ -87,23 +86,6 @@ def test_operators_times_are_utc_and_a_bare_date_covers_its_day() -> None:
     assert time_range("2026-11-25", "2026-11-25")[2] == []
     assert time_range("nope", "")[2] == ["from: a UTC time such as 2026-11-25T10:00 or a date"]
     assert time_range("2026-11-26", "2026-11-25")[2] == ["from: must not be after to"]
-
-
-def test_every_skip_says_why_and_an_expired_job_points_to_the_editor() -> None:
-    now = datetime(2026, 11, 25, tzinfo=UTC)
-    assert expiry_refusal(None, now) == "" and expiry_refusal(now + timedelta(seconds=1), now) == ""
-    assert "extend expires_at in the job's editor" in expiry_refusal(now, now)
-    report = ReplayReport()
-    report.add("a", "replayed")
-    report.add("b", "skipped_completed")
-    report.add("c", "skipped_invalid", "expired at X")
-    report.add("d", "not_found")
-    assert report.as_dict()["reasons"] == {
-        "b": "the job completed meanwhile",
-        "c": "expired at X",
-        "d": "no listed poison archive entry for this job",
-    }
-    assert report.replayed == ["a"] and report.skipped_invalid == ["c"]
 
 
 def test_an_operation_filter_is_a_reason_code_and_or_text() -> None:

@@ -1,4 +1,4 @@
-"""Ledger transitions, the poison handler's verdict, and writes that survive a lost answer (no I/O)."""
+"""Ledger transitions and writes that survive a lost answer (no I/O)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from shared.core.envelope import Envelope, isoformat
 from shared.core.errors import StorageThrottled
 from shared.ledger import Decision, Facts, Ledger
 from shared.ledger import operator as ledger_operator
-from shared.poison import judge
-from shared.poison.archive import AppReason
 from shared.storage.memory_documents import MemoryDocuments
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,45 +129,6 @@ def test_someone_elses_write_is_a_conflict() -> None:
     book.write("j1", first, lambda prev: ledger.released(prev, "j1", FACTS, 0, "x"))
     with pytest.raises(DocumentChanged):
         book.write("j1", first, lambda prev: ledger.completed(prev, "j1", FACTS, 0, "", {}, 1.0))
-
-
-# -- the poison handler's verdict ------------------------------------------------------------
-
-LIVE = ledger.claimed(None, ENV, FACTS, lease_s=30)
-APP = AppReason("bad_input_data: x", "j1", "bad_input_data", under_claim=True)
-
-
-@pytest.mark.parametrize(
-    ("record", "env", "app", "state", "mark", "recheck"),
-    [
-        (None, None, None, "poisoned", False, False),  # garbage: listed, no record touched
-        (LIVE, None, AppReason("bad_envelope: x", "j1", "bad_envelope", False), "poisoned", False, False),
-        (
-            ledger.completed(LIVE, "j1", FACTS, 0, "", {}, 1),
-            ENV,
-            None,
-            "duplicate_of_completed",
-            False,
-            False,
-        ),
-        (LIVE, ENV, APP, "poisoned", True, False),  # the app poisoned it under its claim
-        (None, ENV, None, "poisoned", True, False),  # the host moved a job that never got a record
-        (LIVE, ENV, None, "rechecked", False, True),  # a live claim: sent back, never dropped
-        (ledger.released(LIVE, "j1", FACTS, 0, "boom"), ENV, None, "poisoned", True, False),
-        (ledger.retry_scheduled(LIVE, "j1", FACTS, 0, "e", 1, None), ENV, None, "stale", False, False),
-    ],
-)
-def test_judge(
-    record: dict[str, object] | None,
-    env: Envelope | None,
-    app: AppReason | None,
-    state: str,
-    mark: bool,
-    recheck: bool,
-) -> None:
-    verdict = judge(record, env, app, NOW + timedelta(seconds=1))
-    assert (verdict.state, verdict.mark, verdict.recheck_at is not None) == (state, mark, recheck)
-    assert verdict.reason
 
 
 def test_a_cancelled_run_is_recorded_before_the_poison() -> None:

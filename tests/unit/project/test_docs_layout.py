@@ -94,13 +94,17 @@ def test_the_test_tiers_are_documented_in_the_readme() -> None:
 
 
 def test_unit_tests_mirror_the_packages() -> None:
-    """tests/unit holds a folder per package of shared/ (and `project/` for checks of the tree), no
-    test module at its top level, and every test module's name is unique under tests/ (the folders
-    have no __init__.py, so pytest imports test modules by their names)."""
+    """tests/unit holds a folder per package of shared/, each with tests, and nothing else (but
+    `project/` for checks of the tree), no test module at its top level, and every test module's name
+    is unique under tests/ (the folders have no __init__.py, so pytest imports test modules by their
+    names)."""
     unit = ROOT / "tests" / "unit"
     packages = {p.parent.name for p in (ROOT / "shared").glob("*/__init__.py")}
     folders = {p.name for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders - packages == {"project"}
+    tested = {name for name in folders if any((unit / name).rglob("test_*.py"))}
+    assert len(packages) > 10
+    assert sorted(packages - tested) == [], "a package of shared/ without tests in tests/unit/<package>/"
+    assert sorted(folders - packages) == ["project"]
     assert sorted(p.name for p in unit.glob("test_*.py")) == []
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import TableClient
+from azure.data.tables import TableClient, TableServiceClient
 
 from shared.config.settings import StorageConnection
-from shared.storage.tables import KEPT_TABLE_CLIENTS, TableService, query_rows, table_service
+from shared.storage.tables import KEPT_TABLE_CLIENTS, AzureTable, TableService, query_rows, table_service
 
 CONN = (
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
@@ -87,7 +87,7 @@ class _Table:
     def __init__(self, pages: list[list[dict[str, Any]]], missing: bool = False) -> None:
         self.pages, self.missing, self.queries = pages, missing, 0
 
-    def query_entities(self, where: str, results_per_page: int) -> Any:
+    def query_entities(self, where: str, results_per_page: int, select: Any = None) -> Any:
         table = self
 
         class _Query:
@@ -100,25 +100,36 @@ class _Table:
         return _Query()
 
 
+class _Service:
+    def __init__(self, table: _Table) -> None:
+        self.table = table
+
+    def get_table_client(self, name: str) -> _Table:
+        return self.table
+
+
+def port(table: _Table) -> AzureTable:
+    """The `Table` port on the fake client."""
+    return AzureTable(cast(TableServiceClient, _Service(table)), "t")
+
+
 def rows(n: int, start: int = 0) -> list[dict[str, Any]]:
     return [{"RowKey": f"{i:04d}"} for i in range(start, start + n)]
 
 
 def test_query_rows_takes_one_query_when_the_first_page_is_full() -> None:
     table = _Table([rows(5), rows(5, 5)])
-    got = query_rows(cast(TableClient, table), "x", 5, 8)
+    got = query_rows(port(table), "x", 5, 8)
     assert [r["RowKey"] for r in got] == [f"{i:04d}" for i in range(5)] and table.queries == 1
 
 
 def test_query_rows_follows_short_pages_up_to_its_limit() -> None:
     table = _Table([rows(2), [], rows(2, 2), rows(3, 4)])
-    assert [r["RowKey"] for r in query_rows(cast(TableClient, table), "x", 5, 8)] == [
-        f"{i:04d}" for i in range(5)
-    ]
+    assert [r["RowKey"] for r in query_rows(port(table), "x", 5, 8)] == [f"{i:04d}" for i in range(5)]
     assert table.queries == 4
     capped = _Table([rows(1), rows(1, 1), rows(1, 2), rows(1, 3)])
-    assert len(query_rows(cast(TableClient, capped), "x", 5, 2)) == 2 and capped.queries == 2
+    assert len(query_rows(port(capped), "x", 5, 2)) == 2 and capped.queries == 2
 
 
 def test_query_rows_of_a_missing_table_is_empty() -> None:
-    assert query_rows(cast(TableClient, _Table([], missing=True)), "x", 5, 8) == []
+    assert query_rows(port(_Table([], missing=True)), "x", 5, 8) == []
