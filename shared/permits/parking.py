@@ -31,7 +31,7 @@ class Parking(Protocol):
 
 
 class QueueParking:
-    """Parked messages on the jobs queue (an `azure.storage.queue.QueueClient`)."""
+    """Parked messages on the jobs queue (the account's queue client: send, update, delete)."""
 
     def __init__(self, queue: Any) -> None:
         self.queue = queue
@@ -46,11 +46,12 @@ class QueueParking:
     def wake(self, parked: Parked) -> bool:
         from shared.storage.failures import StorageError, translated
 
+        update = getattr(self.queue, "update_message", None)
+        if update is None:  # a queue that cannot update: the waiter re-checks at its own time
+            return False
         try:
             with translated("waking a parked job"):
-                self.queue.update_message(
-                    parked.message_id, pop_receipt=parked.pop_receipt, visibility_timeout=0
-                )
+                update(parked.message_id, pop_receipt=parked.pop_receipt, visibility_timeout=0)
         except StorageError as exc:  # taken by its fallback delivery, or gone: it re-checks by itself
             log.info("parked message %s not woken (%s)", parked.message_id, exc.error_code or exc)
             return False

@@ -68,9 +68,8 @@ def parts(azurite: Azurite) -> Iterator[tuple[ContainerClient, QueueClient, Requ
 
 
 def instance(container: ContainerClient, queue: QueueClient, clock: Clock) -> Permits:
-    return Permits(
-        blob_permit_store(container), QueueParking(queue), clock.now, NoTimers(), LEASE, clock.mono
-    )
+    store = DocumentPermitStore(BlobDocuments(container), ensure=container.create_container)
+    return Permits(store, QueueParking(queue), clock.now, NoTimers(), LEASE, clock.mono)
 
 
 def ticket(n: int) -> Ticket:
