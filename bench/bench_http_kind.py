@@ -99,7 +99,8 @@ def downstream(latency_s: float) -> Iterator[Downstream]:
 def run(jobs: int, latency_s: float, log_dir: Path, timeout_s: float) -> dict[str, Any]:
     batch = BENCH_QUEUES["batchSize"]
     with azurite_site(log_dir, "http") as azurite, downstream(latency_s) as service:
-        site = Site(azurite, "httpk", log_dir).init(HTTP_ALLOWED_HOSTS="127.0.0.1")
+        allowed = f"127.0.0.1:{service.server.server_address[1]}"  # that port only
+        site = Site(azurite, "httpk", log_dir).init(HTTP_ALLOWED_HOSTS=allowed)
         app_dir = make_app_dir(Path(tempfile.mkdtemp(prefix="bench-http-")), BENCH_QUEUES)
         (host,) = site.start_hosts(1, app_dir)
         try:

@@ -1,16 +1,23 @@
 """The handler test kit: run a job kind's handler as the app runs it, on an in-memory account.
 
-- `kit_runtime(handlers, **settings)`: the app's runtime on a `MemoryStorage` account whose clock
-  skips ahead (`SkippingClock`); by default with the app's registry (`shared.jobs.registry`).
+- `kit_runtime(handlers, **settings)`: the app's runtime on a `MemoryStorage` account; the
+  account and the runtime share one clock that skips ahead (`SkippingClock`): expiry, retries and
+  `ctx.now()` see the skipped time. By default with the app's registry (`shared.jobs.registry`).
+  `set_function_timeout(kit, seconds)`: the deadline of the runs that follow.
 - `submit_job(kit, kind, payload)`: POST /api/jobs's path (validation: `EnvelopeError` is the 400).
-- `drain(kit)`: what the host does until no message is left, skipping the account's time to
-  each delayed message (retries, Retry-After): the waits skipped are returned.
-- `run_handler(handler, payload, **settings)`: all three for one handler; a `JobRun` to read.
+- `drain(kit)`: what the host does until no message is left, skipping the clock to each delayed
+  message (retries, Retry-After, continuations): the waits skipped are returned.
+- `settle(kit)`: `drain`, then the poison function archives each poisoned message (as the
+  console lists it); `replay(kit, job)`, `edited_replay(kit, job, payload)`: an operator's
+  replay from the archive (the edit gets new idempotency keys), then `settle`; `archived(kit, job)`:
+  the archived envelope.
+- `run_handler(handler, payload, **settings)`: submit and drain for one handler; a `JobRun` to
+  read (and to replay).
 - `receiver` (a pytest fixture, registered by tests/conftest.py): a real HTTP server on a free
-  loopback port answering what the test scripts, recording every request.
+  loopback port answering what the test scripts (per path with `route`), recording every request.
 
-It lives under tests/ because the in-memory account (tests/fakes/storage.py) does: the app's
-package ships no test doubles.
+It lives under tests/ because the in-memory account (the package tests/fakes/storage/) does: the
+app's package ships no test doubles.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,10 +36,16 @@ import azure.functions as func
 import pytest
 
 from shared.config.settings import Settings
+from shared.core.errors import EnvelopeError as EnvelopeError  # the 400 of `submit_job`, for tests
+from shared.interfaces.console.actions import replay_edited
+from shared.interfaces.console.queries import job_view
 from shared.jobs import registry
 from shared.jobs.base import Handler
+from shared.net.destinations import destination
 from shared.pipeline.processing import process_message
 from shared.pipeline.submit import submit, validate_request
+from shared.poison.handler import handle_poison_message
+from shared.poison.replay import replay_jobs
 from shared.runtime.wiring import Runtime, ensure_console_resources
 from shared.storage.clients import ensure_resources
 from tests.fakes.storage import MemoryStorage, SkippingClock
@@ -59,6 +72,7 @@ def kit_runtime(handlers: Mapping[str, Handler] | None = None, /, **settings: st
     rt = Runtime.over(
         app_settings, account.app_account(), dict(handlers) if handlers is not None else registry(), "kit:1"
     )
+    rt.clock = clock  # one clock: expiry, retries, leases and `ctx.now()` see the skipped time too
     ensure_console_resources(rt)
     return Kit(rt, account, clock)
 
@@ -96,6 +110,51 @@ def drain(kit: Kit, max_deliveries: int = 200) -> list[float]:
         kit.clock.advance(wait)
         skipped.append(round(wait, 3))
     raise AssertionError(f"the queue was not drained in {max_deliveries} deliveries")
+
+
+def set_function_timeout(kit: Kit, seconds: float) -> Kit:
+    """Runs from now on have host.json's functionTimeout = `seconds`: `ctx.deadline` is the run's
+    start plus that, less the margin (a tenth, 2 to 30 s), and the HTTP client's calls are cut to it."""
+    kit.rt.settings = replace(kit.rt.settings, function_timeout_s=seconds)
+    return kit
+
+
+def settle(kit: Kit) -> list[float]:
+    """`drain`, then hand each poison-queue message to the poison function (the host's
+    `<queue>-poison` trigger): poisoned jobs are archived, as the console lists them."""
+    waits = drain(kit)
+    queue = kit.rt.poison_queue
+    for msg in list(queue.receive_messages(max_messages=32, visibility_timeout=60)):
+        body = base64.b64decode(msg.content)
+        handle_poison_message(
+            func.queue.QueueMessage(  # type: ignore[no-untyped-call]
+                id=msg.id, body=body, dequeue_count=msg.dequeue_count, pop_receipt="r"
+            ),
+            kit.rt,
+        )
+        queue.delete_message(msg)
+    return waits
+
+
+def archived(kit: Kit, job_id: str) -> dict[str, Any] | None:
+    """The job's newest archived envelope (what the console's editor opens), None if none."""
+    view = job_view(kit.rt, job_id)
+    return None if view is None else view.envelope
+
+
+def replay(kit: Kit, job_id: str) -> list[float]:
+    """An operator's plain replay of a poisoned, archived job (same idempotency keys), then `settle`."""
+    report = replay_jobs(kit.rt, [job_id], by="kit")
+    assert report.replayed == [job_id], f"not replayed: {report}"
+    return settle(kit)
+
+
+def edited_replay(kit: Kit, job_id: str, payload: Mapping[str, Any]) -> list[float]:
+    """An operator's edit and replay (a new payload version: new idempotency keys), then `settle`."""
+    envelope = archived(kit, job_id)
+    assert envelope is not None, f"job {job_id} has no archived envelope to edit"
+    replay_edited(kit.rt, job_id, json.dumps({**envelope, "payload": dict(payload)}), by="kit")
+    return settle(kit)
 
 
 @dataclass
@@ -139,9 +198,33 @@ class JobRun:
         data: dict[str, Any] = json.loads(raw)
         return data
 
+    def settle(self) -> JobRun:
+        """Archive it if it was poisoned (`settle`)."""
+        self.waits += settle(self.kit)
+        return self
+
+    def replay(self) -> JobRun:
+        """Replay it as it was (`replay`)."""
+        self.waits += replay(self.kit, self.job_id)
+        return self
+
+    def edited_replay(self, payload: Mapping[str, Any]) -> JobRun:
+        """Replay it with another payload (`edited_replay`)."""
+        self.waits += edited_replay(self.kit, self.job_id, payload)
+        return self
+
+    def archived(self) -> dict[str, Any] | None:
+        return archived(self.kit, self.job_id)
+
     def blob(self, ref: str) -> bytes:
         container, _, name = ref.partition("/")
         return bytes(self.kit.rt.storage.container(container).get_blob_client(name).download_blob().readall())
+
+
+def allowing(url: str, *secrets: str) -> dict[str, str]:
+    """Settings that let the `http` kind call `url`'s host and port (and send it `secrets`)."""
+    entry = str(destination(url))
+    return {"HTTP_ALLOWED_HOSTS": entry, **{f"{name}_HOSTS": entry for name in secrets}}
 
 
 def run_handler(
@@ -155,7 +238,7 @@ def run_handler(
     """Submit one job of `handler` (registered as `kind`) and drain the queue: its run."""
     kit = kit_runtime({kind: handler}, **settings)
     job = submit_job(kit, kind, payload, job_id)
-    return JobRun(kit, job, drain(kit))
+    return JobRun(kit, job, settle(kit))
 
 
 # -- the fake HTTP receiver --------------------------------------------------------------------
@@ -181,10 +264,12 @@ class Seen:
 
 
 class Receiver:
-    """A real HTTP server on 127.0.0.1 (free port) answering scripted replies, then `default`."""
+    """A real HTTP server on 127.0.0.1 (free port). A request to a path with replies of its own
+    (`route`) takes the next of those; else the next of `reply`'s; else `default` (200 `{"ok": true}`)."""
 
     def __init__(self) -> None:
         self.script: list[Reply] = []
+        self.routes: dict[str, list[Reply]] = {}
         self.default = Reply(200, {"ok": True})
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
@@ -198,7 +283,11 @@ class Receiver:
                     receiver.requests.append(
                         Seen(self.command, self.path, dict(self.headers.items()), body, time.monotonic())
                     )
-                    reply = receiver.script.pop(0) if receiver.script else receiver.default
+                    own = receiver.routes.get(self.path.split("?")[0])
+                    if own:
+                        reply = own.pop(0)
+                    else:
+                        reply = receiver.script.pop(0) if receiver.script else receiver.default
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 data = reply.body
@@ -233,9 +322,24 @@ class Receiver:
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
+    @property
+    def allow(self) -> str:
+        """The entry that lets a guard call it: `127.0.0.1:<port>` (for `<PREFIX>ALLOWED_HOSTS`)."""
+        return f"127.0.0.1:{self.port}"
+
     def reply(self, *replies: Reply) -> None:
+        """Answer the next requests (any path without replies of its own) with these, in order."""
         with self._lock:
             self.script.extend(replies)
+
+    def route(self, path: str, *replies: Reply) -> None:
+        """Answer the next requests to `path` (without its query) with these, in order."""
+        with self._lock:
+            self.routes.setdefault(path, []).extend(replies)
+
+    def to(self, path: str) -> list[Seen]:
+        """The requests it got on `path` (without the query)."""
+        return [r for r in self.requests if r.path.split("?")[0] == path]
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -10,8 +10,8 @@ from shared.config.settings import Settings
 from shared.core.errors import PayloadError
 from shared.core.setting_reader import SettingReader
 from shared.jobs.base import Completed, JobContext, Outcome
+from shared.jobs.outbound import OutboundPolicy, read_outbound
 from shared.net.client import HttpClient
-from shared.net.guard import Guard
 
 
 class WebhookHandler:
@@ -19,16 +19,13 @@ class WebhookHandler:
 
     settings_prefix = "WEBHOOK_"
 
-    def __init__(self, allowed_hosts: tuple[str, ...] = (), timeout_s: float = 10.0) -> None:
-        self.guard = Guard.of(allowed_hosts)
+    def __init__(self, outbound: OutboundPolicy | None = None, timeout_s: float = 10.0) -> None:
+        self.guard = (outbound or OutboundPolicy("WEBHOOK_")).guard()  # WEBHOOK_ALLOWED_HOSTS
         self.timeout_s = timeout_s
 
     def configure(self, reader: SettingReader, settings: Settings) -> WebhookHandler:
-        hosts = reader.text("WEBHOOK_ALLOWED_HOSTS", "")
-        return WebhookHandler(
-            tuple(h.strip() for h in hosts.split(",") if h.strip()),
-            reader.number("WEBHOOK_TIMEOUT_SECONDS", 10.0, 1.0),
-        )
+        timeout_s = reader.number("WEBHOOK_TIMEOUT_SECONDS", 10.0, 1.0)
+        return WebhookHandler(read_outbound(reader, "WEBHOOK_"), timeout_s)
 
     def validate(self, payload: Mapping[str, Any]) -> None:
         problems = [f"payload.{k}: unknown field" for k in sorted(set(payload) - {"url", "body"})]

@@ -9,9 +9,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from shared.config.settings import Settings
+from shared.core.errors import NotAvailable
+from shared.net import secrets as in_play
+from shared.net.destinations import AllowList, BadUrl
 from shared.storage.clients import StorageClients
 
 
@@ -36,6 +40,10 @@ class Continue:
     state: Mapping[str, Any]
     delay_s: int
     status: str = "offloaded"
+    attempts: str = "job"
+    """How transient failures count across continuations: `"job"` (the default) adds them up over
+    the job's whole life (`<PREFIX>MAX_ATTEMPTS` in all); `"stage"` starts the count again at this
+    continuation (each stage, e.g. each poll, gets `<PREFIX>MAX_ATTEMPTS`)."""
 
 
 Outcome = Completed | Continue
@@ -82,6 +90,29 @@ class JobContext:
     deadline: float = math.inf
     """When this run must be done (`time.monotonic()`): functionTimeout less `deadline_margin`."""
     monotonic: Callable[[], float] = time.monotonic
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    """The runtime's clock (UTC): the one expiry and retries are judged by."""
+    created_at: datetime | None = None
+    """When the job was submitted (the envelope's `created_at`, on the runtime's clock)."""
+    settings_prefix: str = ""
+    """The kind's settings prefix (`ctx.secret` reads `<prefix>SECRET_<NAME>`); default `<KIND>_`."""
+
+    def secret(self, name: str) -> str:
+        """The secret `<prefix>SECRET_<NAME>` (`name` is `NAME` or the whole setting name), read
+        now: masked in everything the run stores or logs, and sent by the app's HTTP client only to
+        its destinations `<prefix>SECRET_<NAME>_HOSTS` (else `DestinationRefused`, nothing sent).
+        NotAvailable (poisoned: replay once set) when it is unset."""
+        prefix = (self.settings_prefix or self.kind.upper().replace("-", "_") + "_") + "SECRET_"
+        setting = name if name.startswith(prefix) else prefix + name
+        value = self.settings.source.get(setting, "").strip()
+        if not value:
+            raise NotAvailable(f"app setting {setting} is not set (replay once it is)")
+        try:
+            hosts = AllowList.parse(self.settings.source.get(setting + "_HOSTS", ""))
+        except BadUrl:
+            hosts = AllowList()
+        return in_play.use(setting, value, hosts)
+
     fence: Callable[[], None] = lambda: None
     """Call right before acting under the job's limits (e.g. the outbound call): returns only
     while its permits are provably held; raises `shared.permits.service.PermitLost` otherwise
@@ -106,11 +137,13 @@ class JobContext:
         if name in self.effects:
             return self.effects[name]  # type: ignore[no-any-return]
         result = fn()
-        size = len(json.dumps(result, separators=(",", ":")))  # TypeError: not JSON
+        text = json.dumps(result, separators=(",", ":"))  # TypeError: not JSON
+        size = len(text)
         if size > MAX_EFFECT_BYTES:
             raise ValueError(f"effect {name!r}: result is {size} bytes of JSON, over {MAX_EFFECT_BYTES}")
-        if self.record_effect is not None:
-            self.record_effect(name, result)
+        if self.record_effect is not None:  # stored with the run's secrets masked
+            masker = in_play.masker()
+            self.record_effect(name, json.loads(masker.text(text)) if masker else result)
         self.effects[name] = result
         return result
 

@@ -7,10 +7,12 @@
   policy (jittered exponential backoff; an answer's Retry-After honoured up to the cap). Other
   4xx are poisoned at once, the status and the start of the answer in the reason.
 - The outbound guard (shared/net/guard.py) refuses loopback, private, link-local, the app's own
-  storage and plain http:// unless the host is in `HTTP_ALLOWED_HOSTS`: at POST for a literal
-  address (400), else on the resolved address before connecting (poisoned, no connection made).
-- Secret headers (`{"secret": "HTTP_SECRET_..."}`) are read from the app settings at call time:
-  the ledger, archive and result hold only the setting's name.
+  storage and plain http:// unless the destination is in `HTTP_ALLOWED_HOSTS`: at POST for a
+  literal address (400), else on the resolved address before connecting (poisoned, nothing sent).
+- Secret headers (`{"secret": "HTTP_SECRET_..."}`) are read from the app settings at call time
+  and go only to the setting's destinations (`HTTP_SECRET_<NAME>_HOSTS`: checked at POST and at
+  every call and redirect); the ledger, archive and result hold only the setting's name, and an
+  echo of the value (any usual encoding) is masked in the result, reason, history and logs.
 - The result (`<results>/<id>.json`): `status`, selected `headers`, the `body` (JSON when the
   answer is JSON, else text; bodies over `HTTP_INLINE_BODY_BYTES` are in `<id>.body` beside it,
   named by `body_ref`), `attempts`, `duration_s`. Each attempt's downstream status (or timeout,
@@ -35,6 +37,8 @@ from shared.core.errors import NotAvailable
 from shared.core.setting_reader import SettingReader
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.http_payload import HttpCall, HttpKindSettings, parse_call, read_settings
+from shared.jobs.outbound import secret_destinations
+from shared.net import secrets as in_play
 from shared.net.client import HttpClient
 from shared.net.guard import Guard, Resolver, resolve
 from shared.permits.limits import Limit
@@ -62,17 +66,20 @@ class HttpHandler:
         self,
         config: HttpKindSettings | None = None,
         resolver: Resolver = resolve,
+        verify: str | None = None,
         host_limits: HostLimits | None = None,
     ) -> None:
         self.resolver = resolver
         """How host names are resolved for the guard (tests give their own)."""
+        self.verify = verify
+        """A CA bundle to verify TLS with instead of the default one (tests' own CA)."""
         self.config = config or HttpKindSettings(guard=Guard(resolver=resolver))
         self.host_limits = host_limits or HostLimits()
         """`HTTP_MAX_CONCURRENT_PER_HOST`, `HTTP_MAX_PER_SECOND_PER_HOST`, `HTTP_LIMITS_PER_HOST`."""
 
     def configure(self, reader: SettingReader, settings: Settings) -> HttpHandler:
         config = read_settings(reader, settings, self.resolver)
-        return HttpHandler(config, self.resolver, read_host_limits(reader, self.settings_prefix))
+        return HttpHandler(config, self.resolver, self.verify, read_host_limits(reader, self.settings_prefix))
 
     def validate(self, payload: Mapping[str, Any]) -> None:
         parse_call(payload, self.config)
@@ -102,6 +109,7 @@ class HttpHandler:
             max_throttle_retries=0,  # a 429 is retried by the queue, after its Retry-After
             max_body_bytes=self.config.max_body_bytes,
             record=True,  # each attempt's status goes into the ledger's `downstream` (the console shows it)
+            verify=self.verify,
         )
         ctx.fence()  # the call is made only while the host's permit is provably held
         started = time.monotonic()
@@ -122,7 +130,8 @@ class HttpHandler:
 
 
 def secret_headers(call: HttpCall, source: Mapping[str, str]) -> dict[str, str]:
-    """The request's headers, secrets read from the app settings now (NotAvailable when unset)."""
+    """The request's headers, secrets read from the app settings now (NotAvailable when unset),
+    each noted as in play with its destinations (enforced and masked: shared/net/secrets.py)."""
     out: dict[str, str] = {}
     for name, value in call.headers.items():
         if isinstance(value, str):
@@ -132,15 +141,8 @@ def secret_headers(call: HttpCall, source: Mapping[str, str]) -> dict[str, str]:
         secret = source.get(setting, "").strip()
         if not secret:
             raise NotAvailable(f"header {name}: app setting {setting} is not set (replay once it is)")
-        out[name] = secret
+        out[name] = in_play.use(setting, secret, secret_destinations(source, setting))
     return out
-
-
-def masked(content: bytes, secrets: Collection[str]) -> bytes:
-    """`content` with every secret value the call sent replaced by `***` (an echo is not kept)."""
-    for value in sorted((v for v in secrets if v), key=len, reverse=True):
-        content = content.replace(value.encode(), b"***")
-    return content
 
 
 def result_document(
@@ -151,17 +153,17 @@ def result_document(
     secrets: Collection[str] = (),
 ) -> tuple[dict[str, Any], bytes | None]:
     """The result document, and the body bytes to store beside it when too large to inline (pure).
-    A secret header's value the answer echoes (body or kept headers) is masked."""
-    content = masked(resp.content or b"", secrets)
-    truncated = len(content) > config.max_body_bytes
-    content = content[: config.max_body_bytes]
+    A secret the answer echoes (body or kept headers, in any usual encoding) is masked, the whole
+    body read (the cut plus a window) masked before it is cut, and the decoded JSON masked again."""
+    masker = in_play.masker().with_(secrets)
+    raw = resp.content or b""
+    truncated = len(raw) > config.max_body_bytes
+    content = masker.bytes(raw)[: config.max_body_bytes]
     doc: dict[str, Any] = {
         "id": ctx.job_id,
         "status": int(resp.status_code),
         "headers": {
-            k: masked(v.encode(), secrets).decode(errors="replace")
-            for k, v in ((h, resp.headers.get(h)) for h in RESULT_HEADERS)
-            if v is not None
+            k: masker.text(v) for k, v in ((h, resp.headers.get(h)) for h in RESULT_HEADERS) if v is not None
         },
         "attempts": ctx.attempt + 1,
         "duration_s": round(duration_s, 3),
@@ -175,11 +177,11 @@ def result_document(
     kind = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
     if kind == "application/json" or kind.endswith("+json"):
         try:
-            doc["body"] = json.loads(content)
+            doc["body"] = masker.value(json.loads(content))
             return doc, None
         except (ValueError, UnicodeDecodeError):
             pass
-    doc["body"] = content.decode("utf-8", errors="replace")
+    doc["body"] = masker.text(content.decode("utf-8", errors="replace"))
     return doc, None
 
 

@@ -1,7 +1,9 @@
 """The `http` kind's payload and settings (pure): what may be called, how, and how long it may take.
 
-Payload: `url`; `method` (default POST); `headers` (a value is a string, or `{"secret": NAME}`:
-the app setting NAME, which must start with `HTTP_SECRET_`, read at call time and never stored);
+Payload: `url`; `method` (default POST); `headers` (a name is a token, a value a string of
+printable Latin-1, or `{"secret": NAME}`: the app setting NAME, which must start with
+`HTTP_SECRET_`, read at call time and never stored, and whose destinations `NAME_HOSTS` must
+include the URL's host and port);
 `body` (an object or array is sent as JSON, a string as text); `timeout_seconds` (default 30): how
 long the downstream may take. The client waits `client_wait_s` = 1.2 x that, at least 2 s more
 (120 s for a 100-s service), and that wait plus the connect timeout must fit in functionTimeout
@@ -20,6 +22,8 @@ from shared.config.settings import Settings
 from shared.core.errors import PayloadError
 from shared.core.setting_reader import SettingReader
 from shared.jobs.base import deadline_margin
+from shared.jobs.outbound import HOSTS_SUFFIX, OutboundPolicy, read_outbound
+from shared.net.destinations import BadUrl, destination
 from shared.net.guard import Guard, Resolver, resolve
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -40,9 +44,8 @@ def client_wait_s(timeout_s: float) -> float:
 class HttpKindSettings:
     """The `http` kind's settings (prefix `HTTP_`)."""
 
-    allowed_hosts: tuple[str, ...] = ()
-    """`HTTP_ALLOWED_HOSTS`: comma-separated host names or addresses let through the outbound
-    guard (loopback, private, link-local, the app's storage, plain http://)."""
+    outbound: OutboundPolicy = field(default_factory=OutboundPolicy)
+    """`HTTP_ALLOWED_HOSTS` and each `HTTP_SECRET_<NAME>_HOSTS` (shared/jobs/outbound.py)."""
     connect_timeout_s: float = 5.0
     """`HTTP_CONNECT_TIMEOUT_SECONDS`."""
     follow_redirects: bool = False
@@ -52,7 +55,6 @@ class HttpKindSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     """`HTTP_MAX_BODY_BYTES`: the most of an answer body read and kept (the rest is cut)."""
     function_timeout_s: float = 300.0
-    own_hosts: tuple[str, ...] = ()
     allowed_secrets: tuple[str, ...] | None = None
     """`HTTP_SECRETS` (a queue's `QUEUE_<NAME>_HTTP_SECRETS`): the secret settings payloads may
     name; None (unset): any `HTTP_SECRET_<NAME>`."""
@@ -66,40 +68,19 @@ class HttpKindSettings:
         return max(0.0, min((room - 2.0), room / 1.2))
 
 
-def storage_hosts(settings: Settings) -> tuple[str, ...]:
-    """The host names of the app's storage endpoints (refused by the guard unless allowed)."""
-    conn = settings.storage
-    hosts: list[str] = []
-    for uri in (conn.blob_service_uri, conn.queue_service_uri, conn.table_endpoint()):
-        if uri:
-            hosts.append(re.sub(r"^\w+://([^/:]+).*$", r"\1", uri))
-    text = conn.connection_string or ""
-    for _key, value in re.findall(r"(\w+Endpoint)=([^;]+)", text):
-        hosts.append(re.sub(r"^\w+://([^/:]+).*$", r"\1", value))
-    account = re.search(r"AccountName=([^;]+)", text)
-    suffix = re.search(r"EndpointSuffix=([^;]+)", text)
-    if account:
-        for service in ("blob", "queue", "table", "file", "dfs"):
-            hosts.append(f"{account.group(1)}.{service}.{suffix.group(1) if suffix else 'core.windows.net'}")
-    return tuple(dict.fromkeys(h.lower() for h in hosts))
-
-
 def read_settings(
     reader: SettingReader, settings: Settings, resolver: Resolver = resolve
 ) -> HttpKindSettings:
     """The kind's settings, each bad value a problem naming it."""
-    raw = reader.text("HTTP_ALLOWED_HOSTS", "")
-    allowed = tuple(dict.fromkeys(h.strip().lower() for h in raw.split(",") if h.strip()))
-    own = storage_hosts(settings)
+    outbound = read_outbound(reader, "HTTP_")
     config = HttpKindSettings(
-        allowed_hosts=allowed,
+        outbound=outbound,
         connect_timeout_s=reader.number("HTTP_CONNECT_TIMEOUT_SECONDS", 5.0, 0.1),
         follow_redirects=reader.choice("HTTP_FOLLOW_REDIRECTS", "false", ("true", "false")) == "true",
         inline_body_bytes=reader.integer("HTTP_INLINE_BODY_BYTES", 64 * 1024, 0),
         max_body_bytes=reader.integer("HTTP_MAX_BODY_BYTES", 16 * 1024 * 1024, 1024),
         function_timeout_s=settings.function_timeout_s,
-        own_hosts=own,
-        guard=Guard.of(allowed, own, resolver),
+        guard=outbound.guard(resolver),
         allowed_secrets=_split(reader.text("HTTP_SECRETS", "")) or None,
     )
     if config.longest_timeout_s() < 1.0:
@@ -145,6 +126,7 @@ def parse_call(payload: Mapping[str, Any], config: HttpKindSettings) -> HttpCall
         method = "POST"
     headers = payload.get("headers", {})
     problems.extend(_header_problems(headers))
+    problems.extend(_secret_problems(headers, str(url), config.outbound))
     problems.extend(_secret_refusals(headers, config.allowed_secrets))
     timeout = payload.get("timeout_seconds", DEFAULT_TIMEOUT_S)
     longest = config.longest_timeout_s()
@@ -169,6 +151,11 @@ def parse_call(payload: Mapping[str, Any], config: HttpKindSettings) -> HttpCall
     )
 
 
+def printable_latin1(value: str) -> bool:
+    """A header value HTTP/1.1 can carry as written: tab, space and visible Latin-1 (pure)."""
+    return all(ch == "\t" or " " <= ch <= "~" or "\xa0" <= ch <= "\xff" for ch in value)
+
+
 def _split(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
 
@@ -191,20 +178,43 @@ def _header_problems(headers: object) -> list[str]:
         return ["payload.headers: an object of header names to values"]
     problems = []
     for name, value in headers.items():
-        where = f"payload.headers.{str(name)[:40]}"
+        where = f"payload.headers.{name[:40] if isinstance(name, str) and _TOKEN.match(name) else '(a name)'}"
         if not isinstance(name, str) or not _TOKEN.match(name):
-            problems.append(f"{where}: not a header name")
+            problems.append(f"{where}: not a header name (letters, digits and !#$%&'*+.^_`|~-)")
         elif name.lower() in RESERVED_HEADERS:
             problems.append(f"{where}: set by the app, not by the payload")
         if isinstance(value, str):
-            if "\r" in value or "\n" in value or len(value) > 8192:
-                problems.append(f"{where}: one line of at most 8192 characters")
+            if len(value) > 8192 or not printable_latin1(value):
+                problems.append(f"{where}: one line of at most 8192 printable Latin-1 characters")
         elif isinstance(value, Mapping) and set(value) == {"secret"}:
             secret = value["secret"]
-            if not isinstance(secret, str) or not re.fullmatch(SECRET_PREFIX + r"[A-Z0-9_]+", secret):
+            if (
+                not isinstance(secret, str)
+                or not re.fullmatch(SECRET_PREFIX + r"[A-Z0-9_]+", secret)
+                or secret.endswith(HOSTS_SUFFIX)
+            ):
                 problems.append(
-                    f"{where}: secret must name an app setting {SECRET_PREFIX}<NAME> (upper case)"
+                    f"{where}: secret must name an app setting {SECRET_PREFIX}<NAME> (upper case, "
+                    f"not ending in {HOSTS_SUFFIX})"
                 )
         else:
             problems.append(f'{where}: a string, or {{"secret": "{SECRET_PREFIX}<NAME>"}}')
+    return problems
+
+
+def _secret_problems(headers: object, url: str, outbound: OutboundPolicy) -> list[str]:
+    """Each secret header's setting must have the URL's host and port among its destinations."""
+    if not isinstance(headers, Mapping):
+        return []
+    try:
+        dest = destination(url)
+    except BadUrl:
+        return []
+    problems = []
+    for name, value in headers.items():
+        secret = value.get("secret") if isinstance(value, Mapping) else None
+        if isinstance(secret, str) and isinstance(name, str) and _TOKEN.match(name):
+            refusal = outbound.secret_refusal(secret, dest)
+            if refusal:
+                problems.append(f"payload.headers.{name[:40]}: {refusal}")
     return problems

@@ -9,7 +9,9 @@ A handler may declare (both optional):
 Every kind's retry policy is `<PREFIX>MAX_ATTEMPTS`, `<PREFIX>RETRY_BASE_SECONDS`,
 `<PREFIX>RETRY_MAX_SECONDS` and `<PREFIX>RETRY_JITTER` (true/false), defaulting to the kind's
 `retry`, else to the app's `MAX_ATTEMPTS` / `RETRY_BASE_SECONDS` / `RETRY_MAX_SECONDS`.
-A problem in any of them refuses to start (SettingsError naming every bad setting).
+A problem in any of them refuses to start (SettingsError naming every bad setting), as does a
+secret `<PREFIX>SECRET_<NAME>` without its destinations `<PREFIX>SECRET_<NAME>_HOSTS`
+(shared/jobs/outbound.py). The app's storage endpoints are registered with the outbound guard here.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from shared.core.backoff import RetryPolicy
 from shared.core.errors import SettingsError
 from shared.core.setting_reader import SettingReader
 from shared.jobs.base import Handler
+from shared.jobs.outbound import read_secrets, register_app_endpoints
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ def configure_kinds(settings: Settings, handlers: Mapping[str, Handler]) -> Kind
     """Read and check every kind's settings (start-up); SettingsError names every bad one."""
     problems: list[str] = []
     reader = SettingReader(settings.source, problems)
+    register_app_endpoints(settings)
     configured: dict[str, Handler] = {}
     policies: dict[str, RetryPolicy] = {}
     for kind, handler in handlers.items():
@@ -69,6 +73,7 @@ def configure_kinds(settings: Settings, handlers: Mapping[str, Handler]) -> Kind
         declared = getattr(handler, "retry", None)
         default = declared if isinstance(declared, RetryPolicy) else app_policy(settings)
         policies[kind] = read_policy(reader, prefix, default)
+        read_secrets(reader, prefix)  # its secrets' destinations, whether or not it reads them
     if problems:
-        raise SettingsError("invalid settings: " + "; ".join(problems))
+        raise SettingsError("invalid settings: " + "; ".join(dict.fromkeys(problems)))
     return Kinds(configured, policies)

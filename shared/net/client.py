@@ -3,8 +3,10 @@
 Errors map to shared.core.errors: connection failures, timeouts, 408, 429 and 5xx are transient
 (`DownstreamUnavailable`, carrying the answer's Retry-After; a read timeout is the subclass
 `ReadTimedOut` because the server may have acted on the request); other 4xx are
-`DownstreamRejected` (permanent). Messages never carry request headers, and server text is
-scrubbed of anything token-like.
+`DownstreamRejected` (permanent). Messages name the request as sent (never a redirect's target,
+never userinfo or request headers), and server text is masked (the run's secrets in every
+encoding, anything token-like) before it is cut (shared/net/text.py). A request that carries a
+secret in play goes only to that secret's destinations (shared/net/secrets.py).
 
 The time budget: inside `step_budget(s)` or `deadline_at(t)` (a handler's run is inside its
 `ctx.deadline`), every call's timeouts are cut to what is left, and a call that cannot fit is not
@@ -23,13 +25,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import email.utils
-import re
+import json as jsonlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import requests
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -38,24 +41,22 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from shared.core.errors import DestinationRefused, DownstreamRejected, DownstreamUnavailable, PermanentError
+from shared.net import secrets as in_play
+from shared.net.destinations import destination
 from shared.net.guard import Guard, Refused
+from shared.net.text import host_of, origin, path_of, refusal_category
+from shared.net.text import scrub as scrub  # callers import it from here too
 
 PROPAGATOR = TraceContextTextMapPropagator()
+logging.getLogger("urllib3").setLevel(logging.WARNING)
+"""urllib3 logs each request's path at DEBUG (queries may carry tokens): kept out of the app's logs."""
 
 MAX_THROTTLE_RETRIES = 2
 MAX_REDIRECTS = 5
 MAX_CALL_NOTES = 20
 """The most call notes one `calls_recorded()` keeps (a run's later calls are not noted)."""
-_SECRETS = re.compile(
-    r"(Bearer\s+)[A-Za-z0-9._~+/=-]+"
-    r"|((?:AccountKey|SharedAccessSignature|password|secret|token|sig)\s*[=:]\s*\"?)[^;&\s\"]+"
-    r"|(dapi)[0-9a-f]{16,}"
-    r"|(eyJ)[A-Za-z0-9._-]{20,}",
-    re.IGNORECASE,
-)
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 """Never sent on to another origin by a redirect (nor the caller's `secret_headers`)."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 TRANSIENT_STATUSES = frozenset({408, 429})
 """Besides 5xx: answers that say "later" (Request Timeout, Too Many Requests)."""
 
@@ -122,20 +123,6 @@ def remaining_budget(clock: Callable[[], float] = time.monotonic) -> float | Non
     """Seconds left in the current budget (None: no budget set)."""
     deadline = _deadline.get()
     return None if deadline is None else deadline - clock()
-
-
-def scrub(text: str, limit: int = 400, secrets: Collection[str] = ()) -> str:
-    """Server text safe for logs and errors: `secrets` (values the caller sent) and anything
-    token-like masked, control characters (line breaks, terminal escapes) made spaces, the length
-    bounded."""
-    longest = max((len(v) for v in secrets), default=0)
-    cut = text[: limit * 4 + longest]
-    for value in sorted((v for v in secrets if v), key=len, reverse=True):
-        cut = cut.replace(value, "***")
-    masked = _CONTROL.sub(
-        " ", _SECRETS.sub(lambda m: (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "") + "***", cut)
-    )
-    return masked if len(masked) <= limit and len(cut) == len(text) else masked[:limit] + "..."
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -212,6 +199,8 @@ class HttpClient:
     record: bool = False
     """Note each call's outcome in the list `calls_recorded()` opened (a job's `downstream`)."""
     sleep: Callable[[float], None] = time.sleep
+    verify: str | bool | None = None
+    """TLS verification of guarded calls: None (the default CA bundle), or a CA bundle's path."""
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @property
@@ -321,10 +310,16 @@ class HttpClient:
         timeout: tuple[float, float],
         secret_headers: Collection[str] = (),
     ) -> requests.Response:
+        """Send, following redirects by hand when guarded. Every message names the request as
+        sent (`sent`), never a redirect's target: a `Location` is the downstream's text."""
         headers = {**self.headers(), **(extra or {})}
         PROPAGATOR.inject(headers)  # the job's trace goes with every outbound call (W3C traceparent)
-        for _ in range(MAX_REDIRECTS + 1):
-            session = self.session if self.guard is None else self._pinned_session(url)
+        sent = f"{method} {path_of(url)}"
+        carried: list[in_play.SecretUse] = []
+        for hop in range(MAX_REDIRECTS + 1):
+            if self.guard is not None:
+                carried = self._check_secrets(url, hop, sent, carried, headers, body, data)
+            session = self.session if self.guard is None else self._pinned_session(url, hop, sent)
             try:
                 resp = session.request(
                     method,
@@ -339,19 +334,23 @@ class HttpClient:
                     stream=self.max_body_bytes is not None,
                 )
                 if self.max_body_bytes is not None:
-                    resp._content = resp.raw.read(self.max_body_bytes + 1, decode_content=True) or b""
+                    window = in_play.masker().window + 4096  # an echo across the cut is read whole
+                    resp._content = (
+                        resp.raw.read(self.max_body_bytes + 1 + window, decode_content=True) or b""
+                    )
                     resp.close()
             except requests.exceptions.ReadTimeout as exc:
-                raise ReadTimedOut(
-                    f"{self.service}: no answer within {timeout[1]:g}s on {method} {path_of(url)}"
-                ) from _bare(exc)
+                raise ReadTimedOut(f"{self.service}: no answer within {timeout[1]:g}s on {sent}") from _bare(
+                    exc
+                )
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+                where = host_of(url) if hop == 0 else f"the target of a redirect of {sent}"
                 raise DownstreamUnavailable(
-                    f"{self.service}: cannot reach {host_of(url)} ({exc.__class__.__name__})"
+                    f"{self.service}: cannot reach {where} ({exc.__class__.__name__})"
                 ) from _bare(exc)
-            except requests.exceptions.RequestException as exc:
+            except (requests.exceptions.RequestException, ValueError, UnicodeError) as exc:
                 raise PermanentError(
-                    f"{self.service}: bad request to {path_of(url)} ({exc.__class__.__name__})"
+                    f"{self.service}: bad request {sent} ({exc.__class__.__name__})"
                 ) from None
             finally:
                 if self.guard is not None:
@@ -359,28 +358,81 @@ class HttpClient:
             location = resp.headers.get("Location")
             if self.guard is None or not self.follow_redirects or not resp.is_redirect or not location:
                 return resp
-            target = urljoin(url, location)
+            try:
+                target = urljoin(url, location)
+                destination(target)
+            except (ValueError, UnicodeError):
+                raise DownstreamRejected(
+                    f"{self.service}: HTTP {resp.status_code} redirect on {sent} to an invalid location: not followed",
+                    status=int(resp.status_code),
+                ) from None
             if origin(target) != origin(url):  # credentials stay with the origin they were meant for
                 dropped = CREDENTIAL_HEADERS | set(secret_headers)
                 headers = {k: v for k, v in headers.items() if k.lower() not in dropped}
             url = target
             if resp.status_code in (301, 302, 303) and method != "HEAD":
                 method, body, data, params = "GET", None, None, None
-        raise DownstreamRejected(f"{self.service}: more than {MAX_REDIRECTS} redirects", status=310)
+        raise DownstreamRejected(f"{self.service}: more than {MAX_REDIRECTS} redirects on {sent}", status=310)
 
-    def _pinned_session(self, url: str) -> requests.Session:
-        """A session for one call to `url`'s checked address (DestinationRefused: not allowed)."""
+    def _check_secrets(
+        self,
+        url: str,
+        hop: int,
+        sent: str,
+        before: list[in_play.SecretUse],
+        headers: Mapping[str, str],
+        body: Any,
+        data: bytes | str | None,
+    ) -> list[in_play.SecretUse]:
+        """The secrets in play this request carries, and those the first one carried (a redirect
+        stays within their destinations even when it drops them): DestinationRefused when `url`
+        is not a destination of one of them (shared/net/secrets.py)."""
+        uses = in_play.uses()
+        if not uses:
+            return []
+        dest = destination(url)
+        texts = [*headers.values(), url]
+        if data is not None:
+            texts.append(data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+        if body is not None:
+            texts.append(jsonlib.dumps(body, ensure_ascii=False))
+        carried = [*before, *(u for u in uses if u not in before and any(u.value in t for t in texts))]
+        for secret in carried:
+            if secret.destinations.allows(dest):
+                continue
+            if hop:
+                raise DestinationRefused(
+                    f"{self.service}: a redirect of {sent} would carry secret {secret.name} outside its "
+                    f"destinations ({secret.name}_HOSTS): not followed"
+                )
+            raise DestinationRefused(
+                f"{self.service}: secret {secret.name} may be sent only to its destinations "
+                f"({secret.name}_HOSTS: {secret.destinations}); not to {dest}"
+            )
+        return carried
+
+    def _pinned_session(self, url: str, hop: int = 0, sent: str = "") -> requests.Session:
+        """A session for one call to `url`'s checked address (DestinationRefused: not allowed).
+        A redirect's target is not named (it is the downstream's text)."""
         assert self.guard is not None
         try:
             address = self.guard.checked_address(url)
         except Refused as refused:
+            if hop:
+                raise DestinationRefused(
+                    f"{self.service}: a redirect of {sent} was refused by the outbound guard "
+                    f"({refusal_category(str(refused))}; the target is not shown: it came from the downstream)"
+                ) from None
             raise DestinationRefused(f"{self.service}: {host_of(url)} refused: {refused}") from None
         except OSError as exc:
+            where = host_of(url) if hop == 0 else f"the target of a redirect of {sent}"
             raise DownstreamUnavailable(
-                f"{self.service}: cannot resolve {host_of(url)} ({exc.__class__.__name__})"
+                f"{self.service}: cannot resolve {where} ({exc.__class__.__name__})"
             ) from None
         session = requests.Session()
         session.trust_env = False  # no proxy from the environment: the connection goes to `address`
+        if self.verify is not None:
+            session.verify = self.verify
         adapter = PinnedAdapter(address)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
@@ -401,25 +453,3 @@ def json_body(resp: requests.Response, service: str) -> dict[str, Any]:
 def _bare(exc: BaseException) -> Exception:
     """A cause without the request attached (requests exceptions can hold headers)."""
     return RuntimeError(exc.__class__.__name__)
-
-
-def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of a URL, the default port made explicit (pure)."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return (
-        parts.scheme.lower(),
-        (parts.hostname or "").lower(),
-        port or {"http": 80, "https": 443}.get(parts.scheme.lower()),
-    )
-
-
-def host_of(url: str) -> str:
-    return re.sub(r"^(\w+://[^/?#]+).*$", r"\1", url)
-
-
-def path_of(url: str) -> str:
-    return re.sub(r"^\w+://[^/?#]+", "", url).split("?")[0] or "/"

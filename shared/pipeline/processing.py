@@ -36,11 +36,13 @@ from shared.core.errors import (
 )
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
 from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
+from shared.jobs.kinds import prefix_of
 from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.calls import calls_noted
 from shared.ledger.view import RecordView
 from shared.net.client import CallNote, calls_recorded, deadline_at
+from shared.net.secrets import secrets_in_play
 from shared.observability import job_metrics, overview_counters, tracing
 from shared.observability.decisions import log_decision
 from shared.permits.service import PermitLost
@@ -142,7 +144,8 @@ class Processor:
 
     def run_claimed(self, keeper: ClaimKeeper, decision: Decision) -> None:
         if self.expired():
-            expired = Expired(f"job expired at {isoformat(self.expiry())} before it could run")
+            when = "finish" if decision is Decision.RESUME or self.env.attempt > 0 else "run"  # ran before?
+            expired = Expired(f"job expired at {isoformat(self.expiry())} before it could {when}")
             self.finish(partial(self.poison, expired))
             return
         died = ledger.runs_died(keeper.record.data, self.rt.settings.max_takeovers)
@@ -294,10 +297,13 @@ class Processor:
             record_effect=partial(self.record_effect, version),
             deadline=self.started + timeout - deadline_margin(timeout),
             fence=self.admission.fence,
+            now=self.rt.clock,
+            created_at=self.env.created_at,
+            settings_prefix=prefix_of(self.env.kind, handler),
         )
         if resume:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
-        with deadline_at(ctx.deadline), calls_recorded() as calls:  # the HTTP client cuts calls to it
+        with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():  # see shared/net
             self.calls = calls
             return handler.run(ctx)
 
@@ -346,7 +352,8 @@ class Processor:
         """Enqueue the continuation first, then record it: a crash in between loses nothing."""
         assert self.keeper is not None
         seq = RecordView.of(self.keeper.record).next_continuation_seq
-        self.send_followup(self.env.with_attempt(self.env.attempt, seq), outcome.delay_s)
+        attempt = 0 if outcome.attempts == "stage" else self.env.attempt  # failures counted per stage
+        self.send_followup(self.env.with_attempt(attempt, seq), outcome.delay_s)
         facts = self.facts()
         self.write(
             lambda prev: ledger.continued(

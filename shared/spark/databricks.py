@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +17,7 @@ from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import databricks_status
-from shared.spark.transport import ReadTimedOut, client_for, json_body, own_options, scrub
+from shared.spark.transport import ReadTimedOut, RestBackend, json_body, scrub
 
 AZURE_DATABRICKS_SCOPE = "2ff814a6-3304-4ab8-85cb-cd0e6f879c1d/.default"
 API = "/api/2.2/jobs"
@@ -73,36 +71,21 @@ class DatabricksOptions:
         )
 
 
-class DatabricksBackend:
+class DatabricksBackend(RestBackend[DatabricksOptions]):
     """`SPARK_URL` is the workspace URL (https://adb-<id>.<n>.azuredatabricks.net)."""
 
     name = "databricks"
+    options_type = DatabricksOptions
 
-    def __init__(
-        self,
-        spark: SparkSettings,
-        clock: Callable[[], float] = time.time,
-        token_provider: Callable[[str], str] | None = None,
-    ) -> None:
-        opts = own_options(spark, DatabricksOptions, self.name)
+    def setup(self, spark: SparkSettings) -> None:
         self.base = spark.url.rstrip("/") + API
-        self.auth_mode = opts.auth
-        self._pat = opts.token
-        self.cluster: dict[str, Any] = dict(opts.cluster)
-        self.run_timeout_s = opts.run_timeout_s
-        self.clock = clock
-        self._token_provider = token_provider
-        self.http = client_for(self.name, spark, self._headers)
+        self.cluster: dict[str, Any] = dict(self.opts.cluster)
+        self.run_timeout_s = self.opts.run_timeout_s
 
     def _headers(self) -> dict[str, str]:
-        if self.auth_mode == "token":
-            return {"Authorization": "Bearer " + self._pat}
-        if self._token_provider is None:
-            from azure.identity import DefaultAzureCredential
-
-            credential = DefaultAzureCredential()
-            self._token_provider = lambda s: str(credential.get_token(s).token)
-        return {"Authorization": "Bearer " + self._token_provider(AZURE_DATABRICKS_SCOPE)}
+        if self.opts.auth == "token":
+            return {"Authorization": "Bearer " + self.opts.token}
+        return {"Authorization": "Bearer " + self.token(AZURE_DATABRICKS_SCOPE)}
 
     def submit_body(self, job: SparkJobRequest) -> dict[str, Any]:
         task: dict[str, Any] = {

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from shared.core.errors import DownstreamUnavailable, PermanentError
 from shared.core.setting_reader import SettingReader
@@ -25,7 +23,7 @@ from shared.spark.config import SparkSettings
 from shared.spark.livy import batch_sizes, is_ours, log_tail
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import fabric_status
-from shared.spark.transport import ReadTimedOut, client_for, own_options, scrub
+from shared.spark.transport import ReadTimedOut, RestBackend, TokenCredential, scrub
 
 FABRIC_API = "https://api.fabric.microsoft.com/v1"
 FABRIC_SCOPE = "https://api.fabric.microsoft.com/.default"
@@ -120,12 +118,6 @@ class FabricOptions:
         )
 
 
-class TokenCredential(Protocol):
-    """What azure-identity's credentials offer (`get_token(scope).token`)."""
-
-    def get_token(self, *scopes: str) -> Any: ...
-
-
 def credential_for(opts: FabricOptions) -> TokenCredential:
     """The azure-identity credential of these settings (no network call is made here)."""
     import azure.identity as identity
@@ -159,42 +151,31 @@ def token_error(exc: Exception, auth: str) -> DownstreamUnavailable | PermanentE
     )
 
 
-class FabricBackend:
+class FabricBackend(RestBackend[FabricOptions]):
     """`SPARK_URL` is the Fabric REST API base; the lakehouse's Livy endpoint hangs off it."""
 
     name = "fabric"
+    options_type = FabricOptions
 
-    def __init__(
-        self,
-        spark: SparkSettings,
-        clock: Callable[[], float] = time.time,
-        token_provider: Callable[[str], str] | None = None,
-    ) -> None:
-        self.opts = own_options(spark, FabricOptions, self.name)
+    def setup(self, spark: SparkSettings) -> None:
         o = self.opts
         self.batches = (
             f"{spark.url.rstrip('/')}/workspaces/{o.workspace_id}/lakehouses/{o.lakehouse_id}"
             f"/livyApi/versions/{o.api_version}/batches"
         )
         self.sizes: dict[str, Any] = dict(o.sizes)
-        self.clock = clock
-        self._token_provider = token_provider
-        self._lock = threading.Lock()
-        self.http = client_for(self.name, spark, self._headers)
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": "Bearer " + self._token(), "Content-Type": "application/json"}
+        return {"Authorization": "Bearer " + self.token(self.opts.scope), "Content-Type": "application/json"}
 
-    def _token(self) -> str:
-        with self._lock:
-            if self._token_provider is None:
-                credential = credential_for(self.opts)
-                self._token_provider = lambda s: str(credential.get_token(s).token)
-            provider = self._token_provider
+    def credential(self) -> TokenCredential:
+        return credential_for(self.opts)
+
+    def token(self, scope: str) -> str:
         from azure.core.exceptions import AzureError
 
         try:
-            return provider(self.opts.scope)
+            return super().token(scope)
         except AzureError as exc:  # azure-identity's errors, classified
             raise token_error(exc, self.opts.auth) from None
 

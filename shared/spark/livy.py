@@ -7,8 +7,7 @@ longer knows (404: finished batches are forgotten after a retention period) maps
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +16,7 @@ from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import livy_status
-from shared.spark.transport import ReadTimedOut, client_for, json_body, own_options, scrub
+from shared.spark.transport import ReadTimedOut, RestBackend, json_body, scrub
 
 SYNAPSE_SCOPE = "https://dev.azuresynapse.net/.default"
 _PAGE = 100
@@ -78,40 +77,24 @@ def batch_sizes(r: SettingReader) -> tuple[tuple[str, str | int], ...]:
     return tuple(sizes)
 
 
-class LivyBackend:
+class LivyBackend(RestBackend[LivyOptions]):
     """`SPARK_URL` is the Livy root that `/batches` hangs off (Synapse: .../sparkPools/<pool>)."""
 
     name = "livy"
+    options_type = LivyOptions
 
-    def __init__(
-        self,
-        spark: SparkSettings,
-        clock: Callable[[], float] = time.time,
-        token_provider: Callable[[str], str] | None = None,
-    ) -> None:
-        opts = own_options(spark, LivyOptions, self.name)
+    def setup(self, spark: SparkSettings) -> None:
         self.batches = spark.url.rstrip("/") + "/batches"
-        self.auth_mode = opts.auth
-        self.scope = opts.scope
-        self.sizes: dict[str, Any] = dict(opts.sizes)
-        self.clock = clock
-        self._token_provider = token_provider
-        auth = (opts.user, opts.password) if opts.auth == "basic" else None
-        self.http = client_for(self.name, spark, self._headers, auth)
+        self.sizes: dict[str, Any] = dict(self.opts.sizes)
+
+    def basic_auth(self) -> tuple[str, str] | None:
+        return (self.opts.user, self.opts.password) if self.opts.auth == "basic" else None
 
     def _headers(self) -> dict[str, str]:
         headers = {"X-Requested-By": "jobs", "Content-Type": "application/json"}
-        if self.auth_mode == "entra":
-            headers["Authorization"] = "Bearer " + self._token(self.scope)
+        if self.opts.auth == "entra":
+            headers["Authorization"] = "Bearer " + self.token(self.opts.scope)
         return headers
-
-    def _token(self, scope: str) -> str:
-        if self._token_provider is None:
-            from azure.identity import DefaultAzureCredential
-
-            credential = DefaultAzureCredential()
-            self._token_provider = lambda s: str(credential.get_token(s).token)
-        return self._token_provider(scope)
 
     def create_body(self, job: SparkJobRequest) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -13,8 +13,7 @@ import hashlib
 import hmac
 import json
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -24,7 +23,7 @@ from shared.core.setting_reader import SettingReader
 from shared.spark.config import SparkSettings
 from shared.spark.model import RunStatus, SparkJobRequest, Submission
 from shared.spark.states import standalone_status
-from shared.spark.transport import ReadTimedOut, client_for, json_body, own_options, scrub
+from shared.spark.transport import ReadTimedOut, RestBackend, json_body, scrub
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 _LOOKUP_LIMIT = 25  # newest drivers whose launch command is inspected by `find`
@@ -94,13 +93,14 @@ class StandaloneOptions:
         )
 
 
-class StandaloneBackend:
+class StandaloneBackend(RestBackend[StandaloneOptions]):
     """Submits PySpark jobs in cluster mode through the standalone master's REST API."""
 
     name = "standalone"
+    options_type = StandaloneOptions
 
-    def __init__(self, spark: SparkSettings, clock: Callable[[], float] = time.time) -> None:
-        opts = own_options(spark, StandaloneOptions, self.name)
+    def setup(self, spark: SparkSettings) -> None:
+        opts = self.opts
         self.url = spark.url.rstrip("/")
         self.master_url = opts.master_url
         self.ui_url = opts.ui_url
@@ -113,8 +113,6 @@ class StandaloneBackend:
             "spark.cores.max": str(opts.cores_max),
         }
         self._secret = opts.rest_auth_secret
-        self.clock = clock
-        self.http = client_for(self.name, spark, self._headers)
 
     def _headers(self) -> dict[str, str]:
         if not self._secret:

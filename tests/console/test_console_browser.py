@@ -119,7 +119,27 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> An
 
 
 @pytest.fixture(scope="module")
-def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def module_receiver() -> Iterator[Receiver]:
+    """One receiver for the module's stack: its port is in HTTP_ALLOWED_HOSTS (that port only)."""
+    server = Receiver()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def receiver(module_receiver: Receiver) -> Receiver:
+    with module_receiver._lock:
+        module_receiver.script.clear()
+        module_receiver.requests.clear()
+    return module_receiver
+
+
+@pytest.fixture(scope="module")
+def stack(
+    azurite: Azurite, module_receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     values = {
         "JOBS_QUEUE": unique("con"),
         "LEDGER_CONTAINER": unique("ledger"),
@@ -127,8 +147,9 @@ def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PAYLOADS_CONTAINER": unique("pay"),
         "POISON_ARCHIVE_CONTAINER": unique("arch"),
         "ENABLE_TEST_KINDS": "1",
-        "HTTP_ALLOWED_HOSTS": "127.0.0.1",  # the scripted receiver's loopback address
+        "HTTP_ALLOWED_HOSTS": module_receiver.allow,  # the scripted receiver's address and port
         "HTTP_SECRET_CONSOLE": SECRET,
+        "HTTP_SECRET_CONSOLE_HOSTS": module_receiver.allow,
     }
     env = host_env(azurite.connection_string, values)
     subprocess.run(

@@ -39,6 +39,7 @@ from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.jobs.http import HttpHandler
 from shared.jobs.kinds import configure_kinds, prefix_of
+from shared.net.destinations import AllowList
 from tests.deploy.infra_support import (
     CONTAINERS,
     ENTRIES_TABLE,
@@ -339,7 +340,7 @@ def test_app_settings_pass_the_apps_validation(template: dict[str, Any], case: s
     http = kinds.handlers["http"]
     assert isinstance(http, HttpHandler)
     allowed = PARAM_SETS[case].get("httpAllowedHosts", "")
-    assert http.config.allowed_hosts == tuple(h for h in allowed.split(",") if h)
+    assert http.config.outbound.allowed == AllowList.parse(allowed)
     assert http.config.follow_redirects is PARAM_SETS[case].get("httpFollowRedirects", False)
     expected = PARAM_SETS[case].get("httpMaxAttempts") or PARAM_SETS[case].get("maxAttempts", 5)
     assert kinds.retry["http"].attempts == expected

@@ -25,7 +25,28 @@ SECRET = "partner-token-5f1c0e9a77d2"
 
 
 @pytest.fixture(scope="module")
-def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def module_receiver() -> Iterator[Receiver]:
+    """One receiver for the module's host: its port is in the host's HTTP_ALLOWED_HOSTS."""
+    server = Receiver()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def receiver(module_receiver: Receiver) -> Receiver:
+    """The module's receiver, its script and requests emptied for each test."""
+    with module_receiver._lock:
+        module_receiver.script.clear()
+        module_receiver.requests.clear()
+    return module_receiver
+
+
+@pytest.fixture(scope="module")
+def host(
+    azurite: Azurite, module_receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     """One local host for the module, on the repo's own host.json."""
     settings = {
         "JOBS_QUEUE": unique("http"),
@@ -33,10 +54,11 @@ def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "RESULTS_CONTAINER": unique("res"),
         "PAYLOADS_CONTAINER": unique("pay"),
         "POISON_ARCHIVE_CONTAINER": unique("arch"),
-        "HTTP_ALLOWED_HOSTS": "127.0.0.1",
+        "HTTP_ALLOWED_HOSTS": module_receiver.allow,
         "HTTP_RETRY_BASE_SECONDS": "1",
         "HTTP_RETRY_MAX_SECONDS": "30",
         "HTTP_SECRET_PARTNER": SECRET,
+        "HTTP_SECRET_PARTNER_HOSTS": module_receiver.allow,
     }
     env = host_env(azurite.connection_string, settings)
     subprocess.run(
@@ -125,9 +147,20 @@ def test_destinations_it_may_not_call_and_timeouts_that_cannot_fit_are_400(
         "https://10.0.0.5/hook",
         f"http://localhost:{receiver.port}/hook",  # loopback, but not the host listed
         f"https://127.0.0.2:{receiver.port}/hook",
+        f"http://127.0.0.1:{receiver.port % 65535 + 1}/hook",  # the host listed, another port
+        "https://2130706433/hook",  # 127.0.0.1 as one number
+        "https://[::1/hook",
     ):
         status, body = call(host, "POST", "jobs", {"kind": "http", "payload": {"url": url}})
         assert status == 400 and any("payload.url" in p for p in body["problems"]), (url, body)
+    secret_elsewhere = {
+        "url": "https://partner.example/hook",
+        "headers": {"A": {"secret": "HTTP_SECRET_PARTNER"}},
+    }
+    status, body = call(host, "POST", "jobs", {"kind": "http", "payload": secret_elsewhere})
+    assert (
+        status == 400 and "HTTP_SECRET_PARTNER" in json.dumps(body) and "partner.example" in json.dumps(body)
+    )
     status, body = call(
         host, "POST", "jobs", {"kind": "http", "payload": {"url": receiver.url(), "timeout_seconds": 500}}
     )
@@ -190,7 +223,7 @@ def test_kill_9_during_a_call_completes_after_recovery_with_the_same_key(
         "RESULTS_CONTAINER": unique("res"),
         "PAYLOADS_CONTAINER": unique("pay"),
         "POISON_ARCHIVE_CONTAINER": unique("arch"),
-        "HTTP_ALLOWED_HOSTS": "127.0.0.1",
+        "HTTP_ALLOWED_HOSTS": receiver.allow,
         "CLAIM_LEASE_SECONDS": "6",
         "RECOVERY_INTERVAL_SECONDS": "5",
     }

@@ -44,16 +44,25 @@ class Recording(dict[str, str]):
         return super().__contains__(key)
 
     def __iter__(self) -> Iterator[str]:
-        """Only the queues' check lists names (a `QUEUE_*` setting no declared queue reads is
+        """Listing is allowed for what is named by a pattern: a kind's `<PREFIX>SECRET_<NAME>`
+        (and its `_HOSTS`), and the queues' check (a `QUEUE_*` setting no declared queue reads is
         refused); every value is still read by its name, and recorded."""
         self.listed = True
         return super().__iter__()
 
 
-def read_at_start_up() -> set[str]:
-    env = Recording({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
+def read_at_start_up(**more: str) -> set[str]:
+    env = Recording({"AzureWebJobsStorage": "UseDevelopmentStorage=true", **more})
     configure_kinds(Settings.from_env(env), registry(enable_test_kinds=True))
     return env.read
+
+
+def test_what_the_start_up_finds_by_listing_is_a_secret_and_its_destinations_only() -> None:
+    read = read_at_start_up(
+        HTTP_SECRET_PARTNER="v", HTTP_SECRET_PARTNER_HOSTS="partner.example", UNRELATED_SETTING="x"
+    )
+    assert {"HTTP_SECRET_PARTNER", "HTTP_SECRET_PARTNER_HOSTS"} <= read
+    assert "UNRELATED_SETTING" not in read
 
 
 def documented(name: str) -> bool:

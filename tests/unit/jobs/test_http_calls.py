@@ -17,7 +17,7 @@ from shared.net.guard import Guard
 from tests.handlerkit import JobRun, Receiver, Reply, drain, kit_runtime, submit_job
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
-ALLOW = {"HTTP_ALLOWED_HOSTS": "127.0.0.1", "RETRY_BASE_SECONDS": "1"}
+ALLOW = {"RETRY_BASE_SECONDS": "1"}
 
 
 def statuses(record: dict[str, object]) -> list[tuple[object, object]]:
@@ -56,7 +56,7 @@ def test_a_damaged_field_reads_as_no_calls() -> None:
 
 
 def test_the_client_notes_a_call_only_when_asked_and_inside_a_recording(receiver: Receiver) -> None:
-    guard = Guard.of(["127.0.0.1"])
+    guard = Guard.of([receiver.allow])
     receiver.reply(Reply(503, "busy"), Reply(200, "ok"), Reply(200, "ok"))
     recording = HttpClient("t", 2, 5, guard=guard, record=True)
     silent = HttpClient("t", 2, 5, guard=guard)
@@ -74,7 +74,7 @@ def test_the_client_notes_a_call_only_when_asked_and_inside_a_recording(receiver
 def test_a_refused_destination_and_no_answer_are_noted_by_why(receiver: Receiver) -> None:
     refusing = HttpClient("t", 1, 1, guard=Guard.of([]), record=True)
     receiver.reply(Reply(200, "late", delay_s=3))
-    waiting = HttpClient("t", 1, 1, guard=Guard.of(["127.0.0.1"]), record=True)
+    waiting = HttpClient("t", 1, 1, guard=Guard.of([receiver.allow]), record=True)
     with calls_recorded() as notes:
         for client, url in ((refusing, "https://10.0.0.1/x"), (waiting, receiver.url())):
             with contextlib.suppress(DownstreamUnavailable, DestinationRefused):
@@ -84,7 +84,7 @@ def test_a_refused_destination_and_no_answer_are_noted_by_why(receiver: Receiver
 
 def test_an_http_jobs_record_holds_each_attempts_status_503_503_200(receiver: Receiver) -> None:
     receiver.reply(Reply(503, "busy"), Reply(503, "busy"), Reply(200, {"done": True}))
-    kit = kit_runtime(**ALLOW)
+    kit = kit_runtime(**ALLOW, HTTP_ALLOWED_HOSTS=receiver.allow)
     job = submit_job(kit, "http", {"url": receiver.url()})
     run = JobRun(kit, job, drain(kit))
     assert run.status == "completed"
@@ -93,7 +93,7 @@ def test_an_http_jobs_record_holds_each_attempts_status_503_503_200(receiver: Re
 
 def test_a_hung_call_is_noted_as_a_timeout_then_the_answer(receiver: Receiver) -> None:
     receiver.reply(Reply(200, "late", delay_s=4.0))
-    kit = kit_runtime(**ALLOW)
+    kit = kit_runtime(**ALLOW, HTTP_ALLOWED_HOSTS=receiver.allow)
     job = submit_job(kit, "http", {"url": receiver.url(), "timeout_seconds": 0.5})
     run = JobRun(kit, job, drain(kit))
     assert statuses(run.record) == [(0, "timeout"), (1, 200)]
@@ -104,7 +104,7 @@ def test_the_happy_path_notes_cost_no_storage_request(receiver: Receiver) -> Non
     from shared.core.envelope import parse_dict
     from shared.runtime.sending import send_job
 
-    kit = kit_runtime(**ALLOW)
+    kit = kit_runtime(**ALLOW, HTTP_ALLOWED_HOSTS=receiver.allow)
     for job in ("warm-up", "happy-1"):
         send_job(
             kit.rt, parse_dict({"id": job, "kind": "http", "payload": {"url": receiver.url()}}, ["http"])

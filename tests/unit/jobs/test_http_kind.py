@@ -13,13 +13,14 @@ from shared.jobs.base import idempotency_key
 from shared.jobs.http import HttpHandler
 from shared.jobs.http_payload import client_wait_s
 from shared.net.guard import Guard
-from tests.handlerkit import JobRun, Receiver, Reply, drain, kit_runtime, submit_job
+from tests.handlerkit import JobRun, Receiver, Reply, allowing, drain, kit_runtime, submit_job
 
-ALLOW = {"HTTP_ALLOWED_HOSTS": "127.0.0.1", "RETRY_BASE_SECONDS": "1"}
+ALLOW = {"RETRY_BASE_SECONDS": "1"}
 
 
 def run_http(payload: dict[str, object], **settings: str) -> JobRun:
-    kit = kit_runtime(**{**ALLOW, **settings})
+    secrets = [name for name in settings if name.startswith("HTTP_SECRET_")]
+    kit = kit_runtime(**{**ALLOW, **allowing(str(payload["url"]), *secrets), **settings})
     job = submit_job(kit, "http", payload)
     return JobRun(kit, job, drain(kit))
 
@@ -129,7 +130,10 @@ def test_a_secret_naming_any_other_setting_is_refused() -> None:
 
 
 def test_an_unset_secret_poisons_naming_the_setting(receiver: Receiver) -> None:
-    run = run_http({"url": receiver.url(), "headers": {"A": {"secret": "HTTP_SECRET_MISSING"}}})
+    run = run_http(
+        {"url": receiver.url(), "headers": {"A": {"secret": "HTTP_SECRET_MISSING"}}},
+        HTTP_SECRET_MISSING_HOSTS=receiver.allow,  # its destinations are set, its value is not
+    )
     assert run.status == "poisoned" and "HTTP_SECRET_MISSING is not set" in run.reason
     assert receiver.requests == []
 

@@ -10,12 +10,13 @@ import logging
 import pytest
 
 from shared.core.errors import DestinationRefused, DownstreamRejected
-from shared.net.client import HttpClient, origin, scrub
+from shared.net.client import HttpClient
 from shared.net.guard import Guard, Refused, address_refusal
-from tests.handlerkit import JobRun, Receiver, Reply, drain, kit_runtime, submit_job
+from shared.net.text import origin, scrub
+from tests.handlerkit import JobRun, Receiver, Reply, allowing, drain, kit_runtime, submit_job
 
 SECRET = "Zq8-partner-secret-4471"
-ALLOW = {"HTTP_ALLOWED_HOSTS": "127.0.0.1", "RETRY_BASE_SECONDS": "1", "HTTP_SECRET_PARTNER": SECRET}
+ALLOW = {"RETRY_BASE_SECONDS": "1", "HTTP_SECRET_PARTNER": SECRET}
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ def test_the_name_is_resolved_once_and_the_connection_goes_to_that_address(recei
         asked.append(host)
         return answers[min(len(asked), len(answers)) - 1]
 
-    guard = Guard(frozenset({"rebind.test"}), frozenset(), resolver)
+    guard = Guard.of([f"rebind.test:{receiver.port}"], resolver=resolver)
     resp = HttpClient("t", 2, 5, guard=guard).request("GET", f"http://rebind.test:{receiver.port}/x")
     assert resp.status_code == 200 and asked == ["rebind.test"]
     assert receiver.requests[0].headers["Host"] == f"rebind.test:{receiver.port}"
@@ -61,8 +62,8 @@ def test_a_redirect_to_plain_http_of_an_unlisted_host_is_refused_without_a_conne
 ) -> None:
     receiver.reply(Reply(302, headers={"Location": "http://partner.example/next"}))
     public = {"partner.example": ["93.184.215.14"]}
-    guard = Guard(frozenset({"127.0.0.1"}), frozenset(), lambda host, port: public.get(host, [host]))
-    with pytest.raises(DestinationRefused, match="http:// is allowed only"):
+    guard = Guard.of([receiver.allow], resolver=lambda host, port: public.get(host, [host]))
+    with pytest.raises(DestinationRefused, match="http:// to a destination not allowed"):
         HttpClient("t", 2, 5, guard=guard).request("GET", receiver.url("/a"))
     assert len(receiver.requests) == 1
 
@@ -70,14 +71,14 @@ def test_a_redirect_to_plain_http_of_an_unlisted_host_is_refused_without_a_conne
 def test_redirects_loop_at_most_five_times(receiver: Receiver) -> None:
     receiver.reply(*[Reply(302, headers={"Location": "/again"})] * 10)
     with pytest.raises(DownstreamRejected, match="more than 5 redirects"):
-        HttpClient("t", 2, 5, guard=Guard.of(["127.0.0.1"])).request("GET", receiver.url("/a"))
+        HttpClient("t", 2, 5, guard=Guard.of([receiver.allow])).request("GET", receiver.url("/a"))
     assert len(receiver.requests) == 6
 
 
 def test_credentials_follow_a_redirect_on_the_same_origin_only(receiver: Receiver) -> None:
     other = Receiver()  # another port: another origin
     try:
-        client = HttpClient("t", 2, 5, guard=Guard.of(["127.0.0.1"]))
+        client = HttpClient("t", 2, 5, guard=Guard.of([receiver.allow, other.allow]))
         headers = {"Authorization": "Bearer a", "X-Api-Key": SECRET, "Cookie": "c=1", "X-Plain": "p"}
         receiver.reply(Reply(307, headers={"Location": "/same"}))
         client.request("POST", receiver.url("/a"), headers=headers, secret_headers=["X-Api-Key"])
@@ -103,7 +104,7 @@ def test_scrub_masks_what_was_sent_makes_one_line_and_bounds_the_text() -> None:
 
 
 def run_http(payload: dict[str, object]) -> JobRun:
-    kit = kit_runtime(**ALLOW)
+    kit = kit_runtime(**ALLOW, **allowing(str(payload["url"]), "HTTP_SECRET_PARTNER"))
     job = submit_job(kit, "http", payload)
     return JobRun(kit, job, drain(kit))
 
@@ -136,10 +137,11 @@ def test_an_answer_echoing_the_secret_is_kept_masked_in_the_result(receiver: Rec
 
 
 @pytest.mark.parametrize("host", ["2130706433", "0x7f.0.0.1", "127.1", "017700000001"])
-def test_other_spellings_of_loopback_are_refused_on_the_resolved_address(host: str) -> None:
-    """Not literal addresses to `ipaddress`, so let through at POST: the system resolver reads
-    them as 127.0.0.1, and the check before connecting refuses them (no connection made)."""
+def test_other_spellings_of_loopback_are_refused_at_post_and_before_connecting(host: str) -> None:
+    """Not literal addresses to `ipaddress`, but the system resolver reads them as 127.0.0.1: the
+    guard decodes them the same way, so POST refuses them (400) and so does the call."""
     guard = Guard.of([])
+    assert "loopback address 127.0.0.1" in (guard.url_refusal(f"https://{host}/x") or "")
     with pytest.raises(Refused, match="loopback"):
         guard.checked_address(f"https://{host}/x")
 

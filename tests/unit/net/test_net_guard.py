@@ -36,7 +36,7 @@ def test_the_guard_refuses_what_a_handler_may_not_call(url: str, why: str) -> No
 
 
 def test_allowed_hosts_pass_and_public_addresses_pass() -> None:
-    guard = Guard.of(["127.0.0.1", "internal.example"])
+    guard = Guard.of(["127.0.0.1:9", "internal.example"])
     assert guard.url_refusal("http://127.0.0.1:9/x") is None
     assert guard.url_refusal("http://internal.example/x") is None
     assert guard.url_refusal("https://93.184.215.14/x") is None
@@ -47,10 +47,16 @@ def test_allowed_hosts_pass_and_public_addresses_pass() -> None:
 def test_the_resolved_address_is_checked() -> None:
     """A public-looking name that resolves to the metadata endpoint (or any private address) is
     refused before connecting; an allowed name is let through whatever it resolves to."""
-    resolver = {"sneaky.example": ["93.184.215.14", "169.254.169.254"], "ok.example": ["93.184.215.14"]}
-    guard = Guard(frozenset(), frozenset(), lambda host, port: resolver[host])
+    resolver = {
+        "sneaky.example": ["169.254.169.254", "93.184.215.14"],
+        "inside.example": ["169.254.169.254", "10.0.0.1"],
+        "ok.example": ["93.184.215.14"],
+    }
+    guard = Guard.of([], resolver=lambda host, port: resolver[host])
     with pytest.raises(Refused, match=r"169\.254\.169\.254"):
-        guard.checked_address("https://sneaky.example/x")
+        guard.checked_address("https://inside.example/x")
+    # split horizon: only the allowed address of a mixed answer is called (issue 45, finding 8)
+    assert guard.checked_address("https://sneaky.example/x") == "93.184.215.14"
     assert guard.checked_address("https://ok.example/x") == "93.184.215.14"
 
 
@@ -59,7 +65,7 @@ def test_the_connection_goes_to_the_checked_address() -> None:
     guard checked, and the request still names the host (Host header)."""
     receiver = Receiver()
     try:
-        guard = Guard(frozenset({"pinned.invalid"}), frozenset(), lambda host, port: ["127.0.0.1"])
+        guard = Guard.of([f"pinned.invalid:{receiver.port}"], resolver=lambda host, port: ["127.0.0.1"])
         client = HttpClient("test", 2.0, 5.0, guard=guard)
         resp = client.request("GET", f"http://pinned.invalid:{receiver.port}/p")
         assert resp.status_code == 200
@@ -74,7 +80,7 @@ def test_a_refused_destination_makes_no_connection() -> None:
         client = HttpClient("test", 2.0, 5.0, guard=Guard.of([]))
         with pytest.raises(DestinationRefused, match="loopback"):
             client.request("POST", f"https://127.0.0.1:{receiver.port}/p")
-        resolves_private = Guard(frozenset(), frozenset(), lambda host, port: ["127.0.0.1"])
+        resolves_private = Guard.of([], resolver=lambda host, port: ["127.0.0.1"])
         with pytest.raises(DestinationRefused, match="resolves to loopback"):
             HttpClient("test", 2.0, 5.0, guard=resolves_private).request(
                 "GET", f"https://x.example:{receiver.port}/"
@@ -87,7 +93,7 @@ def test_a_refused_destination_makes_no_connection() -> None:
 def test_redirects_are_not_followed_unless_allowed_and_each_target_is_checked() -> None:
     receiver = Receiver()
     try:
-        guard = Guard.of(["127.0.0.1"])
+        guard = Guard.of([receiver.allow])
         receiver.reply(Reply(302, headers={"Location": "/next"}))
         with pytest.raises(DownstreamRejected, match="302 redirect"):
             HttpClient("test", 2.0, 5.0, guard=guard, follow_redirects=False).request(
@@ -106,7 +112,7 @@ def test_redirects_are_not_followed_unless_allowed_and_each_target_is_checked() 
 def test_answers_are_classified_and_retry_after_is_carried() -> None:
     receiver = Receiver()
     try:
-        client = HttpClient("svc", 2.0, 5.0, guard=Guard.of(["127.0.0.1"]), max_throttle_retries=0)
+        client = HttpClient("svc", 2.0, 5.0, guard=Guard.of([receiver.allow]), max_throttle_retries=0)
         receiver.reply(
             Reply(503, "busy"),
             Reply(429, headers={"Retry-After": "15"}),
@@ -130,7 +136,7 @@ def test_answers_are_classified_and_retry_after_is_carried() -> None:
 def test_a_call_that_cannot_fit_the_deadline_is_not_made() -> None:
     receiver = Receiver()
     try:
-        client = HttpClient("svc", 2.0, 30.0, guard=Guard.of(["127.0.0.1"]))
+        client = HttpClient("svc", 2.0, 30.0, guard=Guard.of([receiver.allow]))
         with step_budget(3.0), pytest.raises(BudgetSpent, match="left for the next check"):
             client.request("POST", receiver.url(), need_s=10.0)
         assert receiver.requests == []

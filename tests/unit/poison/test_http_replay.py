@@ -14,7 +14,7 @@ from shared.interfaces.console.pages import job_page
 from shared.interfaces.console.queries import job_view
 from shared.poison.handler import handle_poison_message
 from shared.poison.replay import replay_jobs
-from tests.handlerkit import Kit, Receiver, Reply, drain, kit_runtime, submit_job
+from tests.handlerkit import Kit, Receiver, Reply, allowing, drain, kit_runtime, submit_job
 
 SECRET = "kit-partner-token-93c1e7"
 HEADERS = {"Authorization": {"secret": "HTTP_SECRET_PARTNER"}}
@@ -55,7 +55,7 @@ def settle(kit: Kit) -> None:
 
 
 def test_a_plain_replay_keeps_the_key_an_edited_one_gets_a_new_key(receiver: Receiver) -> None:
-    kit = kit_runtime(HTTP_ALLOWED_HOSTS="127.0.0.1", HTTP_SECRET_PARTNER=SECRET)
+    kit = kit_runtime(HTTP_SECRET_PARTNER=SECRET, **allowing(receiver.url(), "HTTP_SECRET_PARTNER"))
     receiver.reply(Reply(400, "amount is missing"), Reply(400, "amount is missing"))
     job = submit_job(kit, "http", {"url": receiver.url(), "headers": HEADERS, "body": {"order": 1}})
     settle(kit)

@@ -1,4 +1,5 @@
-"""docs/development.md's file table matches the tree, and the Makefile's test tiers are documented."""
+"""docs/development.md's file table and README's layout table match the tree, and the Makefile's
+test tiers are documented."""
 
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def test_every_package_of_shared_has_its_row() -> None:
     assert [p for p in packages if p not in heads] == []
     modules = [p.name for p in (ROOT / "shared").glob("*.py")]
     assert modules == ["__init__.py"], "a module at shared/'s top level: give it a package (and a row)"
+
+
+def test_the_readme_names_every_package_of_shared_and_nothing_gone() -> None:
+    rows = layout_rows((ROOT / "README.md").read_text(encoding="utf-8"))
+    heads = {h for row in rows for h in row[0]}
+    packages = sorted(f"shared/{p.parent.name}/" for p in (ROOT / "shared").glob("*/__init__.py"))
+    assert len(packages) > 10
+    assert [p for p in packages if p not in heads] == []
+    assert missing(rows) == []
 
 
 def test_the_check_finds_a_name_that_is_not_in_the_tree() -> None:

@@ -156,7 +156,10 @@ def test_http_secrets_limit_the_secrets_a_payload_may_name() -> None:
     from shared.core.setting_reader import SettingReader
     from shared.jobs.http_payload import parse_call, read_settings
 
-    settings = Settings.from_env({**BASE, "JOBS_QUEUES": "gold", "QUEUE_GOLD_HTTP_SECRETS": "HTTP_SECRET_A"})
+    destinations = {"HTTP_SECRET_A_HOSTS": "example.test", "HTTP_SECRET_B_HOSTS": "example.test"}  # issue 45
+    settings = Settings.from_env(
+        {**BASE, **destinations, "JOBS_QUEUES": "gold", "QUEUE_GOLD_HTTP_SECRETS": "HTTP_SECRET_A"}
+    )
     gold = settings.for_queue(settings.queue_set.default)
     config = read_settings(SettingReader(gold.source, []), gold)
     assert config.allowed_secrets == ("HTTP_SECRET_A",)

@@ -1,0 +1,133 @@
+"""Masking secret values in text and bytes, in the encodings a downstream may echo them in (pure).
+
+`Masker(secrets)` replaces with `***` every occurrence of each secret as sent, and as
+- JSON-escaped (any character as `\\uXXXX`, either case; `/` as `\\/`; `"` and `\\` escaped),
+- URL-encoded (any character as `%XX`, either case; a space as `+`),
+  mixed freely within one occurrence,
+- base64 and base64url (at each of the three alignments, with or without padding),
+- UTF-16 (LE and BE) for bytes, and hexadecimal (either case).
+Mask the whole text before cutting it: `Masker.window` is the longest form a secret takes, so a text
+read `window` bytes past where it will be cut has every occurrence that starts before the cut whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from functools import cached_property
+
+MASK = "***"
+MIN_SECRET_CHARS = 4
+"""Shorter values are not masked inside other text (they would mask half of every answer)."""
+
+
+def _char_forms(ch: str, as_bytes: bool) -> str:
+    """A regular expression matching one character as written (its UTF-8 bytes read as Latin-1
+    when `as_bytes`), JSON-escaped or URL-encoded."""
+    utf8 = ch.encode("utf-8")
+    forms = [re.escape(utf8.decode("latin-1") if as_bytes else ch)]
+    code = ord(ch)
+    units = (
+        [code] if code < 0x10000 else [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)]
+    )
+    forms.append("".join(rf"\\u(?i:{u:04x})" for u in units))
+    if ch in '/"\\':
+        forms.append(re.escape("\\" + ch))
+    if ch == " ":
+        forms.append(r"\+")
+    forms.append("".join(f"%(?i:{b:02x})" for b in utf8))
+    return f"(?:{'|'.join(forms)})"
+
+
+def _encoded_pattern(value: str, as_bytes: bool = False) -> str:
+    return "".join(_char_forms(ch, as_bytes) for ch in value)
+
+
+def _base64_forms(raw: bytes) -> list[str]:
+    """The base64 (and base64url) text every occurrence of `raw` in a longer encoded stream
+    contains, whatever its alignment: the part of its encoding not mixed with neighbours."""
+    forms = []
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + raw).decode()
+        start = (shift * 8 + 5) // 6 if shift else 0
+        tail = (len(raw) + shift) % 3
+        end = len(encoded.rstrip("=")) - (1 if tail else 0)
+        core = encoded[start:end]
+        if len(core) >= MIN_SECRET_CHARS:
+            forms.append(core)
+            forms.append(core.replace("+", "-").replace("/", "_"))
+    return forms
+
+
+class Masker:
+    """Masks a set of secret values in any text or bytes (immutable once made)."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+    def __bool__(self) -> bool:
+        return bool(self.secrets)
+
+    def with_(self, secrets: Iterable[str]) -> Masker:
+        return Masker((*self.secrets, *secrets))
+
+    @cached_property
+    def _text_pattern(self) -> re.Pattern[str] | None:
+        forms: list[str] = []
+        for value in self.secrets:
+            if len(value) < MIN_SECRET_CHARS:
+                continue
+            forms.append(_encoded_pattern(value))
+            raw = value.encode("utf-8")
+            forms.extend(re.escape(f) for f in _base64_forms(raw))
+            forms.append(f"(?i:{raw.hex()})")
+        return re.compile("|".join(forms)) if forms else None
+
+    @cached_property
+    def _bytes_pattern(self) -> re.Pattern[str] | None:
+        """Over bytes read as Latin-1 (one character per byte): the UTF-8 forms."""
+        forms: list[str] = []
+        for value in self.secrets:
+            if len(value) < MIN_SECRET_CHARS:
+                continue
+            forms.append(_encoded_pattern(value, as_bytes=True))
+            forms.extend(re.escape(f) for f in _base64_forms(value.encode("utf-8")))
+            forms.append(f"(?i:{value.encode('utf-8').hex()})")
+        return re.compile("|".join(forms)) if forms else None
+
+    @cached_property
+    def window(self) -> int:
+        """The longest form (in bytes or characters) a secret may take: read this much past a cut."""
+        longest = max((len(v.encode("utf-8")) for v in self.secrets), default=0)
+        return longest * 12 + 8  # %XX per byte, or \\uXXXX + surrogate pairs; base64 and hex shorter
+
+    def text(self, text: str) -> str:
+        """`text` with every secret, in every form above, replaced by `***`."""
+        for value in self.secrets:  # short values: only as sent
+            text = text.replace(value, MASK)
+        pattern = self._text_pattern
+        return pattern.sub(MASK, text) if pattern is not None else text
+
+    def bytes(self, data: bytes) -> bytes:
+        """`data` with every secret (UTF-8, UTF-16, escaped, encoded) replaced by `***`."""
+        if not self.secrets:
+            return data
+        for value in self.secrets:
+            data = data.replace(value.encode("utf-8"), MASK.encode())
+            for codec in ("utf-16-le", "utf-16-be"):  # masked in the same encoding: the text still decodes
+                data = data.replace(value.encode(codec), MASK.encode(codec))
+        pattern = self._bytes_pattern
+        if pattern is None:
+            return data
+        return pattern.sub(MASK, data.decode("latin-1")).encode("latin-1")
+
+    def value(self, value: object) -> object:
+        """A decoded JSON value with every string (and key) masked."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {self.text(str(k)): self.value(v) for k, v in value.items()}
+        return value
