@@ -279,7 +279,7 @@ def run(quick: bool, log_dir: Path, timeout_s: float) -> dict[str, Any]:
     limits = json.dumps({"localhost": None})
     with azurite_site(log_dir, "limits") as azurite, downstream() as ds:
         site = Site(azurite, "limits", log_dir).init(
-            HTTP_ALLOWED_HOSTS="127.0.0.1,localhost",
+            HTTP_ALLOWED_HOSTS=f"127.0.0.1:{ds.port},localhost:{ds.port}",
             HTTP_MAX_CONCURRENT_PER_HOST=str(LIMIT),
             HTTP_LIMITS_PER_HOST=limits,
         )

@@ -75,7 +75,9 @@ def downstream() -> Iterator[Downstream]:
 
 
 @pytest.fixture(scope="module")
-def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def host(
+    azurite: Azurite, downstream: Downstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     settings = {
         "JOBS_QUEUE": unique("lim"),
         "LEDGER_CONTAINER": unique("ledger"),
@@ -83,7 +85,7 @@ def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "PAYLOADS_CONTAINER": unique("pay"),
         "POISON_ARCHIVE_CONTAINER": unique("arch"),
         "PERMITS_CONTAINER": unique("permits"),
-        "HTTP_ALLOWED_HOSTS": "127.0.0.1",
+        "HTTP_ALLOWED_HOSTS": f"127.0.0.1:{downstream.server.server_address[1]}",
         "HTTP_MAX_CONCURRENT_PER_HOST": str(LIMIT),
     }
     env = host_env(azurite.connection_string, settings)
