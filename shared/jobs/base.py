@@ -151,7 +151,7 @@ class JobContext:
 class Handler(Protocol):
     """A job kind: validate its payload (pure) and run it.
 
-    Optional: `limits(payload) -> Sequence[shared.permits.limits.Limit]` (pure): the keys the job
+    Optional: `limits(payload) -> Sequence[shared.permits.limit.Limit]` (pure): the keys the job
     is limited by (at most N at once, R a second, across all instances); the job runs only once
     it holds a permit of each, and calls `ctx.fence()` right before acting (docs/handlers.md)."""
 

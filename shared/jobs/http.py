@@ -41,8 +41,8 @@ from shared.jobs.outbound import secret_destinations
 from shared.net import secrets as in_play
 from shared.net.client import HttpClient
 from shared.net.guard import Guard, Resolver, resolve
-from shared.permits.limits import Limit
-from shared.permits.settings import HostLimits, read_host_limits
+from shared.permits.limit import Limit
+from shared.permits.limit_settings import HostLimits, read_host_limits
 
 KIND: Final = "http"
 RESULT_HEADERS = (

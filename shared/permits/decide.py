@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.envelope import isoformat
-from shared.permits.limits import Limit
+from shared.permits.limit import Limit
 
 MAX_WAITERS = 256
 """Waiters listed in a key's document; further ones re-check at their fallback time only."""

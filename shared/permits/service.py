@@ -27,8 +27,8 @@ from shared.core.errors import StorageThrottled
 from shared.core.timers import Clock, Timer, Timers
 from shared.permits import decide
 from shared.permits.decide import Granted, Holder, Parked, PermitState, Refused, Ticket
-from shared.permits.limits import Limit
-from shared.permits.parking import Parking
+from shared.permits.limit import Limit
+from shared.permits.parked_messages import Parking
 from shared.permits.store import PermitStore
 
 log = logging.getLogger("jobs.permits")

@@ -20,7 +20,7 @@ from shared.core.envelope import Envelope, encode_json
 from shared.ledger import COMPLETED, POISONED, Record
 from shared.observability.decisions import log_decision
 from shared.permits.decide import Ticket
-from shared.permits.limits import Limit
+from shared.permits.limit import Limit
 from shared.permits.service import Hold, PermitLost, Waiting
 from shared.pipeline.job_payload import load_payload
 from shared.runtime.wiring import Runtime

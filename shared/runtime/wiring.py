@@ -33,9 +33,9 @@ from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
 from shared.observability import overview_counters
 from shared.observability.telemetry import configure_telemetry
-from shared.permits.parking import Parking, QueueParking
+from shared.permits.limit_settings import PermitSettings, read_permit_settings
+from shared.permits.parked_messages import Parking, QueueParking
 from shared.permits.service import Permits
-from shared.permits.settings import PermitSettings, read_permit_settings
 from shared.permits.store import DocumentPermitStore, PermitStore, memory_permit_store
 from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, connect, ensure_resources

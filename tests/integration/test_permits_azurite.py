@@ -15,10 +15,10 @@ from azure.storage.queue import QueueClient
 
 from devstack.azurite import Azurite
 from shared.permits.decide import Ticket
-from shared.permits.limits import Limit
-from shared.permits.parking import QueueParking
+from shared.permits.limit import Limit
+from shared.permits.limit_settings import read_permit_settings
+from shared.permits.parked_messages import QueueParking
 from shared.permits.service import Hold, PermitLost, Permits, Waiting
-from shared.permits.settings import read_permit_settings
 from shared.permits.store import DocumentPermitStore
 from shared.storage.blob_documents import BlobDocuments
 from tests.integration.helpers import unique

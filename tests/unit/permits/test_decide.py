@@ -8,8 +8,8 @@ import pytest
 
 from shared.permits import decide
 from shared.permits.decide import Granted, Parked, PermitState, Refused, Ticket
-from shared.permits.limits import Limit, LimitError
-from shared.permits.settings import read_permit_settings
+from shared.permits.limit import Limit, LimitError
+from shared.permits.limit_settings import read_permit_settings
 
 LEASE = read_permit_settings({}, "jobs").lease_s  # the shipped lease
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

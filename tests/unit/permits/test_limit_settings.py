@@ -9,8 +9,8 @@ from shared.core.errors import SettingsError
 from shared.core.setting_reader import SettingReader
 from shared.jobs.http import HttpHandler
 from shared.jobs.kinds import configure_kinds
-from shared.permits.limits import Limit
-from shared.permits.settings import read_host_limits, read_permit_settings
+from shared.permits.limit import Limit
+from shared.permits.limit_settings import read_host_limits, read_permit_settings
 
 
 def host_limits(env: dict[str, str]) -> tuple[object, list[str]]:

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.permits.decide import Ticket
-from shared.permits.limits import Limit
-from shared.permits.parking import MemoryParking
+from shared.permits.limit import Limit
+from shared.permits.limit_settings import read_permit_settings
+from shared.permits.parked_messages import MemoryParking
 from shared.permits.service import Hold, PermitLost, Permits, Waiting
-from shared.permits.settings import read_permit_settings
 from shared.permits.store import DocumentPermitStore
 from shared.storage.memory_documents import MemoryDocuments
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from shared.core.errors import SettingsError
 from shared.core.setting_reader import SettingReader
-from shared.permits.limits import Limit, LimitError, host_key, queue_key
+from shared.permits.limit import Limit, LimitError, host_key, queue_key
 
 HOST_RE = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
