@@ -15,16 +15,21 @@ One Azurite, one local host (the repo's host.json), per input file, interleaved,
 - CPU: the seconds of CPU each contender took (the job: its worker process; Polars and the engine
   over the reader: this process) and Azurite took serving it, medians of the rounds: on 2 cores
   shared with Azurite the fastest is the one that needs the least CPU in all;
+- in memory: the engine over the file's bytes (`aggregate_stream(BytesSpans(...))`) against
+  Polars `scan_parquet(local file)` with its streaming engine, in the same rounds;
 - requests: what the engine over the reader and Polars ask of Azurite (GETs, their sizes, the
   most in flight), one untimed run each through a counting proxy (`bench.request_log`);
 - memory: the engine over the reader in a child process, its peak RSS (VmHWM).
 
-The files (devstack/parquetgen.py: weather-station rows, 13 typed columns, row groups of 1 Mi
-rows) are made once under --data-dir. The query reads 4 of the 13 columns: group by `station`
-(a string), count, mean(temp), sum(precip), max(wind_speed).
+The files: the corpus (`devstack/parquet_corpus.py`): the same weather-station rows (16 typed
+columns) written by each writer with its defaults (pyarrow: 1 Mi-row groups; Polars; DuckDB:
+122,880-row groups; Spark: 128 MB row groups), made once under --data-dir. The query reads 4 of
+the columns: group by `station` (a string), count, mean(temp), sum(precip), max(wind_speed).
+The ratios are printed per writer, medians of the rounds' own ratios.
 
-    python -m bench.bench_parquet                    # ~300 MB and 1 GB
+    python -m bench.bench_parquet                    # ~300 MB and 1 GB, every writer
     python -m bench.bench_parquet --mb 20 --repeat 1 # quick (bench.run --quick)
+    python -m bench.bench_parquet --mb 300 --writers polars,duckdb --no-e2e   # in memory only
 
 The machine is shared and noisy: the ratio is taken side by side. Writes bench/out/parquet.json.
 """
@@ -48,7 +53,7 @@ if str(REPO_ROOT) not in sys.path:
 from bench.bench_aggregate import Case  # noqa: E402
 from bench.bench_read import CONTAINER, account, job, process_cpu_s, with_cpu  # noqa: E402
 from bench.request_log import RequestLog  # noqa: E402
-from devstack import parquetgen  # noqa: E402
+from devstack import parquet_corpus  # noqa: E402
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
 from devstack.hostproc import HostProcess, host_env  # noqa: E402
 
@@ -59,15 +64,45 @@ POLL_S = 0.5
 stamp, not when it is seen, and every poll is Azurite CPU taken from the job's reads (2 cores)."""
 
 
-def ensure(path: Path, mb: float) -> Path:
+def ensure(data_dir: Path, writer: str, mb: float) -> Path:
+    """The corpus file of `writer`'s defaults, about `mb` MB (made once, from one pyarrow source)."""
+    path = data_dir / f"{writer}-{mb:g}mb.parquet"
     if not path.exists():
-        print(f"generating {path} ...", file=sys.stderr, flush=True)
-        parquetgen.write(path, mb=mb)
+        source = data_dir / f"source-{mb:g}mb.parquet"
+        if not source.exists():
+            print(f"generating {source} ...", file=sys.stderr, flush=True)
+            data_dir.mkdir(parents=True, exist_ok=True)
+            tmp = source.with_suffix(".tmp")
+            parquet_corpus.write_source(tmp, parquet_corpus.source_rows_for(mb))
+            tmp.replace(source)
+        print(f"writing {path} with {writer} ...", file=sys.stderr, flush=True)
+        parquet_corpus.write(parquet_corpus.defaults(writer), source, path)
     return path
 
 
-def case_for(data_dir: Path, mb: float) -> Case:
-    return Case(f"Parquet {mb:g} MB", ensure(data_dir / f"weather-{mb:g}mb.parquet", mb), "parquet", **QUERY)
+def case_for(data_dir: Path, mb: float, writer: str = "pyarrow") -> Case:
+    return Case(f"{writer} {mb:g} MB", ensure(data_dir, writer, mb), "parquet", **QUERY)
+
+
+def in_memory(case: Case, data: bytes) -> tuple[float, float]:
+    """(the engine over the file's bytes, Polars over the local file): seconds, side by side."""
+    import polars as pl
+
+    from shared.aggregation import aggregate_table, parse_aggregate_payload
+    from shared.aggregation.parquet_path import BytesSpans
+
+    spec = parse_aggregate_payload(case.payload())
+    start = time.perf_counter()
+    aggregate_table(BytesSpans(data), spec)
+    engine_s = time.perf_counter() - start
+    start = time.perf_counter()
+    pl.scan_parquet(case.path).group_by(case.key).agg(
+        pl.len().alias("count"),
+        pl.col(case.mean).mean().alias("mean"),
+        pl.col(case.sum).sum().alias("sum"),
+        pl.col(case.max).max().alias("max"),
+    ).collect(engine="streaming")
+    return engine_s, time.perf_counter() - start
 
 
 def polars_az(case: Case, acct: dict[str, str]) -> float:
@@ -189,7 +224,37 @@ def memory(case: Case, az: Azurite) -> dict[str, Any]:
     }
 
 
-def measure(case: Case, az: Azurite, host: HostProcess, repeat: int) -> dict[str, Any]:
+def measure_in_memory(case: Case, repeat: int) -> dict[str, Any]:
+    """The engine over the file's bytes against Polars over the local file, `repeat` rounds."""
+    load = round(os.getloadavg()[0], 2)
+    data = case.path.read_bytes()
+    rounds = [in_memory(case, data) for _ in range(repeat)]
+    return {"load_avg_1m": load, **_case_facts(case), **_memory_figures(rounds)}
+
+
+def _case_facts(case: Case) -> dict[str, Any]:
+    from pyarrow.parquet import read_metadata
+
+    meta = read_metadata(case.path)
+    return {
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "file_mb": round(case.path.stat().st_size / 1e6, 1),
+        "row_groups": meta.num_row_groups,
+        "writer": meta.created_by,
+    }
+
+
+def _memory_figures(rounds: list[tuple[float, float]]) -> dict[str, Any]:
+    ratios = sorted(polars / engine for engine, polars in rounds)
+    return {
+        "memory_s": round(sorted(e for e, _ in rounds)[len(rounds) // 2], 3),
+        "memory_polars_s": round(sorted(p for _, p in rounds)[len(rounds) // 2], 3),
+        "memory_vs_polars_median": round(ratios[len(ratios) // 2], 2),
+        "memory_vs_polars_rounds": [round(x, 2) for x in ratios],
+    }
+
+
+def measure(case: Case, az: Azurite, host: HostProcess, repeat: int, split: bool = False) -> dict[str, Any]:
     acct = account(az)
     load = round(os.getloadavg()[0], 2)
     runs: dict[str, list[float]] = {}
@@ -226,14 +291,20 @@ def measure(case: Case, az: Azurite, host: HostProcess, repeat: int) -> dict[str
         runs.setdefault("inproc_s", []).append(seconds)
         runs.setdefault("inproc_cpu_s", []).append(own)
         runs.setdefault("inproc_azurite_cpu_s", []).append(azurite)
-        for name, value in parts(case, az, data).items():
-            runs.setdefault(name, []).append(value)
+        if split:
+            for name, value in parts(case, az, data).items():
+                runs.setdefault(name, []).append(value)
 
-    steps = [the_job, the_polars, in_process]
+    memory_rounds: list[tuple[float, float]] = []
+
+    def the_memory() -> None:
+        memory_rounds.append(in_memory(case, data))
+
+    steps = [the_job, the_polars, in_process, the_memory]
     for round_ in range(repeat):  # interleaved: each round runs every contender once, in turn first
-        for step in steps[round_ % 3 :] + steps[: round_ % 3]:
+        for step in steps[round_ % len(steps) :] + steps[: round_ % len(steps)]:
             step()
-    out: dict[str, Any] = {"load_avg_1m": load, "file_mb": round(case.path.stat().st_size / 1e6, 1)}
+    out: dict[str, Any] = {"load_avg_1m": load, **_case_facts(case), **_memory_figures(memory_rounds)}
     cpu = {k: v for k, v in runs.items() if k.endswith("cpu_s")}
     out |= {k: round(min(v), 3) for k, v in runs.items() if k not in cpu}
     out |= {k: round(sorted(v)[len(v) // 2], 3) for k, v in cpu.items()}  # medians
@@ -262,13 +333,34 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "aggregate-bench-parquet"
     )
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--writers", default=",".join(parquet_corpus.WRITERS), help="corpus writers, comma-separated"
+    )
+    parser.add_argument("--no-e2e", action="store_true", help="in memory only (no Azurite, no host)")
+    parser.add_argument(
+        "--parts", action="store_true", help="also time the job's parts (reads, decode, reduce)"
+    )
     args = parser.parse_args(argv)
     report: dict[str, Any] = {
         "load_avg_1m_before": round(os.getloadavg()[0], 2),
         "repeat": args.repeat,
         "cases": {},
+        "writers_missing": {},
     }
-    cases = [case_for(args.data_dir, float(mb)) for mb in args.mb.split(",")]
+    writers = []
+    for writer in args.writers.split(","):
+        missing = writer_missing(writer)
+        if missing:
+            report["writers_missing"][writer] = missing
+            print(f"writer {writer} skipped: {missing}", file=sys.stderr, flush=True)
+        else:
+            writers.append(writer)
+    cases = [case_for(args.data_dir, float(mb), writer) for mb in args.mb.split(",") for writer in writers]
+    if args.no_e2e:
+        for case in cases:
+            print(f"timing {case.name} in memory ...", file=sys.stderr, flush=True)
+            report["cases"][case.name] = measure_in_memory(case, args.repeat)
+        return finish(report, args.out)
     warm = case_for(args.data_dir, 2)
     az = start_azurite()
     host: HostProcess | None = None
@@ -295,23 +387,45 @@ def main(argv: list[str] | None = None) -> int:
         job(warm, host, az)  # the worker's imports and connections, untimed
         for case in cases:
             print(f"timing {case.name} ...", file=sys.stderr, flush=True)
-            report["cases"][case.name] = measure(case, az, host, args.repeat)
+            report["cases"][case.name] = measure(case, az, host, args.repeat, split=args.parts)
     finally:
         if host is not None:
             host.stop()
         az.cleanup()
+    return finish(report, args.out)
+
+
+def finish(report: dict[str, Any], out: Path) -> int:
     report["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     print_table(report)
     print_requests(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
     return 0
+
+
+def writer_missing(writer: str) -> str | None:
+    """Why a corpus writer cannot run here (its package, or Spark's Java), or None."""
+    import importlib.util
+
+    package = {"pyarrow": "pyarrow", "polars": "polars", "duckdb": "duckdb", "spark": "pyspark"}.get(writer)
+    if package is None:
+        return f"not a corpus writer (one of {', '.join(parquet_corpus.WRITERS)})"
+    if importlib.util.find_spec(package) is None:
+        return f"{package} is not installed"
+    if writer == "spark":
+        from devstack.spark_cluster import java_ok
+
+        if not java_ok():
+            return "Spark needs Java 17+"
+    return None
 
 
 COLUMNS = (
     ("load", "load_avg_1m"),
     ("MB", "file_mb"),
+    ("groups", "row_groups"),
     ("job e2e", "job_e2e_s"),
     ("job run", "job_run_s"),
     ("polars az", "polars_az_s"),
@@ -322,10 +436,12 @@ COLUMNS = (
     ("GETs", "gets"),
     ("job CPU", "job_all_cpu_s"),
     ("pl CPU", "polars_all_cpu_s"),
-    ("inproc CPU", "inproc_all_cpu_s"),
     ("e2e/polars", "job_vs_polars"),
-    ("median", "job_vs_polars_median"),
+    ("e2e median", "job_vs_polars_median"),
     ("inproc/pl", "inproc_vs_polars"),
+    ("mem", "memory_s"),
+    ("mem polars", "memory_polars_s"),
+    ("mem median", "memory_vs_polars_median"),
     ("peak MB", "peak_rss_mb"),
 )
 
@@ -348,12 +464,18 @@ def print_table(report: dict[str, Any]) -> None:
         f"\nParquet: a job over a blob vs Polars scan_parquet(az://), seconds, best of {report['repeat']} "
         f"interleaved rounds (load avg {report['load_avg_1m_before']} -> {report['load_avg_1m_after']}; 2 shared cores)"
     )
-    print(f"{'input':<18}" + "".join(f"{title:>11}" for title, _ in COLUMNS))
+    print(f"{'writer, input':<18}" + "".join(f"{title:>11}" for title, _ in COLUMNS))
     for name, row in report["cases"].items():
         print(f"{name:<18}" + "".join(f"{row.get(key, '-')!s:>11}" for _, key in COLUMNS))
+    for writer, why in report.get("writers_missing", {}).items():
+        print(f"{writer:<18} skipped: {why}")
     print(
-        "e2e/polars = Polars over az:// / the job POST -> completed, best of each (>= 1.0 wanted, "
-        "aim 1.5); median = the median of the rounds' own ratios (each round runs both); "
+        "writer = the corpus file of that writer's defaults (devstack/parquet_corpus.py); load = the "
+        "1-minute load average when the case started; "
+        "e2e/polars = Polars over az:// / the job POST -> completed, best of each (>= 1.5 wanted); "
+        "e2e median = the median of the rounds' own ratios (each round runs both); mem = the engine "
+        "over the file's bytes, mem polars = Polars scan_parquet(local file), streaming, medians; "
+        "mem median = the median of the rounds' own ratios (>= 1.0 wanted); "
         "inproc = the engine over the blob reader in this process (inproc/pl: Polars / it); "
         "reads / decode / reduce = the job's three parts one after the other (the needed column "
         "chunks read from Azurite; decoded from memory; grouped): inproc overlaps them; "

@@ -19,7 +19,8 @@ Sections (each starts and stops its own Azurite and local hosts):
    CSV and wide JSON lines, and its peak memory on 1 GB inputs (bench_aggregate.py); a job over a
    CSV / JSON-lines blob end to end vs Polars over az:// (bench_read.py; also the NYC flights as
    the package ships them and as Polars and DuckDB write them: bench/writers.py); a job over a ~300 MB and
-   a 1 GB Parquet blob vs Polars scan_parquet over az://, with its peak memory (bench_parquet.py);
+   a 1 GB Parquet blob, as each writer of the corpus writes it (pyarrow, Polars, DuckDB, Spark), vs
+   Polars scan_parquet over az:// and in memory, with its peak memory (bench_parquet.py);
 6. with --spark: bench_spark.py;
 7. the `http` kind against a local downstream with a set latency (bench_http_kind.py): jobs/s and
    storage requests per job on the happy path (target 4 or fewer), each key sent once; skipped
@@ -199,7 +200,7 @@ def run_parquet(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_parquet.py: a job over a Parquet blob end to end vs Polars scan_parquet(az://)."""
     flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000"]
     out = out_dir / "parquet.json"
-    result = run_script("bench.bench_parquet", [*flags, "--out", str(out)], timeout_s=3600)
+    result = run_script("bench.bench_parquet", [*flags, "--out", str(out)], timeout_s=3 * 3600)  # 4 writers
     if result.get("exit_code") == 0:
         result["report"] = _read_json(out)
     return result

@@ -75,7 +75,15 @@ def native_plan(
         return None
     key_name = plan.keys[0]
     key_type = schema.field(key_name).type
-    if not (pa.types.is_string(key_type) or pa.types.is_binary(key_type)):
+    if not any(
+        test(key_type)
+        for test in (
+            pa.types.is_string,
+            pa.types.is_binary,
+            pa.types.is_large_string,
+            pa.types.is_large_binary,
+        )
+    ):  # large: as Polars writes its strings (the same BYTE_ARRAY pages)
         return None
     key = _column(metadata, leaves[key_name], "BYTE_ARRAY")
     if key is None:

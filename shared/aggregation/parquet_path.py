@@ -52,6 +52,9 @@ WORKERS: Final = 1
 decoded in parallel on pyarrow's CPU pool. Peak RSS over a 1 GB blob (child process, Azurite,
 side by side): one 250-270 MB, two 292-303 MB (each thread's allocator keeps its own pages), for
 no speed the noise could show."""
+NATIVE_WORKERS: Final = 2
+"""Row groups decoded at once where the C scanner takes them (one a core: it builds no Arrow
+array, so two cost little memory; a row group it leaves to pyarrow is decoded on its thread)."""
 BATCH_ROWS: Final = 1024 * 1024
 """Rows decoded and reduced at a time (at most; a row group's). CPU seconds on a 1 GB file (21 row
 groups of 1 Mi rows), best of 4 side by side: 64 Ki and 128 Ki rows 1.09-1.14 s (a group-by's
@@ -135,7 +138,7 @@ def parquet_partials(
     groups = [index for index in groups if layout.needed(index)]
     reducer = Accumulator(plan)
     fast = native_plan(footer, layout.schema, layout.leaves, plan) if native else None
-    workers = max(1, workers)
+    workers = max(1, workers if fast is None else max(workers, NATIVE_WORKERS))
     reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parquet-decode")
     ahead: deque[Future[list[tuple[pa.Table, int]]]] = deque()

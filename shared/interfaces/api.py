@@ -25,6 +25,7 @@ from shared.pipeline.submit import (
     validate_request,
 )
 from shared.poison import bulk
+from shared.poison.audited import record_action
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.clients import bounded_calls
 from shared.storage.failures import NotFound, StorageError, failure_name, translated
@@ -34,6 +35,8 @@ log = logging.getLogger("jobs.api")
 P = ParamSpec("P")
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 STORAGE_RETRY_AFTER_S = 5
+ADMIN = "admin key"
+"""Who the audit names for the admin API's actions (a function key, not a person)."""
 """Retry-After of a 503 for a storage failure."""
 
 
@@ -254,9 +257,9 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
             rate_per_s=float(rate),
             dry_run=bool(body.get("dry_run")),
         )
-        rt.audit.record(
-            rt.clock(), "admin key", "op_start", f"op:{op['id']}", op=op["id"], via="api", kind="replay",
-            state="poisoned", rate=rate, dry_run=op["dry_run"],
+        record_action(
+            rt, "api", ADMIN, "op_start", op=op["id"], kind="replay", state="poisoned", rate=rate,
+            dry_run=op["dry_run"],
         )  # fmt: skip
         listed = sum(rt.entry_index.counts().values())
         return _json(
@@ -279,8 +282,5 @@ def purge_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     if not isinstance(days, int | float) or days < 0:
         return _error(400, "older_than_days: required, a number >= 0")
     op = poison.start_purge(rt, float(days), "api", dry_run=bool(body.get("dry_run")))
-    rt.audit.record(
-        rt.clock(), "admin key", "purge", f"op:{op['id']}", op=op["id"], via="api",
-        older_than_days=days, dry_run=op["dry_run"],
-    )  # fmt: skip
+    record_action(rt, "api", ADMIN, "purge", op=op["id"], older_than_days=days, dry_run=op["dry_run"])
     return _json(202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"]})

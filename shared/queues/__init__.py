@@ -4,7 +4,7 @@ Pure: read once at start-up from the app settings. The pipeline, the API and the
 package which queues exist and what each allows; it asks nothing of them.
 """
 
-from shared.queues.settings import (
+from shared.queues.queue_settings import (
     DEFAULT_QUEUE,
     SETTINGS,
     QueueSet,

@@ -54,8 +54,11 @@ class Runtime:
     handlers: Mapping[str, Handler]
     instance: str
     ledger: Ledger
+    ledger_docs: DocumentStore
+    """The ledger's documents without the jobs index: writers that send their index rows
+    together (replay, shared/poison/replay.py) write through it."""
     archive: DocumentStore
-    """The poison archive (see shared/poison/archive.py for its layout)."""
+    """The poison archive (its layout: shared/core/archive_layout.py)."""
     jobs_queue: QueueSender
     poison_queue: MessageQueue
     """Sends copies (`send_message`); the sweeper and operators also peek, receive and delete."""
@@ -102,6 +105,7 @@ class Runtime:
             handlers=kinds.handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index)),
+            ledger_docs=ledger_store,
             archive=archive,
             jobs_queue=account.queue(settings.jobs_queue),
             poison_queue=account.raw_queue(settings.poison_queue),

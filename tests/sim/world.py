@@ -378,6 +378,7 @@ class World:
             handlers={"sim": SimHandler(self)},
             instance="sim",
             ledger=Ledger(self.ledger_docs),
+            ledger_docs=self.ledger_docs,
             archive=self.archive_docs,
             jobs_queue=self.jobs,
             poison_queue=self.poison,

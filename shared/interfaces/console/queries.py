@@ -27,7 +27,8 @@ from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
 from shared.ledger.view import RecordView
 from shared.observability import overview_counters
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
+from shared.poison.archive import LISTED_STATE, read_entry
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 from shared.storage.failures import NotFound, translated
 from shared.storage.limits import BlobTooLarge, read_capped
@@ -187,8 +188,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
     envelope: dict[str, Any] | None = None
     text: str | None = None
     if entries:
-        raw = base64.b64decode(str(entries[0][1].get("body_b64", "")))
-        text = raw.decode("utf-8", errors="replace")
+        text = entries[0].entry.body().decode("utf-8", errors="replace")
         try:
             parsed = jsontext.loads(text)
             envelope = parsed if isinstance(parsed, dict) else None
@@ -196,9 +196,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
             envelope = None
     payload, note = _payload(rt, record.data, envelope)
     edit = job_archive.latest_edit(rt, job_id, record.data)
-    if edit is not None and (
-        not entries or str(edit.get("at", "")) > str(entries[0][1].get("archived_at", ""))
-    ):
+    if edit is not None and (not entries or str(edit.get("at", "")) > entries[0].entry.archived_at):
         try:
             payload = jsontext.loads(base64.b64decode(str(edit.get("body_b64", "")))).get("payload")
             note = f"as edited by {edit.get('by')} at {edit.get('at')} (the original is kept in the poison archive)"
@@ -211,7 +209,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         envelope_text=json.dumps(envelope, indent=2) if envelope is not None else text,
         payload=payload,
         payload_note=note,
-        archive_names=[name for name, _ in entries],
+        archive_names=[e.name for e in entries],
     )
 
 
@@ -238,32 +236,32 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
 # -- poison -----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class EntryView:
     """One archive entry with its body shown as text when UTF-8, else as hex."""
 
     name: str
-    entry: dict[str, Any]
-    body_b64: str
+    entry: ArchiveEntry
     body_text: str | None
     body_hex: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry's fields, its name and its body as text or hex (the page's data route)."""
+        shown = {"name": self.name, "body_text": self.body_text, "body_hex": self.body_hex}
+        return {**self.entry.to_data(), **shown}
 
 
 def entry_view(rt: Runtime, name: str) -> EntryView | None:
     """An entry of the poison archive by name (jobs/ or unparsed/ only): one read."""
-    if not name.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) or ".." in name.split("/"):
+    stored = read_entry(rt.archive, name)
+    if stored is None:
         return None
-    doc = rt.archive.read(name)
-    if doc is None:
-        return None
-    b64 = str(doc.data.get("body_b64", ""))
-    raw = base64.b64decode(b64)
+    raw = stored.entry.body()
     try:
         text: str | None = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    entry = {k: v for k, v in doc.data.items() if k != "body_b64"}
-    return EntryView(name, entry, b64, text, None if text is not None else raw.hex(" "))
+    return EntryView(name, stored.entry, text, None if text is not None else raw.hex(" "))
 
 
 @dataclass
@@ -281,6 +279,17 @@ class PoisonView:
     reason_code: str = ""
     text: str = ""
     """The filter of the listed entries shown: a reason code (a group) and/or error text."""
+
+
+def poison_view_of(rt: Runtime, params: Mapping[str, str]) -> PoisonView:
+    """`poison_view` as a request's parameters ask (`after`, `after_parked`, `code`, `q`)."""
+    return poison_view(
+        rt,
+        params.get("after", ""),
+        params.get("after_parked", ""),
+        reason_code=params.get("code", "")[:64],
+        text=params.get("q", "")[:200],
+    )
 
 
 def poison_view(

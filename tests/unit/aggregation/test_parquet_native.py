@@ -183,6 +183,16 @@ def test_shapes_it_does_not_take_are_left_to_pyarrow() -> None:
     assert planned([{"op": "count"}]) is None  # no value column: the footer counts
 
 
+def test_a_large_string_key_as_polars_writes_it_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    rnd = random.Random(3)
+    table = table_of(rnd, 5000, 40, 0.1, 0.1)
+    table = table.set_column(0, "k", table["k"].cast(pa.large_string()))
+    data = written(table, row_group_size=1000)
+    taken = Taken(monkeypatch)
+    assert_same(answer(data, True), answer(data, False))
+    assert (taken.native, taken.left) == (5, 0)
+
+
 def test_a_nan_a_key_page_in_plain_and_an_unknown_codec_go_to_pyarrow(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
