@@ -29,7 +29,7 @@ from shared.poison.audited import record_action
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.clients import bounded_calls
 from shared.storage.failures import NotFound, StorageError, failure_name, translated
-from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
+from shared.storage.limits import BlobTooLarge, result_limit_bytes
 
 log = logging.getLogger("jobs.api")
 P = ParamSpec("P")
@@ -169,8 +169,7 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     container, _, name = ref.partition("/")
     limit = result_limit_bytes(rt.settings.max_groups)
     try:
-        with translated(f"reading result {ref}"):
-            raw = read_capped(rt.storage.container(container).get_blob_client(name), limit)
+        raw = rt.account.blobs(container).read_capped(name, limit)
     except NotFound:
         return _error(404, f"result {ref} of job {job_id} is missing")
     except BlobTooLarge as big:
@@ -195,9 +194,8 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
     except StorageError as exc:
         return _error(503, f"storage unreachable ({failure_name(exc)})", status="unhealthy")
     try:
-        with translated("health check"):
-            rt.storage.container(rt.settings.ledger_container).get_container_properties()
-            rt.storage.queue(rt.settings.jobs_queue).get_queue_properties()
+        rt.account.blobs(rt.settings.ledger_container).check()
+        rt.account.queue(rt.settings.jobs_queue).depth()
     except StorageError as exc:
         return _error(503, f"storage unreachable ({failure_name(exc)})", status="unhealthy")
     return _json(

@@ -16,7 +16,7 @@ from shared.config.settings import Settings
 from shared.core.errors import NotAvailable
 from shared.net import secrets as in_play
 from shared.net.destinations import AllowList, BadUrl
-from shared.storage.clients import StorageClients
+from shared.storage.ports import Account
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class JobContext:
     attempt: int
     payload: Mapping[str, Any]
     settings: Settings
-    storage: StorageClients
+    storage: Account
+    """The app's storage account: `storage.blobs(container)`, `.documents(container)`, `.queue(name)`."""
     log: logging.LoggerAdapter[logging.Logger]
     checkpoint: Callable[[Mapping[str, Any]], None]
     """Save progress into the ledger record (never into the queue message)."""

@@ -29,7 +29,6 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 import requests
-from azure.storage.blob import ContentSettings
 
 from shared.config.settings import Settings
 from shared.core.errors import NotAvailable
@@ -175,17 +174,13 @@ def write_result(
 ) -> Completed:
     """Upload the result (and a large body first) to the results container."""
     doc, spill = result_document(ctx, resp, config, duration_s, secrets)
-    container = ctx.storage.container(ctx.settings.results_container)
+    results = ctx.storage.blobs(ctx.settings.results_container)
     if spill is not None:
         body_type = resp.headers.get("content-type") or "application/octet-stream"
-        container.get_blob_client(f"{ctx.job_id}.body").upload_blob(
-            spill, overwrite=True, content_settings=ContentSettings(content_type=body_type)
-        )
+        results.write(f"{ctx.job_id}.body", spill, content_type=body_type)
     name = f"{ctx.job_id}.json"
-    container.get_blob_client(name).upload_blob(
-        json.dumps(doc, ensure_ascii=False).encode(),
-        overwrite=True,
-        content_settings=ContentSettings(content_type="application/json; charset=utf-8"),
+    results.write(
+        name, json.dumps(doc, ensure_ascii=False).encode(), content_type="application/json; charset=utf-8"
     )
     summary = {"status": doc["status"], "attempts": doc["attempts"], "duration_s": doc["duration_s"]}
     return Completed(result_ref=f"{ctx.settings.results_container}/{name}", summary=summary)

@@ -321,7 +321,7 @@ class Processor:
             attempt=self.env.attempt,
             payload=payload,
             settings=self.rt.settings,
-            storage=self.rt.storage,
+            storage=self.rt.account,
             log=logging.LoggerAdapter(logging.getLogger(f"jobs.{self.env.kind}"), {"job_id": self.env.id}),
             checkpoint=self.checkpoint,
             resume_state=continuation.state if continuation else None,
@@ -430,7 +430,7 @@ class Processor:
         send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
         assert self.keeper is not None
         handler = self.rt.handlers.get(self.env.kind)
-        run = abandon_work(handler, self.rt.settings, self.rt.storage, self.keeper.record.data, exc)
+        run = abandon_work(handler, self.rt.settings, self.rt.account, self.keeper.record.data, exc)
         facts = self.facts()
         self.write(
             lambda prev: ledger.poisoned(

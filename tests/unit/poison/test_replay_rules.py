@@ -12,6 +12,7 @@ from shared.core.documents import Document
 from shared.indexes.entry_rows import EntryState
 from shared.ledger import Record
 from shared.poison.archive import StoredEntry
+from shared.poison.audited import target_of
 from shared.poison.entry import ArchiveEntry
 from shared.poison.pacing import TICK_ITEMS, TICK_S, Pacer, per_window
 from shared.poison.replay import (
@@ -103,3 +104,10 @@ def test_a_window_holds_what_the_rate_allows_at_least_one_at_most_its_cap() -> N
     assert per_window(25, TICK_S, TICK_ITEMS) == 12 and per_window(1000, TICK_S, TICK_ITEMS) == TICK_ITEMS
     assert per_window(0.5, TICK_S, TICK_ITEMS) == 1 and per_window(0, TICK_S, TICK_ITEMS) == TICK_ITEMS
     assert per_window(5, 5.0, 1000) == 25
+
+
+def test_an_operator_action_is_recorded_against_its_job_else_its_entry_else_its_operation() -> None:
+    assert target_of("j1", "jobs/j1/d.json", None) == "j1"
+    assert target_of(None, "unparsed/d.json", None) == "unparsed/d.json"
+    assert target_of(None, None, "20261207T120000-ab12cd34") == "op:20261207T120000-ab12cd34"
+    assert target_of(None, None, None) == ""
