@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -98,6 +98,14 @@ class JobContext:
     settings_prefix: str = ""
     """The kind's settings prefix (`ctx.secret` reads `<prefix>SECRET_<NAME>`); default `<KIND>_`."""
 
+    def __post_init__(self) -> None:
+        save = self.checkpoint
+
+        def checkpoint(progress: Mapping[str, Any]) -> None:  # stored with the run's secrets masked
+            save(masked_value(progress))
+
+        self.checkpoint = checkpoint
+
     def secret(self, name: str) -> str:
         """The secret `<prefix>SECRET_<NAME>` (`name` is `NAME` or the whole setting name), read
         now: masked in everything the run stores or logs, and sent by the app's HTTP client only to
@@ -147,6 +155,20 @@ class JobContext:
             self.record_effect(name, json.loads(masker.text(text)) if masker else result)
         self.effects[name] = result
         return result
+
+
+def masked_value(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A JSON-like mapping with the run's secrets in play masked in every string (shared/net/secrets.py)."""
+    masker = in_play.masker()
+    masked = masker.value(dict(value)) if masker else value
+    return masked if isinstance(masked, Mapping) else value
+
+
+def masked_outcome(outcome: Outcome) -> Outcome:
+    """The outcome as the ledger keeps it: its summary or state with the run's secrets masked."""
+    if isinstance(outcome, Completed):
+        return replace(outcome, summary=masked_value(outcome.summary))
+    return replace(outcome, state=masked_value(outcome.state))
 
 
 class Handler(Protocol):

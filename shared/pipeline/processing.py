@@ -35,7 +35,7 @@ from shared.core.errors import (
     TransientError,
 )
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
-from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
+from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin, masked_outcome
 from shared.jobs.kinds import prefix_of
 from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
@@ -305,7 +305,7 @@ class Processor:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
         with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():  # see shared/net
             self.calls = calls
-            return handler.run(ctx)
+            return masked_outcome(handler.run(ctx))
 
     def record_effect(self, version: int, name: str, result: Any) -> None:
         """Keep an effect's result in the ledger record (`ctx.effect`); ClaimLost if taken over."""
