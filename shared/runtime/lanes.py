@@ -33,6 +33,7 @@ class LaneHost(Protocol):
     settings: Settings
     account: Account
     ledger: Ledger
+    parking: Any
     lanes: Any
 
 
@@ -107,6 +108,7 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
         jobs_queue=sends.queue(queue.name),
         poison_queue=sends.raw_queue(queue.poison),
         ledger=rt.ledger if queue.default else Ledger(QueueKeyed(rt.ledger.store, queue.name)),
+        parking=rt.parking if queue.default else None,  # None: waiting jobs park on the lane's own queue
         lane=queue,
         lanes={},
     )
