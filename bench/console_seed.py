@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from email.utils import formatdate
 from pathlib import Path
@@ -60,7 +60,7 @@ from shared.indexes.entry_rows import entity_of as entry_entity
 from shared.indexes.jobs import entity_of as job_entity
 from shared.ledger import Facts
 from shared.ledger.view import index_tags, listing_metadata
-from shared.poison.archive import entry_name, new_entry
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 
 BLOB_PROCESSES = 2
@@ -524,7 +524,7 @@ def seed_jobs(
     }
 
 
-def archive_item(i: int, now: datetime) -> tuple[str, dict[str, Any], dict[str, Any]]:
+def archive_item(i: int, now: datetime) -> tuple[str, ArchiveEntry, dict[str, Any]]:
     """Archive entry `i` (newest first from `now`): its name, entry and poisoned ledger record."""
     job_id = f"poison-{i:06d}"
     at = now - timedelta(seconds=i)
@@ -532,13 +532,12 @@ def archive_item(i: int, now: datetime) -> tuple[str, dict[str, Any], dict[str, 
     body = json.dumps({"id": job_id, "kind": "noop", "payload": {}, "created_at": created}).encode()
     start = {"id": job_id, "kind": "noop", "attempt": 4, "created_at": created}
     record = ledger.poisoned(start, job_id, Facts(at), "bad_input_data: seeded", "bad_input_data", body)
-    entry = new_entry(
+    entry = ArchiveEntry.new(
         body, job_id, True, EntryState.POISONED, "bad_input_data: seeded", now=at,
         queue_message_id=None, dequeue_count=5, record=record,
     )  # fmt: skip
-    name = entry_name(job_id, entry["digest"])
-    entry["index_key"] = entry_entity(name, entry)["RowKey"]
-    return name, entry, record
+    name = entry.name
+    return name, replace(entry, index_key=entry.key(name)), record
 
 
 def _archive_blobs(
@@ -549,7 +548,7 @@ def _archive_blobs(
 
     def put(k: int) -> None:
         name, entry, record = archive_item(first + k, now)
-        putter.put(archive, name, dump(entry))
+        putter.put(archive, name, dump(entry.to_data()))
         putter.put(
             ledger_container,
             f"{record['id']}.json",
@@ -612,7 +611,7 @@ def seed_archive(
                         if i < with_blobs:
                             names.append(name)
                         shards[shard_of(name)] += 1
-                        chunk.append(entry_entity(name, entry))
+                        chunk.append(entry_entity(entry.row(name)))
                         if len(chunk) == 100:
                             break
                 if not chunk:

@@ -31,6 +31,13 @@ Keep it above 4 MiB: Azurite computes a Content-MD5 of every response of 4 MiB o
 the range twice (~3x its CPU per byte; see docs/performance.md)."""
 DEPTH: Final = 6
 """GETs in flight ahead of the reader."""
+START_DEPTH: Final = 2
+"""GETs in flight when a stream starts (the first among them), more as ranges are taken (one
+each, two when handed over by `next_chunk`), up to `depth`. The storage serves GETs in flight side by side: six started at once all
+end together, so the first bytes reach the caller only when ~48 MiB have been sent (about
+half of it, ~20 ms in, where two start; traced on Azurite, 300 MB: the first 8 MiB range
+handed over at 136 ms against 379 ms, the second at 192 against 497, medians of 16 rounds under
+a load of 18-25, docs/performance.md). Two in flight keep Azurite's one serving thread busy."""
 LEND: Final = 4
 """Buffers a caller of `BlobStream.next_chunk` may hold at once (the engine: blocks being parsed):
 memory <= (DEPTH + 1 + LEND) * CHUNK_BYTES."""
@@ -75,7 +82,8 @@ class AnnouncingRanges(Ranges, Protocol):
 
 
 class BlobStream(io.RawIOBase):
-    """A read-only file over a blob, `depth` ranged GETs in flight ahead of the reader.
+    """A read-only file over a blob, `depth` ranged GETs in flight ahead of the reader (from
+    `START_DEPTH` at its start, one more per range taken).
 
     The GETs write straight into reused buffers. Two ways to consume them:
 
@@ -104,6 +112,7 @@ class BlobStream(io.RawIOBase):
         super().__init__()
         self.ranges, self.label = ranges, ranges.label
         self.chunk_size, self.depth = chunk_size, max(1, depth)
+        self._in_flight = min(self.depth, START_DEPTH)  # grows as ranges are taken
         self.max_buffers = self.depth + 1 + max(0, lend)
         self.pool = pool or pool_for(chunk_size, self.max_buffers)
         self._pool = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="blob-read")
@@ -200,6 +209,7 @@ class BlobStream(io.RawIOBase):
         self._held, self._lo, self._hi = None, 0, 0
         self._lent[id(buf)] = buf
         self._pos += hi - lo
+        self._in_flight = min(self.depth, self._in_flight + 1)
         self._schedule()
         return buf, lo, hi
 
@@ -234,6 +244,7 @@ class BlobStream(io.RawIOBase):
                 raise
             self._release()
             self._held, self._lo, self._hi = buf, 0, min(got.length, length)
+            self._in_flight = min(self.depth, self._in_flight + 1)
             self._schedule()
         if self._lo >= self._hi and self._next_offset < self.size:
             raise RuntimeError(f"{self.label}: every buffer is lent out (give_back some)")
@@ -264,7 +275,7 @@ class BlobStream(io.RawIOBase):
             self._free.append(buf)
 
     def _schedule(self) -> None:
-        while len(self._ahead) < self.depth and self._next_offset < self.size:
+        while len(self._ahead) < self._in_flight and self._next_offset < self.size:
             buf = self._buffer()
             if buf is None:
                 return

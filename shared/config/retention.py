@@ -25,15 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from shared.core.archive_layout import JOBS_PREFIX, REASONS_PREFIX, UNPARSED_PREFIX
 from shared.core.documents import TagQuery
 from shared.core.envelope import isoformat
 from shared.ledger import view as ledger_view
-
-# The poison archive's layout (shared/poison/archive.py, a higher layer: not imported here; a
-# unit test checks these are its prefixes).
-JOBS_PREFIX = "jobs/"
-UNPARSED_PREFIX = "unparsed/"
-REASONS_PREFIX = "reasons/"
 
 DAY_S = 86_400.0
 REASON_EXTRA_DAYS = 7

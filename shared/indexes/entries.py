@@ -57,7 +57,6 @@ from shared.indexes.entry_rows import (
     counts_of,
     entity_of,
     expired_filter,
-    index_key,
     matches,
     reason_code_of,
     row_of,
@@ -74,19 +73,19 @@ def best_effort(name: str, action: Callable[..., None], *args: Any) -> None:
     """Run an index write; a failure is logged, never raised: the entry blob is the truth, and a
     poison handler must not fail (and retry) because the view could not be updated."""
     try:
-        action(name, *args)
+        action(*args)
     except StorageError as exc:
         log.warning("poison entry %s: index not updated (%s)", name, failure_name(exc))
 
 
 def _one_by_one(
-    keyed: Mapping[str, tuple[str, Mapping[str, Any]]], action: Callable[..., None]
+    keyed: Mapping[str, EntryRow], action: Callable[[EntryRow], None]
 ) -> Callable[[TableOp], None]:
-    """An operation of a failed transaction done alone: `action` on its (name, entry), best effort."""
+    """An operation of a failed transaction done alone: `action` on its row, best effort."""
 
     def one(op: TableOp) -> None:
-        name, entry = keyed[str(op.entity["RowKey"])]
-        best_effort(name, action, entry)
+        row = keyed[str(op.entity["RowKey"])]
+        best_effort(row.name, action, row)
 
     return one
 
@@ -104,31 +103,30 @@ class EntryIndex:
     def ensure(self) -> None:
         self.table.create()
 
-    def put(self, name: str, entry: Mapping[str, Any]) -> None:
+    def put(self, row: EntryRow) -> None:
         """Upsert the entry's row in its state's partition (counts unchanged: see `add`, `move`)."""
-        upsert_creating(self.table, entity_of(name, entry))
+        upsert_creating(self.table, entity_of(row))
 
-    def add(self, name: str, entry: Mapping[str, Any]) -> None:
+    def add(self, row: EntryRow) -> None:
         """A new entry: its row, and its reason code's count when it is listed."""
-        self.put(name, entry)
-        self.count(name, count_changes(None, entry))
+        self.put(row)
+        self.count(row.name, count_changes(None, row))
 
-    def _delete_row(self, name: str, entry: Mapping[str, Any]) -> None:
-        state = str(entry.get("state") or "poisoned")
+    def _delete_row(self, row: EntryRow) -> None:
         with contextlib.suppress(NotFound):
-            self.table.delete(state, index_key(name, entry))
+            self.table.delete(row.state, row.key)
 
-    def remove(self, name: str, entry: Mapping[str, Any]) -> None:
+    def remove(self, row: EntryRow) -> None:
         """The entry is gone: its row, and its count when it was listed."""
-        self._delete_row(name, entry)
-        self.count(name, count_changes(entry, None))
+        self._delete_row(row)
+        self.count(row.name, count_changes(row, None))
 
-    def move(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    def move(self, before: EntryRow, after: EntryRow) -> None:
         """The row follows the entry from its old state's partition to the new one."""
-        self.put(name, after)
-        if str(before.get("state") or "") != str(after.get("state") or ""):
-            self._delete_row(name, before)
-        self.count(name, count_changes(before, after))
+        self.put(after)
+        if before.state != after.state:
+            self._delete_row(before)
+        self.count(after.name, count_changes(before, after))
 
     # -- retention -------------------------------------------------------------------------------
 
@@ -198,8 +196,8 @@ class EntryIndex:
         done.deleted += len(gone)
         done.changed += len(rows) - len(gone)
         for row in gone:  # the row is its entry as far as its count goes: state, code, reason
-            entry = {"state": state, "reason_code": row.get("reason_code"), "reason": row.get("reason")}
-            add_deltas(deltas, str(row.get("name") or ""), count_changes(entry, None))
+            listed = row_of({**row, "PartitionKey": state})
+            add_deltas(deltas, listed.name, count_changes(listed, None))
 
     # -- counts per reason code ----------------------------------------------------------------
 
@@ -280,37 +278,34 @@ class EntryIndex:
 
     def move_many(
         self,
-        moves: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
-        removes: Iterable[tuple[str, Mapping[str, Any]]] = (),
+        moves: Iterable[tuple[EntryRow | None, EntryRow]],
+        removes: Iterable[EntryRow] = (),
     ) -> int:
-        """`move` for many entries (name, before, after) and `remove` for many (name, entry): the
+        """`move` for many entries (before, after; before None: `add`) and `remove` for many: the
         upserts as entity group transactions per new state (100 a transaction), then the deletes
         per old state; a transaction that fails (a row already gone, a reset connection) is done
         row by row; the reason-code counts change by the sum of the changes, in one transaction
         (`count_many`). Best effort, like `best_effort`. Returns the requests sent."""
-        puts: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
-        deletes: dict[str, dict[str, tuple[str, Mapping[str, Any]]]] = {}
+        puts: dict[str, dict[str, EntryRow]] = {}
+        deletes: dict[str, dict[str, EntryRow]] = {}
         deltas: dict[str, int] = {}
-        for name, before, after in moves:
-            add_deltas(deltas, name, count_changes(before, after))
-            new = entity_of(name, after)
-            puts.setdefault(new["PartitionKey"], {})[new["RowKey"]] = (name, after)
-            old_state = str(before.get("state") or "poisoned")
-            if old_state != new["PartitionKey"]:
-                deletes.setdefault(old_state, {})[index_key(name, before)] = (name, before)
-        for name, entry in removes:
-            add_deltas(deltas, name, count_changes(entry, None))
-            state = str(entry.get("state") or "poisoned")
-            deletes.setdefault(state, {})[index_key(name, entry)] = (name, entry)
+        for before, after in moves:
+            add_deltas(deltas, after.name, count_changes(before, after))
+            puts.setdefault(after.state, {})[after.key] = after
+            if before is not None and before.state != after.state:
+                deletes.setdefault(before.state, {})[before.key] = before
+        for gone in removes:
+            add_deltas(deltas, gone.name, count_changes(gone, None))
+            deletes.setdefault(gone.state, {})[gone.key] = gone
         sent = 0
         for kind, groups in (("upsert", puts), ("delete", deletes)):
             action = self.put if kind == "upsert" else self._delete_row
             for state, keyed in groups.items():
                 ops = [
-                    TableOp("upsert", entity_of(name, entry))
+                    TableOp("upsert", entity_of(row))
                     if kind == "upsert"
                     else TableOp("delete", {"PartitionKey": state, "RowKey": key})
-                    for key, (name, entry) in keyed.items()
+                    for key, row in keyed.items()
                 ]
                 sent += in_transactions(self.table, ops, _one_by_one(keyed, action))
         return sent + self.count_many(deltas)

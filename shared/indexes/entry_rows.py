@@ -1,5 +1,5 @@
-"""The poison archive index's rows, pure: an entry's row (`entity_of`, `row_of`, `EntryRow`), its
-key (`index_key`), reason code (`reason_code_of`) and the listed counts' arithmetic
+"""The poison archive index's rows, pure: an entry's row (`EntryRow`, as the table keeps it:
+`entity_of`, `row_of`), its reason code (`reason_code_of`) and the listed counts' arithmetic
 (`count_changes`, `counts_of`); the I/O is shared/indexes/entries.py (`EntryIndex`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from shared.indexes.keys import MAX_MS, clip, newest_first, quoted
+from shared.indexes.keys import MAX_MS, clip, quoted
 
 
 class EntryState(StrEnum):
@@ -81,14 +81,14 @@ def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return dict(sorted(((c, n) for c, n in found.items() if n > 0), key=lambda cn: (-cn[1], cn[0])))
 
 
-def count_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, int]]:
-    """(reason code, +1/-1) for the listed counts when an entry goes from `before` to `after`
+def count_changes(before: EntryRow | None, after: EntryRow | None) -> list[tuple[str, int]]:
+    """(reason code, +1/-1) for the listed counts when an entry's row goes from `before` to `after`
     (None: it did not exist / no longer exists) (pure)."""
 
-    def listed_code(entry: Mapping[str, Any] | None) -> str | None:
-        if entry is None or str(entry.get("state") or LISTED) != LISTED:
+    def listed_code(row: EntryRow | None) -> str | None:
+        if row is None or row.state != LISTED:
             return None
-        return str(entry.get("reason_code") or reason_code_of(entry.get("reason")))
+        return row.reason_code or reason_code_of(row.reason)
 
     old, new = listed_code(before), listed_code(after)
     if old == new:
@@ -135,8 +135,8 @@ class Pruned:
 
 @dataclass(frozen=True)
 class EntryRow:
-    """An archive entry as operators see it (the console, the CLI, the API): its index row, or
-    the same fields read from its blob (`row_of(entity_of(name, entry))`)."""
+    """An archive entry as operators see it (the console, the CLI, the API): its index row, as
+    listed (`row_of`) or derived from its blob (shared/poison/entry.py `ArchiveEntry.row`)."""
 
     name: str
     state: str
@@ -156,29 +156,18 @@ class EntryRow:
             return 0.0
 
 
-def index_key(name: str, entry: Mapping[str, Any]) -> str:
-    """The entry's RowKey: its own when it has one, else from its first archival."""
-    return str(entry.get("index_key") or newest_first(str(entry.get("archived_at") or ""), name))
-
-
-def attempts_of(entry: Mapping[str, Any]) -> int:
-    """The attempts an entry's job made: the claims in the history it keeps, else its `attempt`."""
-    history = entry.get("history") or []
-    claims = sum(1 for e in history if isinstance(e, Mapping) and e.get("event") == "claimed")
-    return claims or int(entry.get("attempt") or 0)
-
-
-def entity_of(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+def entity_of(row: EntryRow) -> dict[str, Any]:
+    """The row as the table keeps it (PartitionKey: its state)."""
     return {
-        "PartitionKey": str(entry.get("state") or "poisoned"),
-        "RowKey": index_key(name, entry),
-        "name": name,
-        "job_id": clip(entry.get("job_id") or "", 128),
-        "reason": clip(entry.get("reason")),
-        "reason_code": str(entry.get("reason_code") or reason_code_of(entry.get("reason"))),
-        "archived_at": clip(entry.get("archived_at") or "", 40),
-        "attempts": attempts_of(entry),
-        "body_bytes": int(entry.get("body_bytes") or 0),
+        "PartitionKey": row.state,
+        "RowKey": row.key,
+        "name": row.name,
+        "job_id": row.job_id,
+        "reason": row.reason,
+        "reason_code": row.reason_code or reason_code_of(row.reason),
+        "archived_at": row.archived_at,
+        "attempts": row.attempts,
+        "body_bytes": row.body_bytes,
     }
 
 

@@ -30,6 +30,7 @@ from shared.pipeline import retention_sweep as retention_apply
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import SubmissionBusy, envelope_from_args, submit, validate_request
 from shared.poison import bulk
+from shared.poison.audited import record_action
 from shared.runtime.wiring import Runtime, get_runtime
 
 
@@ -110,7 +111,7 @@ def cmd_result(rt: Runtime, args: argparse.Namespace) -> int:
         _print(dict(view.summary))
         return 0
     container, _, name = ref.partition("/")
-    print(rt.storage.container(container).download_blob(name).readall().decode("utf-8"))
+    print(rt.account.blobs(container).read(name).decode("utf-8"))
     return 0
 
 
@@ -126,15 +127,15 @@ def cmd_cancel(rt: Runtime, args: argparse.Namespace) -> int:
 
 def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
     """Print each new result document's summary as it appears (Ctrl-C to stop)."""
-    container = rt.storage.container(rt.settings.results_container)
-    seen = {b.name for b in container.list_blobs()} if not args.from_start else set()
+    results = rt.account.blobs(rt.settings.results_container)
+    seen = {b.name for page in results.pages() for b in page} if not args.from_start else set()
     try:
         while True:
-            for blob in container.list_blobs():
+            for blob in (b for page in results.pages() for b in page):
                 if blob.name in seen or not blob.name.endswith(".json") or "/" in blob.name:
                     continue
                 seen.add(blob.name)
-                doc = json.loads(container.download_blob(blob.name).readall())
+                doc = json.loads(results.read(blob.name))
                 rows = doc.get("rows", [])
                 output = doc.get("output") if isinstance(doc.get("output"), dict) else None
                 groups = output.get("rows") if output else len(rows)
@@ -183,7 +184,15 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
             print("purge: --older-than-days is required", file=sys.stderr)
             return 2
         op = poison.start_purge(rt, args.older_than_days, args.by, dry_run=args.dry_run)
-        _audit(rt, args.by, "purge", op, older_than_days=args.older_than_days, dry_run=args.dry_run)
+        record_action(
+            rt,
+            "cli",
+            args.by,
+            "purge",
+            op=op.get("id"),
+            older_than_days=args.older_than_days,
+            dry_run=args.dry_run,
+        )
         what = "a dry run (counts, deletes nothing)" if args.dry_run else "a purge"
         print(f"started operation {op['id']}: {what}, carried out by the app in steps")
         print(f"follow it: python -m shared.interfaces.cli ops show {op['id']}")
@@ -288,7 +297,16 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
                 rate_per_s=args.rate,
                 dry_run=args.dry_run,
             )
-            _audit(rt, args.by, "op_start", op, kind=args.kind, state=args.state, names=len(names or []))
+            record_action(
+                rt,
+                "cli",
+                args.by,
+                "op_start",
+                op=op.get("id"),
+                kind=args.kind,
+                state=args.state,
+                names=len(names or []),
+            )
         elif not args.id:
             print(f"ops {args.action}: give the operation id", file=sys.stderr)
             return 2
@@ -296,10 +314,10 @@ def cmd_ops(rt: Runtime, args: argparse.Namespace) -> int:
             op = bulk.read(rt, args.id) or {}
         elif args.action == "cancel":
             op = bulk.cancel(rt, args.id, args.by)
-            _audit(rt, args.by, "op_cancel", op)
+            record_action(rt, "cli", args.by, "op_cancel", op=op.get("id"))
         else:
             op = bulk.resume(rt, args.id, args.by)
-            _audit(rt, args.by, "op_resume", op)
+            record_action(rt, "cli", args.by, "op_resume", op=op.get("id"))
     except bulk.OpRefused as exc:
         print(f"ops: {exc}", file=sys.stderr)
         return 2
@@ -320,11 +338,6 @@ def cmd_audit(rt: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit(rt: Runtime, by: str, action: str, op: dict[str, Any], **details: Any) -> None:
-    """Record an operator's action from the CLI in the audit table (as the console does)."""
-    rt.audit.record(rt.clock(), by, action, f"op:{op.get('id')}", op=op.get("id"), via="cli", **details)
-
-
 def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
     """Start a replay of every listed entry (of a reason code, matching a text) as a bulk operation
     the app carries out in steps; with --dry-run, print the listed counts now and start a dry run
@@ -342,7 +355,17 @@ def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         where=where or None,
     )
-    _audit(rt, args.by, "op_start", op, kind="replay", state="poisoned", where=where or None, rate=args.rate)
+    record_action(
+        rt,
+        "cli",
+        args.by,
+        "op_start",
+        op=op.get("id"),
+        kind="replay",
+        state="poisoned",
+        where=where or None,
+        rate=args.rate,
+    )
     what = "a dry run (counts, changes nothing)" if args.dry_run else f"a replay at {args.rate:g}/s"
     print(f"started operation {op['id']}: {what}, carried out by the app in steps")
     print(f"follow it: python -m shared.interfaces.cli ops show {op['id']}")

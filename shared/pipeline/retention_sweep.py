@@ -26,8 +26,6 @@ from datetime import date, datetime
 from itertools import islice
 from typing import Protocol
 
-from azure.storage.blob import ContainerClient
-
 from shared.config.retention import Rule, day_tables_last_due, due_day_tables, entry_rows_cutoff
 from shared.core.documents import DocumentStore, TagQuery
 from shared.indexes.entries import EntryIndex
@@ -36,7 +34,8 @@ from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
 from shared.runtime.wiring import Runtime, get_runtime
-from shared.storage.failures import ConditionFailed, NotFound, StorageError, failure_name, translated
+from shared.storage.failures import StorageError, failure_name, translated
+from shared.storage.ports import Blobs
 
 log = logging.getLogger("jobs.retention")
 PAGE = 500
@@ -74,26 +73,18 @@ class RetentionTarget(Protocol):
 class BlobTarget:
     """A container of the storage account (Azurite locally)."""
 
-    def __init__(self, container: ContainerClient) -> None:
-        self.container = container
+    def __init__(self, blobs: Blobs) -> None:
+        self.blobs = blobs
 
     def found(self, query: TagQuery, page: int) -> Iterator[list[str]]:
-        pages = self.container.find_blobs_by_tags(query.expression(), results_per_page=page).by_page()
-        for blobs in pages:
-            yield [blob.name for blob in blobs]
+        return self.blobs.found(query, page)
 
     def listed(self, prefix: str, page: int) -> Iterator[list[tuple[str, datetime | None]]]:
-        pages = self.container.list_blobs(name_starts_with=prefix or None, results_per_page=page).by_page()
-        for blobs in pages:
+        for blobs in self.blobs.pages(prefix, page):
             yield [(blob.name, blob.last_modified) for blob in blobs]
 
     def delete_unmodified(self, name: str, cutoff: datetime) -> bool:
-        try:
-            with translated(f"deleting {name}"):
-                self.container.delete_blob(name, if_unmodified_since=cutoff)
-        except (ConditionFailed, NotFound):
-            return False
-        return True
+        return self.blobs.delete(name, cutoff)
 
 
 class DocumentTarget:
@@ -244,8 +235,8 @@ def _apply_rule(
 
 
 def apply_tables(
-    job_index: JobIndex | None,
-    entry_index: EntryIndex | None,
+    job_index: JobIndex,
+    entry_index: EntryIndex,
     now: datetime,
     *,
     ledger_days: int,
@@ -262,28 +253,58 @@ def apply_tables(
     done = TablesReport()
     try:
         with translated("retention of the index tables"):
-            last = day_tables_last_due(now, ledger_days, job_ttl_s)
-            if job_index is not None and last is not None:
-                done.last_due_day = last
-                listed = job_index.due_tables(last)
-                done.requests += 1 + len(listed) // 1000
-                due = due_day_tables(listed, job_index.prefix, last)
-                if table_limit is not None and len(due) > table_limit:
-                    due, done.stopped_at_limit = due[:table_limit], True
-                done.tables_due = due
-                for name in [] if dry_run else due:
-                    done.requests += 1
-                    job_index.drop(name)
-                    done.tables_dropped += 1
-            cutoff = entry_rows_cutoff(now, archive_days)
-            if entry_index is not None and cutoff is not None:
-                done.rows_cutoff = cutoff
-                done.rows = entry_index.prune(states, cutoff, limit=row_limit or 10**9, dry_run=dry_run)
-                done.requests += done.rows.requests
-                done.stopped_at_limit |= done.rows.stopped_at_limit
+            drop_day_tables(done, job_index, now, ledger_days, job_ttl_s, dry_run, table_limit)
+            prune_entry_rows(done, entry_index, now, archive_days, dry_run, row_limit, states)
     except StorageError as exc:
         done.error = failure_name(exc)
         log.warning("retention of the index tables stopped (%s); the next run goes on", done.error)
+    return done
+
+
+def drop_day_tables(
+    done: TablesReport,
+    job_index: JobIndex,
+    now: datetime,
+    ledger_days: int,
+    job_ttl_s: float,
+    dry_run: bool,
+    table_limit: int | None = None,
+) -> TablesReport:
+    """The jobs index's part of `apply_tables`, noted in `done` (StorageError raised)."""
+    last = day_tables_last_due(now, ledger_days, job_ttl_s)
+    if last is None:
+        return done
+    done.last_due_day = last
+    listed = job_index.due_tables(last)
+    done.requests += 1 + len(listed) // 1000
+    due = due_day_tables(listed, job_index.prefix, last)
+    if table_limit is not None and len(due) > table_limit:
+        due, done.stopped_at_limit = due[:table_limit], True
+    done.tables_due = due
+    for name in [] if dry_run else due:
+        done.requests += 1
+        job_index.drop(name)
+        done.tables_dropped += 1
+    return done
+
+
+def prune_entry_rows(
+    done: TablesReport,
+    entry_index: EntryIndex,
+    now: datetime,
+    archive_days: int,
+    dry_run: bool,
+    row_limit: int | None = None,
+    states: tuple[str, ...] = ENTRY_STATES,
+) -> TablesReport:
+    """The entry index's part of `apply_tables`, noted in `done` (StorageError raised)."""
+    cutoff = entry_rows_cutoff(now, archive_days)
+    if cutoff is None:
+        return done
+    done.rows_cutoff = cutoff
+    done.rows = entry_index.prune(states, cutoff, limit=row_limit or 10**9, dry_run=dry_run)
+    done.requests += done.rows.requests
+    done.stopped_at_limit |= done.rows.stopped_at_limit
     return done
 
 
@@ -311,7 +332,7 @@ def run_tables(
 
 def blob_targets(rt: Runtime) -> Callable[[str], RetentionTarget]:
     """The runtime's containers as retention targets."""
-    return lambda name: BlobTarget(rt.storage.container(name))
+    return lambda name: BlobTarget(rt.account.blobs(name))
 
 
 def run(

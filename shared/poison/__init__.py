@@ -1,6 +1,5 @@
 """Poison, in one home: the handler and sweeper, the archive layout, and the operator tools."""
 
-from shared.poison.archive import entry_name
 from shared.poison.bulk_step import handle_op_message
 from shared.poison.handler import archive_message, handle_poison_message, judge, sweep
 from shared.poison.operations import list_poisoned, peek_poison_queue
@@ -10,7 +9,6 @@ from shared.poison.replay import ReplayReport, replay_jobs
 __all__ = [
     "ReplayReport",
     "archive_message",
-    "entry_name",
     "handle_op_message",
     "handle_poison_message",
     "judge",

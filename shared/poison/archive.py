@@ -1,56 +1,29 @@
-"""The poison archive's layout, in one place.
-
-In the poison-archive container:
-  jobs/<job id>/<body digest>.json   one entry per distinct poisoned body of a job
-  unparsed/<body digest>.json        bodies that are not their job's: not base64, JSON or UTF-8,
-                                     no readable id, or an id whose record is another body's
-  reasons/<body digest>.json         why the app itself poisoned a body (written before the copy)
-  edits/<job id>/<body digest>.json  an operator's edit of a job's envelope, replayed
-                                     (shared/poison/replay.py `replay_edit`)
-Beside them, not entries: ops/ (bulk operations, shared/poison/bulk.py) and the overview's
-counters without a table (shared/observability/overview_counters.py).
+"""The poison archive's entries as stored: read (`read_entry`), written (`write_entry`, `change`,
+`set_state`), and their index rows, left in an `IndexWrites` that the operation sends at its end
+(every writer, one way). The layout is shared/core/archive_layout.py; the entry's type and format,
+shared/poison/entry.py. Also the app's recorded reasons (`note_reason`, `read_reason`).
 """
 
 from __future__ import annotations
 
-import base64
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from shared.core.archive_layout import is_entry_name, reason_name
 from shared.core.documents import Conflict, Document, DocumentStore
 from shared.core.envelope import body_digest, isoformat
-from shared.indexes.entries import EntryIndex, best_effort
-from shared.indexes.entry_rows import EntryState, index_key, reason_code_of
+from shared.indexes.entries import best_effort
+from shared.indexes.entry_rows import EntryRow, EntryState
+from shared.poison.entry import ArchiveEntry
+from shared.runtime.wiring import Runtime
 
-JOBS_PREFIX = "jobs/"
-UNPARSED_PREFIX = "unparsed/"
-REASONS_PREFIX = "reasons/"
-EDITS_PREFIX = "edits/"
-ENTRY_PREFIXES = (JOBS_PREFIX, UNPARSED_PREFIX)
-"""The namespaces of entries (listed, replayed, purged); reasons and edits are not entries."""
 LISTED_STATE = EntryState.POISONED
 """Entries in this state are listed and replayable; the others are kept for the record."""
-
-
-def entry_name(job_id: str | None, digest: str, owned: bool = True) -> str:
-    """Entries of valid envelopes, and of invalid ones whose job record they created, go under
-    their job; other bodies under unparsed/ (the id they carry, if any, is kept in the entry but
-    cannot be trusted to be theirs)."""
-    return f"{JOBS_PREFIX}{job_id}/{digest}.json" if job_id and owned else f"{UNPARSED_PREFIX}{digest}.json"
-
-
-def reason_name(digest: str) -> str:
-    return f"{REASONS_PREFIX}{digest}.json"
-
-
-def edit_name(job_id: str, digest: str) -> str:
-    """Where an operator's edit of the job's envelope is kept (`replay_edit`)."""
-    return f"{EDITS_PREFIX}{job_id}/{digest}.json"
-
-
-def is_entry_name(name: str) -> bool:
-    return name.startswith(ENTRY_PREFIXES)
+WRITE_TRIES = 6
 
 
 @dataclass(frozen=True)
@@ -86,76 +59,127 @@ def read_reason(archive: DocumentStore, digest: str) -> AppReason | None:
     return AppReason(str(data["reason"]), data.get("job_id"), data.get("code"), bool(data.get("under_claim")))
 
 
-def new_entry(
-    body: bytes,
-    job_id: str | None,
-    parsed: bool,
-    state: EntryState,
-    reason: str,
-    *,
-    now: datetime,
-    queue_message_id: str | None,
-    dequeue_count: int | None,
-    record: dict[str, Any] | None,
-    owned: bool | None = None,
-    code: str | None = None,
-) -> dict[str, Any]:
-    """An archive entry; `body_b64` keeps the body byte for byte; `reason_code` is `code`, else
-    read from the reason (`reason_code_of`)."""
-    return {
-        "job_id": job_id,
-        "parsed": parsed,
-        "owned": parsed if owned is None else owned,
-        "digest": body_digest(body),
-        "state": state,
-        "reason": reason,
-        "reason_code": reason_code_of(reason, code),
-        "queue_message_id": queue_message_id,
-        "dequeue_count": dequeue_count,
-        "archived_at": isoformat(now),
-        "body_b64": base64.b64encode(body).decode("ascii"),
-        "body_bytes": len(body),
-        "history": (record or {}).get("history") or [],
-        "attempt": (record or {}).get("attempt"),
-        "events": [{"at": isoformat(now), "event": state}],
-    }
+# -- the index rows an operation leaves for its end ------------------------------------------
 
 
-def write_entry(archive: DocumentStore, entry: dict[str, Any], index: EntryIndex | None = None) -> str:
+@dataclass
+class IndexWrites:
+    """The index writes of an operation's entries, sent at its end (`flush`): the entry index's
+    rows added, moved (before, after) and removed, and the jobs' new records (the jobs index).
+    One entry's are its own requests (as few as for that row); more go as entity group
+    transactions. Thread-safe: a bulk step's entries run at once."""
+
+    moves: list[tuple[EntryRow | None, EntryRow]] = field(default_factory=list)
+    removes: list[EntryRow] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, row: EntryRow) -> None:
+        with self.lock:
+            self.moves.append((None, row))
+
+    def move(self, before: EntryRow, after: EntryRow) -> None:
+        with self.lock:
+            self.moves.append((before, after))
+
+    def remove(self, row: EntryRow) -> None:
+        with self.lock:
+            self.removes.append(row)
+
+    def record(self, data: dict[str, Any]) -> None:
+        with self.lock:
+            self.records.append(data)
+
+    def flush(self, rt: Runtime) -> None:
+        """Send them (best effort, like every index write: the blobs are the truth) and start
+        again empty. A step redone after a crash finds its entries done and leaves their writes again."""
+        with self.lock:
+            moves, removes, records = self.moves, self.removes, self.records
+            self.moves, self.removes, self.records = [], [], []
+        index = rt.entry_index
+        if len(moves) + len(removes) == 1:  # one row: its own requests (3), no transaction's query
+            for before, after in moves:
+                if before is None:
+                    best_effort(after.name, index.add, after)
+                else:
+                    best_effort(after.name, index.move, before, after)
+            for gone in removes:
+                best_effort(gone.name, index.remove, gone)
+        elif moves or removes:
+            index.move_many(moves, removes)
+        if records:
+            rt.job_index.put_many(records)
+
+
+@contextmanager
+def index_writes(rt: Runtime) -> Iterator[IndexWrites]:
+    """A new `IndexWrites` for the block, sent when it ends (returns or raises)."""
+    writes = IndexWrites()
+    try:
+        yield writes
+    finally:
+        writes.flush(rt)
+
+
+# -- entries ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """An archive entry as read: its name, its content, and the document whose etag guards the
+    next change."""
+
+    name: str
+    entry: ArchiveEntry
+    doc: Document
+
+    @property
+    def row(self) -> EntryRow:
+        return self.entry.row(self.name)
+
+
+def read_entry(archive: DocumentStore, name: str) -> StoredEntry | None:
+    """The entry `name` (jobs/ or unparsed/ only), or None: one read."""
+    if not is_entry_name(name) or ".." in name.split("/"):
+        return None
+    doc = archive.read(name)
+    return StoredEntry(name, ArchiveEntry.parse(doc.data), doc) if doc is not None else None
+
+
+def write_entry(archive: DocumentStore, entry: ArchiveEntry, writes: IndexWrites) -> str:
     """Create the entry; when it exists (the same body archived again), merge into it (its index
     row follows it). Its name."""
-    name = entry_name(entry["job_id"], entry["digest"], bool(entry.get("owned", entry.get("parsed", True))))
-    entry = {**entry, "index_key": index_key(name, entry)}
-    try:
-        archive.create(name, entry)
-        if index is not None:
-            best_effort(name, index.add, entry)
-        return name
-    except Conflict:
-        pass
-    for _ in range(5):
-        old = archive.read(name)
+    name = entry.name
+    old: StoredEntry | None = None
+    for _ in range(WRITE_TRIES):
         if old is None:
+            new = replace(entry, index_key=entry.key(name))
             try:
-                archive.create(name, entry)
-                if index is not None:
-                    best_effort(name, index.add, entry)
-                return name
+                archive.create(name, new.to_data())
             except Conflict:
+                old = read_entry(archive, name)
                 continue
-        merged = {
-            **entry,
-            "index_key": index_key(name, old.data),
-            "events": (old.data.get("events") or []) + entry["events"],
-        }
-        try:
-            archive.replace(name, old, merged)
-            if index is not None:
-                best_effort(name, index.move, old.data, merged)
+            writes.add(new.row(name))
             return name
+        merged = entry.merged_into(name, old.entry)
+        try:
+            archive.replace(name, old.doc, merged.to_data())
         except Conflict:
+            old = read_entry(archive, name)
             continue
+        writes.move(old.row, merged.row(name))
+        return name
     raise Conflict(f"archive entry {name} kept changing")
+
+
+def change(
+    archive: DocumentStore, stored: StoredEntry, new: ArchiveEntry, writes: IndexWrites
+) -> StoredEntry:
+    """Write `new` over the entry as read (a conditional write: Conflict when it changed
+    meanwhile); its index row follows."""
+    doc = archive.replace(stored.name, stored.doc, new.to_data())
+    writes.move(stored.row, new.row(stored.name))
+    return StoredEntry(stored.name, new, doc)
 
 
 def set_state(
@@ -163,27 +187,19 @@ def set_state(
     name: str,
     state: EntryState,
     now: datetime,
-    index: EntryIndex | None = None,
-    by: str | None = None,
-    current: Document | None = None,
-) -> dict[str, Any] | None:
-    """Mark an entry (replayed, skipped_completed, parked, ...) and move its index row; a
+    writes: IndexWrites,
+    by: str = "",
+    current: StoredEntry | None = None,
+) -> StoredEntry | None:
+    """Mark an entry (replayed, skipped_completed, deleted, ...) and move its index row; a
     concurrent change is retried. `current`: the entry as just read (saves the first read). The
     entry as written, or None when there is none."""
     for _ in range(5):
-        old, current = current or archive.read(name), None
-        if old is None:
+        stored, current = current or read_entry(archive, name), None
+        if stored is None:
             return None
-        data = {**old.data, "state": state, "index_key": index_key(name, old.data)}
-        event: dict[str, Any] = {"at": isoformat(now), "event": state}
-        if by:
-            event["by"] = by
-        data["events"] = [*(old.data.get("events") or []), event]
         try:
-            archive.replace(name, old, data)
+            return change(archive, stored, stored.entry.moved(name, state, now, by), writes)
         except Conflict:
             continue
-        if index is not None:
-            best_effort(name, index.move, old.data, data)
-        return data
     return None

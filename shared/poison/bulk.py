@@ -14,7 +14,7 @@ operation whose chain broke (its messages poisoned); `cancel` stops it at the ne
 
 Here: starting, reading, cancelling and resuming an operation. One step's run (the trigger) is in
 `shared/poison/bulk_step.py`; how many entries a step takes and at what pace, in
-`shared/poison/bulk_pacing.py`.
+`shared/poison/pacing.py`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import json
 import uuid
 from typing import Any
 
+from shared.core.archive_layout import is_entry_name
 from shared.core.documents import Conflict
 from shared.core.envelope import isoformat
 from shared.core.messages import NEVER_EXPIRE
 from shared.indexes.entry_rows import EntryState
 from shared.observability.decisions import log_decision
-from shared.poison.archive import JOBS_PREFIX, UNPARSED_PREFIX
 from shared.poison.parking import PARKED
 from shared.runtime.wiring import Runtime
 
@@ -73,7 +73,7 @@ def start(
         raise OpRefused(f"unknown operation {kind!r}; known: {', '.join(KINDS)}")
     if names is None and not states:
         raise OpRefused("give entry names or states to select entries")
-    if names is not None and not all(n.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) for n in names):
+    if names is not None and not all(is_entry_name(n) for n in names):
         raise OpRefused("names must be poison archive entries (jobs/... or unparsed/...)")
     if where and names is not None:
         raise OpRefused("a filter selects entries by state: give states, not names")
@@ -109,7 +109,7 @@ def start(
 
 
 def send_step(rt: Runtime, op_id: str, step: int, delay_s: int) -> None:
-    rt.storage.queue(ops_queue_name(rt.settings.jobs_queue)).send_message(
+    rt.account.queue(ops_queue_name(rt.settings.jobs_queue)).send_message(
         json.dumps({"op": op_id, "step": step}), visibility_timeout=delay_s or None, time_to_live=NEVER_EXPIRE
     )
 

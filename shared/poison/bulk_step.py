@@ -1,7 +1,7 @@
 """One step of a bulk operation (shared/poison/bulk.py): the `run_op_step` trigger's work.
 
 A step reads the operation's document, takes its next entries, applies the operation to each at
-the operation's rate (shared/poison/bulk_pacing.py), sends the next step's message, then records
+the operation's rate (shared/poison/pacing.py), sends the next step's message, then records
 the progress with a conditional write. A message whose step is not the document's is ignored.
 """
 
@@ -20,9 +20,9 @@ from shared.core.envelope import decode_message, isoformat
 from shared.core.messages import QueueMessageLike
 from shared.indexes.entry_rows import EntryRow
 from shared.indexes.keys import newest_first
-from shared.poison.archive import LISTED_STATE
+from shared.poison.archive import LISTED_STATE, IndexWrites, read_entry
 from shared.poison.bulk import op_name, send_step
-from shared.poison.bulk_pacing import Pacer, StepWrites, step_plan, step_threads
+from shared.poison.pacing import Pacer, step_plan, step_threads
 from shared.poison.parking import DELETED, PARKED, delete_entry, park_entry, unpark_entry
 from shared.poison.purge import purge_entry
 from shared.poison.replay import replay_entry
@@ -55,7 +55,7 @@ def run_step(rt: Runtime, body: bytes) -> str:
     rate = float(data.get("rate_per_s") or 0)
     plan = step_plan(rate)
     items, cursor, finished = _next_items(rt, data, plan.size)
-    writes = StepWrites()
+    writes = IndexWrites()
     pacer = Pacer(rate)
 
     def one(k: int) -> tuple[str, str] | None:
@@ -128,39 +128,35 @@ def _next_items(
 
 
 def _apply(
-    rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None, writes: StepWrites | None = None
+    rt: Runtime, op: dict[str, Any], name: str, row: EntryRow | None, writes: IndexWrites
 ) -> tuple[str, str]:
     """(outcome, reason) for one entry; its index writes are left in `writes`. A dry run over states
     counts the rows the index gives (no read); over names, the entries that exist."""
     kind, by = str(op["kind"]), f"op:{op['id']}"
     if op.get("dry_run") and row is not None:  # counted from the index: no read per entry
         return "counted", row.state
-    doc = rt.archive.read(name)
-    if doc is None:
+    stored = read_entry(rt.archive, name)
+    if stored is None:
         if row is not None:  # a row left by an entry gone: it follows
-            gone = {"state": row.state, "index_key": row.key, "reason_code": row.reason_code}
-            if writes is not None:
-                writes.remove(name, gone)
-            else:
-                rt.entry_index.remove(name, gone)
+            writes.remove(row)
         return "not_found", "no such archive entry"
-    state = str(doc.data.get("state", ""))
-    mine = any(e.get("by") == by for e in doc.data.get("events") or [])
+    state = stored.entry.state
+    mine = stored.entry.acted_by(by)
     if op.get("dry_run"):
         return "counted", state
     if kind == "replay":
-        return replay_entry(rt, name, doc, by, mine, writes)
+        return replay_entry(rt, stored, by, writes, mine)
     if kind == "purge":
-        return purge_entry(rt, name, doc, writes)
+        return purge_entry(rt, stored, writes)
     if kind == "park":
-        return park_entry(rt, name, doc, by) if not (state == PARKED and mine) else (PARKED, "")
+        return park_entry(rt, stored, by, writes) if not (state == PARKED and mine) else (PARKED, "")
     if kind == "unpark":
         if state == LISTED_STATE and mine:
             return "unparked", ""
-        return unpark_entry(rt, name, doc, by)
+        return unpark_entry(rt, stored, by, writes)
     if state == DELETED and mine:
         return DELETED, ""
-    return delete_entry(rt, name, doc, by)
+    return delete_entry(rt, stored, by, writes)
 
 
 def _record(

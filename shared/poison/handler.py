@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from shared import ledger
+from shared.core.archive_layout import reason_name
 from shared.core.documents import Conflict
 from shared.core.envelope import (
     Envelope,
@@ -34,7 +35,8 @@ from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
 from shared.ledger.view import RecordView
 from shared.observability.decisions import log_decision
-from shared.poison.archive import AppReason, new_entry, read_reason, reason_name, write_entry
+from shared.poison.archive import AppReason, index_writes, read_reason, write_entry
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.failures import StorageError, translated
 
@@ -168,7 +170,7 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
             if verdict.create
             else record is not None and ledger.poisoned_by(record.data, body)
         )
-    entry = new_entry(
+    entry = ArchiveEntry.new(
         body,
         job_id,
         env is not None,
@@ -181,7 +183,8 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
         owned=owned,
         code=app.code if app is not None and app.reason == verdict.reason else None,
     )
-    name = write_entry(rt.archive, entry, rt.entry_index)
+    with index_writes(rt) as writes:
+        name = write_entry(rt.archive, entry, writes)
     if verdict.recheck_at is not None and env is not None:
         delay = max(1, math.ceil((verdict.recheck_at - now).total_seconds()) + 1)
         rt.jobs_queue.send_message(encode_json(env), visibility_timeout=delay, time_to_live=NEVER_EXPIRE)
@@ -207,7 +210,7 @@ def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verd
     run = abandon_work(
         rt.handlers.get(RecordView.of(record).kind),
         rt.settings,
-        rt.storage,
+        rt.account,
         record.data if record else None,
         None,
     )

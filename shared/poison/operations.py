@@ -8,9 +8,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from shared.core.archive_layout import ENTRY_PREFIXES
 from shared.core.envelope import best_effort_id
-from shared.indexes.entry_rows import EntryRow, entity_of, row_of
-from shared.poison.archive import ENTRY_PREFIXES, LISTED_STATE
+from shared.indexes.entry_rows import EntryRow
+from shared.poison.archive import read_entry
 from shared.runtime.wiring import Runtime
 
 
@@ -20,10 +21,10 @@ def list_poisoned(rt: Runtime, include_done: bool = False) -> list[EntryRow]:
     entries = []
     for prefix in ENTRY_PREFIXES:
         for name, _ in rt.archive.names(prefix):
-            found = rt.archive.read(name)
-            if found is None or (not include_done and found.data.get("state") != LISTED_STATE):
+            found = read_entry(rt.archive, name)
+            if found is None or (not include_done and not found.entry.listed):
                 continue
-            entries.append(row_of(entity_of(name, found.data)))
+            entries.append(found.row)
     return sorted(entries, key=lambda e: e.archived_at)
 
 

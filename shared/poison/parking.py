@@ -13,24 +13,17 @@ expires."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from shared.core.documents import Conflict, Document
-from shared.core.envelope import isoformat
+from shared.core.documents import Conflict
 from shared.core.messages import NEVER_EXPIRE
-from shared.indexes.entry_rows import EntryState, index_key
-from shared.poison.archive import LISTED_STATE, set_state
+from shared.indexes.entry_rows import EntryState
+from shared.poison.archive import IndexWrites, StoredEntry, change, set_state
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
-from shared.storage.failures import NotFound, StorageError, translated
+from shared.storage.failures import NotFound, StorageError
 
 PARKED = EntryState.PARKED
 DAY_S = 86_400
 DELETED = EntryState.DELETED
-RECEIPT_FIELDS = ("parked_message_id", "parked_pop_receipt")
-
-
-def _events(rt: Runtime, data: dict[str, Any], event: str, by: str) -> list[dict[str, Any]]:
-    return [*(data.get("events") or []), {"at": isoformat(rt.clock()), "event": event, "by": by}]
 
 
 def parked_ttl_s(archive_retention_days: int) -> int:
@@ -38,38 +31,32 @@ def parked_ttl_s(archive_retention_days: int) -> int:
     return archive_retention_days * DAY_S if archive_retention_days > 0 else NEVER_EXPIRE
 
 
-def park_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
+def park_entry(rt: Runtime, stored: StoredEntry, by: str, writes: IndexWrites) -> tuple[str, str]:
     """(outcome, reason): `parked`, or `skipped` with why."""
-    if doc.data.get("state") != LISTED_STATE:
-        return "skipped", f"entry is {doc.data.get('state')}, not {LISTED_STATE}"
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
+    entry = stored.entry
+    if not entry.listed:
+        return "skipped", f"entry is {entry.state}, not {EntryState.POISONED}"
+    queue = rt.account.raw_queue(rt.settings.parked_queue)
     ttl = parked_ttl_s(rt.settings.retention.archive)
-    sent = queue.send_message(str(doc.data.get("body_b64", "")), time_to_live=ttl)
-    data = {
-        **doc.data,
-        "state": PARKED,
-        "index_key": index_key(name, doc.data),
-        "parked_message_id": getattr(sent, "id", None),
-        "parked_pop_receipt": getattr(sent, "pop_receipt", None),
-        "events": _events(rt, doc.data, PARKED, by),
-    }
+    sent = queue.send_message(entry.body_b64, time_to_live=ttl)
+    parked = entry.parked(
+        stored.name, getattr(sent, "id", None), getattr(sent, "pop_receipt", None), rt.clock(), by
+    )
     try:
-        rt.archive.replace(name, doc, data)
+        change(rt.archive, stored, parked, writes)
     except Conflict:
         queue.delete_message(sent)
         return "skipped", "the entry changed meanwhile"
-    rt.entry_index.move(name, doc.data, data)
     return PARKED, ""
 
 
-def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
+def drop_parked_message(rt: Runtime, entry: ArchiveEntry) -> str:
     """Delete an entry's parked message by id and pop receipt: "" when done, else what happened."""
-    msg_id, receipt = (data.get(k) for k in RECEIPT_FIELDS)
+    msg_id, receipt = entry.parked_message_id, entry.parked_pop_receipt
     if not msg_id or not receipt:
         return "parked before receipts were kept: its parked message is left on the queue"
     try:
-        with translated("deleting a parked message"):
-            rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+        rt.account.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
     except NotFound:
         return "its parked message was already gone (expired with the archive's retention, or deleted)"
     except StorageError as exc:
@@ -79,27 +66,24 @@ def drop_parked_message(rt: Runtime, data: dict[str, Any]) -> str:
     return ""
 
 
-def unpark_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
+def unpark_entry(rt: Runtime, stored: StoredEntry, by: str, writes: IndexWrites) -> tuple[str, str]:
     """(outcome, note): `unparked` (the note says when its parked message could not be deleted),
     or `not_found` when the entry is not parked."""
-    if doc.data.get("state") != PARKED:
-        return "not_found", f"entry is {doc.data.get('state')}, not parked"
-    data = {k: v for k, v in doc.data.items() if k not in RECEIPT_FIELDS}
-    data.update(
-        state=LISTED_STATE, index_key=index_key(name, doc.data), events=_events(rt, doc.data, "unparked", by)
-    )
+    entry = stored.entry
+    if entry.state != PARKED:
+        return "not_found", f"entry is {entry.state}, not parked"
     try:
-        rt.archive.replace(name, doc, data)
+        change(rt.archive, stored, entry.unparked(stored.name, rt.clock(), by), writes)
     except Conflict:
         return "not_found", "the entry changed meanwhile"
-    rt.entry_index.move(name, doc.data, data)
-    return "unparked", drop_parked_message(rt, doc.data)
+    return "unparked", drop_parked_message(rt, entry)
 
 
-def delete_entry(rt: Runtime, name: str, doc: Document, by: str) -> tuple[str, str]:
+def delete_entry(rt: Runtime, stored: StoredEntry, by: str, writes: IndexWrites) -> tuple[str, str]:
     """Mark an entry deleted (no longer listed; purge removes it); a parked one's message goes too."""
-    if doc.data.get("state") == DELETED:
+    entry = stored.entry
+    if entry.state == DELETED:
         return "not_found", "already deleted"
-    note = drop_parked_message(rt, doc.data) if doc.data.get("state") == PARKED else ""
-    set_state(rt.archive, name, DELETED, rt.clock(), rt.entry_index, by, current=doc)
+    note = drop_parked_message(rt, entry) if entry.state == PARKED else ""
+    set_state(rt.archive, stored.name, DELETED, rt.clock(), writes, by, current=stored)
     return DELETED, note

@@ -5,32 +5,27 @@ deletes each with `purge_entry`. Starting one is two requests whatever the archi
 run counts what the purge would delete, in the app, and changes nothing.
 
 Per entry: its read, its delete, its recorded reason's delete (3 requests); the index rows go with
-the step's transactions (shared/poison/bulk_pacing.py `StepWrites`).
+the step's transactions (shared/poison/archive.py `IndexWrites`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.core.documents import Document
+from shared.core.archive_layout import reason_name
 from shared.poison import bulk
-from shared.poison.archive import reason_name
-from shared.poison.bulk_pacing import StepWrites
+from shared.poison.archive import IndexWrites, StoredEntry
 from shared.poison.parking import PARKED
 from shared.runtime.wiring import Runtime
 
 
-def purge_entry(rt: Runtime, name: str, doc: Document, writes: StepWrites | None = None) -> tuple[str, str]:
-    """Delete one entry (never a parked one), its recorded reason and its index row (left in
-    `writes` when given): (outcome, reason)."""
-    if doc.data.get("state") == PARKED:
+def purge_entry(rt: Runtime, stored: StoredEntry, writes: IndexWrites) -> tuple[str, str]:
+    """Delete one entry (never a parked one), its recorded reason and its index row: (outcome, reason)."""
+    if stored.entry.state == PARKED:
         return "skipped", "parked entries are never purged"
-    rt.archive.delete(name)
-    rt.archive.delete(reason_name(str(doc.data.get("digest"))))
-    if writes is not None:
-        writes.remove(name, doc.data)
-    else:
-        rt.entry_index.remove(name, doc.data)
+    rt.archive.delete(stored.name)
+    rt.archive.delete(reason_name(stored.entry.digest))
+    writes.remove(stored.row)
     return "purged", ""
 
 

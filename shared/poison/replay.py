@@ -10,33 +10,31 @@ the ledger keeps a job from being applied twice.
 
 Cost: per job, the entry's read, the record's read, its conditional write, the message and the
 entry's conditional write (5); the index rows (the entries' moves, the jobs' new records) are left
-in a `StepWrites` and sent together at the end (entity group transactions, the reason-code counters
+in an `IndexWrites` and sent together at the end (entity group transactions, the reason-code counters
 in one transaction).
 """
 
 from __future__ import annotations
 
-import base64
 import logging
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from shared import ledger
-from shared.core.documents import Conflict, Document
+from shared.core.archive_layout import JOBS_PREFIX, UNPARSED_PREFIX, is_job_entry_of
+from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, parse_body
 from shared.core.errors import EnvelopeError
 from shared.indexes.entry_rows import EntryState
-from shared.indexes.jobs import IndexedStore
 from shared.ledger import Facts, Record
 from shared.ledger import operator as ledger_operator
 from shared.ledger.view import RecordView
 from shared.observability import tracing
 from shared.observability.decisions import log_decision
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX, set_state
-from shared.poison.bulk_pacing import StepWrites
+from shared.poison.archive import LISTED_STATE, IndexWrites, StoredEntry, index_writes, read_entry, set_state
+from shared.poison.pacing import Pacer
 from shared.runtime.sending import send_job
 from shared.runtime.wiring import Runtime
 
@@ -122,42 +120,39 @@ def record_refusal(record: Record | None) -> str:
 
 def replay_entry(
     rt: Runtime,
-    name: str,
-    doc: Document,
+    stored: StoredEntry,
     by: str,
+    writes: IndexWrites,
     mine: bool = False,
-    writes: StepWrites | None = None,
     dry_run: bool = False,
 ) -> tuple[str, str]:
     """Replay one archive entry: (outcome: replayed / skipped, reason). `mine`: the entry's events
     name `by` (a repeated step of the same operation). A caller that finds its own replay on a job
     still `queued` (`replayed_by`) and the entry still listed sends the message again, since it
     cannot tell whether the message went out before the stop: at least once, and the ledger
-    applies the job once. With `writes` the
-    index rows are left there (the caller flushes them), else written here."""
-    state = str(doc.data.get("state", ""))
-    if state == EntryState.REPLAYED and mine:
-        _moved(name, {**doc.data, "state": LISTED_STATE}, doc.data, writes)
+    applies the job once. The index rows are left in `writes` (the caller sends them)."""
+    name, entry = stored.name, stored.entry
+    if entry.state == EntryState.REPLAYED and mine:
+        writes.move(replace(entry, state=LISTED_STATE).row(name), stored.row)
         return "replayed", ""
-    refused = entry_refusal(name, state)
+    refused = entry_refusal(name, entry.state)
     if refused:
         return "skipped", refused
-    body = base64.b64decode(str(doc.data.get("body_b64", "")))
     try:
-        env = parse_body(body, rt.handlers.keys())
+        env = parse_body(entry.body(), rt.handlers.keys())
     except EnvelopeError as exc:
         return "skipped", f"not a valid envelope ({exc}): fix it in the job's editor and replay the edit"
     now = rt.clock()
     expired = expiry_refusal(env.expires_at, now)
     if expired:
         return "skipped", expired
-    jobs = _ledger_for(rt, writes)
+    jobs = ledger.Ledger(rt.ledger_docs)  # its index rows go with `writes`
     record = jobs.get(env.id)
     refused = record_refusal(record)
     if dry_run:
         return ("skipped", refused) if refused else ("replayed", "")
     if record is not None and record.status == ledger.COMPLETED:
-        _mark(rt, name, doc, EntryState.SKIPPED_COMPLETED, by, writes)
+        set_state(rt.archive, name, EntryState.SKIPPED_COMPLETED, rt.clock(), writes, by, current=stored)
         return "skipped", refused
     if refused:
         assert record is not None
@@ -167,7 +162,7 @@ def replay_entry(
                 # it may have stopped before the message too: send it (again). A second copy is a
                 # duplicate the ledger runs once; a job queued with no message would be lost.
                 send_job(rt, tracing.replayed(env.with_attempt(0)))  # a new trace linked to the first
-            _mark(rt, name, doc, EntryState.REPLAYED, by, writes)
+            set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), writes, by, current=stored)
             return "replayed", ""
         return "skipped", refused
     facts = Facts(now)
@@ -175,53 +170,26 @@ def replay_entry(
         written = jobs.write(env.id, record, lambda prev: ledger_operator.replayed(prev, env, facts, by=by))
     except Conflict:
         return "skipped", "the job changed meanwhile"
-    if writes is not None:
-        writes.record(written.data)
+    writes.record(written.data)
     send_job(rt, tracing.replayed(env.with_attempt(0)))  # a new trace linked to the first
-    _mark(rt, name, doc, EntryState.REPLAYED, by, writes)
+    set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), writes, by, current=stored)
     log_decision("replayed", env.id, attempt=0, by=by)
     return "replayed", ""
-
-
-def _ledger_for(rt: Runtime, writes: StepWrites | None) -> ledger.Ledger:
-    """The ledger, without its per-write index upsert when the caller batches the index writes."""
-    store = rt.ledger.store
-    if writes is not None and isinstance(store, IndexedStore):
-        return ledger.Ledger(store.inner)
-    return rt.ledger
-
-
-def _mark(
-    rt: Runtime, name: str, doc: Document, state: EntryState, by: str, writes: StepWrites | None
-) -> None:
-    """The entry's new state (a conditional write on the entry as read); its index row moves now,
-    or with the caller's `writes`."""
-    if writes is None:
-        set_state(rt.archive, name, state, rt.clock(), rt.entry_index, by, current=doc)
-        return
-    after = set_state(rt.archive, name, state, rt.clock(), None, by, current=doc)
-    if after is not None:
-        writes.move(name, doc.data, after)
-
-
-def _moved(name: str, before: dict[str, Any], after: dict[str, Any], writes: StepWrites | None) -> None:
-    if writes is not None:
-        writes.move(name, before, after)
 
 
 # -- jobs by id -------------------------------------------------------------------------------
 
 
-def listed_entry(rt: Runtime, job_id: str, name: str = "") -> tuple[str, Document] | None:
+def listed_entry(rt: Runtime, job_id: str, name: str = "") -> StoredEntry | None:
     """The job's listed entry: `name` when it is one of the job's (the page's row), else the newest
     the entry index lists for the job (one query); None when there is none."""
-    if not name.startswith(f"{JOBS_PREFIX}{job_id}/"):  # only the job's own entries
+    if not is_job_entry_of(name, job_id):  # only the job's own entries
         rows = rt.entry_index.page(LISTED_STATE, "", 5, job_id=job_id)
-        name = next((r.name for r in rows if r.name.startswith(f"{JOBS_PREFIX}{job_id}/")), "")
-    doc = rt.archive.read(name) if name else None
-    if doc is None or doc.data.get("job_id") != job_id:
+        name = next((r.name for r in rows if is_job_entry_of(r.name, job_id)), "")
+    stored = read_entry(rt.archive, name) if name else None
+    if stored is None or stored.entry.job_id != job_id:
         return None
-    return name, doc
+    return stored
 
 
 def listed_jobs(rt: Runtime) -> list[tuple[str, str]]:
@@ -251,60 +219,60 @@ def replay_jobs(
     dry_run: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> ReplayReport:
-    """Replay jobs by id (None: every listed job), at most `rate_per_s` a second (0: no pause),
-    each from its listed entry (`names`, aligned with `job_ids`: the entries the caller already
-    knows; else found in the entry index). The index writes go out together, every
+    """Replay jobs by id (None: every listed job), at most `rate_per_s` a second (0: no pause:
+    `Pacer`), each from its listed entry (`names`, aligned with `job_ids`: the entries the caller
+    already knows; else found in the entry index). The index writes go out together, every
     `FLUSH_EVERY` jobs and at the end."""
     if job_ids is None:
         listed = listed_jobs(rt)
         job_ids, names = [j for j, _ in listed], [n for _, n in listed]
     ids = list(job_ids)
-    given = dict(zip(ids, names, strict=False)) if names is not None else {}
+    given = dict(zip(ids, names or (), strict=False))
     wanted = list(dict.fromkeys(ids))
     report = ReplayReport(dry_run=dry_run)
-    writes = StepWrites()
-    interval = 1.0 / rate_per_s if rate_per_s > 0 else 0.0
-    next_at = time.monotonic()
-    try:
+    pacer = Pacer(rate_per_s)
+    started = 0
+    with index_writes(rt) as writes:
         for index, job_id in enumerate(wanted, start=1):
             found = listed_entry(rt, job_id, given.get(job_id, ""))
             if found is None:
                 report.add(job_id, "not_found")
             else:
-                pause = next_at - time.monotonic()
-                if pause > 0:
-                    rt.sleep(pause)
-                next_at = max(next_at, time.monotonic()) + interval
-                outcome = replay_entry(rt, *found, by, writes=writes, dry_run=dry_run)
+                pacer.wait(started, rt.sleep)
+                started += 1
+                outcome = replay_entry(rt, found, by, writes, dry_run=dry_run)
                 report.add_entry_outcome(job_id, *outcome)
             if progress:
                 progress(index, len(wanted), job_id)
             if index % FLUSH_EVERY == 0:
                 writes.flush(rt)
-                writes = StepWrites()
-    finally:
-        writes.flush(rt)
     return report
 
 
-# -- an edited envelope -----------------------------------------------------------------------
+# -- an edited envelope, a fixed body ----------------------------------------------------------
+
+
+def poisoned_record(rt: Runtime, job_id: str) -> Record:
+    """The job's record when it may be replayed with an edit (`record_refusal`), else ReplayRefused."""
+    record = rt.ledger.get(job_id)
+    if record is None or record_refusal(record):
+        status = record.status if record is not None else "unknown"
+        raise ReplayRefused(f"job {job_id} is {status}, not poisoned: nothing was enqueued")
+    return record
 
 
 def replay_edit(
     rt: Runtime,
     env: Envelope,
-    record: Record | None,
+    record: Record,
     entry_names: Iterable[str],
     by: str,
     edited: Callable[[dict[str, Any] | None, Facts], dict[str, Any]],
 ) -> None:
-    """Replay a job with an operator's edited envelope (`env`, the same id), under the same rule:
-    its record must be poisoned. The ledger records the edit (`edited`) and the replay in one
-    write; then the message; then its entries are marked replayed. ReplayRefused otherwise."""
-    refused = "no record" if record is None else record_refusal(record)
-    if refused:
-        status = record.status if record is not None else "unknown"
-        raise ReplayRefused(f"job {env.id} is {status}, not poisoned: nothing was enqueued")
+    """Replay a job with an operator's edited envelope (`env`, the same id; `record`: its record,
+    from `poisoned_record`). The ledger records the edit (`edited`) and the replay in one
+    conditional write; then the message; then its entries are marked replayed. ReplayRefused
+    when the record changed meanwhile."""
     env = env.with_attempt(0)
     facts = Facts(rt.clock())
     try:
@@ -314,6 +282,29 @@ def replay_edit(
     except Conflict:
         raise ReplayRefused(f"job {env.id} changed meanwhile; reload and try again") from None
     send_job(rt, tracing.replayed(env))  # a new trace linked to the first
-    for name in entry_names:
-        set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), rt.entry_index, by)
+    with index_writes(rt) as writes:
+        for name in entry_names:
+            set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), writes, by)
     log_decision("replayed", env.id, attempt=0, by=by)
+
+
+def fixed_refusal(stored: StoredEntry | None) -> str:
+    """Why an entry may not be fixed and submitted ("" when it may: a listed unparsed/ body) (pure)."""
+    if stored is None or not stored.name.startswith(UNPARSED_PREFIX) or not stored.entry.listed:
+        return "not a listed unparsed entry"
+    return ""
+
+
+def replay_fixed(rt: Runtime, name: str, by: str, submit: Callable[[], str]) -> str:
+    """Replay a body that is not a valid envelope (`unparsed/`) as the operator fixed it: `submit`
+    sends the fixed envelope as a new job (as the API would; it raises to refuse) and returns its
+    id; then the entry is marked replayed (it stays archived). ReplayRefused (409) when the entry
+    is not a listed unparsed one."""
+    stored = read_entry(rt.archive, name)
+    refused = fixed_refusal(stored)
+    if refused or stored is None:
+        raise ReplayRefused(f"{name} is {refused}")
+    job_id = submit()
+    with index_writes(rt) as writes:
+        set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), writes, by, current=stored)
+    return job_id

@@ -5,7 +5,8 @@ The app holds the host's account (`AzureWebJobsStorage`) as `Runtime.account`. A
 is a second value: `account_for(connection)` with the `StorageConnection` its own setting names
 (`Settings`' `storage_connection(env, "<NAME>")` reads `<NAME>` as a connection string or
 `<NAME>__accountName` / `__blobServiceUri` / `__queueServiceUri` / `__serviceUri` and the
-identity ones, as for `AzureWebJobsStorage`); then `.queue(name)`, `.tables()`, `.documents(c)`.
+identity ones, as for `AzureWebJobsStorage`); then `.queue(name)`, `.tables()`, `.blobs(c)`,
+`.documents(c)`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from azure.data.tables import TableServiceClient
 
 from shared.config.settings import StorageConnection
+from shared.storage.azure_blobs import AzureBlobs
 from shared.storage.azure_queues import AzureQueue
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients, clients_for
@@ -46,6 +48,9 @@ class AzureAccount:
         tags: Callable[[dict[str, Any]], dict[str, str]] | None = None,
     ) -> BlobDocuments:
         return BlobDocuments(self.clients.container(container), metadata=metadata, tags=tags)
+
+    def blobs(self, container: str) -> AzureBlobs:
+        return AzureBlobs(self.clients.container(container))
 
     def tables(self) -> AzureTables:
         with self._lock:

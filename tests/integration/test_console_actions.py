@@ -28,7 +28,7 @@ def rt(storage_backend: Backend) -> Runtime:
 def archived(rt: Runtime, job_id: str) -> list[tuple[str, dict[str, Any]]]:
     record = rt.ledger.get(job_id)
     assert record is not None
-    return job_archive.archived_bodies(rt, job_id, record.data)
+    return [(s.name, s.entry.to_data()) for s in job_archive.archived_bodies(rt, job_id, record.data)]
 
 
 def poisoned(rt: Runtime, job_id: str, payload: dict[str, object]) -> str:

@@ -16,8 +16,9 @@ from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.observability import overview_counters
 from shared.pipeline.processing import process_message
-from shared.poison import archive, bulk, bulk_pacing, bulk_step, replay
-from shared.poison.archive import new_entry, note_reason, write_entry
+from shared.poison import archive, bulk, bulk_step, replay
+from shared.poison.archive import index_writes, note_reason, write_entry
+from shared.poison.entry import ArchiveEntry
 from shared.runtime import sending
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
@@ -40,7 +41,7 @@ def poisoned_noop(rt: Runtime, job_id: str) -> str:
     rt.ledger.write(
         job_id, record, lambda prev: ledger.poisoned(prev, job_id, Facts(now), "bench", None, body)
     )
-    entry = new_entry(
+    entry = ArchiveEntry.new(
         body,
         job_id,
         True,
@@ -51,7 +52,8 @@ def poisoned_noop(rt: Runtime, job_id: str) -> str:
         dequeue_count=5,
         record=None,
     )
-    return write_entry(rt.archive, entry, rt.entry_index)
+    with index_writes(rt) as writes:
+        return write_entry(rt.archive, entry, writes)
 
 
 def test_purge_deletes_poison_entries_only(rt: Runtime) -> None:
@@ -253,16 +255,16 @@ def test_a_step_killed_before_its_index_writes_is_redone_and_fixes_the_indexes(
 ) -> None:
     names = [poisoned_noop(rt, f"flush-{i:02d}") for i in range(8)]
     op = bulk.start(rt, "replay", "t", names=names, rate_per_s=0)
-    real_flush = bulk_pacing.StepWrites.flush
+    real_flush = archive.IndexWrites.flush
     crashes = {"left": 1}
 
-    def crashing(self: bulk_pacing.StepWrites, rt_: Runtime) -> None:
+    def crashing(self: archive.IndexWrites, rt_: Runtime) -> None:
         if crashes["left"]:
             crashes["left"] -= 1
             raise RuntimeError("killed: every job sent and entry marked, no index written")
         real_flush(self, rt_)
 
-    monkeypatch.setattr(bulk_pacing.StepWrites, "flush", crashing)
+    monkeypatch.setattr(archive.IndexWrites, "flush", crashing)
 
     def step(body: bytes) -> None:
         try:

@@ -17,7 +17,8 @@ from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console import actions, queries
 from shared.ledger import Facts
 from shared.poison import bulk
-from shared.poison.archive import new_entry, write_entry
+from shared.poison.archive import index_writes, write_entry
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw
@@ -53,7 +54,7 @@ def poisoned(
     rt.ledger.write(
         job_id, record, lambda prev: ledger.poisoned(prev, job_id, Facts(now), reason, code, body)
     )
-    entry = new_entry(
+    entry = ArchiveEntry.new(
         body,
         job_id,
         True,
@@ -65,7 +66,8 @@ def poisoned(
         record=None,
         code=code,
     )
-    return write_entry(rt.archive, entry, rt.entry_index)
+    with index_writes(rt) as writes:
+        return write_entry(rt.archive, entry, writes)
 
 
 def seed_groups(rt: Runtime) -> dict[str, list[str]]:

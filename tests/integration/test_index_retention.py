@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from shared.core import archive_layout
 from shared.core.envelope import isoformat
 from shared.indexes.entry_rows import COUNT_PARTITION, LISTED, EntryState
 from shared.indexes.jobs import JobIndex
 from shared.pipeline import retention_sweep as retention_apply
 from shared.poison import archive
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 
@@ -42,7 +44,7 @@ def _tables(rt: Runtime) -> list[str]:
 
 
 def _entry(rt: Runtime, job_id: str, state: str, archived: datetime) -> str:
-    entry = archive.new_entry(
+    entry = ArchiveEntry.new(
         f'{{"id": "{job_id}"}}'.encode(),
         job_id,
         True,
@@ -53,7 +55,8 @@ def _entry(rt: Runtime, job_id: str, state: str, archived: datetime) -> str:
         dequeue_count=1,
         record=None,
     )
-    return archive.write_entry(rt.archive, entry, rt.entry_index)
+    with archive.index_writes(rt) as writes:
+        return archive.write_entry(rt.archive, entry, writes)
 
 
 def _rows(rt: Runtime) -> dict[str, set[str]]:
@@ -84,22 +87,22 @@ def test_due_day_tables_are_dropped_and_the_jobs_page_keeps_working(rt: Runtime)
 
     # another process's run (its own index object): this one's day list is stale meanwhile
     other = JobIndex(rt.job_index.tables, rt.job_index.prefix)
-    dry = retention_apply.apply_tables(
-        other, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=True
+    dry = retention_apply.drop_day_tables(
+        retention_apply.TablesReport(), other, NOW, ledger_days=30, job_ttl_s=SHIPPED_TTL_S, dry_run=True
     )
     assert dry.tables_due == sorted([day["a60"], day["a40"], day["a39"]]) and _tables(rt) == sorted(
         day.values()
     )
-    done = retention_apply.apply_tables(
-        other, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    done = retention_apply.drop_day_tables(
+        retention_apply.TablesReport(), other, NOW, ledger_days=30, job_ttl_s=SHIPPED_TTL_S, dry_run=False
     )
     assert (done.tables_dropped, done.requests, done.error) == (3, 4, None)  # one listing, one delete each
     assert _tables(rt) == sorted([day["a38"], day["a1"]])
     page = rt.job_index.page(size=50)  # the cached list still names the dropped days
     assert [r.id for r in page.rows] == ["a1", "a38"] and page.next_token is None
     assert [r.id for r in rt.job_index.page(size=50).rows] == ["a1", "a38"]
-    again = retention_apply.apply_tables(
-        other, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    again = retention_apply.drop_day_tables(
+        retention_apply.TablesReport(), other, NOW, ledger_days=30, job_ttl_s=SHIPPED_TTL_S, dry_run=False
     )
     assert (again.tables_due, again.requests) == ([], 1)  # nothing due: one query
 
@@ -119,13 +122,11 @@ def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt:
     assert before == {LISTED: {*ancient, recent}, "replayed": {replayed}, "parked": {parked}}
 
     def run(now: datetime, limit: int | None = None, dry_run: bool = False) -> retention_apply.TablesReport:
-        return retention_apply.apply_tables(
-            None,
+        return retention_apply.prune_entry_rows(
+            retention_apply.TablesReport(),
             rt.entry_index,
             now,
-            ledger_days=30,
             archive_days=90,
-            job_ttl_s=SHIPPED_TTL_S,
             dry_run=dry_run,
             row_limit=limit,
         )
@@ -145,7 +146,7 @@ def test_due_entry_rows_are_deleted_in_bounded_batches_and_the_counts_follow(rt:
     assert rt.entry_index.counts() == {"bad_input": 1}, "listed counts follow the rows"
     counters = list(rt.entry_index.table.rows(f"PartitionKey eq '{COUNT_PARTITION}'"))
     assert sum(int(c["n"]) for c in counters) == 1
-    assert {n for n, _ in rt.archive.names(archive.JOBS_PREFIX)} >= {*ancient, replayed, parked}, (
+    assert {n for n, _ in rt.archive.names(archive_layout.JOBS_PREFIX)} >= {*ancient, replayed, parked}, (
         "rows only: the blobs are the blob rules' (lifecycle policy or the blob part of the run)"
     )
     assert run(NOW).rows.due == 0
@@ -175,14 +176,14 @@ def test_a_row_written_between_the_query_and_the_delete_is_kept(
     submit = index.table.transact
 
     def write_one_first(operations: Any) -> Any:
-        doc = rt.archive.read(names[1])
-        assert doc is not None
-        index.put(names[1], doc.data)  # the row written again: a new ETag
+        stored = archive.read_entry(rt.archive, names[1])
+        assert stored is not None
+        index.put(stored.row)  # the row written again: a new ETag
         return submit(operations)
 
     monkeypatch.setattr(index.table, "transact", write_one_first)
-    done = retention_apply.apply_tables(
-        None, index, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    done = retention_apply.prune_entry_rows(
+        retention_apply.TablesReport(), index, NOW, archive_days=90, dry_run=False
     )
     assert (done.rows.due, done.rows.deleted, done.rows.changed, done.error) == (3, 2, 1, None)
     assert _rows(rt) == {LISTED: {names[1]}}
@@ -198,8 +199,13 @@ def test_a_table_in_the_due_range_that_is_not_a_day_table_is_never_dropped(rt: R
     for name in others:
         rt.job_index.tables.table(name).create()
     rt.job_index.put(_job("old", NOW - timedelta(days=60)))
-    done = retention_apply.apply_tables(
-        rt.job_index, None, NOW, ledger_days=30, archive_days=90, job_ttl_s=SHIPPED_TTL_S, dry_run=False
+    done = retention_apply.drop_day_tables(
+        retention_apply.TablesReport(),
+        rt.job_index,
+        NOW,
+        ledger_days=30,
+        job_ttl_s=SHIPPED_TTL_S,
+        dry_run=False,
     )
     assert done.tables_dropped == 1 and done.error is None
     assert _tables(rt) == sorted(others)

@@ -12,6 +12,7 @@ import pytest
 
 from devstack.azurite import Azurite
 from shared import ledger
+from shared.core import archive_layout
 from shared.core.envelope import Envelope, isoformat
 from shared.indexes.entry_rows import EntryState
 from shared.interfaces import cli
@@ -19,6 +20,7 @@ from shared.ledger import Facts
 from shared.ledger import send as ledger_send
 from shared.pipeline import retention_sweep as retention_apply
 from shared.poison import archive
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 from tests.integration.helpers import runtime_for
 
@@ -70,7 +72,7 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
     )
     for entry_job_id, body, state, owned in entries:
         archive.note_reason(rt.archive, body, "why", entry_job_id, "code", under_claim=False, now=now)
-        entry = archive.new_entry(
+        entry = ArchiveEntry.new(
             body,
             entry_job_id,
             owned,
@@ -81,7 +83,8 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
             dequeue_count=5,
             record=None,
         )
-        names["archive"].add(archive.write_entry(rt.archive, entry))
+        with archive.index_writes(rt) as writes:
+            names["archive"].add(archive.write_entry(rt.archive, entry, writes))
     rt.archive.upsert(EDIT, {"by": "alice"})
     rt.archive.upsert(COUNTER, {"count": 1})
     return names
@@ -146,8 +149,10 @@ def test_dry_run_counts_and_the_real_run_deletes_exactly_the_due_blobs(
     assert _counts(out)["archive-jobs"] == ("2", "2", "0", "0")
     assert _counts(out)["archive-reasons"] == ("0", "0", "3", "0")
     left = _names(rt, s.poison_archive_container)
-    assert {n for n in left if n.startswith(archive.REASONS_PREFIX)} and EDIT in left and COUNTER in left
-    assert not any(n.startswith((archive.JOBS_PREFIX, archive.UNPARSED_PREFIX)) for n in left)
+    assert (
+        {n for n in left if n.startswith(archive_layout.REASONS_PREFIX)} and EDIT in left and COUNTER in left
+    )
+    assert not any(n.startswith((archive_layout.JOBS_PREFIX, archive_layout.UNPARSED_PREFIX)) for n in left)
 
     out = _run(rt, monkeypatch, capsys, "--now", at(3650))
     assert _counts(out)["archive-reasons"] == ("3", "3", "0", "0")

@@ -1,36 +1,33 @@
-"""What operators change from the console. Every action is logged as a decision (`console_action`)
-naming who did it; pure planning (`rate_plan`, `describe_changes`) is separate from the I/O."""
+"""What operators change from the console. Every action is recorded (shared/poison/audited.py:
+a decision naming who did it, and an audit row); the work is the poison package's (replay, park,
+purge, bulk operations); pure checks (`describe_changes`, `where_of`) are separate from the I/O."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import ledger
 from shared.core import jsontext
+from shared.core.archive_layout import edit_name, is_entry_name
 from shared.core.documents import Conflict
 from shared.core.envelope import Envelope, body_digest, encode_json, isoformat, parse_dict
 from shared.core.errors import EnvelopeError, PayloadError
 from shared.indexes.audit import change_values
-from shared.indexes.entry_rows import EntryState
 from shared.interfaces.console.job_archive import archived_bodies
 from shared.ledger import operator as ledger_operator
-from shared.observability.decisions import log_decision
 from shared.pipeline.cancel import request_cancel
 from shared.pipeline.submit import submit, validate_request
-from shared.poison import bulk, parking
-from shared.poison.archive import LISTED_STATE, UNPARSED_PREFIX, edit_name, is_entry_name, set_state
+from shared.poison import bulk, pacing, parking, replay
+from shared.poison.archive import IndexWrites, StoredEntry, index_writes, read_entry
+from shared.poison.audited import record_action
 from shared.poison.purge import start_purge
-from shared.poison.replay import ReplayRefused, replay_edit, replay_jobs
 from shared.runtime.wiring import Runtime
 
 log = logging.getLogger("jobs.console")
-MAX_BATCH = 50
 
 
 class ActionRefused(Exception):
@@ -42,31 +39,14 @@ class ActionRefused(Exception):
         self.status = status
 
 
-def logged(rt: Runtime, action: str, by: str, job_id: str | None = None, **fields: Any) -> None:
-    """Log the action as a decision and record it in the audit table (one request, best effort)."""
-    log_decision("console_action", job_id, action=action, by=by, **fields)
-    target = job_id or str(fields.get("entry") or (f"op:{fields['op']}" if fields.get("op") else ""))
-    rt.audit.record(rt.clock(), by, action, target, **fields)
+# -- checks (pure) ----------------------------------------------------------------------------
 
 
-# -- planning (pure) --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RatePlan:
-    """A replay at `rate` per second, sent as batches of `batch` every `interval_s`."""
-
-    batches: list[list[str]]
-    interval_s: float
-
-
-def rate_plan(ids: list[str], rate_per_s: float, tick_s: float = 0.5) -> RatePlan:
-    """Split `ids` into batches so one batch per interval keeps to `rate_per_s` (each id once)."""
+def tick_size(rate_per_s: float) -> int:
+    """Job ids a replay request may carry at `rate_per_s`: one tick's worth (shared/poison/pacing.py)."""
     if rate_per_s <= 0:
         raise ActionRefused("rate must be above 0", ["rate: must be a number of jobs per second above 0"])
-    unique = list(dict.fromkeys(ids))
-    size = max(1, min(MAX_BATCH, math.floor(rate_per_s * tick_s)))
-    return RatePlan([unique[i : i + size] for i in range(0, len(unique), size)], size / rate_per_s)
+    return pacing.per_window(rate_per_s, pacing.TICK_S, pacing.TICK_ITEMS)
 
 
 def describe_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -91,62 +71,71 @@ def replay_batch(
     """Replay up to one tick's worth of poisoned jobs (shared/poison/replay.py): each entry is read
     by the name the page sent (`names`, aligned with `ids`: the page's rows), else found by one
     query of the entry index; the index writes go out together (5 requests a job, then a few)."""
-    plan = rate_plan(ids, rate_per_s)
-    if len(plan.batches) != 1:  # the page sends one tick's worth per request (its progress bar)
-        size = len(plan.batches[0])
+    size = tick_size(rate_per_s)
+    if len(dict.fromkeys(ids)) > size:  # the page sends one tick's worth per request (its progress bar)
         raise ActionRefused(f"give at most {size} job ids per request at this rate", [f"ids: at most {size}"])
     given = names if names is not None and len(names) == len(ids) else None
-    report = replay_jobs(rt, ids, by, names=given)
+    report = replay.replay_jobs(rt, ids, by, names=given)
     skipped = [{"id": i, "reason": report.reasons.get(i, "")} for i in ids if i in report.reasons]
     out: dict[str, Any] = {
         "replayed": report.replayed,
         "skipped": [s for s in skipped if s["id"] not in report.not_found],
         "not_found": report.not_found,
     }
-    logged(rt, "replay", by, None, ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
+    record_action(rt, "console", by, "replay", ids=ids, replayed=len(out["replayed"]), rate_per_s=rate_per_s)
     return out
 
 
 # -- park / unpark / delete / purge -----------------------------------------------------------
 
 
-def _entry(rt: Runtime, name: str) -> Any:
+def _checked(name: str) -> str:
     if not is_entry_name(name):
         raise ActionRefused(f"{name} is not a poison archive entry", [f"names: {name!r} is not an entry"])
-    return rt.archive.read(name)
+    return name
+
+
+def _each_entry(
+    rt: Runtime,
+    names: list[str],
+    action: str,
+    by: str,
+    apply: Callable[[StoredEntry, IndexWrites], tuple[str, str]],
+    done: str,
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """Apply one action to each named entry (once each), recorded when its outcome is `done`; the
+    index rows go together at the end. (done names, the others, notes by name)."""
+    ok: list[str] = []
+    other: list[str] = []
+    notes: dict[str, str] = {}
+    with index_writes(rt) as writes:
+        for name in dict.fromkeys(names):
+            stored = read_entry(rt.archive, _checked(name))
+            outcome, note = apply(stored, writes) if stored is not None else ("not_found", "no such entry")
+            if outcome != done or stored is None:
+                other.append(name)
+                continue
+            ok.append(name)
+            if note:
+                notes[name] = note
+            record_action(rt, "console", by, action, job_id=stored.entry.job_id, entry=name)
+    return ok, other, notes
 
 
 def park(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
     """Move entries aside (shared/poison/parking.py): read, send, write and the index row each."""
-    parked: list[str] = []
-    skipped: list[Any] = []
-    for name in dict.fromkeys(names):
-        doc = _entry(rt, name)
-        outcome = parking.park_entry(rt, name, doc, by) if doc is not None else ("skipped", "no such entry")
-        if outcome[0] == parking.PARKED:
-            parked.append(name)
-            logged(rt, "park", by, doc.data.get("job_id"), entry=name)
-        else:
-            skipped.append(name)
+    parked, skipped, _ = _each_entry(
+        rt, names, "park", by, lambda s, w: parking.park_entry(rt, s, by, w), parking.PARKED
+    )
     return {"parked": parked, "skipped": skipped}
 
 
 def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
     """List parked entries as poison again and delete their parked messages by id and receipt:
     a few requests per entry, whatever the parked queue's depth."""
-    unparked: list[str] = []
-    missing: list[str] = []
-    notes: dict[str, str] = {}
-    for name in dict.fromkeys(names):
-        doc = _entry(rt, name)
-        outcome, note = parking.unpark_entry(rt, name, doc, by) if doc is not None else ("not_found", "")
-        if outcome != "unparked":
-            missing.append(name)
-            continue
-        unparked.append(name)
-        if note:
-            notes[name] = note
-        logged(rt, "unpark", by, doc.data.get("job_id"), entry=name)
+    unparked, missing, notes = _each_entry(
+        rt, names, "unpark", by, lambda s, w: parking.unpark_entry(rt, s, by, w), "unparked"
+    )
     out: dict[str, Any] = {"unparked": unparked, "not_found": missing}
     if notes:
         out["notes"] = notes
@@ -156,16 +145,9 @@ def unpark(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
 def delete(rt: Runtime, names: list[str], by: str) -> dict[str, Any]:
     """Mark archive entries deleted (the operator confirmed in the page): no longer listed; purge
     removes them for good. A parked entry's parked message is deleted with it."""
-    deleted: list[str] = []
-    missing: list[str] = []
-    for name in dict.fromkeys(names):
-        doc = _entry(rt, name)
-        outcome = parking.delete_entry(rt, name, doc, by)[0] if doc is not None else "not_found"
-        if outcome != parking.DELETED:
-            missing.append(name)
-            continue
-        deleted.append(name)
-        logged(rt, "delete", by, doc.data.get("job_id"), entry=name)
+    deleted, missing, _ = _each_entry(
+        rt, names, "delete", by, lambda s, w: parking.delete_entry(rt, s, by, w), parking.DELETED
+    )
     return {"deleted": deleted, **({"not_found": missing} if missing else {})}
 
 
@@ -173,7 +155,7 @@ def purge(rt: Runtime, older_than_days: float, by: str, dry_run: bool = False) -
     """Start a purge operation (shared/poison/purge.py: in the app, in steps): poison entries
     only, never parked ones, edits, the audit or counters."""
     op = start_purge(rt, older_than_days, by, dry_run=dry_run)
-    logged(rt, "purge", by, None, older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
+    record_action(rt, "console", by, "purge", older_than_days=older_than_days, op=op["id"], dry_run=dry_run)
     return {"op": op["id"], "status": op["status"], "dry_run": dry_run}
 
 
@@ -184,7 +166,7 @@ def cancel_job(rt: Runtime, job_id: str, by: str, reason: str = "") -> dict[str,
         said = request_cancel(rt, job_id, by=by, reason=reason or "cancelled from the console")
     except Conflict as exc:
         raise ActionRefused(f"not cancelled: {exc}", status=409) from None
-    logged(rt, "cancel", by, job_id)
+    record_action(rt, "console", by, "cancel", job_id=job_id)
     return {"id": job_id, "cancel_requested": True, "said": said}
 
 
@@ -216,11 +198,11 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
         )
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)]) from None
-    logged(
+    record_action(
         rt,
-        "op_start",
+        "console",
         by,
-        None,
+        "op_start",
         op=op["id"],
         kind=kind,
         dry_run=op["dry_run"],
@@ -253,7 +235,7 @@ def op_change(rt: Runtime, body: Mapping[str, Any], by: str, change: str) -> dic
         data = bulk.cancel(rt, op_id, by) if change == "cancel" else bulk.resume(rt, op_id, by)
     except bulk.OpRefused as exc:
         raise ActionRefused(str(exc), [str(exc)], status=409) from None
-    logged(rt, f"op_{change}", by, None, op=op_id)
+    record_action(rt, "console", by, f"op_{change}", op=op_id)
     return {"op": op_id, "status": data.get("status"), "step": data.get("step")}
 
 
@@ -303,15 +285,15 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     if checked.envelope is None:
         raise ActionRefused("the edited envelope is invalid; nothing was enqueued", checked.problems)
     env = checked.envelope.with_attempt(0)
-    record = rt.ledger.get(job_id)
-    if record is None or record.status != ledger.POISONED:
-        status = record.status if record else "unknown"
-        raise ActionRefused(f"job {job_id} is {status}, not poisoned: nothing was enqueued", status=409)
+    try:
+        record = replay.poisoned_record(rt, job_id)
+    except replay.ReplayRefused as exc:
+        raise ActionRefused(str(exc), status=exc.status) from None
     entries = archived_bodies(rt, job_id, record.data)
     original: dict[str, Any] = {}
     if entries:
         try:
-            loaded = jsontext.loads(base64.b64decode(str(entries[0][1].get("body_b64", ""))))
+            loaded = jsontext.loads(entries[0].entry.body())
             original = loaded if isinstance(loaded, dict) else {}
         except (ValueError, UnicodeDecodeError):
             original = {}
@@ -325,48 +307,61 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
             "by": by,
             "at": isoformat(rt.clock()),
             "changes": changes,
-            "original_entry": entries[0][0] if entries else None,
+            "original_entry": entries[0].name if entries else None,
             "body_b64": base64.b64encode(body).decode("ascii"),
         },
     )
     try:
-        replay_edit(
+        replay.replay_edit(
             rt,
             env,
             record,
-            [name for name, _ in entries],
+            [e.name for e in entries],
             by,
             lambda prev, facts: ledger_operator.edited(prev, job_id, facts, by, changes, digest),
         )
-    except ReplayRefused as exc:
+    except replay.ReplayRefused as exc:
         raise ActionRefused(str(exc), status=exc.status) from None
-    logged(
-        rt, "replay_edited", by, job_id, changes=change_values(original, checked.data, changes), digest=digest
+    record_action(
+        rt,
+        "console",
+        by,
+        "replay_edited",
+        job_id=job_id,
+        changes=change_values(original, checked.data, changes),
+        digest=digest,
     )
     return {"id": job_id, "replayed": True, "changes": changes}
 
 
 def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
     """Submit a fixed version of an unparsed body as a job, exactly as the API would (a new id
-    unless given; 409 when that id exists), then mark the entry replayed (it stays archived)."""
-    doc = _entry(rt, name)
-    if doc is None or not name.startswith(UNPARSED_PREFIX) or doc.data.get("state") != LISTED_STATE:
-        raise ActionRefused(f"{name} is not a listed unparsed entry", status=409)
+    unless given; 409 when that id exists), then mark the entry replayed (it stays archived):
+    shared/poison/replay.py `replay_fixed`."""
+
+    def send() -> str:
+        try:
+            data = jsontext.loads(text)
+        except json.JSONDecodeError as exc:
+            problems = [f"envelope: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+            raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", problems) from None
+        try:
+            result = submit(rt, validate_request(rt, data))
+        except EnvelopeError as exc:
+            raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", exc.problems) from None
+        if not result.created:
+            status = result.existing.status if result.existing else "unknown"
+            raise ActionRefused(
+                f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409
+            )
+        return result.envelope.id
+
     try:
-        data = jsontext.loads(text)
-    except json.JSONDecodeError as exc:
-        problems = [f"envelope: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
-        raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", problems) from None
-    try:
-        result = submit(rt, validate_request(rt, data))
-    except EnvelopeError as exc:
-        raise ActionRefused("the fixed envelope is invalid; nothing was enqueued", exc.problems) from None
-    if not result.created:
-        status = result.existing.status if result.existing else "unknown"
-        raise ActionRefused(f"job {result.envelope.id} exists ({status}): nothing was enqueued", status=409)
-    set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), rt.entry_index, by)
-    logged(rt, "replay_fixed", by, result.envelope.id, entry=name)
-    return {"id": result.envelope.id, "replayed": True}
+        job_id = replay.replay_fixed(rt, _checked(name), by, send)
+    except replay.ReplayRefused as exc:
+        raise ActionRefused(str(exc), status=exc.status) from None
+    record_action(rt, "console", by, "replay_fixed", job_id=job_id, entry=name)
+    return {"id": job_id, "replayed": True}
 
 
 def names_of(value: object, field_name: str = "names") -> list[str]:

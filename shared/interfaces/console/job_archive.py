@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.core.archive_layout import EDITS_PREFIX, JOBS_PREFIX, edit_name, entry_name
 from shared.ledger import POISON_DIGESTS_PARTIAL, ever_archived, history_events, poison_digests_of
-from shared.poison.archive import EDITS_PREFIX, JOBS_PREFIX, edit_name, entry_name
+from shared.poison.archive import StoredEntry, read_entry
 from shared.runtime.wiring import Runtime
 
 LAST_EDIT = "last_edit_digest"
@@ -50,18 +51,17 @@ def plan(job_id: str, record: Mapping[str, Any]) -> ArchivePlan:
     )
 
 
-def archived_bodies(rt: Runtime, job_id: str, record: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, entry) of the job's poison archive entries, newest first: one read per entry the
-    record names; a listing of `jobs/<id>/` only for a record that does not name them."""
+def archived_bodies(rt: Runtime, job_id: str, record: Mapping[str, Any]) -> list[StoredEntry]:
+    """The job's poison archive entries, newest first: one read per entry the record names; a
+    listing of `jobs/<id>/` only for a record that does not name them."""
     found = plan(job_id, record)
     names = (
         [name for name, _ in rt.archive.names(f"{JOBS_PREFIX}{job_id}/")]
         if found.list_entries
         else found.entries
     )
-    docs = [(name, rt.archive.read(name)) for name in names]
-    entries = [(name, doc.data) for name, doc in docs if doc is not None]
-    return sorted(entries, key=lambda item: str(item[1].get("archived_at", "")), reverse=True)
+    entries = [found for found in (read_entry(rt.archive, name) for name in names) if found is not None]
+    return sorted(entries, key=lambda found: found.entry.archived_at, reverse=True)
 
 
 def latest_edit(rt: Runtime, job_id: str, record: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from shared.core.archive_layout import UNPARSED_PREFIX
 from shared.indexes.entry_rows import EntryRow
 from shared.interfaces.console.assets import CSS, JS
 from shared.interfaces.console.charts import svg_bars, svg_lines
@@ -180,7 +181,9 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             if last and not reason
             else ""
         )
-        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
+        + "</p>"
+        + (f"<p id=waiting class=muted>{escape(str(view.waiting['reason']))}</p>" if view.waiting else "")
+        + f"{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
         f"{_downstream(record)}{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
@@ -343,7 +346,7 @@ def entry_page(view: EntryView) -> str:
         else f"<p class=muted>not UTF-8: shown as hex</p><pre id=body-hex>{escape(view.body_hex or '')}</pre>"
     )
     editor = ""
-    if entry.get("state") == "poisoned" and view.name.startswith("unparsed/"):
+    if entry.listed and view.name.startswith(UNPARSED_PREFIX):
         editor = (
             "<h2>Fix and replay</h2><p class=muted>Submitted as a new job (as the API would); this entry "
             "stays in the archive, marked replayed.</p>"
@@ -352,9 +355,9 @@ def entry_page(view: EntryView) -> str:
             "<button id=replay-fixed data-do=fix>Replay fixed</button><ul id=problems></ul>"
         )
     return (
-        f"<p>state <b id=entry-state>{escape(str(entry.get('state', '')))}</b> · "
-        f"{int(entry.get('body_bytes') or 0)} bytes · reason <span id=reason class=bad>"
-        f"{escape(str(entry.get('reason', '')))}</span></p><h2>Body</h2>{shown}{editor}"
+        f"<p>state <b id=entry-state>{escape(entry.state)}</b> · "
+        f"{entry.body_bytes} bytes · reason <span id=reason class=bad>"
+        f"{escape(entry.reason)}</span></p><h2>Body</h2>{shown}{editor}"
     )
 
 

@@ -27,10 +27,12 @@ from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
 from shared.ledger.view import RecordView
 from shared.observability import overview_counters
-from shared.poison.archive import JOBS_PREFIX, LISTED_STATE, UNPARSED_PREFIX
+from shared.pipeline.gate import waiting_reason
+from shared.poison.archive import LISTED_STATE, read_entry
+from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
-from shared.storage.failures import NotFound, translated
-from shared.storage.limits import BlobTooLarge, read_capped
+from shared.storage.failures import NotFound
+from shared.storage.limits import BlobTooLarge
 
 PAGE_SIZE = 50
 PAYLOAD_SHOW_BYTES = 256 * 1024
@@ -41,11 +43,9 @@ PAYLOAD_SHOW_BYTES = 256 * 1024
 
 def queue_depth(rt: Runtime, name: str) -> int | None:
     try:
-        with translated(f"depth of queue {name}"):
-            count = rt.storage.raw_queue(name).get_queue_properties().approximate_message_count
+        return rt.account.raw_queue(name).depth()
     except NotFound:
         return None
-    return int(count or 0)
 
 
 def overview(rt: Runtime) -> dict[str, Any]:
@@ -177,6 +177,8 @@ class JobView:
     payload: Any
     payload_note: str
     archive_names: list[str]
+    waiting: dict[str, Any] | None = None
+    """Why the job waits for a permit (shared/permits), while it does."""
 
 
 def job_view(rt: Runtime, job_id: str) -> JobView | None:
@@ -187,8 +189,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
     envelope: dict[str, Any] | None = None
     text: str | None = None
     if entries:
-        raw = base64.b64decode(str(entries[0][1].get("body_b64", "")))
-        text = raw.decode("utf-8", errors="replace")
+        text = entries[0].entry.body().decode("utf-8", errors="replace")
         try:
             parsed = jsontext.loads(text)
             envelope = parsed if isinstance(parsed, dict) else None
@@ -196,9 +197,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
             envelope = None
     payload, note = _payload(rt, record.data, envelope)
     edit = job_archive.latest_edit(rt, job_id, record.data)
-    if edit is not None and (
-        not entries or str(edit.get("at", "")) > str(entries[0][1].get("archived_at", ""))
-    ):
+    if edit is not None and (not entries or str(edit.get("at", "")) > entries[0].entry.archived_at):
         try:
             payload = jsontext.loads(base64.b64decode(str(edit.get("body_b64", "")))).get("payload")
             note = f"as edited by {edit.get('by')} at {edit.get('at')} (the original is kept in the poison archive)"
@@ -211,7 +210,8 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         envelope_text=json.dumps(envelope, indent=2) if envelope is not None else text,
         payload=payload,
         payload_note=note,
-        archive_names=[name for name, _ in entries],
+        archive_names=[e.name for e in entries],
+        waiting=waiting_reason(rt, job_id, record),
     )
 
 
@@ -220,10 +220,8 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
         return envelope["payload"], "from the archived message"
     ref = record.get("payload_ref") or (envelope or {}).get("payload_ref")
     if isinstance(ref, str) and ref:
-        blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(ref)
         try:
-            with translated(f"reading payload {ref}"):
-                raw = read_capped(blob, PAYLOAD_SHOW_BYTES)
+            raw = rt.account.blobs(rt.settings.payloads_container).read_capped(ref, PAYLOAD_SHOW_BYTES)
         except NotFound:
             return None, f"claim-checked payload {ref} is missing"
         except BlobTooLarge as big:
@@ -238,32 +236,32 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
 # -- poison -----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class EntryView:
     """One archive entry with its body shown as text when UTF-8, else as hex."""
 
     name: str
-    entry: dict[str, Any]
-    body_b64: str
+    entry: ArchiveEntry
     body_text: str | None
     body_hex: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry's fields, its name and its body as text or hex (the page's data route)."""
+        shown = {"name": self.name, "body_text": self.body_text, "body_hex": self.body_hex}
+        return {**self.entry.to_data(), **shown}
 
 
 def entry_view(rt: Runtime, name: str) -> EntryView | None:
     """An entry of the poison archive by name (jobs/ or unparsed/ only): one read."""
-    if not name.startswith((JOBS_PREFIX, UNPARSED_PREFIX)) or ".." in name.split("/"):
+    stored = read_entry(rt.archive, name)
+    if stored is None:
         return None
-    doc = rt.archive.read(name)
-    if doc is None:
-        return None
-    b64 = str(doc.data.get("body_b64", ""))
-    raw = base64.b64decode(b64)
+    raw = stored.entry.body()
     try:
         text: str | None = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    entry = {k: v for k, v in doc.data.items() if k != "body_b64"}
-    return EntryView(name, entry, b64, text, None if text is not None else raw.hex(" "))
+    return EntryView(name, stored.entry, text, None if text is not None else raw.hex(" "))
 
 
 @dataclass
@@ -281,6 +279,17 @@ class PoisonView:
     reason_code: str = ""
     text: str = ""
     """The filter of the listed entries shown: a reason code (a group) and/or error text."""
+
+
+def poison_view_of(rt: Runtime, params: Mapping[str, str]) -> PoisonView:
+    """`poison_view` as a request's parameters ask (`after`, `after_parked`, `code`, `q`)."""
+    return poison_view(
+        rt,
+        params.get("after", ""),
+        params.get("after_parked", ""),
+        reason_code=params.get("code", "")[:64],
+        text=params.get("q", "")[:200],
+    )
 
 
 def poison_view(

@@ -218,13 +218,7 @@ def _get(call: Call) -> func.HttpResponse:
             return _html(call, f"Job {job_id}", pages.message_page(f"job {job_id} is unknown"), 404)
         return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
     if parts == ["poison"]:
-        listed = queries.poison_view(
-            rt,
-            params.get("after", ""),
-            params.get("after_parked", ""),
-            reason_code=params.get("code", "")[:64],
-            text=params.get("q", "")[:200],
-        )
+        listed = queries.poison_view_of(rt, params)
         return _html(call, "Poison", pages.poison_page(listed, call.base))
     if parts == ["audit"]:
         action = params.get("action", "")[:64]
@@ -268,13 +262,7 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             return _json(404, {"error": f"job {parts[1]} is unknown"})
         return _json(200, dataclasses.asdict(view))
     if parts == ["poison"]:
-        listed = queries.poison_view(
-            rt,
-            params.get("after", ""),
-            params.get("after_parked", ""),
-            reason_code=params.get("code", "")[:64],
-            text=params.get("q", "")[:200],
-        )
+        listed = queries.poison_view_of(rt, params)
         return _json(200, dataclasses.asdict(listed))
     if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
         state = params.get("state", "poisoned")
@@ -299,8 +287,7 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
             return _json(404, {"error": "no such archive entry"})
-        return _json(200, {**entry.entry, "name": entry.name, "body_b64": entry.body_b64,
-                           "body_text": entry.body_text, "body_hex": entry.body_hex})  # fmt: skip
+        return _json(200, entry.as_dict())
     return _json(404, {"error": "unknown data route"})
 
 

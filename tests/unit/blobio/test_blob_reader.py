@@ -12,7 +12,7 @@ import pytest
 
 from shared.blobio.buffers import BufferPool
 from shared.blobio.reader import Bearer, BlobAccessDenied, BlobReader, UnexpectedResponse
-from shared.blobio.stream import BlobStream, Range
+from shared.blobio.stream import START_DEPTH, BlobStream, Range
 from shared.core.errors import InputMissing, StorageThrottled
 
 DATA = bytes(range(256)) * 8
@@ -218,6 +218,58 @@ def test_the_gets_ahead_start_at_the_first_gets_headers() -> None:
     assert offsets == list(range(0, len(data), 1000))  # a whole chunk first: no GET of its own
     assert ranges.gets[0] == (0, None)
     assert all(etag == '"e"' for _, etag in ranges.gets[1:])
+
+
+class CountingRanges(HeraldRanges):
+    """Counts the GETs in flight (started, not ended) and the most seen at once."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.ahead.set()
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+        self.started = 0
+
+    def get_into_announced(
+        self, view: memoryview, offset: int, etag: str | None, announce: Callable[[Range], None]
+    ) -> Range:
+        self._begin()
+        try:
+            return super().get_into_announced(view, offset, etag, announce)
+        finally:
+            self._end()
+
+    def get_into(self, view: memoryview, offset: int, etag: str | None) -> Range:
+        self._begin()
+        try:
+            threading.Event().wait(0.02)  # long enough for the stream to start every GET it may
+            return super().get_into(view, offset, etag)
+        finally:
+            self._end()
+
+    def _begin(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.started += 1
+            self.most = max(self.most, self.now)
+
+    def _end(self) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def test_a_stream_starts_with_two_gets_in_flight_and_grows_to_its_depth() -> None:
+    data = bytes(range(256)) * 100
+    ranges = CountingRanges(data)
+    with BlobStream(ranges, chunk_size=1000, depth=5, lend=2) as s:
+        threading.Event().wait(0.1)  # time for any GET the stream scheduled to start
+        assert ranges.started == START_DEPTH  # the first GET and one ahead, until a range is taken
+        out = bytearray()
+        while (got := s.next_chunk()) is not None:
+            out += got[0][got[1] : got[2]]
+            s.give_back(got[0])
+        assert bytes(out) == data
+    assert ranges.most == 5  # all of the depth once ranges were taken, never more
 
 
 def test_an_announcing_first_get_of_a_small_empty_or_missing_blob() -> None:

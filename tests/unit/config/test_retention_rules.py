@@ -12,6 +12,7 @@ from shared import ledger
 from shared.config import retention
 from shared.config.retention import RetentionDays
 from shared.config.settings import Settings
+from shared.core import archive_layout as archive
 from shared.core.envelope import Envelope, isoformat
 from shared.core.errors import SettingsError
 from shared.core.messages import NEVER_EXPIRE
@@ -20,7 +21,7 @@ from shared.indexes.entry_rows import EntryState
 from shared.ledger import Facts
 from shared.ledger import view as ledger_view
 from shared.pipeline.retention_sweep import ENTRY_STATES, DocumentTarget, apply
-from shared.poison import archive
+from shared.poison.entry import ArchiveEntry
 from shared.poison.parking import parked_ttl_s
 from shared.storage.memory_documents import MemoryDocuments
 
@@ -179,12 +180,12 @@ def test_only_day_tables_of_the_prefix_are_due_and_a_ledger_kept_forever_keeps_t
 def test_the_list_tables_query_returns_the_due_days_only() -> None:
     where = retention.day_tables_filter("ledger", date(2026, 1, 21))
     assert where == "TableName ge 'ledger0' and TableName le 'ledger20260121'"
-    from tests.fakes.storage import MemoryStorage
+    from shared.storage.memory_tables import MemoryTables
 
-    tables = MemoryStorage().table_service()
+    tables = MemoryTables()
     for name in ("ledger20260120", "ledger20260121", "ledger20260122", "ledgerentries", "ledgeraudit"):
-        tables.create_table(name)
-    assert [t.name for t in tables.query_tables(where)] == ["ledger20260120", "ledger20260121"]
+        tables.table(name).create()
+    assert tables.names(where) == ["ledger20260120", "ledger20260121"]
 
 
 def test_entry_rows_are_due_a_day_after_their_entries_with_the_shipped_settings() -> None:
@@ -200,10 +201,10 @@ def test_the_entry_rows_query_is_a_key_range_and_a_write_time() -> None:
     prefix, timestamp = where.split(" and Timestamp lt ")
     assert timestamp == "datetime'2025-11-30T00:00:00.000000Z'"
     low = prefix.split("RowKey ge ")[1].strip("'")
-    before = entry_index.index_key(
-        "jobs/a/1.json", {"archived_at": isoformat(cutoff - timedelta(milliseconds=1))}
+    before = ArchiveEntry.parse({"archived_at": isoformat(cutoff - timedelta(milliseconds=1))}).key(
+        "jobs/a/1.json"
     )
-    at = entry_index.index_key("jobs/a/1.json", {"archived_at": isoformat(cutoff)})
+    at = ArchiveEntry.parse({"archived_at": isoformat(cutoff)}).key("jobs/a/1.json")
     assert before >= low > at  # archived before the cutoff: in the range; at it: not
     assert prefix.startswith("PartitionKey eq 'poisoned' and ")
 

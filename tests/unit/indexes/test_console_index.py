@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from shared.core.envelope import utcnow
+from shared.indexes.entry_rows import EntryState
 from shared.indexes.entry_rows import entity_of as entry_entity
-from shared.indexes.entry_rows import index_key
 from shared.indexes.jobs import IndexedStore, entity_of, query_filter, should_index
 from shared.indexes.keys import day_of, decode_token, encode_token, newest_first, quoted, table_prefix
+from shared.poison.entry import ArchiveEntry
 from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 
@@ -43,11 +44,18 @@ def test_a_claim_is_not_indexed_and_every_other_write_is() -> None:
 
 
 def test_an_entry_keeps_its_index_key_across_changes_of_state() -> None:
-    entry = {"state": "poisoned", "archived_at": "2026-01-01T00:00:00Z", "job_id": "a"}
-    key = index_key("jobs/a/1.json", entry)
-    later = {**entry, "state": "parked", "archived_at": "2026-02-01T00:00:00Z", "index_key": key}
-    assert entry_entity("jobs/a/1.json", later) == {**entry_entity("jobs/a/1.json", later), "RowKey": key}
-    assert entry_entity("jobs/a/1.json", later)["PartitionKey"] == "parked"
+    entry = ArchiveEntry.parse({"state": "poisoned", "archived_at": "2026-01-01T00:00:00Z", "job_id": "a"})
+    key = entry.key("jobs/a/1.json")
+    later = ArchiveEntry.parse(
+        {**entry.to_data(), "state": "parked", "archived_at": "2026-02-01T00:00:00Z", "index_key": key}
+    )
+    assert entry_entity(later.row("jobs/a/1.json")) == {
+        **entry_entity(later.row("jobs/a/1.json")),
+        "RowKey": key,
+    }
+    assert entry_entity(later.row("jobs/a/1.json"))["PartitionKey"] == "parked"
+    moved = entry.moved("jobs/a/1.json", EntryState.PARKED, utcnow())
+    assert moved.row("jobs/a/1.json").key == key and moved.index_key == key
 
 
 class FakeIndex:

@@ -19,8 +19,8 @@ from shared.core.envelope import Envelope
 from shared.core.errors import SettingsError
 from shared.indexes.counters import TableCounters
 from shared.interfaces.console import queries
-from shared.interfaces.console.actions import ActionRefused, check_edit, describe_changes, rate_plan
-from shared.interfaces.console.assets import CSP, CSS
+from shared.interfaces.console.actions import ActionRefused, check_edit, describe_changes, tick_size
+from shared.interfaces.console.assets import CSP, CSS, JS
 from shared.interfaces.console.charts import svg_lines
 from shared.interfaces.console.pages import job_page, layout, overview_fragment, poison_page
 from shared.interfaces.console.queries import JobView, PoisonView
@@ -44,8 +44,9 @@ from shared.ledger import Facts
 from shared.ledger import operator as ledger_operator
 from shared.ledger import view as ledger_view
 from shared.observability import overview_counters
+from shared.poison import pacing
 from shared.storage.memory_documents import MemoryDocuments
-from tests.fakes.storage import MemoryStorage
+from shared.storage.memory_tables import MemoryTables
 
 NOW = datetime(2026, 11, 24, 12, 30, 15, tzinfo=UTC)
 AZURE = {
@@ -233,17 +234,13 @@ def test_the_policy_allows_the_inlined_script_and_style_and_nothing_else() -> No
 # -- replay at a rate -----------------------------------------------------------------------
 
 
-def test_rate_plan_sends_each_id_once_a_tick_at_a_time() -> None:
-    ids = [f"j{i}" for i in range(50)] + ["j3"]
-    plan = rate_plan(ids, 25)
-    assert [len(b) for b in plan.batches] == [12, 12, 12, 12, 2]
-    assert [i for batch in plan.batches for i in batch] == [f"j{i}" for i in range(50)]
-    assert plan.interval_s == pytest.approx(12 / 25)
-    slow = rate_plan(["a", "b"], 0.5)
-    assert slow.batches == [["a"], ["b"]] and slow.interval_s == 2.0
-    assert len(rate_plan([str(i) for i in range(200)], 1000).batches[0]) == 50
+def test_a_replay_request_carries_one_ticks_worth_of_ids_as_the_page_sends_them() -> None:
+    assert tick_size(25) == 12, "half a second at 25/s"
+    assert tick_size(0.5) == 1, "at least one a request"
+    assert tick_size(1000) == 50, "at most 50 a request"
+    assert f"TICK_S = {pacing.TICK_S}, MAX_BATCH = {pacing.TICK_ITEMS};" in JS, "the page sends the same"
     with pytest.raises(ActionRefused):
-        rate_plan(["a"], 0)
+        tick_size(0)
 
 
 # -- jobs list ------------------------------------------------------------------------------
@@ -331,7 +328,7 @@ def test_damaged_counter_documents_count_nothing_and_never_fail_the_overview() -
     assert overview_counters.merge([good, *damaged], NOW) == overview_counters.merge([good], NOW)
     assert overview_counters.merge([good], NOW)["in_flight"] == 2
 
-    counters = TableCounters(MemoryStorage().table_ports(), "metrics", MemoryDocuments(lambda: NOW))
+    counters = TableCounters(MemoryTables(), "metrics", MemoryDocuments(lambda: NOW))
     counters.write("2026-11-24T12", "a", good)
     for i, text in enumerate(["", "{", "[" * 30_000, "[1]", json.dumps("x")]):
         counters.table.upsert({"PartitionKey": "2026-11-24T12", "RowKey": f"bad{i}", "doc": text})

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.indexes.entry_rows import count_changes, counts_of, entity_of, matches, reason_code_of, shard_of
+from shared.indexes.entry_rows import (
+    EntryRow,
+    count_changes,
+    counts_of,
+    entity_of,
+    matches,
+    reason_code_of,
+    shard_of,
+)
 from shared.indexes.jobs import day_span, query_filter, time_keys
 from shared.indexes.keys import newest_first
 from shared.interfaces.console.actions import ActionRefused, where_of
 from shared.interfaces.console.queries import parse_when, time_range
+from shared.poison.entry import ArchiveEntry
 
 
 def test_an_entry_reason_code_is_the_apps_else_read_from_its_reason() -> None:
@@ -21,19 +31,20 @@ def test_an_entry_reason_code_is_the_apps_else_read_from_its_reason() -> None:
     )
     assert reason_code_of("gave up after 5 attempts; last error: Timeout") == "transient"
     assert reason_code_of("Weird: Capitalised is no code") == "other" and reason_code_of(None) == "other"
-    row = entity_of("jobs/a/1.json", {"state": "poisoned", "reason": "bad_envelope: id: required"})
+    old = ArchiveEntry.parse({"state": "poisoned", "reason": "bad_envelope: id: required"})
+    row = entity_of(old.row("jobs/a/1.json"))
     assert row["reason_code"] == "bad_envelope", "entries archived before codes get theirs from the text"
 
 
 def test_counts_follow_entries_into_and_out_of_the_listed_state() -> None:
-    listed = {"state": "poisoned", "reason_code": "bad_payload"}
+    listed = EntryRow("jobs/a/1.json", "poisoned", "a", "r", "", 1, 1, "k", "bad_payload")
     assert count_changes(None, listed) == [("bad_payload", 1)]
-    assert count_changes(listed, {**listed, "state": "parked"}) == [("bad_payload", -1)]
-    assert count_changes({**listed, "state": "parked"}, listed) == [("bad_payload", 1)]
+    assert count_changes(listed, replace(listed, state="parked")) == [("bad_payload", -1)]
+    assert count_changes(replace(listed, state="parked"), listed) == [("bad_payload", 1)]
     assert count_changes(listed, listed) == [], "archived again in the same state: no change"
-    assert count_changes({"state": "replayed"}, {"state": "deleted"}) == []
+    assert count_changes(replace(listed, state="replayed"), replace(listed, state="deleted")) == []
     assert count_changes(listed, None) == [("bad_payload", -1)]
-    assert count_changes(listed, {**listed, "reason_code": "expired"}) == [
+    assert count_changes(listed, replace(listed, reason_code="expired")) == [
         ("bad_payload", -1),
         ("expired", 1),
     ]

@@ -1,8 +1,8 @@
-"""Bulk operations' steps: their size, their pace and their threads (pure)."""
+"""Pacing (shared/poison/pacing.py): a bulk step's size, pace and threads (pure)."""
 
 from __future__ import annotations
 
-from shared.poison.bulk_pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
+from shared.poison.pacing import STEP_ITEMS, STEP_THREADS, Pacer, step_plan, step_threads
 
 
 def test_a_step_takes_about_five_seconds_of_the_rate_and_waits_the_rest() -> None:
