@@ -17,6 +17,7 @@ from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, St
 from shared.ledger import COMPLETED, Record
 from shared.ledger.view import RecordView
 from shared.observability import tracing
+from shared.pipeline.gate import waiting_reason
 from shared.pipeline.submit import (
     SUBMIT_CALLS,
     MessageOut,
@@ -144,9 +145,12 @@ def _record(req: func.HttpRequest, rt: Runtime) -> Record | func.HttpResponse:
 
 @_guarded
 def get_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """GET /api/jobs/{id}: the ledger record."""
+    """GET /api/jobs/{id}: the ledger record; `waiting` says why while it waits for a permit."""
     record = _record(req, rt)
-    return record if isinstance(record, func.HttpResponse) else _json(200, record.data)
+    if isinstance(record, func.HttpResponse):
+        return record
+    waiting = waiting_reason(rt, req.route_params["id"], record)
+    return _json(200, {**record.data, "waiting": waiting} if waiting else record.data)
 
 
 @_guarded

@@ -122,6 +122,11 @@ class JobContext:
             hosts = AllowList()
         return in_play.use(setting, value, hosts)
 
+    fence: Callable[[], None] = lambda: None
+    """Call right before acting under the job's limits (e.g. the outbound call): returns only
+    while its permits are provably held; raises `shared.permits.service.PermitLost` otherwise
+    (do not act: the job waits for a permit again). A job with no limit: does nothing."""
+
     def idempotency_key(self, scope: str = "") -> str:
         """A key for an `Idempotency-Key` header: the same across retries, redeliveries, recovery
         and a plain replay of the job; a new one after an edited replay. `scope` tells a job's
@@ -167,7 +172,11 @@ def masked_outcome(outcome: Outcome) -> Outcome:
 
 
 class Handler(Protocol):
-    """A job kind: validate its payload (pure) and run it."""
+    """A job kind: validate its payload (pure) and run it.
+
+    Optional: `limits(payload) -> Sequence[shared.permits.limit.Limit]` (pure): the keys the job
+    is limited by (at most N at once, R a second, across all instances); the job runs only once
+    it holds a permit of each, and calls `ctx.fence()` right before acting (docs/handlers.md)."""
 
     def validate(self, payload: Mapping[str, Any]) -> None:
         """Raise PayloadError listing every problem; no I/O."""

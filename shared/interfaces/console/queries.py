@@ -27,6 +27,7 @@ from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
 from shared.ledger.view import RecordView
 from shared.observability import overview_counters
+from shared.pipeline.gate import waiting_reason
 from shared.poison.archive import LISTED_STATE, read_entry
 from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
@@ -176,6 +177,8 @@ class JobView:
     payload: Any
     payload_note: str
     archive_names: list[str]
+    waiting: dict[str, Any] | None = None
+    """Why the job waits for a permit (shared/permits), while it does."""
 
 
 def job_view(rt: Runtime, job_id: str) -> JobView | None:
@@ -208,6 +211,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         payload=payload,
         payload_note=note,
         archive_names=[e.name for e in entries],
+        waiting=waiting_reason(rt, job_id, record),
     )
 
 
