@@ -53,6 +53,7 @@ from shared.jobs import noop
 from shared.pipeline import processing
 from shared.poison import bulk, bulk_step
 from shared.runtime.wiring import Runtime, build_runtime
+from shared.storage.accounts import AzureAccount
 from tests.integration.helpers import message
 
 _lock = threading.Lock()
@@ -116,11 +117,17 @@ def timed(name: str, fn: Callable[[], Any], results: list[dict[str, Any]]) -> An
     return value
 
 
+def azure(rt: Runtime) -> AzureAccount:
+    """The runtime's account as the Azure one (the benchmark runs on Azurite)."""
+    assert isinstance(rt.account, AzureAccount)
+    return rt.account
+
+
 def run_bulk(
     rt: Runtime, names: list[str], rate: float, log: Callable[[str], None], kind: str = "replay"
 ) -> dict[str, Any]:
     """Start a `kind` operation over `names` and carry out its steps here as the trigger would."""
-    queue = rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue))
+    queue = rt.account.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue))
     with counted() as start_found:
         op = bulk.start(rt, kind, "bench", names=names, rate_per_s=rate)
     started = time.monotonic()
@@ -298,7 +305,7 @@ def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, A
         timed("audit page (after the actions above)", lambda: rt.audit.page(), results)
         for row in results:  # printed now: the bulk replay below takes minutes
             log(f"  {row['what']:<40}{row['requests']:>9}{row['ms']:>9.0f}")
-        rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue)).clear_messages()
+        azure(rt).clients.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue)).clear_messages()
         log(f"bulk replay of {args.bulk:,} at {args.rate}/s ...")
         bulk_result = run_bulk(rt, names[: args.bulk], args.rate, log)
         body = json.dumps(
@@ -358,7 +365,7 @@ def replay_purge_rows(
         log(f"  {row['what']:<46}{row['requests']:>9}{row['ms']:>9.0f}")
     with counted() as found:
         t = time.monotonic()
-        queue = rt.storage.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue))
+        queue = rt.account.raw_queue(bulk.ops_queue_name(rt.settings.jobs_queue))
         while True:  # the dry run's steps, as the trigger runs them
             batch = list(queue.receive_messages(max_messages=1, visibility_timeout=120))
             if not batch:
@@ -394,12 +401,12 @@ def replay_purge_rows(
 
 def blob_delete_ms(rt: Runtime, samples: int = 10) -> float:
     """The median time of one blob delete on this account (a purge deletes one blob an entry)."""
-    container = rt.storage.container(rt.settings.poison_archive_container)
+    blobs = rt.account.blobs(rt.settings.poison_archive_container)
     spent = []
     for i in range(samples):
-        container.upload_blob(f"bench-delete/{i}.json", b"{}", overwrite=True)
+        blobs.write(f"bench-delete/{i}.json", b"{}")
         t = time.perf_counter()
-        container.delete_blob(f"bench-delete/{i}.json")
+        blobs.delete(f"bench-delete/{i}.json")
         spent.append((time.perf_counter() - t) * 1000)
     return round(sorted(spent)[samples // 2], 1)
 

@@ -49,6 +49,7 @@ from shared.jobs.base import Completed, Continue, JobContext  # noqa: E402
 from shared.jobs.offload.aggregate_spark import build_request, offload, resume  # noqa: E402
 from shared.spark.backends import make_backend  # noqa: E402
 from shared.spark.model import SparkBackend  # noqa: E402
+from shared.storage.accounts import AzureAccount  # noqa: E402
 from shared.storage.clients import StorageClients, clients_for  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out" / "spark.json"
@@ -64,7 +65,8 @@ LOG = logging.getLogger("bench.spark")
 
 def context(settings: Settings, storage: StorageClients, payload: dict[str, Any], job_id: str) -> JobContext:
     return JobContext(
-        job_id=job_id, kind="aggregate", attempt=0, payload=payload, settings=settings, storage=storage,
+        job_id=job_id, kind="aggregate", attempt=0, payload=payload, settings=settings,
+        storage=AzureAccount(storage, settings.storage),
         log=logging.LoggerAdapter(LOG, {}), checkpoint=lambda progress: None,
     )  # fmt: skip
 

@@ -53,6 +53,5 @@ class WebhookHandler:
 
         answer = ctx.effect("post", post)  # recorded: a later run of this job does not post again
         name = f"{ctx.job_id}.json"
-        blob = ctx.storage.container(ctx.settings.results_container).get_blob_client(name)
-        blob.upload_blob(json.dumps(answer), overwrite=True)
+        ctx.storage.blobs(ctx.settings.results_container).write(name, json.dumps(answer))
         return Completed(result_ref=f"{ctx.settings.results_container}/{name}", summary=answer)

@@ -17,6 +17,7 @@ from shared.core.errors import EnvelopeError, MessageTooLarge, SettingsError, St
 from shared.ledger import COMPLETED, Record
 from shared.ledger.view import RecordView
 from shared.observability import tracing
+from shared.pipeline.gate import waiting_reason
 from shared.pipeline.submit import (
     SUBMIT_CALLS,
     MessageOut,
@@ -29,7 +30,7 @@ from shared.poison.audited import record_action
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.clients import bounded_calls
 from shared.storage.failures import NotFound, StorageError, failure_name, translated
-from shared.storage.limits import BlobTooLarge, read_capped, result_limit_bytes
+from shared.storage.limits import BlobTooLarge, result_limit_bytes
 
 log = logging.getLogger("jobs.api")
 P = ParamSpec("P")
@@ -144,9 +145,12 @@ def _record(req: func.HttpRequest, rt: Runtime) -> Record | func.HttpResponse:
 
 @_guarded
 def get_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """GET /api/jobs/{id}: the ledger record."""
+    """GET /api/jobs/{id}: the ledger record; `waiting` says why while it waits for a permit."""
     record = _record(req, rt)
-    return record if isinstance(record, func.HttpResponse) else _json(200, record.data)
+    if isinstance(record, func.HttpResponse):
+        return record
+    waiting = waiting_reason(rt, req.route_params["id"], record)
+    return _json(200, {**record.data, "waiting": waiting} if waiting else record.data)
 
 
 @_guarded
@@ -169,8 +173,7 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     container, _, name = ref.partition("/")
     limit = result_limit_bytes(rt.settings.max_groups)
     try:
-        with translated(f"reading result {ref}"):
-            raw = read_capped(rt.storage.container(container).get_blob_client(name), limit)
+        raw = rt.account.blobs(container).read_capped(name, limit)
     except NotFound:
         return _error(404, f"result {ref} of job {job_id} is missing")
     except BlobTooLarge as big:
@@ -195,9 +198,8 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
     except StorageError as exc:
         return _error(503, f"storage unreachable ({failure_name(exc)})", status="unhealthy")
     try:
-        with translated("health check"):
-            rt.storage.container(rt.settings.ledger_container).get_container_properties()
-            rt.storage.queue(rt.settings.jobs_queue).get_queue_properties()
+        rt.account.blobs(rt.settings.ledger_container).check()
+        rt.account.queue(rt.settings.jobs_queue).depth()
     except StorageError as exc:
         return _error(503, f"storage unreachable ({failure_name(exc)})", status="unhealthy")
     return _json(

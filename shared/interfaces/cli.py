@@ -111,7 +111,7 @@ def cmd_result(rt: Runtime, args: argparse.Namespace) -> int:
         _print(dict(view.summary))
         return 0
     container, _, name = ref.partition("/")
-    print(rt.storage.container(container).download_blob(name).readall().decode("utf-8"))
+    print(rt.account.blobs(container).read(name).decode("utf-8"))
     return 0
 
 
@@ -127,15 +127,15 @@ def cmd_cancel(rt: Runtime, args: argparse.Namespace) -> int:
 
 def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
     """Print each new result document's summary as it appears (Ctrl-C to stop)."""
-    container = rt.storage.container(rt.settings.results_container)
-    seen = {b.name for b in container.list_blobs()} if not args.from_start else set()
+    results = rt.account.blobs(rt.settings.results_container)
+    seen = {b.name for page in results.pages() for b in page} if not args.from_start else set()
     try:
         while True:
-            for blob in container.list_blobs():
+            for blob in (b for page in results.pages() for b in page):
                 if blob.name in seen or not blob.name.endswith(".json") or "/" in blob.name:
                     continue
                 seen.add(blob.name)
-                doc = json.loads(container.download_blob(blob.name).readall())
+                doc = json.loads(results.read(blob.name))
                 rows = doc.get("rows", [])
                 output = doc.get("output") if isinstance(doc.get("output"), dict) else None
                 groups = output.get("rows") if output else len(rows)

@@ -20,8 +20,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from azure.storage.blob import BlobClient
-
 from shared import aggregation
 from shared.aggregation import (
     AggregateResult,
@@ -33,7 +31,7 @@ from shared.aggregation import (
 )
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.result import result_json
-from shared.blobio.reader import open_blob_stream, reader_for
+from shared.blobio.reader import open_blob_stream
 from shared.blobio.spans import SpanReader
 from shared.blobio.stream import BlobStream, Ranges
 from shared.config.settings import Settings
@@ -42,8 +40,8 @@ from shared.core.errors import InputRefused, LimitExceeded, NotAvailable
 from shared.jobs.aggregate_output import write_data_result, write_result
 from shared.jobs.base import Completed, JobContext, Outcome
 from shared.jobs.offload import aggregate_spark
-from shared.storage.clients import StorageClients
 from shared.storage.limits import input_refusal, result_limit_bytes
+from shared.storage.ports import Account
 
 if not aggregation.NATIVE:  # the remote build could not compile native/: same answers, slower
     logging.getLogger(__name__).warning(
@@ -102,14 +100,11 @@ def result_document(job_id: str, result: AggregateResult, engine: str, elapsed_s
     return aggregate_result.result_document(job_id, result.rows, result.input_rows, engine, elapsed_s)
 
 
-def open_input(source: BlobClient, spec: AggregateSpec) -> BlobStream | SpanReader:
+def open_input(source: Ranges, spec: AggregateSpec) -> BlobStream | SpanReader:
     """CSV and JSON lines: a stream of the blob, read ahead in parallel. Parquet: ranged reads of
     the spans asked for (the footer, then the needed column chunks); one small GET now."""
     if spec.format == "parquet":
-        ranges = (
-            source if isinstance(source, Ranges) else reader_for(source).ranges(spec.container, spec.blob)
-        )
-        return SpanReader(ranges)
+        return SpanReader(source)
     return open_blob_stream(source)
 
 
@@ -141,7 +136,7 @@ class AggregateHandler:
         if spec.engine == "spark" and ctx.settings.spark.backend == "none":
             raise NotAvailable("engine 'spark' is not available: SPARK_BACKEND=none")
         started = time.monotonic()
-        source = ctx.storage.blob.get_blob_client(spec.container, spec.blob)
+        source = ctx.storage.blobs(spec.container).ranges(spec.blob)
         settings = ctx.settings
         over_cap = False
         with open_input(source, spec) as stream:
@@ -178,7 +173,7 @@ class AggregateHandler:
         data = result_json(ctx.job_id, table, input_rows, "inline", elapsed, max_bytes=limit)
         groups = table.num_rows
         del table
-        write_result(ctx.storage.blob.get_blob_client(container, name), data)
+        write_result(ctx.storage.blobs(container), name, data)
         ctx.log.info(
             "aggregate %s: %d rows -> %d groups in %.2fs (inline)", spec.input, input_rows, groups, elapsed
         )
@@ -195,7 +190,7 @@ class AggregateHandler:
         return aggregate_spark.offload(ctx, spec, reason=reason)
 
     def abandon(
-        self, settings: Settings, storage: StorageClients, job_id: str, state: Mapping[str, Any]
+        self, settings: Settings, storage: Account, job_id: str, state: Mapping[str, Any]
     ) -> Mapping[str, Any] | None:
         """The job is poisoned while offloaded: cancel its Spark run on the cluster, free its slot."""
         return aggregate_spark.abandon(settings, storage, job_id, state)

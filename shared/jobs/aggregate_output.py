@@ -12,28 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from azure.storage.blob import BlobClient, ContentSettings
-
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.output import CONTENT_TYPES, data_blob
 from shared.aggregation.result_data import DATA_BATCH_ROWS, write_batches, write_data
 from shared.aggregation.spill import ResultRows
 from shared.jobs.base import Completed, JobContext
-from shared.storage.failures import translated
-from shared.storage.staged import BLOCK_BYTES, StagedBlobWriter
+from shared.storage.ports import Blobs
+from shared.storage.staged import BLOCK_BYTES
 
 if TYPE_CHECKING:
     from shared.aggregation import AggregateSpec
 
 
-def write_result(blob: BlobClient, document: Mapping[str, Any] | bytes) -> None:
+def write_result(blobs: Blobs, name: str, document: Mapping[str, Any] | bytes) -> None:
     """Upload the result document, or its bytes from `result_json` (overwrite: a re-run of the
     same job writes the same blob)."""
     data = document if isinstance(document, bytes) else aggregate_result.dumps(document)
-    label = f"{blob.container_name}/{blob.blob_name}"
-    settings = ContentSettings(content_type="application/json; charset=utf-8")
-    with translated(f"writing {label}"):
-        blob.upload_blob(data, overwrite=True, content_settings=settings)
+    blobs.write(name, data, content_type="application/json; charset=utf-8")
 
 
 def write_data_result(
@@ -51,8 +46,8 @@ def write_data_result(
     fmt = spec.output.format
     container = ctx.settings.results_container
     name = data_blob(ctx.job_id, ctx.version, fmt)
-    results = ctx.storage.container(container)
-    sink = StagedBlobWriter(results.get_blob_client(name), CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
+    results = ctx.storage.blobs(container)
+    sink = results.writer(name, CONTENT_TYPES[fmt], block_bytes or BLOCK_BYTES)
     if rows.table is not None:
         written = write_data(rows.table, fmt, sink, batch_rows)
     else:
@@ -67,7 +62,7 @@ def write_data_result(
         "columns": written.column_list(),
     }
     document = aggregate_result.data_result_document(ctx.job_id, output, input_rows, "inline", elapsed_s)
-    write_result(results.get_blob_client(aggregate_result.result_blob(ctx.job_id)), document)
+    write_result(results, aggregate_result.result_blob(ctx.job_id), document)
     ctx.log.info(
         "aggregate %s: %d rows -> %d groups in %.2fs (inline), written as %s: %s (%d bytes, %d blocks)",
         spec.input,

@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -16,7 +16,7 @@ from shared.config.settings import Settings
 from shared.core.errors import NotAvailable
 from shared.net import secrets as in_play
 from shared.net.destinations import AllowList, BadUrl
-from shared.storage.clients import StorageClients
+from shared.storage.ports import Account
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class JobContext:
     attempt: int
     payload: Mapping[str, Any]
     settings: Settings
-    storage: StorageClients
+    storage: Account
+    """The app's storage account: `storage.blobs(container)`, `.documents(container)`, `.queue(name)`."""
     log: logging.LoggerAdapter[logging.Logger]
     checkpoint: Callable[[Mapping[str, Any]], None]
     """Save progress into the ledger record (never into the queue message)."""
@@ -97,6 +98,14 @@ class JobContext:
     settings_prefix: str = ""
     """The kind's settings prefix (`ctx.secret` reads `<prefix>SECRET_<NAME>`); default `<KIND>_`."""
 
+    def __post_init__(self) -> None:
+        save = self.checkpoint
+
+        def checkpoint(progress: Mapping[str, Any]) -> None:  # stored with the run's secrets masked
+            save(masked_value(progress))
+
+        self.checkpoint = checkpoint
+
     def secret(self, name: str) -> str:
         """The secret `<prefix>SECRET_<NAME>` (`name` is `NAME` or the whole setting name), read
         now: masked in everything the run stores or logs, and sent by the app's HTTP client only to
@@ -112,6 +121,11 @@ class JobContext:
         except BadUrl:
             hosts = AllowList()
         return in_play.use(setting, value, hosts)
+
+    fence: Callable[[], None] = lambda: None
+    """Call right before acting under the job's limits (e.g. the outbound call): returns only
+    while its permits are provably held; raises `shared.permits.service.PermitLost` otherwise
+    (do not act: the job waits for a permit again). A job with no limit: does nothing."""
 
     def idempotency_key(self, scope: str = "") -> str:
         """A key for an `Idempotency-Key` header: the same across retries, redeliveries, recovery
@@ -143,8 +157,26 @@ class JobContext:
         return result
 
 
+def masked_value(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A JSON-like mapping with the run's secrets in play masked in every string (shared/net/secrets.py)."""
+    masker = in_play.masker()
+    masked = masker.value(dict(value)) if masker else value
+    return masked if isinstance(masked, Mapping) else value
+
+
+def masked_outcome(outcome: Outcome) -> Outcome:
+    """The outcome as the ledger keeps it: its summary or state with the run's secrets masked."""
+    if isinstance(outcome, Completed):
+        return replace(outcome, summary=masked_value(outcome.summary))
+    return replace(outcome, state=masked_value(outcome.state))
+
+
 class Handler(Protocol):
-    """A job kind: validate its payload (pure) and run it."""
+    """A job kind: validate its payload (pure) and run it.
+
+    Optional: `limits(payload) -> Sequence[shared.permits.limit.Limit]` (pure): the keys the job
+    is limited by (at most N at once, R a second, across all instances); the job runs only once
+    it holds a permit of each, and calls `ctx.fence()` right before acting (docs/handlers.md)."""
 
     def validate(self, payload: Mapping[str, Any]) -> None:
         """Raise PayloadError listing every problem; no I/O."""

@@ -27,9 +27,9 @@ import json
 import time
 from collections.abc import Collection, Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import requests
-from azure.storage.blob import ContentSettings
 
 from shared.config.settings import Settings
 from shared.core.errors import NotAvailable
@@ -40,6 +40,8 @@ from shared.jobs.outbound import secret_destinations
 from shared.net import secrets as in_play
 from shared.net.client import HttpClient
 from shared.net.guard import Guard, Resolver, resolve
+from shared.permits.limit import Limit
+from shared.permits.limit_settings import HostLimits, read_host_limits
 
 KIND: Final = "http"
 RESULT_HEADERS = (
@@ -64,18 +66,33 @@ class HttpHandler:
         config: HttpKindSettings | None = None,
         resolver: Resolver = resolve,
         verify: str | None = None,
+        host_limits: HostLimits | None = None,
     ) -> None:
         self.resolver = resolver
         """How host names are resolved for the guard (tests give their own)."""
         self.verify = verify
         """A CA bundle to verify TLS with instead of the default one (tests' own CA)."""
         self.config = config or HttpKindSettings(guard=Guard(resolver=resolver))
+        self.host_limits = host_limits or HostLimits()
+        """`HTTP_MAX_CONCURRENT_PER_HOST`, `HTTP_MAX_PER_SECOND_PER_HOST`, `HTTP_LIMITS_PER_HOST`."""
 
     def configure(self, reader: SettingReader, settings: Settings) -> HttpHandler:
-        return HttpHandler(read_settings(reader, settings, self.resolver), self.resolver, self.verify)
+        config = read_settings(reader, settings, self.resolver)
+        return HttpHandler(config, self.resolver, self.verify, read_host_limits(reader, self.settings_prefix))
 
     def validate(self, payload: Mapping[str, Any]) -> None:
         parse_call(payload, self.config)
+
+    @property
+    def limited(self) -> bool:
+        """Whether any host is limited (else no job of this kind ever waits)."""
+        return self.host_limits.any()
+
+    def limits(self, payload: Mapping[str, Any]) -> list[Limit]:
+        """The destination host's limit, if it has one (pure)."""
+        host = urlsplit(parse_call(payload, self.config).url).hostname or ""
+        limit = self.host_limits.for_host(host)
+        return [limit] if limit is not None else []
 
     def run(self, ctx: JobContext) -> Outcome:
         call = parse_call(ctx.payload, self.config)
@@ -93,6 +110,7 @@ class HttpHandler:
             record=True,  # each attempt's status goes into the ledger's `downstream` (the console shows it)
             verify=self.verify,
         )
+        ctx.fence()  # the call is made only while the host's permit is provably held
         started = time.monotonic()
         resp = client.request(
             call.method,
@@ -175,17 +193,13 @@ def write_result(
 ) -> Completed:
     """Upload the result (and a large body first) to the results container."""
     doc, spill = result_document(ctx, resp, config, duration_s, secrets)
-    container = ctx.storage.container(ctx.settings.results_container)
+    results = ctx.storage.blobs(ctx.settings.results_container)
     if spill is not None:
         body_type = resp.headers.get("content-type") or "application/octet-stream"
-        container.get_blob_client(f"{ctx.job_id}.body").upload_blob(
-            spill, overwrite=True, content_settings=ContentSettings(content_type=body_type)
-        )
+        results.write(f"{ctx.job_id}.body", spill, content_type=body_type)
     name = f"{ctx.job_id}.json"
-    container.get_blob_client(name).upload_blob(
-        json.dumps(doc, ensure_ascii=False).encode(),
-        overwrite=True,
-        content_settings=ContentSettings(content_type="application/json; charset=utf-8"),
+    results.write(
+        name, json.dumps(doc, ensure_ascii=False).encode(), content_type="application/json; charset=utf-8"
     )
     summary = {"status": doc["status"], "attempts": doc["attempts"], "duration_s": doc["duration_s"]}
     return Completed(result_ref=f"{ctx.settings.results_container}/{name}", summary=summary)

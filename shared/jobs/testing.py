@@ -10,11 +10,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from azure.core import MatchConditions
-
 from shared.core.errors import DownstreamUnavailable, InputDataError, PayloadError
 from shared.jobs.base import Completed, JobContext, Outcome
-from shared.storage.failures import AlreadyExists, translated
+from shared.storage.failures import AlreadyExists
 
 EFFECTS_PREFIX = "effects/"
 _FIELDS = {
@@ -70,12 +68,7 @@ class FaultHandler:
         if payload.get("permanent"):
             raise InputDataError("fault: permanent failure requested by the payload")
         marker = payload.get("fail_unless_blob")
-        if (
-            marker
-            and not ctx.storage.container(ctx.settings.results_container)
-            .get_blob_client(str(marker))
-            .exists()
-        ):
+        if marker and not ctx.storage.blobs(ctx.settings.results_container).exists(str(marker)):
             raise InputDataError(f"fault: blob {marker} does not exist yet")
         if payload.get("crash"):
             raise RuntimeError("fault: unexpected crash requested by the payload")
@@ -99,17 +92,14 @@ def apply_effect(ctx: JobContext) -> None:
     the effect already there (a re-run after a crash between effect and ledger completion) is
     recorded under repeats/<id>/. `effects/<id>.json` holds the first execution's facts.
     """
-    container = ctx.storage.container(ctx.settings.results_container)
+    results = ctx.storage.blobs(ctx.settings.results_container)
     run = uuid.uuid4().hex
     doc = json.dumps({"id": ctx.job_id, "attempt": ctx.attempt, "run": run, "at": time.time()})
-    container.upload_blob(f"runs/{ctx.job_id}/{run}.json", doc)
+    results.write(f"runs/{ctx.job_id}/{run}.json", doc, overwrite=False)
     try:
-        with translated("create the effect blob"):
-            container.upload_blob(
-                f"{EFFECTS_PREFIX}{ctx.job_id}.json", doc, match_condition=MatchConditions.IfMissing
-            )
+        results.write(f"{EFFECTS_PREFIX}{ctx.job_id}.json", doc, overwrite=False)
     except AlreadyExists:
-        container.upload_blob(f"repeats/{ctx.job_id}/{run}.json", doc)
+        results.write(f"repeats/{ctx.job_id}/{run}.json", doc, overwrite=False)
 
 
 HANDLERS = {"fault": FaultHandler()}

@@ -73,28 +73,35 @@ class Masker:
         return Masker((*self.secrets, *secrets))
 
     @cached_property
-    def _text_pattern(self) -> re.Pattern[str] | None:
+    def _literals(self) -> tuple[str, ...]:
+        """The forms that are plain strings (replaced at C speed): as sent, base64, hex."""
         forms: list[str] = []
         for value in self.secrets:
-            if len(value) < MIN_SECRET_CHARS:
-                continue
-            forms.append(_encoded_pattern(value))
-            raw = value.encode("utf-8")
-            forms.extend(re.escape(f) for f in _base64_forms(raw))
-            forms.append(f"(?i:{raw.hex()})")
-        return re.compile("|".join(forms)) if forms else None
+            forms.append(value)
+            if len(value) >= MIN_SECRET_CHARS:
+                raw = value.encode("utf-8")
+                forms += [*_base64_forms(raw), raw.hex(), raw.hex().upper()]
+        return tuple(sorted(set(forms), key=len, reverse=True))
+
+    def _escaped(self, as_bytes: bool) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+        """(the escaped forms, the marks one of them must contain): JSON escapes and URL-encoding."""
+        values = [v for v in self.secrets if len(v) >= MIN_SECRET_CHARS]
+        if not values:
+            return None
+        marks = [r"\\u[0-9a-fA-F]{4}", "%[0-9a-fA-F]{2}"]
+        marks += [re.escape("\\" + c) for c in '/"\\' if any(c in v for v in values)]
+        marks += [r"\+"] if any(" " in v for v in values) else []
+        pattern = re.compile("|".join(_encoded_pattern(v, as_bytes) for v in values))
+        return pattern, re.compile("|".join(marks))
 
     @cached_property
-    def _bytes_pattern(self) -> re.Pattern[str] | None:
+    def _text_escaped(self) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+        return self._escaped(as_bytes=False)
+
+    @cached_property
+    def _bytes_escaped(self) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
         """Over bytes read as Latin-1 (one character per byte): the UTF-8 forms."""
-        forms: list[str] = []
-        for value in self.secrets:
-            if len(value) < MIN_SECRET_CHARS:
-                continue
-            forms.append(_encoded_pattern(value, as_bytes=True))
-            forms.extend(re.escape(f) for f in _base64_forms(value.encode("utf-8")))
-            forms.append(f"(?i:{value.encode('utf-8').hex()})")
-        return re.compile("|".join(forms)) if forms else None
+        return self._escaped(as_bytes=True)
 
     @cached_property
     def window(self) -> int:
@@ -102,25 +109,43 @@ class Masker:
         longest = max((len(v.encode("utf-8")) for v in self.secrets), default=0)
         return longest * 12 + 8  # %XX per byte, or \\uXXXX + surrogate pairs; base64 and hex shorter
 
+    def _masked(self, text: str, escaped: tuple[re.Pattern[str], re.Pattern[str]] | None) -> str:
+        for form in self._literals:
+            text = text.replace(form, MASK)
+        if escaped is None:
+            return text
+        pattern, marks = escaped
+        # an escaped form holds a mark: only the text around the marks is searched (fast when few)
+        spans: list[list[int]] = []
+        for mark in marks.finditer(text):
+            start, end = max(0, mark.start() - self.window), mark.end() + self.window
+            if spans and start <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], end)
+            else:
+                spans.append([start, end])
+        out, done = [], 0
+        for start, end in spans:
+            out += [text[done:start], pattern.sub(MASK, text[start:end])]
+            done = end
+        out.append(text[done:])
+        return "".join(out)
+
     def text(self, text: str) -> str:
         """`text` with every secret, in every form above, replaced by `***`."""
-        for value in self.secrets:  # short values: only as sent
-            text = text.replace(value, MASK)
-        pattern = self._text_pattern
-        return pattern.sub(MASK, text) if pattern is not None else text
+        return self._masked(text, self._text_escaped) if self.secrets else text
 
     def bytes(self, data: bytes) -> bytes:
         """`data` with every secret (UTF-8, UTF-16, escaped, encoded) replaced by `***`."""
         if not self.secrets:
             return data
         for value in self.secrets:
-            data = data.replace(value.encode("utf-8"), MASK.encode())
             for codec in ("utf-16-le", "utf-16-be"):  # masked in the same encoding: the text still decodes
                 data = data.replace(value.encode(codec), MASK.encode(codec))
-        pattern = self._bytes_pattern
-        if pattern is None:
-            return data
-        return pattern.sub(MASK, data.decode("latin-1")).encode("latin-1")
+        literal = Masker(v.encode("utf-8").decode("latin-1") for v in self.secrets)
+        text = data.decode("latin-1")
+        for form in self._literals:  # base64 and hex are ASCII: the same in both readings
+            text = text.replace(form, MASK)
+        return literal._masked(text, self._bytes_escaped).encode("latin-1")
 
     def value(self, value: object) -> object:
         """A decoded JSON value with every string (and key) masked."""

@@ -22,9 +22,8 @@ from shared.config.settings import Settings
 from shared.core.timers import Clock
 from shared.observability import job_metrics
 from shared.spark.slots import run_slots
-from shared.storage.blob_documents import BlobDocuments
-from shared.storage.clients import StorageClients
-from shared.storage.failures import NotFound, translated
+from shared.storage.failures import NotFound
+from shared.storage.ports import Account
 
 log = logging.getLogger("jobs.metrics")
 
@@ -35,7 +34,7 @@ class Sampled(Protocol):
     @property
     def settings(self) -> Settings: ...
     @property
-    def storage(self) -> StorageClients: ...
+    def account(self) -> Account: ...
     @property
     def clock(self) -> Clock: ...
 
@@ -57,11 +56,10 @@ def oldest_age(inserted: Iterable[datetime | None], now: datetime) -> float:
 
 def sample_queue(rt: Sampled, role: str, name: str) -> QueueSample:
     """One queue: its properties, and a peek at its first message when it is not empty."""
-    client = rt.storage.raw_queue(name)
+    queue = rt.account.raw_queue(name)
     try:
-        with translated(f"sampling queue {name}"):
-            depth = int(client.get_queue_properties().approximate_message_count or 0)
-            peeked = list(client.peek_messages(max_messages=1)) if depth else []
+        depth = queue.depth()
+        peeked = queue.peek_messages(max_messages=1) if depth else []
     except NotFound:
         return QueueSample(role, None, 0.0)
     return QueueSample(role, depth, oldest_age((_inserted(m) for m in peeked), rt.clock()))
@@ -85,7 +83,7 @@ def sample(rt: Sampled, clock: Callable[[], float] = time.time) -> list[QueueSam
         if s.depth is not None:
             job_metrics.queue_sample(s.queue, s.depth, s.oldest_age_s)
     if settings.spark.max_concurrent_runs > 0:
-        store = BlobDocuments(rt.storage.container(settings.ledger_container))  # where the offload keeps them
+        store = rt.account.documents(settings.ledger_container)  # where the offload keeps them
         since = run_slots(store, settings.spark).held_since()
         now = clock()
         job_metrics.spark_sample(len(since), max((now - t for t in since), default=0.0))

@@ -10,8 +10,8 @@ from shared.core import jsontext
 from shared.core.envelope import Envelope
 from shared.core.errors import EnvelopeError, InputMissing, LimitExceeded
 from shared.runtime.wiring import Runtime
-from shared.storage.failures import NotFound, translated
-from shared.storage.limits import BlobTooLarge, read_capped
+from shared.storage.failures import NotFound
+from shared.storage.limits import BlobTooLarge
 
 
 def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
@@ -22,11 +22,9 @@ def load_payload(rt: Runtime, env: Envelope) -> Mapping[str, Any]:
     """
     if env.payload_ref is None:
         return env.payload or {}
-    blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(env.payload_ref)
     limit = rt.settings.max_payload_bytes
     try:
-        with translated(f"reading payload {env.payload_ref}"):
-            raw = read_capped(blob, limit)
+        raw = rt.account.blobs(rt.settings.payloads_container).read_capped(env.payload_ref, limit)
     except NotFound:
         raise InputMissing(
             f"payload_ref: blob {rt.settings.payloads_container}/{env.payload_ref} does not exist (dangling claim check)"

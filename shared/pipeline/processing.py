@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,8 +35,7 @@ from shared.core.errors import (
     TransientError,
 )
 from shared.core.messages import NEVER_EXPIRE, QueueMessageLike, inserted_at
-from shared.core.timers import Timer
-from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin
+from shared.jobs.base import Completed, Continue, JobContext, Outcome, deadline_margin, masked_outcome
 from shared.jobs.kinds import prefix_of
 from shared.jobs.offload.abandon import abandon_work
 from shared.ledger import Decision, Facts, Record
@@ -47,7 +45,9 @@ from shared.net.client import CallNote, calls_recorded, deadline_at
 from shared.net.secrets import secrets_in_play
 from shared.observability import job_metrics, overview_counters, tracing
 from shared.observability.decisions import log_decision
-from shared.pipeline import recovery
+from shared.permits.service import PermitLost
+from shared.pipeline import gate, recovery
+from shared.pipeline.claims import ClaimKeeper
 from shared.pipeline.job_payload import load_payload
 from shared.poison.archive import note_reason
 from shared.runtime.sending import send_job
@@ -91,61 +91,6 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None) -> None:
         Processor(rt, env, delivery).run()
 
 
-class ClaimKeeper:
-    """Our claim on one job's record. Every write of this invocation goes through it; a
-    heartbeat renews the lease until `stop()`."""
-
-    def __init__(self, rt: Runtime, job_id: str, owner: str, record: Record, mine: set[str]) -> None:
-        self.rt = rt
-        self.job_id = job_id
-        self.owner = owner
-        self.record = record
-        self.mine = mine
-        self.lost = False
-        self._lock = threading.RLock()
-        self._stopped = False
-        self._timer: Timer | None = None
-
-    def write(self, change: ledger.Change) -> Record:
-        """Apply one transition to our record; ClaimLost when another writer changed it."""
-        with self._lock:
-            try:
-                self.record = self.rt.ledger.write(self.job_id, self.record, change, self.mine)
-            except Conflict:
-                self.lost = True
-                raise ClaimLost(
-                    f"job {self.job_id}: another invocation took over the ledger record"
-                ) from None
-            return self.record
-
-    def start(self) -> None:
-        with self._lock:
-            if not self._stopped:
-                self._timer = self.rt.timers.call_later(self.rt.settings.heartbeat_s, self._beat)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            if self._timer is not None:
-                self._timer.cancel()
-
-    def _beat(self) -> None:
-        with self._lock:
-            if self._stopped:
-                return
-            facts = Facts(self.rt.clock(), owner=self.owner)
-            try:
-                self.write(lambda prev: ledger.renewed(prev, facts, self.rt.settings.claim_lease_s))
-            except ClaimLost:
-                log.warning("job %s: claim lost to another invocation; heartbeat stopped", self.job_id)
-                return
-            except Exception as exc:  # the next beat tries again, well inside the lease
-                log.warning("job %s: claim renewal failed (%s); retrying at the next beat", self.job_id, exc)
-            # the cadence counts from this beat's start: a slow failing renewal does not push the next one out
-            wait = self.rt.settings.heartbeat_s - (self.rt.clock() - facts.now).total_seconds()
-            self._timer = self.rt.timers.call_later(max(0.0, wait), self._beat)
-
-
 class Processor:
     """Processes one parsed envelope."""
 
@@ -158,6 +103,8 @@ class Processor:
         """When this invocation began: its deadline counts from here (functionTimeout)."""
         self.mine: set[str] = set()
         self.keeper: ClaimKeeper | None = None
+        self.admission = gate.Admission()
+        """The permits this job holds while it runs (shared/pipeline/gate.py)."""
         self.calls: list[CallNote] = []
         """This run's downstream calls (clients with `record=True`), kept by the attempt's last write."""
 
@@ -169,10 +116,21 @@ class Processor:
     def run(self) -> None:
         try:
             with tracing.step("claim"):
+                admission = gate.admit(self.rt, self.env, self.owner, self.delivery.fields(self.env.attempt))
+                if admission is None:  # waiting for a permit: parked, this delivery acknowledged
+                    return
+                self.admission = admission
                 decision = self.claim()
         except StorageThrottled as exc:
+            self.admission.release()
             self.defer(STORAGE_BUSY_RECHECK_S, "storage_busy", error=str(exc))
             return
+        try:
+            self.run_admitted(decision)
+        finally:
+            self.admission.release()
+
+    def run_admitted(self, decision: Decision | None) -> None:
         if decision is None:
             return
         assert self.keeper is not None
@@ -196,11 +154,18 @@ class Processor:
             return
         started = time.monotonic()
         keeper.start()
+        self.admission.start()
         try:
             with tracing.step("handler"):
                 outcome = self.execute(keeper, resume=decision is Decision.RESUME)
         except ClaimLost:
             raise
+        except PermitLost as exc:  # not acted on: give the claim up and wait for a permit again
+            keeper.stop()
+            gate.lost(self.rt, self.env, exc, self.delivery.fields(self.env.attempt))
+            self.finish(partial(self.release, exc))
+            self.defer(RECHECK_MARGIN_S, "permit_lost")
+            return
         except PermanentError as exc:
             keeper.stop()
             self.finish(partial(self.poison, exc))
@@ -306,7 +271,8 @@ class Processor:
 
     def execute(self, keeper: ClaimKeeper, resume: bool) -> Outcome:
         handler = self.rt.handlers[self.env.kind]
-        payload = load_payload(self.rt, self.env)
+        payload = self.admission.payload
+        payload = load_payload(self.rt, self.env) if payload is None else payload
         handler.validate(payload)
         record = RecordView.of(keeper.record)
         cancel = record.cancel_request
@@ -321,7 +287,7 @@ class Processor:
             attempt=self.env.attempt,
             payload=payload,
             settings=self.rt.settings,
-            storage=self.rt.storage,
+            storage=self.rt.account,
             log=logging.LoggerAdapter(logging.getLogger(f"jobs.{self.env.kind}"), {"job_id": self.env.id}),
             checkpoint=self.checkpoint,
             resume_state=continuation.state if continuation else None,
@@ -330,6 +296,7 @@ class Processor:
             effects=ledger.effects_of(keeper.record.data, version),
             record_effect=partial(self.record_effect, version),
             deadline=self.started + timeout - deadline_margin(timeout),
+            fence=self.admission.fence,
             now=self.rt.clock,
             created_at=self.env.created_at,
             settings_prefix=prefix_of(self.env.kind, handler),
@@ -338,7 +305,7 @@ class Processor:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
         with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():  # see shared/net
             self.calls = calls
-            return handler.run(ctx)
+            return masked_outcome(handler.run(ctx))
 
     def record_effect(self, version: int, name: str, result: Any) -> None:
         """Keep an effect's result in the ledger record (`ctx.effect`); ClaimLost if taken over."""
@@ -430,7 +397,7 @@ class Processor:
         send_poison_copy(self.rt, self.delivery.body, text, self.env.id, exc.reason_code, under_claim=True)
         assert self.keeper is not None
         handler = self.rt.handlers.get(self.env.kind)
-        run = abandon_work(handler, self.rt.settings, self.rt.storage, self.keeper.record.data, exc)
+        run = abandon_work(handler, self.rt.settings, self.rt.account, self.keeper.record.data, exc)
         facts = self.facts()
         self.write(
             lambda prev: ledger.poisoned(

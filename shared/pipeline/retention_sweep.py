@@ -26,8 +26,6 @@ from datetime import date, datetime
 from itertools import islice
 from typing import Protocol
 
-from azure.storage.blob import ContainerClient
-
 from shared.config.retention import Rule, day_tables_last_due, due_day_tables, entry_rows_cutoff
 from shared.core.documents import DocumentStore, TagQuery
 from shared.indexes.entries import EntryIndex
@@ -36,7 +34,8 @@ from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
 from shared.runtime.wiring import Runtime, get_runtime
-from shared.storage.failures import ConditionFailed, NotFound, StorageError, failure_name, translated
+from shared.storage.failures import StorageError, failure_name, translated
+from shared.storage.ports import Blobs
 
 log = logging.getLogger("jobs.retention")
 PAGE = 500
@@ -74,26 +73,18 @@ class RetentionTarget(Protocol):
 class BlobTarget:
     """A container of the storage account (Azurite locally)."""
 
-    def __init__(self, container: ContainerClient) -> None:
-        self.container = container
+    def __init__(self, blobs: Blobs) -> None:
+        self.blobs = blobs
 
     def found(self, query: TagQuery, page: int) -> Iterator[list[str]]:
-        pages = self.container.find_blobs_by_tags(query.expression(), results_per_page=page).by_page()
-        for blobs in pages:
-            yield [blob.name for blob in blobs]
+        return self.blobs.found(query, page)
 
     def listed(self, prefix: str, page: int) -> Iterator[list[tuple[str, datetime | None]]]:
-        pages = self.container.list_blobs(name_starts_with=prefix or None, results_per_page=page).by_page()
-        for blobs in pages:
+        for blobs in self.blobs.pages(prefix, page):
             yield [(blob.name, blob.last_modified) for blob in blobs]
 
     def delete_unmodified(self, name: str, cutoff: datetime) -> bool:
-        try:
-            with translated(f"deleting {name}"):
-                self.container.delete_blob(name, if_unmodified_since=cutoff)
-        except (ConditionFailed, NotFound):
-            return False
-        return True
+        return self.blobs.delete(name, cutoff)
 
 
 class DocumentTarget:
@@ -341,7 +332,7 @@ def run_tables(
 
 def blob_targets(rt: Runtime) -> Callable[[str], RetentionTarget]:
     """The runtime's containers as retention targets."""
-    return lambda name: BlobTarget(rt.storage.container(name))
+    return lambda name: BlobTarget(rt.account.blobs(name))
 
 
 def run(

@@ -307,8 +307,7 @@ def _claim_check_plan(rt: Runtime, env: Envelope) -> tuple[Envelope, bytes]:
 def _upload_payload(rt: Runtime, env: Envelope, raw: bytes) -> None:
     """The claim-checked payload; its name is keyed by content, so a retry writes the same bytes."""
     assert env.payload_ref is not None
-    container = rt.storage.container(rt.settings.payloads_container)
-    container.upload_blob(env.payload_ref, raw, overwrite=True)
+    rt.account.blobs(rt.settings.payloads_container).write(env.payload_ref, raw)
 
 
 def envelope_from_args(kind: str, payload: Mapping[str, Any], job_id: str | None = None) -> dict[str, Any]:

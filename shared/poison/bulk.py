@@ -109,7 +109,7 @@ def start(
 
 
 def send_step(rt: Runtime, op_id: str, step: int, delay_s: int) -> None:
-    rt.storage.queue(ops_queue_name(rt.settings.jobs_queue)).send_message(
+    rt.account.queue(ops_queue_name(rt.settings.jobs_queue)).send_message(
         json.dumps({"op": op_id, "step": step}), visibility_timeout=delay_s or None, time_to_live=NEVER_EXPIRE
     )
 

@@ -210,7 +210,7 @@ def mark_poisoned(rt: Runtime, job_id: str, record: Record | None, verdict: Verd
     run = abandon_work(
         rt.handlers.get(RecordView.of(record).kind),
         rt.settings,
-        rt.storage,
+        rt.account,
         record.data if record else None,
         None,
     )

@@ -19,7 +19,7 @@ from shared.indexes.entry_rows import EntryState
 from shared.poison.archive import IndexWrites, StoredEntry, change, set_state
 from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
-from shared.storage.failures import NotFound, StorageError, translated
+from shared.storage.failures import NotFound, StorageError
 
 PARKED = EntryState.PARKED
 DAY_S = 86_400
@@ -36,7 +36,7 @@ def park_entry(rt: Runtime, stored: StoredEntry, by: str, writes: IndexWrites) -
     entry = stored.entry
     if not entry.listed:
         return "skipped", f"entry is {entry.state}, not {EntryState.POISONED}"
-    queue = rt.storage.raw_queue(rt.settings.parked_queue)
+    queue = rt.account.raw_queue(rt.settings.parked_queue)
     ttl = parked_ttl_s(rt.settings.retention.archive)
     sent = queue.send_message(entry.body_b64, time_to_live=ttl)
     parked = entry.parked(
@@ -56,8 +56,7 @@ def drop_parked_message(rt: Runtime, entry: ArchiveEntry) -> str:
     if not msg_id or not receipt:
         return "parked before receipts were kept: its parked message is left on the queue"
     try:
-        with translated("deleting a parked message"):
-            rt.storage.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+        rt.account.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
     except NotFound:
         return "its parked message was already gone (expired with the archive's retention, or deleted)"
     except StorageError as exc:

@@ -33,6 +33,10 @@ from shared.ledger import Ledger
 from shared.ledger.view import index_tags, listing_metadata
 from shared.observability import overview_counters
 from shared.observability.telemetry import configure_telemetry
+from shared.permits.limit_settings import PermitSettings, read_permit_settings
+from shared.permits.parked_messages import Parking, QueueParking
+from shared.permits.service import Permits
+from shared.permits.store import DocumentPermitStore, PermitStore, memory_permit_store
 from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, connect, ensure_resources
 from shared.storage.ports import Account, Tables
@@ -75,6 +79,18 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     retry_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
+    permit_settings: PermitSettings = field(default_factory=PermitSettings)
+    permit_store: PermitStore | None = None
+    """Where permits are kept (shared/permits): the container `PERMITS_CONTAINER`; None: in memory."""
+    parking: Parking | None = None
+    """Where waiting jobs' messages are parked; None: on `jobs_queue`."""
+    permits: Permits = field(init=False)
+    """Concurrency and rate limits across instances (shared/permits)."""
+
+    def __post_init__(self) -> None:
+        store = self.permit_store or memory_permit_store(self.clock)
+        parking = self.parking or QueueParking(self.jobs_queue)
+        self.permits = Permits(store, parking, self.clock, self.timers, self.permit_settings.lease_s)
 
     @classmethod
     def over(
@@ -98,6 +114,10 @@ class Runtime:
         )
         archive = account.documents(settings.poison_archive_container)
         job_index, entry_index, audit, counters = indexes(settings, tables, archive)
+        permit_settings = read_permit_settings(
+            settings.source, settings.jobs_queue, {q.name: q.max_concurrent for q in settings.queue_set}
+        )
+        permits_container = account.clients.container(permit_settings.container)
         return cls(
             settings=settings,
             account=account,
@@ -114,6 +134,11 @@ class Runtime:
             audit=audit,
             counters=counters,
             retry_policies=kinds.retry,
+            permit_settings=permit_settings,
+            permit_store=DocumentPermitStore(
+                account.documents(permit_settings.container), ensure=permits_container.create_container
+            ),
+            parking=QueueParking(account.clients.queue(settings.jobs_queue)),
         )
 
     def retry_policy(self, kind: str) -> RetryPolicy:

@@ -5,7 +5,8 @@ The app holds the host's account (`AzureWebJobsStorage`) as `Runtime.account`. A
 is a second value: `account_for(connection)` with the `StorageConnection` its own setting names
 (`Settings`' `storage_connection(env, "<NAME>")` reads `<NAME>` as a connection string or
 `<NAME>__accountName` / `__blobServiceUri` / `__queueServiceUri` / `__serviceUri` and the
-identity ones, as for `AzureWebJobsStorage`); then `.queue(name)`, `.tables()`, `.documents(c)`.
+identity ones, as for `AzureWebJobsStorage`); then `.queue(name)`, `.tables()`, `.blobs(c)`,
+`.documents(c)`.
 """
 
 from __future__ import annotations
@@ -14,28 +15,29 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from azure.data.tables import TableServiceClient
-
 from shared.config.settings import StorageConnection
+from shared.storage.azure_blobs import AzureBlobs
 from shared.storage.azure_queues import AzureQueue
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients, clients_for
+from shared.storage.ports import Tables
 from shared.storage.tables import AzureTables, table_service
 
 
 class AzureAccount:
     """One Azure storage account: its blob and queue clients (`clients`) and its Table service,
-    built on first use (a connection without a table endpoint fails then: NoTableEndpoint)."""
+    built on first use (a connection without a table endpoint fails then: NoTableEndpoint), or
+    `tables` when given."""
 
     def __init__(
         self,
         clients: StorageClients,
         connection: StorageConnection,
-        tables: TableServiceClient | None = None,
+        tables: Tables | None = None,
     ) -> None:
         self.clients = clients
         self.connection = connection
-        self._tables = AzureTables(tables) if tables is not None else None
+        self._tables = tables
         self._lock = threading.Lock()
 
     def documents(
@@ -47,7 +49,10 @@ class AzureAccount:
     ) -> BlobDocuments:
         return BlobDocuments(self.clients.container(container), metadata=metadata, tags=tags)
 
-    def tables(self) -> AzureTables:
+    def blobs(self, container: str) -> AzureBlobs:
+        return AzureBlobs(self.clients.container(container))
+
+    def tables(self) -> Tables:
         with self._lock:
             if self._tables is None:
                 self._tables = AzureTables(table_service(self.connection))

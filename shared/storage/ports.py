@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from shared.core.documents import DocumentStore
+from shared.blobio.stream import Ranges
+from shared.core.documents import DocumentStore, TagQuery
 from shared.core.messages import MessageQueue
 
 TRANSACTION_SIZE = 100
@@ -135,11 +136,81 @@ class BlobInfo:
     size: int = 0
 
 
+class BlobWriter(Protocol):
+    """A binary file written into one blob: nothing is visible until `commit` (one blob whole)."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> int: ...
+    def tell(self) -> int: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    def writable(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+
+    @property
+    def blocks(self) -> int:
+        """Blocks staged so far."""
+
+    def commit(self) -> int:
+        """Make the blob exactly the bytes written (replacing any of that name); its size."""
+
+
+class Blobs(Protocol):
+    """One container of an account: blobs by name."""
+
+    @property
+    def name(self) -> str: ...
+
+    def read(self, name: str) -> bytes:
+        """The blob's bytes; NotFound when it (or the container) is missing."""
+
+    def read_capped(self, name: str, limit: int) -> bytes:
+        """The blob's bytes when it holds at most `limit` (one ranged GET of `limit` + 1 bytes);
+        `shared.storage.limits.BlobTooLarge` (with its full size) otherwise."""
+
+    def read_range(self, name: str, offset: int, length: int, etag: str | None = None) -> tuple[bytes, str]:
+        """Bytes [offset, offset + length) and the blob's ETag; If-Match `etag` when given
+        (ConditionFailed when it changed)."""
+
+    def write(
+        self, name: str, data: bytes | str, *, content_type: str | None = None, overwrite: bool = True
+    ) -> None:
+        """Upload the blob whole (one request); `overwrite=False`: AlreadyExists when it is there."""
+
+    def writer(self, name: str, content_type: str, block_bytes: int | None = None) -> BlobWriter:
+        """A file whose bytes become the blob at `commit` (staged a block at a time)."""
+
+    def exists(self, name: str) -> bool: ...
+
+    def delete(self, name: str, unmodified_since: datetime | None = None) -> bool:
+        """Delete the blob (unless written after `unmodified_since`); False when it is gone or kept."""
+
+    def pages(self, prefix: str = "", size: int | None = None) -> Iterator[list[BlobInfo]]:
+        """The blobs under `prefix` in name order, a request per page of `size`."""
+
+    def found(self, query: TagQuery, size: int | None = None) -> Iterator[list[str]]:
+        """Names of the blobs whose index tags match `query`, a request per page of `size`."""
+
+    def check(self) -> None:
+        """One request that fails (NotFound, StorageError) unless the container answers."""
+
+    def ranges(self, name: str) -> Ranges:
+        """Ranged reads of the blob (shared/blobio: the aggregate engine's input)."""
+
+
 class Queue(MessageQueue, Protocol):
     """One queue of an account: `MessageQueue`'s calls, its depth, and its creation."""
 
     @property
     def name(self) -> str: ...
+
+    def delete_message(self, message: Any, pop_receipt: str | None = None) -> None:
+        """Delete a received message (or one by id and `pop_receipt`)."""
 
     def depth(self) -> int:
         """The service's approximate count of messages (one request)."""
@@ -161,6 +232,9 @@ class Account(Protocol):
         tags: Callable[[dict[str, Any]], dict[str, str]] | None = None,
     ) -> DocumentStore:
         """JSON documents in `container` (`metadata` and index `tags` derived from each write)."""
+
+    def blobs(self, container: str) -> Blobs:
+        """The blobs of `container`."""
 
     def tables(self) -> Tables:
         """The account's Table service (NoTableEndpoint when its connection names none)."""

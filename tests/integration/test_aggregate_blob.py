@@ -23,6 +23,7 @@ from shared.config.settings import Settings
 from shared.core.errors import InputDataError, InputMissing
 from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import Completed, JobContext
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, connect
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,7 @@ class Env:
             attempt=1,
             payload=payload,
             settings=self.settings,
-            storage=self.storage,
+            storage=AzureAccount(self.storage, self.settings.storage),
             log=logging.LoggerAdapter(logging.getLogger("test.aggregate"), {}),
             checkpoint=self.checkpoints.append,
         )

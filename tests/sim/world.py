@@ -38,8 +38,8 @@ from shared.poison import handle_poison_message, sweep
 from shared.runtime.wiring import Runtime, indexes
 from shared.storage.clients import StorageClients
 from shared.storage.memory_documents import MemoryDocuments
+from shared.storage.memory_tables import MemoryTables
 from shared.storage.ports import Account
-from tests.fakes.storage import MemoryStorage
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 HOST_LEASE_S = 600.0  # the real host's fixed message lease
@@ -365,11 +365,9 @@ class World:
         self.crashes = 0
         self.expect_unparsed: tuple[bytes, ...] = ()
         """Bodies the scenario expects archived under unparsed/ (checked at the end)."""
-        self.tables = MemoryStorage(self.clock)
+        self.tables = MemoryTables(self.clock)
         """The indexes' tables (not faulted: index writes are best effort, the blobs the truth)."""
-        job_index, entry_index, audit, counters = indexes(
-            self.settings, self.tables.table_ports(), self.archive_docs
-        )
+        job_index, entry_index, audit, counters = indexes(self.settings, self.tables, self.archive_docs)
         entry_index.ensure()
         self.rt = Runtime(
             settings=self.settings,

@@ -19,6 +19,7 @@ from shared.config.settings import Settings
 from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.jobs.offload.aggregate_spark import resume
 from shared.spark.model import SparkBackend
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients, clients_for
 
 LOG = logging.getLogger("tests.spark")
@@ -81,7 +82,7 @@ def make_ctx(
         attempt=attempt,
         payload=payload,
         settings=settings,
-        storage=storage,
+        storage=AzureAccount(storage, settings.storage),
         log=logging.LoggerAdapter(LOG, {"job_id": job}),
         checkpoint=checkpoints if checkpoints is not None else Checkpoints(),
         resume_state=resume_state,

@@ -38,6 +38,7 @@ from shared.jobs.base import Completed, Continue, JobContext, Outcome
 from shared.jobs.offload.aggregate_spark import abandon, offload, resume
 from shared.spark.backends import make_backend
 from shared.spark.model import SparkBackend
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients
 from tests.spark.helpers import (
     assert_rows_equal,
@@ -211,7 +212,7 @@ def test_poisoned_job_has_its_driver_killed(
     assert isinstance(first, Continue)
     sid = str(first.state["submission_id"])
     wait_for(lambda: backend.status(sid).state == "running", 60, "driver running")
-    run = abandon(settings, storage, ctx.job_id, first.state, backend=backend)
+    run = abandon(settings, AzureAccount(storage, settings.storage), ctx.job_id, first.state, backend=backend)
     assert run is not None and run["cancelled"] is True and run["submission_id"] == sid
     wait_for(lambda: backend.status(sid).raw_state == "KILLED", 60, "driver killed")
 

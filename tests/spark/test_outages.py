@@ -31,6 +31,7 @@ from shared.spark.databricks import DatabricksBackend
 from shared.spark.fabric import FabricBackend
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkBackend
+from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients
 from tests.integration.helpers import drain_raw, message
 from tests.integration.helpers import settings_for as app_settings_for
@@ -291,7 +292,7 @@ def test_a_run_on_another_backend_is_not_cancelled_on_this_one(azurite: Azurite)
     api = Api("livy", azurite)
     try:
         saved = {"backend": "databricks", "submission_id": "7", "name": "n", "submitted_at": 1.0}
-        run = abandon(api.settings, api.storage, "job-x", saved)
+        run = abandon(api.settings, AzureAccount(api.storage, api.settings.storage), "job-x", saved)
         assert run is not None and run["cancelled"] is False
         assert "SPARK_BACKEND is now livy" in run["error"] and api.server.requests == []
     finally:

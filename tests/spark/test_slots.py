@@ -21,6 +21,7 @@ from shared.jobs.offload.aggregate_spark import offload, resume
 from shared.jobs.offload.runs import slots_for
 from shared.spark.livy import LivyBackend
 from shared.spark.slots import Slots, is_free_for, lease_seconds
+from shared.storage.accounts import AzureAccount
 from shared.storage.blob_documents import BlobDocuments
 from tests.spark.fakes import FakeLivy
 from tests.spark.helpers import PAYLOAD, make_ctx, settings_for, storage_for, unique
@@ -136,7 +137,7 @@ def test_a_job_over_the_cap_waits_then_runs_and_completes(azurite: Azurite, livy
     done = resume(second, backend=backend)
     assert isinstance(done, Completed) and done.summary["submissions"] == 1
     assert livy.count("POST", "/batches") == 2
-    assert slots_for(settings, storage).holders() == [None]
+    assert slots_for(settings, AzureAccount(storage, settings.storage)).holders() == [None]
 
 
 def test_a_poisoned_job_frees_its_slot(azurite: Azurite, livy: FakeLivy) -> None:
@@ -145,11 +146,11 @@ def test_a_poisoned_job_frees_its_slot(azurite: Azurite, livy: FakeLivy) -> None
     ctx = make_ctx(settings, storage, PAYLOAD)
     out = offload(ctx, backend=LivyBackend(settings.spark))
     assert isinstance(out, Continue)
-    assert slots_for(settings, storage).holders() == [ctx.job_id]
+    assert slots_for(settings, AzureAccount(storage, settings.storage)).holders() == [ctx.job_id]
     record = {"id": ctx.job_id, "continuation": {"seq": 1, "state": out.state}}
-    run = abandon_work(aggregate.HANDLER, settings, storage, record, None)
+    run = abandon_work(aggregate.HANDLER, settings, AzureAccount(storage, settings.storage), record, None)
     assert run is not None and run["cancelled"] is True and livy.batches[0]["state"] == "killed"
-    assert slots_for(settings, storage).holders() == [None]
+    assert slots_for(settings, AzureAccount(storage, settings.storage)).holders() == [None]
 
 
 def test_release_finds_the_slot_when_the_saved_index_is_stale(store: BlobDocuments) -> None:
@@ -169,4 +170,4 @@ def test_a_refused_submit_frees_the_slot_it_took(azurite: Azurite, livy: FakeLiv
     livy.create_status = 400
     with pytest.raises(PermanentError, match="HTTP 400 on POST /batches"):
         offload(make_ctx(settings, storage, PAYLOAD), backend=LivyBackend(settings.spark))
-    assert slots_for(settings, storage).holders() == [None]
+    assert slots_for(settings, AzureAccount(storage, settings.storage)).holders() == [None]

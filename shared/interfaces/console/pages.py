@@ -181,7 +181,9 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
             if last and not reason
             else ""
         )
-        + f"</p>{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
+        + "</p>"
+        + (f"<p id=waiting class=muted>{escape(str(view.waiting['reason']))}</p>" if view.waiting else "")
+        + f"{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
         f"{_downstream(record)}{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"

@@ -27,11 +27,12 @@ from shared.indexes.jobs import IndexRow
 from shared.interfaces.console import job_archive
 from shared.ledger.view import RecordView
 from shared.observability import overview_counters
+from shared.pipeline.gate import waiting_reason
 from shared.poison.archive import LISTED_STATE, read_entry
 from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
-from shared.storage.failures import NotFound, translated
-from shared.storage.limits import BlobTooLarge, read_capped
+from shared.storage.failures import NotFound
+from shared.storage.limits import BlobTooLarge
 
 PAGE_SIZE = 50
 PAYLOAD_SHOW_BYTES = 256 * 1024
@@ -42,11 +43,9 @@ PAYLOAD_SHOW_BYTES = 256 * 1024
 
 def queue_depth(rt: Runtime, name: str) -> int | None:
     try:
-        with translated(f"depth of queue {name}"):
-            count = rt.storage.raw_queue(name).get_queue_properties().approximate_message_count
+        return rt.account.raw_queue(name).depth()
     except NotFound:
         return None
-    return int(count or 0)
 
 
 def overview(rt: Runtime) -> dict[str, Any]:
@@ -178,6 +177,8 @@ class JobView:
     payload: Any
     payload_note: str
     archive_names: list[str]
+    waiting: dict[str, Any] | None = None
+    """Why the job waits for a permit (shared/permits), while it does."""
 
 
 def job_view(rt: Runtime, job_id: str) -> JobView | None:
@@ -210,6 +211,7 @@ def job_view(rt: Runtime, job_id: str) -> JobView | None:
         payload=payload,
         payload_note=note,
         archive_names=[e.name for e in entries],
+        waiting=waiting_reason(rt, job_id, record),
     )
 
 
@@ -218,10 +220,8 @@ def _payload(rt: Runtime, record: Mapping[str, Any], envelope: Mapping[str, Any]
         return envelope["payload"], "from the archived message"
     ref = record.get("payload_ref") or (envelope or {}).get("payload_ref")
     if isinstance(ref, str) and ref:
-        blob = rt.storage.container(rt.settings.payloads_container).get_blob_client(ref)
         try:
-            with translated(f"reading payload {ref}"):
-                raw = read_capped(blob, PAYLOAD_SHOW_BYTES)
+            raw = rt.account.blobs(rt.settings.payloads_container).read_capped(ref, PAYLOAD_SHOW_BYTES)
         except NotFound:
             return None, f"claim-checked payload {ref} is missing"
         except BlobTooLarge as big:

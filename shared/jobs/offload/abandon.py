@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from shared.config.settings import Settings
 from shared.core.errors import InputDataError, RunAbandoned
-from shared.storage.clients import StorageClients
+from shared.storage.ports import Account
 
 log = logging.getLogger("jobs.abandon")
 
@@ -21,7 +21,7 @@ log = logging.getLogger("jobs.abandon")
 @runtime_checkable
 class Abandons(Protocol):
     def abandon(
-        self, settings: Settings, storage: StorageClients, job_id: str, state: Mapping[str, Any]
+        self, settings: Settings, storage: Account, job_id: str, state: Mapping[str, Any]
     ) -> Mapping[str, Any] | None:
         """Stop the offloaded work of `state`; what was done (None: nothing to stop)."""
         ...
@@ -30,7 +30,7 @@ class Abandons(Protocol):
 def abandon_work(
     handler: object,
     settings: Settings,
-    storage: StorageClients,
+    storage: Account,
     record: Mapping[str, Any] | None,
     exc: BaseException | None,
 ) -> dict[str, Any] | None:

@@ -10,9 +10,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from azure.core import MatchConditions
-from azure.storage.blob import BlobClient, ContainerClient
-
 from shared.aggregation import result as aggregate_result
 from shared.aggregation.output import DATA_FORMATS
 from shared.config.settings import Settings
@@ -23,9 +20,9 @@ from shared.jobs.offload import runs as tracking
 from shared.jobs.offload.spark_storage import job_storage
 from shared.observability import tracing
 from shared.spark.model import RunError, SparkBackend, SparkJobRequest
-from shared.storage.clients import StorageClients
-from shared.storage.failures import NotFound, translated
-from shared.storage.limits import BlobTooLarge, input_refusal, read_capped, result_limit_bytes
+from shared.storage.failures import NotFound
+from shared.storage.limits import BlobTooLarge, input_refusal, result_limit_bytes
+from shared.storage.ports import Account, Blobs
 
 ERROR_MAX_BYTES: Final = 1024 * 1024
 """An error report is a few hundred bytes; a larger one is not read."""
@@ -86,12 +83,12 @@ class AggregateWork:
         return build_request(ctx, submission)
 
     def finished(self, ctx: JobContext) -> Completed | None:
-        results = ctx.storage.container(ctx.settings.results_container)
+        results = ctx.storage.blobs(ctx.settings.results_container)
         doc = read_result(results, ctx.job_id, result_limit_bytes(ctx.settings.max_groups))
         return None if doc is None else completed(ctx.settings.results_container, ctx.job_id, doc)
 
     def run_error(self, ctx: JobContext, submission: int) -> RunError | None:
-        results = ctx.storage.container(ctx.settings.results_container)
+        results = ctx.storage.blobs(ctx.settings.results_container)
         return read_error(results, ctx.job_id, submission)
 
 
@@ -116,7 +113,7 @@ def resume(
 
 def abandon(
     settings: Settings,
-    storage: StorageClients,
+    storage: Account,
     job_id: str,
     saved: Mapping[str, Any],
     *,
@@ -147,27 +144,25 @@ def completed(container: str, job_id: str, doc: Mapping[str, Any]) -> Completed:
 # --- reading what a run wrote ------------------------------------------------------------------
 
 
-def read_result(container: ContainerClient, job_id: str, max_bytes: int) -> dict[str, Any] | None:
+def read_result(container: Blobs, job_id: str, max_bytes: int) -> dict[str, Any] | None:
     """The result document if it exists and belongs to `job_id`; None otherwise.
 
     A document over `max_bytes` (a run with more groups than MAX_GROUPS allows) is never read
     whole: its two ends are, to check whose it is, and the answer has `input_rows`, `engine`,
     `elapsed_s` and `result_bytes` but no `rows`.
     """
-    blob = container.get_blob_client(aggregate_result.result_blob(job_id))
+    name = aggregate_result.result_blob(job_id)
     try:
-        doc = _read_json(blob, max_bytes)
+        doc = _read_json(container, name, max_bytes)
     except BlobTooLarge as big:
-        return _ends(blob, job_id, big.size)
+        return _ends(container, name, job_id, big.size)
     return doc if aggregate_result.is_result_of(doc, job_id) else None
 
 
-def read_error(container: ContainerClient, job_id: str, submission: int) -> RunError | None:
+def read_error(container: Blobs, job_id: str, submission: int) -> RunError | None:
     """The error report of one submission, if the job managed to write one."""
     try:
-        doc = _read_json(
-            container.get_blob_client(aggregate_result.error_blob(job_id, submission)), ERROR_MAX_BYTES
-        )
+        doc = _read_json(container, aggregate_result.error_blob(job_id, submission), ERROR_MAX_BYTES)
     except BlobTooLarge:
         return None
     if doc is None or doc.get("id") != job_id or doc.get("submission") != submission:
@@ -176,28 +171,13 @@ def read_error(container: ContainerClient, job_id: str, submission: int) -> RunE
     return RunError(message=str(doc.get("error") or ""), permanent=kind in aggregate_result.PERMANENT_KINDS)
 
 
-def _ends(blob: BlobClient, job_id: str, size: int) -> dict[str, Any] | None:
-    """The members of a large result document other than its rows, from its first and last bytes."""
-
-    def head() -> tuple[bytes, str | None]:
-        downloader = blob.download_blob(offset=0, length=END_BYTES, max_concurrency=1)
-        return downloader.readall(), downloader.properties.etag
-
-    def tail(etag: str | None) -> bytes:
-        start = max(0, size - END_BYTES)
-        downloader = blob.download_blob(
-            offset=start,
-            length=size - start,
-            etag=etag,
-            match_condition=MatchConditions.IfNotModified,
-            max_concurrency=1,
-        )
-        return downloader.readall()
-
+def _ends(blobs: Blobs, name: str, job_id: str, size: int) -> dict[str, Any] | None:
+    """The members of a large result document other than its rows, from its first and last bytes
+    (the last If-Match the first's ETag)."""
     try:
-        with translated(f"reading {blob.blob_name}"):
-            first, etag = head()
-            last = tail(etag)
+        first, etag = blobs.read_range(name, 0, END_BYTES)
+        start = max(0, size - END_BYTES)
+        last, _ = blobs.read_range(name, start, size - start, etag)
     except NotFound:
         return None
     match = aggregate_result.TAIL.search(last)
@@ -217,11 +197,10 @@ def _ends(blob: BlobClient, job_id: str, size: int) -> dict[str, Any] | None:
     }
 
 
-def _read_json(blob: BlobClient, max_bytes: int) -> dict[str, Any] | None:
+def _read_json(blobs: Blobs, name: str, max_bytes: int) -> dict[str, Any] | None:
     """The blob as a JSON object (None if absent or not one); BlobTooLarge over `max_bytes`."""
     try:
-        with translated(f"reading {blob.blob_name}"):
-            raw = read_capped(blob, max_bytes)
+        raw = blobs.read_capped(name, max_bytes)
     except NotFound:
         return None
     try:

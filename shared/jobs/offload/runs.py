@@ -51,8 +51,7 @@ from shared.spark.tracking import (
     with_cancelled,
 )
 from shared.spark.transport import step_budget
-from shared.storage.blob_documents import BlobDocuments
-from shared.storage.clients import StorageClients
+from shared.storage.ports import Account
 
 PROGRESS_KEY = "spark_submitting"
 
@@ -115,7 +114,7 @@ def resume(
 
 def abandon(
     settings: Settings,
-    storage: StorageClients,
+    storage: Account,
     job_id: str,
     saved: Mapping[str, Any],
     *,
@@ -129,14 +128,12 @@ def abandon(
             _release_slot(settings, storage, job_id, saved)
 
 
-def slots_for(settings: Settings, storage: StorageClients) -> Slots:
+def slots_for(settings: Settings, storage: Account) -> Slots:
     """The SPARK_MAX_CONCURRENT_RUNS slots, kept in the ledger container."""
-    return run_slots(BlobDocuments(storage.container(settings.ledger_container)), settings.spark)
+    return run_slots(storage.documents(settings.ledger_container), settings.spark)
 
 
-def _release_slot(
-    settings: Settings, storage: StorageClients, job_id: str, saved: Mapping[str, Any] | None
-) -> None:
+def _release_slot(settings: Settings, storage: Account, job_id: str, saved: Mapping[str, Any] | None) -> None:
     slot = saved.get("slot") if isinstance(saved, Mapping) else None
     if settings.spark.max_concurrent_runs <= 0:
         return

@@ -178,7 +178,7 @@ def ctx_on(
         attempt=0,
         payload=payload,
         settings=settings,
-        storage=account.clients(),
+        storage=account.app_account(),
         log=logging.LoggerAdapter(logging.getLogger("test"), {}),
         checkpoint=lambda progress: None,
         version=version,

@@ -180,12 +180,12 @@ def test_only_day_tables_of_the_prefix_are_due_and_a_ledger_kept_forever_keeps_t
 def test_the_list_tables_query_returns_the_due_days_only() -> None:
     where = retention.day_tables_filter("ledger", date(2026, 1, 21))
     assert where == "TableName ge 'ledger0' and TableName le 'ledger20260121'"
-    from tests.fakes.storage import MemoryStorage
+    from shared.storage.memory_tables import MemoryTables
 
-    tables = MemoryStorage().table_service()
+    tables = MemoryTables()
     for name in ("ledger20260120", "ledger20260121", "ledger20260122", "ledgerentries", "ledgeraudit"):
-        tables.create_table(name)
-    assert [t.name for t in tables.query_tables(where)] == ["ledger20260120", "ledger20260121"]
+        tables.table(name).create()
+    assert tables.names(where) == ["ledger20260120", "ledger20260121"]
 
 
 def test_entry_rows_are_due_a_day_after_their_entries_with_the_shipped_settings() -> None:

@@ -46,7 +46,7 @@ from shared.ledger import view as ledger_view
 from shared.observability import overview_counters
 from shared.poison import pacing
 from shared.storage.memory_documents import MemoryDocuments
-from tests.fakes.storage import MemoryStorage
+from shared.storage.memory_tables import MemoryTables
 
 NOW = datetime(2026, 11, 24, 12, 30, 15, tzinfo=UTC)
 AZURE = {
@@ -328,7 +328,7 @@ def test_damaged_counter_documents_count_nothing_and_never_fail_the_overview() -
     assert overview_counters.merge([good, *damaged], NOW) == overview_counters.merge([good], NOW)
     assert overview_counters.merge([good], NOW)["in_flight"] == 2
 
-    counters = TableCounters(MemoryStorage().table_ports(), "metrics", MemoryDocuments(lambda: NOW))
+    counters = TableCounters(MemoryTables(), "metrics", MemoryDocuments(lambda: NOW))
     counters.write("2026-11-24T12", "a", good)
     for i, text in enumerate(["", "{", "[" * 30_000, "[1]", json.dumps("x")]):
         counters.table.upsert({"PartitionKey": "2026-11-24T12", "RowKey": f"bad{i}", "doc": text})

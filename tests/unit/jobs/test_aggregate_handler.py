@@ -79,8 +79,32 @@ class FakeService:
 
 
 @dataclass
+class FakeContainer:
+    """Just enough of the `Blobs` port: ranged reads and uploads, through the service's blobs."""
+
+    name: str
+    service: FakeService
+
+    def ranges(self, name: str) -> FakeBlob:
+        return self.service.get_blob_client(self.name, name)
+
+    def write(
+        self, name: str, data: bytes | str, *, content_type: str | None = None, overwrite: bool = True
+    ) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        self.service.get_blob_client(self.name, name).upload_blob(
+            raw, overwrite=overwrite, content_type=content_type
+        )
+
+
+@dataclass
 class FakeStorage:
+    """Just enough of the `Account` port: the blobs of a container."""
+
     blob: FakeService
+
+    def blobs(self, container: str) -> FakeContainer:
+        return FakeContainer(container, self.blob)
 
 
 def make_settings(backend: str = "none", threshold: int = 1000) -> Settings:
@@ -156,7 +180,7 @@ def test_run_writes_the_result_document() -> None:
     assert document["rows"] == [{"k": "a", "count": 2, "sum_v": 1.0}, {"k": "b", "count": 1, "sum_v": 2.0}]
     assert isinstance(document["elapsed_s"], float)
     upload = service.blobs[-1].uploads[0]
-    assert upload["content_settings"].content_type.startswith("application/json")
+    assert upload["content_type"].startswith("application/json")
     assert len(service.blobs[0].calls) == 1  # a small input is one GET
 
 

@@ -413,3 +413,34 @@ def test_5_a_queues_own_connection_is_the_apps_storage_too(ca: TestCA) -> None:
     )
     with pytest.raises(EnvelopeError, match="own storage"):
         submit_job(kit, "http", {"url": "https://QueueAcct-secondary.queue.core.windows.net./q"})
+
+
+def test_2_a_kinds_secret_is_masked_in_all_a_run_stores_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    """`ctx.secret`: whatever the handler puts it in (progress, an effect, a continuation's state,
+    the summary, a log line, the error that ends a run) is stored and logged masked."""
+    from shared.core.errors import DownstreamUnavailable
+    from shared.jobs.base import Completed, Continue, JobContext, Outcome
+
+    class Careless:
+        def validate(self, payload: Any) -> None:
+            return None
+
+        def run(self, ctx: JobContext) -> Outcome:
+            key = ctx.secret("KEY")
+            ctx.log.warning("using %s", key)
+            if ctx.resume_state is None:
+                ctx.checkpoint({"seen": key})
+                ctx.effect("echo", lambda: {"key": key})
+                return Continue({"key": key, "b64": key.encode().hex()}, delay_s=5)
+            if ctx.attempt == 0:
+                raise DownstreamUnavailable(f"the key {key} did not work")
+            return Completed("", {"key": key})
+
+    caplog.set_level(logging.DEBUG)
+    kit = kit_runtime(
+        {"careless": Careless()}, CARELESS_SECRET_KEY=SECRET, CARELESS_SECRET_KEY_HOSTS="x.test"
+    )
+    job = JobRun(kit, submit_job(kit, "careless", {}))
+    job.waits = drain(kit)
+    assert job.status == "completed" and job.record["summary"] == {"key": "***"}
+    check_clean(stored(job), caplog.text)

@@ -361,7 +361,7 @@ def test_offload_refuses_a_forbidden_input_before_submitting(container: str) -> 
             "engine": "spark",
         },
         settings=settings(INPUT_CONTAINERS="data", **spark_env),
-        storage=Untouchable(),  # type: ignore[arg-type]
+        storage=Untouchable(),
         log=logging.LoggerAdapter(logging.getLogger("test"), {}),
         checkpoint=lambda progress: None,
     )
