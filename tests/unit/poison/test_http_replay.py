@@ -43,8 +43,8 @@ def stored_text(kit: Kit) -> str:
                 inner = None
             if isinstance(inner, str):
                 parts.append(base64.b64decode(inner).decode("utf-8", errors="replace"))
-    for table in kit.account.tables.values():
-        parts.extend(json.dumps(e.props, default=str) for e in table.entities.values())
+    for table in kit.account.tables.data.values():
+        parts.extend(json.dumps(e.props, default=str) for e in table.values())
     return "\n".join(parts)
 
 
