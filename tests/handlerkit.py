@@ -13,6 +13,7 @@
   the archived envelope.
 - `run_handler(handler, payload, **settings)`: submit and drain for one handler; a `JobRun` to
   read (and to replay).
+- `assert_hidden(secret, *texts)`, `assert_sent(secret, values)`: checks that never print a secret.
 - `receiver` (a pytest fixture, registered by tests/conftest.py): a real HTTP server on a free
   loopback port answering what the test scripts (per path with `route`), recording every request.
 
@@ -225,6 +226,19 @@ def allowing(url: str, *secrets: str) -> dict[str, str]:
     """Settings that let the `http` kind call `url`'s host and port (and send it `secrets`)."""
     entry = str(destination(url))
     return {"HTTP_ALLOWED_HOSTS": entry, **{f"{name}_HOSTS": entry for name in secrets}}
+
+
+def assert_hidden(secret: str, *texts: str) -> None:
+    """Fails when one of `texts` holds `secret`, naming which by position, never showing either
+    (no secret in test output)."""
+    holding = [i for i, text in enumerate(texts) if secret in text]
+    assert not holding, f"texts {holding} hold the secret (not shown)"
+
+
+def assert_sent(secret: str, values: list[str]) -> None:
+    """Fails when a value is not `secret` (the requests' header values), showing neither."""
+    wrong = [i for i, value in enumerate(values) if value != secret]
+    assert values and not wrong, f"values {wrong} of {len(values)} are not the secret (not shown)"
 
 
 def run_handler(

@@ -15,29 +15,29 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from azure.data.tables import TableServiceClient
-
 from shared.config.settings import StorageConnection
 from shared.storage.azure_blobs import AzureBlobs
 from shared.storage.azure_queues import AzureQueue
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients, clients_for
+from shared.storage.ports import Tables
 from shared.storage.tables import AzureTables, table_service
 
 
 class AzureAccount:
     """One Azure storage account: its blob and queue clients (`clients`) and its Table service,
-    built on first use (a connection without a table endpoint fails then: NoTableEndpoint)."""
+    built on first use (a connection without a table endpoint fails then: NoTableEndpoint), or
+    `tables` when given."""
 
     def __init__(
         self,
         clients: StorageClients,
         connection: StorageConnection,
-        tables: TableServiceClient | None = None,
+        tables: Tables | None = None,
     ) -> None:
         self.clients = clients
         self.connection = connection
-        self._tables = AzureTables(tables) if tables is not None else None
+        self._tables = tables
         self._lock = threading.Lock()
 
     def documents(
@@ -52,7 +52,7 @@ class AzureAccount:
     def blobs(self, container: str) -> AzureBlobs:
         return AzureBlobs(self.clients.container(container))
 
-    def tables(self) -> AzureTables:
+    def tables(self) -> Tables:
         with self._lock:
             if self._tables is None:
                 self._tables = AzureTables(table_service(self.connection))

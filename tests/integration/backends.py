@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from azure.data.tables import TableServiceClient
 
 from devstack.azurite import Azurite
 from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.runtime.wiring import Runtime, build_runtime, ensure_console_resources
 from shared.storage.clients import StorageClients, clients_for, ensure_resources
-from shared.storage.tables import table_service
+from shared.storage.ports import Tables
+from shared.storage.tables import AzureTables, table_service
 from tests.fakes.storage import MemoryStorage, SkippingClock
 from tests.integration.helpers import settings_env
 from tests.storage_params import AZURITE, MEMORY
@@ -40,7 +40,7 @@ class Backend:
 
     name: str
     clients: StorageClients
-    tables: TableServiceClient
+    tables: Tables
     connection_string: str
     azurite: Azurite | None = None
     memory: MemoryStorage | None = None
@@ -59,7 +59,7 @@ class Backend:
         return cls(
             MEMORY,
             account.clients(),
-            account.table_service(),
+            account.tables,
             "UseDevelopmentStorage=true",  # settings need one; nothing connects to it
             memory=account,
             wait=wait or time.sleep,
@@ -71,7 +71,7 @@ class Backend:
         return cls(
             AZURITE,
             clients_for(settings.storage),
-            table_service(settings.storage),
+            AzureTables(table_service(settings.storage)),
             azurite.connection_string,
             azurite=azurite,
         )

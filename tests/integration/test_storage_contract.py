@@ -1,6 +1,7 @@
 """The storage behaviour the app relies on, asserted the same way on the in-memory account
 (`tests.fakes.storage`, in `make test-fast`) and on Azurite (in `make test`): the fake cannot drift
-from the service the logic tests stand for without one of these failing on one side.
+from the service the logic tests stand for without one of these failing on one side. Tables are
+the `Tables` port's, held the same way by tests/integration/test_table_port.py.
 
 Time: the in-memory variant moves a manual clock; the Azurite one sleeps (1-second timeouts).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from azure.core import MatchConditions
@@ -19,7 +20,6 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
 )
-from azure.data.tables import TableTransactionError, UpdateMode
 from azure.storage.blob import BlobBlock, ContainerClient, ContentSettings
 
 from shared.core.documents import DocumentChanged, DocumentExists, TagQuery
@@ -307,145 +307,3 @@ def test_missing_and_existing_queues(account: Backend, queue_name: str) -> None:
         assert raised(gone.value)[::2] == ("ResourceNotFoundError", "QueueNotFound")
     with pytest.raises(ResourceExistsError):  # the app suppresses it at start-up
         account.clients.queue_service.create_queue(queue_name)
-
-
-# -- tables -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def table_name(account: Backend) -> str:
-    name = unique("contract").replace("-", "")
-    account.tables.create_table(name)
-    return name
-
-
-def test_entity_writes_and_their_conditions(account: Backend, table_name: str) -> None:
-    table = account.tables.get_table_client(table_name)
-    with pytest.raises(ResourceExistsError):
-        account.tables.create_table(table_name)
-    with pytest.raises(ResourceNotFoundError):
-        account.tables.get_table_client(unique("notable").replace("-", "")).upsert_entity(
-            {"PartitionKey": "p", "RowKey": "r"}, mode=UpdateMode.REPLACE
-        )
-    with pytest.raises(ResourceNotFoundError):
-        table.get_entity("p", "r")
-    made = table.create_entity({"PartitionKey": "p", "RowKey": "r", "n": 1, "s": "x"})
-    with pytest.raises(ResourceExistsError):
-        table.create_entity({"PartitionKey": "p", "RowKey": "r", "n": 2})
-    got = table.get_entity("p", "r")
-    assert dict(got) == {"PartitionKey": "p", "RowKey": "r", "n": 1, "s": "x"}
-    assert got.metadata["etag"] == made["etag"]
-    done = table.update_entity(
-        {"PartitionKey": "p", "RowKey": "r", "n": 2},
-        mode=UpdateMode.REPLACE,
-        etag=made["etag"],
-        match_condition=MatchConditions.IfNotModified,
-    )
-    with pytest.raises(ResourceModifiedError) as stale:
-        table.update_entity(
-            {"PartitionKey": "p", "RowKey": "r", "n": 3},
-            mode=UpdateMode.REPLACE,
-            etag=made["etag"],
-            match_condition=MatchConditions.IfNotModified,
-        )
-    assert status_code(stale.value) == 412
-    assert dict(table.get_entity("p", "r")) == {"PartitionKey": "p", "RowKey": "r", "n": 2}, "replaced"
-    assert table.get_entity("p", "r").metadata["etag"] == done["etag"]
-    table.upsert_entity({"PartitionKey": "p", "RowKey": "r", "m": 5})  # merge by default
-    assert dict(table.get_entity("p", "r")) == {"PartitionKey": "p", "RowKey": "r", "n": 2, "m": 5}
-    table.delete_entity("p", "none", match_condition=MatchConditions.Unconditionally)  # missing: no error
-    table.delete_entity("p", "r")
-    with pytest.raises(ResourceNotFoundError):
-        table.get_entity("p", "r")
-    with pytest.raises(TypeError):
-        table.upsert_entity({"PartitionKey": "p", "RowKey": "big", "n": 2**40})  # ints are Int32
-
-
-def test_queries_page_with_continuation_tokens(account: Backend, table_name: str) -> None:
-    table = account.tables.get_table_client(table_name)
-    for i in range(5):
-        table.upsert_entity({"PartitionKey": "q", "RowKey": f"k{i}", "v": str(i), "even": i % 2 == 0})
-    table.upsert_entity({"PartitionKey": "z", "RowKey": "k0", "v": "other"})
-    seen: list[str] = []
-    token = None
-    while True:
-        pager = table.query_entities("PartitionKey eq 'q'", results_per_page=2).by_page(
-            continuation_token=token
-        )
-        seen.extend(e["RowKey"] for e in next(pager, []))
-        token = getattr(pager, "continuation_token", None)
-        if not token:
-            break
-    assert seen == ["k0", "k1", "k2", "k3", "k4"]
-    ranged = table.query_entities("PartitionKey eq 'q' and RowKey gt 'k1' and RowKey lt 'k4' and v ne '3'")
-    assert [e["RowKey"] for e in ranged] == ["k2"]
-    assert [dict(e) for e in table.query_entities("PartitionKey eq 'z'", select=["v"])] == [{"v": "other"}]
-    missing = account.tables.get_table_client(unique("notable").replace("-", ""))
-    with pytest.raises(ResourceNotFoundError):
-        list(missing.query_entities("PartitionKey eq 'q'"))
-    prefix = table_name[:-3]
-    names = [
-        t.name for t in account.tables.query_tables(f"TableName ge '{prefix}' and TableName lt '{prefix}~'")
-    ]
-    assert table_name in names
-
-
-def test_a_transaction_is_all_or_nothing(account: Backend, table_name: str) -> None:
-    table = account.tables.get_table_client(table_name)
-    table.upsert_entity({"PartitionKey": "t", "RowKey": "a", "n": 1})
-    answers = table.submit_transaction(
-        [
-            ("upsert", {"PartitionKey": "t", "RowKey": "b", "n": 2}, {"mode": UpdateMode.REPLACE}),
-            ("delete", {"PartitionKey": "t", "RowKey": "a"}),
-        ]
-    )
-    assert len(answers) == 2
-    with pytest.raises(TableTransactionError) as failed:
-        table.submit_transaction(
-            [
-                ("upsert", {"PartitionKey": "t", "RowKey": "c", "n": 3}, {"mode": UpdateMode.REPLACE}),
-                ("delete", {"PartitionKey": "t", "RowKey": "none"}),
-            ]
-        )
-    assert status_code(failed.value) == 404 and failed.value.index == 1
-    assert sorted(e["RowKey"] for e in table.query_entities("PartitionKey eq 't'")) == ["b"], (
-        "nothing of it applied"
-    )
-
-
-def test_a_deleted_table_is_gone_with_its_entities(account: Backend, table_name: str) -> None:
-    """Retention drops the jobs index's day tables: one Delete Table, then no listing names it."""
-    table = account.tables.get_table_client(table_name)
-    table.upsert_entity({"PartitionKey": "p", "RowKey": "r"})
-    kept = unique("contract").replace("-", "")
-    account.tables.create_table(kept)
-    account.tables.delete_table(table_name)
-    prefix = "contract"
-    names = {
-        t.name for t in account.tables.query_tables(f"TableName ge '{prefix}' and TableName lt '{prefix}~'")
-    }
-    assert table_name not in names and kept in names
-    with pytest.raises(ResourceNotFoundError):
-        list(table.query_entities("PartitionKey eq 'p'"))
-    with pytest.raises(ResourceNotFoundError):
-        table.get_entity("p", "r")
-    account.tables.delete_table(table_name)  # gone already: no error (the SDK answers a 404 with nothing)
-
-
-def test_rows_are_filtered_by_their_write_timestamp(account: Backend, table_name: str) -> None:
-    """The entry index's retention query: a RowKey range and the service's `Timestamp` of the
-    row's last write, compared with a `datetime'...'` literal (as `expired_filter` writes it)."""
-    table = account.tables.get_table_client(table_name)
-    table.upsert_entity({"PartitionKey": "p", "RowKey": "a"})
-    table.upsert_entity({"PartitionKey": "p", "RowKey": "b"})
-    written = table.get_entity("p", "a").metadata["timestamp"]
-    assert isinstance(written, datetime)
-
-    def stamp(moment: datetime) -> str:
-        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-    after, before = stamp(written + timedelta(hours=1)), stamp(written - timedelta(hours=1))
-    found = table.query_entities(f"PartitionKey eq 'p' and RowKey ge 'b' and Timestamp lt datetime'{after}'")
-    assert [e["RowKey"] for e in found] == ["b"]
-    assert list(table.query_entities(f"PartitionKey eq 'p' and Timestamp lt datetime'{before}'")) == []
-    assert len(list(table.query_entities(f"PartitionKey eq 'p' and Timestamp ge datetime'{before}'"))) == 2

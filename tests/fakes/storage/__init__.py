@@ -1,10 +1,11 @@
-"""An in-memory storage account: the blob, queue and table calls the app makes, and no others.
+"""An in-memory storage account: the blob and queue calls the app makes, and no others.
 
 `MemoryStorage` holds containers, queues and tables behind one lock. Its clients (`clients()` for
-`StorageClients`, `table_service()` for the console's indexes) stand in for azure-storage-blob's
-`BlobServiceClient`, azure-storage-queue's `QueueServiceClient` and azure-data-tables'
-`TableServiceClient`, so `process_message`, the poison handler and the operator tools run unchanged
-in logic tests, without Azurite.
+`StorageClients`) stand in for azure-storage-blob's `BlobServiceClient` and azure-storage-queue's
+`QueueServiceClient`; its tables are the `Tables` port in memory (`shared.storage.memory_tables`,
+held to Azure's answers by tests/integration/test_table_port.py). `app_account()` is the app's
+`Account` on all three, so `process_message`, the poison handler and the operator tools run
+unchanged in logic tests, without Azurite.
 
 Faithful where the app's guarantees depend on it; tests/integration/test_storage_contract.py runs
 the same assertions against this and against Azurite:
@@ -21,11 +22,8 @@ the same assertions against this and against Azurite:
   refused: 400 PopReceiptMismatch), time-to-live (-1: never), the 64 KiB message limit; the SDK's
   own encode/decode policies and pager (`receive_messages(max_messages=n)` takes one message a
   request, lazily, as the SDK does).
-- tables: create/upsert (merge or replace)/update (If-Match)/delete/get, queries with OData filters
-  (comparisons joined by `and`: what the app sends) in pages with continuation tokens, entity group
-  transactions (all or nothing), the SDK's value rules (ints are Int32) and the key rules.
 
-A module per service: `blobs.py`, `queues.py`, `tables.py`; `account.py` holds them behind one
+A module per service: `blobs.py`, `queues.py`; `account.py` holds them and the tables behind one
 lock, one clock and one request log; `common.py` has the limits, the clocks and the SDKs' errors.
 Import from the package (`from tests.fakes.storage import MemoryStorage`).
 
@@ -52,10 +50,8 @@ from tests.fakes.storage.common import (
     blob_error,
     queue_error,
     real_time,
-    table_error,
 )
 from tests.fakes.storage.queues import MemoryQueueClient, MemoryQueueService
-from tests.fakes.storage.tables import MemoryTableClient, MemoryTableService
 
 __all__ = [
     "ACCOUNT",
@@ -68,12 +64,9 @@ __all__ = [
     "MemoryQueueClient",
     "MemoryQueueService",
     "MemoryStorage",
-    "MemoryTableClient",
-    "MemoryTableService",
     "SkippingClock",
     "blob_error",
     "parse_tag_filter",
     "queue_error",
     "real_time",
-    "table_error",
 ]

@@ -7,18 +7,16 @@ import threading
 import time
 from typing import cast
 
-from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
 from shared.config.settings import StorageConnection
 from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients
-from shared.storage.tables import AzureTables
+from shared.storage.memory_tables import MemoryTables
 from tests.fakes.storage.blobs import ContainerRecord, MemoryBlobService
 from tests.fakes.storage.common import ACCOUNT, Clock, blob_error, real_time
 from tests.fakes.storage.queues import MemoryQueueService, QueueRecord
-from tests.fakes.storage.tables import MemoryTableService, TableRecord
 
 
 class MemoryStorage:
@@ -30,14 +28,13 @@ class MemoryStorage:
         self.lock = threading.RLock()
         self.containers: dict[str, ContainerRecord] = {}
         self.queues: dict[str, QueueRecord] = {}
-        self.tables: dict[str, TableRecord] = {}
-        """By lower-case name: table names are case-insensitive."""
         self.requests: list[str] = []
         """Every call, as the REST request it stands for: `METHOD /account/path`."""
+        self.tables = MemoryTables(clock, account, self.requests, self.lock)
+        """The account's tables: the `Tables` port in memory, logging to `requests` too."""
         self._seq = itertools.count(1)
         self.blob = MemoryBlobService(self)
         self.queue_service = MemoryQueueService(self)
-        self.table_service_client = MemoryTableService(self)
 
     def clients(self) -> StorageClients:
         """The app's blob and queue clients, on this account."""
@@ -46,20 +43,10 @@ class MemoryStorage:
             queue_service=cast(QueueServiceClient, self.queue_service),
         )
 
-    def table_service(self) -> TableServiceClient:
-        """The Table service of this account (for `Runtime.over(tables=...)`)."""
-        return cast(TableServiceClient, self.table_service_client)
-
-    def table_ports(self) -> AzureTables:
-        """The `Tables` port on this account's Table service."""
-        return AzureTables(self.table_service())
-
     def app_account(self) -> AzureAccount:
-        """The app's `Account` on this account's clients."""
+        """The app's `Account` on this account: the SDK's clients on its blobs and queues, its tables."""
         return AzureAccount(
-            self.clients(),
-            StorageConnection(connection_string="UseDevelopmentStorage=true"),
-            self.table_service(),
+            self.clients(), StorageConnection(connection_string="UseDevelopmentStorage=true"), self.tables
         )
 
     def wait(self, seconds: float) -> None:

@@ -10,7 +10,6 @@ from http import HTTPStatus
 from typing import Any, NoReturn, cast
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.data.tables._error import _decode_error
 from azure.storage.blob._shared.response_handlers import process_storage_error as _process_blob_error
 from azure.storage.queue._shared.response_handlers import process_storage_error as _process_queue_error
 
@@ -20,15 +19,7 @@ NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 MAX_MESSAGE_BYTES = 64 * 1024
 DEFAULT_TTL_S = 7 * 24 * 3600
 MAX_VISIBILITY_S = 7 * 24 * 3600
-TABLE_PAGE = 1000
-"""Entities a query answers at most (the service's limit, whatever `results_per_page` asks)."""
 LIST_PAGE = 5000
-TRANSACTION_LIMIT = 100
-MAX_KEY_CHARS = 1024
-MAX_STRING_CHARS = 32 * 1024
-"""A string property holds at most 64 KiB of UTF-16."""
-MAX_PROPERTIES = 255
-FORBIDDEN_KEY = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
 LOWER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
 """Container and queue names: lower-case letters, digits, single hyphens inside."""
 TAG_CHARS = re.compile(r"^[A-Za-z0-9 +\-./:=_]*$")
@@ -114,11 +105,6 @@ def blob_error(status: int, code: str, message: str) -> HttpResponseError:
 def queue_error(status: int, code: str, message: str) -> HttpResponseError:
     """The exception azure-storage-queue raises for this answer."""
     return _processed(_process_queue_error, raw_error(status, code, message))
-
-
-def table_error(status: int, code: str, message: str) -> HttpResponseError:
-    """The exception azure-data-tables raises for this answer."""
-    return cast(HttpResponseError, _decode_error(ErrorResponse(status, code), message))  # type: ignore[no-untyped-call]
 
 
 def refuse_unknown(kwargs: Mapping[str, Any], call: str) -> None:
