@@ -54,18 +54,24 @@ TAG = "fair"
 QUEUES = {"a": f"{TAG}-a", "b": f"{TAG}-b", "flood": f"{TAG}-flood"}
 
 
-def post(host: HostProcess, body: dict[str, Any]) -> int:
-    req = urllib.request.Request(
-        f"{host.url}/api/jobs",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+def post(host: HostProcess, body: dict[str, Any], tries: int = 5) -> int:
+    """POST a job as a producer does: a 503 is posted again after its Retry-After (the same
+    request then finishes its send: 202, or 409 `same_request`)."""
+    for _ in range(tries):
+        req = urllib.request.Request(
+            f"{host.url}/api/jobs",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                return int(exc.code)
+            time.sleep(float(exc.headers.get("Retry-After") or 1))
+    return 503
 
 
 def submit_small(host: HostProcess, url: str, run: str, small: int, over_s: float) -> list[int]:

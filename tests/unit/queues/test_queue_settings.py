@@ -170,3 +170,9 @@ def test_http_secrets_limit_the_secrets_a_payload_may_name() -> None:
     anywhere = read_settings(SettingReader(settings.source, []), settings)
     assert anywhere.allowed_secrets is None
     parse_call({**payload, "headers": {"X-B": {"secret": "HTTP_SECRET_B"}}}, anywhere)
+
+
+def test_fair_share_is_off_unless_asked_for() -> None:
+    assert not read_queues({"JOBS_QUEUES": "a,b"}).fair_share
+    assert read_queues({"JOBS_QUEUES": "a,b", "FAIR_SHARE": "true"}).fair_share
+    assert any("FAIR_SHARE='maybe'" in p for p in problems_of({"FAIR_SHARE": "maybe"}))
