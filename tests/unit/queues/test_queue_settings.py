@@ -173,6 +173,6 @@ def test_http_secrets_limit_the_secrets_a_payload_may_name() -> None:
 
 
 def test_fair_share_is_off_unless_asked_for() -> None:
-    assert not read_queues({"JOBS_QUEUES": "a,b"}).fair_share
-    assert read_queues({"JOBS_QUEUES": "a,b", "FAIR_SHARE": "true"}).fair_share
+    assert not read_queues({"JOBS_QUEUES": "aaa,bbb"}).fair_share
+    assert read_queues({"JOBS_QUEUES": "aaa,bbb", "FAIR_SHARE": "true"}).fair_share
     assert any("FAIR_SHARE='maybe'" in p for p in problems_of({"FAIR_SHARE": "maybe"}))
