@@ -14,9 +14,9 @@ waiting first. A queue alone is active alone: it gets every slot (work-conservin
 queue nothing changes. `slots` is the worker's thread count (`PYTHON_THREADPOOL_THREAD_COUNT`,
 else the Python worker's default, min(32, cpus + 4)).
 
-Off unless `FAIR_SHARE=true`: measured beside a flood of 2,000 jobs it did not keep the other
-queues' jobs from waiting (docs/performance.md): the flood's waiting invocations still hold the
-worker's threads, and the shared CPU and storage account, not the slots, are the bottleneck.
+`FAIR_SHARE=false` turns it off. Measured (docs/performance.md): beside a flood of 600 jobs it
+kept the other queues within target, beside 2,000 it did not: the flood's waiting invocations
+still hold the worker's threads, and the shared CPU and storage account are the bottleneck.
 """
 
 from __future__ import annotations

@@ -133,10 +133,10 @@ class QueueSet:
     queues: tuple[QueueSettings, ...]
     declared: bool = False
     """True when `JOBS_QUEUES` declares them (else the single `JOBS_QUEUE`)."""
-    fair_share: bool = False
-    """`FAIR_SHARE` (`true`/`false`, default false): with several queues, each worker process
-    shares its job slots among the queues with work (shared/pipeline/fair_share.py; off by
-    default: measured, it does not keep a flood from delaying the other queues, docs/performance.md)."""
+    fair_share: bool = True
+    """`FAIR_SHARE` (`true`/`false`): with several queues, each worker process shares its job
+    slots among the queues with work (shared/pipeline/fair_share.py; its figures in
+    docs/performance.md)."""
 
     @property
     def default(self) -> QueueSettings:
@@ -311,7 +311,7 @@ def read_queues(env: Mapping[str, str], problems: list[str] | None = None) -> Qu
                 f"{setting_name(queue.name, 'RETRY_BASE_SECONDS')}"
             )
     _stray(env, names, found)
-    fair = reader.choice("FAIR_SHARE", "false", ("true", "false")) == "true"
+    fair = reader.choice("FAIR_SHARE", "true", ("true", "false")) == "true"
     if problems is None and len(found) > start:
         raise SettingsError("invalid settings: " + "; ".join(found))
     return QueueSet(queues, declared, fair)

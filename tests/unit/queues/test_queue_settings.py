@@ -172,7 +172,7 @@ def test_http_secrets_limit_the_secrets_a_payload_may_name() -> None:
     parse_call({**payload, "headers": {"X-B": {"secret": "HTTP_SECRET_B"}}}, anywhere)
 
 
-def test_fair_share_is_off_unless_asked_for() -> None:
-    assert not read_queues({"JOBS_QUEUES": "aaa,bbb"}).fair_share
-    assert read_queues({"JOBS_QUEUES": "aaa,bbb", "FAIR_SHARE": "true"}).fair_share
+def test_fair_share_is_on_unless_turned_off() -> None:
+    assert read_queues({"JOBS_QUEUES": "aaa,bbb"}).fair_share
+    assert not read_queues({"JOBS_QUEUES": "aaa,bbb", "FAIR_SHARE": "false"}).fair_share
     assert any("FAIR_SHARE='maybe'" in p for p in problems_of({"FAIR_SHARE": "maybe"}))
