@@ -7,6 +7,7 @@
     python -m bench.run --spark            # also bench/bench_spark.py (slow)
     python -m bench.run --skip-http        # no http-kind section (bench_http_kind.py)
     python -m bench.run --skip-spark-versus  # no Spark-path-vs-spark.read.csv section
+    python -m bench.run --skip-limits      # no limits section (bench_limits.py)
     python -m bench.run --out DIR          # bench.json, the PNG plot and host logs go to DIR
 
 Sections (each starts and stops its own Azurite and local hosts):
@@ -28,6 +29,11 @@ Sections (each starts and stops its own Azurite and local hosts):
 8. the app's Spark path against Spark's own reader (`spark.read.csv(...).groupBy(...).agg(...)`)
    on the same local cluster and input, ~200 and ~500 MB, interleaved rounds (bench/spark_versus.py;
    target 1.0x or better); skipped with --skip-spark-versus, or without Java 17+.
+9. limits across instances (bench_limits.py): HTTP_MAX_CONCURRENT_PER_HOST=4, two host processes,
+   one downstream: storage requests a job pays for its permit, 40 jobs of 1 s (most in flight,
+   time against the ideal 10 s, start after an earlier call's end), kill -9 of one host and SIGSTOP
+   of the other for 90 s (most in flight, seconds until 4 are in flight again, every job completed);
+   skipped with --skip-limits (--quick: no fault run).
 The machine is shared and noisy: speed figures are ratios taken side by side, or counts.
 """
 
@@ -241,6 +247,48 @@ def format_http(http: dict[str, Any]) -> list[str]:
     return lines
 
 
+def run_limits(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """bench/bench_limits.py: permits across two hosts (its JSON saved beside bench.json)."""
+    out = out_dir / "limits.json"
+    flags = ["--quick"] if args.quick else []
+    result = run_script(
+        "bench.bench_limits", [*flags, "--out", str(out), "--logs", str(out_dir / "logs")], 1800
+    )
+    if result.get("exit_code") == 0:
+        result["report"] = _read_json(out)
+    return result
+
+
+def format_limits(limits: dict[str, Any]) -> list[str]:
+    """Section 9's lines."""
+    lines = ["", "9. Limits across instances (bench/bench_limits.py)"]
+    report = limits.get("report")
+    if not report:
+        return [*lines, f"   FAILED ({limits.get('error') or limits.get('exit_code')})"]
+    cost, tp = report["cost"], report["throughput"]
+    lines += [
+        f"   storage requests of a permit's acquire + release: {cost['permit_requests_per_job']} "
+        f"(target <= {cost['target_permit_requests_per_job']}: {_ok(cost['permit_requests_per_job'] <= 2.005)}); "
+        f"two instances alternating: {cost['requests_per_job_two_instances_alternating']}",
+        f"   {tp['jobs']} jobs of {tp['call_s']:g} s, limit {report['limit']}, {report['hosts']} hosts: most in flight "
+        f"{tp['max_in_flight']} ({_ok(tp['max_in_flight'] <= report['limit'])}), {tp['seconds_to_last_call_end']} s "
+        f"= {tp['ratio_to_ideal']}x the ideal {tp['ideal_s']:g} s (target <= {tp['target_ratio']}: "
+        f"{_ok(tp['ratio_to_ideal'] <= tp['target_ratio'])}); start after an earlier end p50 "
+        f"{tp['start_after_end_p50_s']} s, p95 {tp['start_after_end_p95_s']} s (target <= 1: "
+        f"{_ok(tp['start_after_end_p95_s'] <= 1.0)})",
+    ]
+    faults = report.get("faults")
+    if faults:
+        back = [faults["seconds_to_4_in_flight_after_kill"], faults["seconds_to_4_in_flight_after_sigstop"]]
+        lines.append(
+            f"   kill -9 then SIGSTOP {faults['freeze_s']:g} s: most in flight {faults['max_in_flight']} "
+            f"({_ok(faults['max_in_flight'] <= report['limit'])}), 4 in flight again after {back[0]} s and "
+            f"{back[1]} s (target <= {faults['target_s']}: {_ok(all(b is not None and b <= 60 for b in back))}), "
+            f"completed {faults['completed']} of {faults['jobs']}, jobs called twice {faults['jobs_called_more_than_once']}"
+        )
+    return lines
+
+
 def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_spark.py, when asked for (slow): it starts its own Azurite and Spark cluster."""
     flags = ["--sizes", "10,50", "--repeat", "1"] if args.quick else []
@@ -448,6 +496,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.extend(format_http(report["http"]))
     if report.get("spark_versus"):
         lines.extend(format_versus(report["spark_versus"]))
+    if report.get("limits"):
+        lines.extend(format_limits(report["limits"]))
 
     spark = report.get("spark")
     if spark:
@@ -493,6 +543,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--skip-spark-versus", action="store_true", help="no Spark path vs spark.read.csv section"
     )
     parser.add_argument("--http-jobs", type=int, default=300, help="http jobs (default 300)")
+    parser.add_argument("--skip-limits", action="store_true", help="no limits section (bench_limits)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="host sections to run (default: all)")
     return parser.parse_args(argv)
 
@@ -532,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         report["http"] = run_http(args, out_dir)
     if not args.skip_spark_versus:
         report["spark_versus"] = run_spark_versus(args, out_dir)
+    if not args.skip_limits:
+        report["limits"] = run_limits(args, out_dir)
     if args.spark:
         report["spark"] = run_spark(args, out_dir)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)

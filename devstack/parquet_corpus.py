@@ -132,8 +132,8 @@ def write_source(
 def source_rows_for(mb: float) -> int:
     """Rows of about `mb` MB as pyarrow writes them."""
     sample = pa.BufferOutputStream()
-    pq.write_table(rows(200_000), sample)
-    return int(mb * 1e6 / (sample.getvalue().size / 200_000))
+    pq.write_table(rows(parquetgen.ROW_GROUP), sample)  # a whole row group: dictionaries as in the file
+    return int(mb * 1e6 / (sample.getvalue().size / parquetgen.ROW_GROUP))
 
 
 def by_pyarrow(source: Path, out: Path, options: dict[str, Any]) -> None:

@@ -52,6 +52,12 @@ WORKERS: Final = 1
 decoded in parallel on pyarrow's CPU pool. Peak RSS over a 1 GB blob (child process, Azurite,
 side by side): one 250-270 MB, two 292-303 MB (each thread's allocator keeps its own pages), for
 no speed the noise could show."""
+READ_BYTES: Final = 16 * 1024 * 1024
+"""Needed bytes of the row groups read ahead of those decoded, at least (with more than `workers`
+row groups when they are small: DuckDB's and Polars' ~100 k-row groups need ~2 MB each here, read
+one GET after the other before, as many GETs as row groups, the decode waiting on each)."""
+READ_THREADS: Final = 4
+"""Row groups read at once (their GETs in flight together, each range's behind it)."""
 NATIVE_WORKERS: Final = 2
 """Row groups decoded at once where the C scanner takes them (one a core: it builds no Arrow
 array, so two cost little memory; a row group it leaves to pyarrow is decoded on its thread)."""
@@ -123,15 +129,17 @@ def parquet_partials(
     workers: int = WORKERS,
     batch_rows: int = BATCH_ROWS,
     native: bool = True,
+    read_bytes: int | None = None,
 ) -> Generator[tuple[pa.Table, int], None, None]:
     """(partial aggregates, rows) of each batch of each row group, in file order.
 
-    One thread reads the needed column chunks of the next row groups (concurrent ranged GETs
-    behind it); `workers` threads each decode a row group `batch_rows` rows at a time and
+    READ_THREADS threads read the needed column chunks of the next row groups (concurrent ranged
+    GETs behind each); `workers` threads each decode a row group `batch_rows` rows at a time and
     reduce each batch as it comes (pyarrow and Arrow's group-by, off the GIL). Row groups held:
-    the `workers` being decoded and one read ahead (their compressed chunks), and one batch each
-    decoded: memory follows the row groups' needed bytes, not the file. `native`: a batch keyed by
-    one dictionary-encoded column is grouped by the C scanner where it is built (`dict_keys`)."""
+    the `workers` being decoded and one read ahead, or more read ahead while those held need at
+    most `read_bytes` (READ_BYTES; small row groups), and one batch each decoded: memory follows the row
+    groups' needed bytes, not the file. `native`: a batch keyed by one dictionary-encoded column
+    is grouped by the C scanner where it is built (`dict_keys`)."""
     footer = read_footer(source) if metadata is None else metadata
     layout = ParquetLayout.of(footer, plan, source.size)
     groups = list(range(footer.num_row_groups)) if row_groups is None else list(row_groups)
@@ -139,23 +147,28 @@ def parquet_partials(
     reducer = Accumulator(plan)
     fast = native_plan(footer, layout.schema, layout.leaves, plan) if native else None
     workers = max(1, workers if fast is None else max(workers, NATIVE_WORKERS))
-    reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read")
+    reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="parquet-read")
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parquet-decode")
-    ahead: deque[Future[list[tuple[pa.Table, int]]]] = deque()
+    ahead: deque[tuple[Future[list[tuple[pa.Table, int]]], int]] = deque()
+    held = 0
+    read_bytes = READ_BYTES if read_bytes is None else read_bytes
     try:
         for index in groups:
-            chunks = reads.submit(source.read, layout.spans(index))
-            ahead.append(
-                pool.submit(
-                    _row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1, native, fast
-                )
+            spans = layout.spans(index)
+            chunks = reads.submit(source.read, spans)
+            decoded = pool.submit(
+                _row_group, source, layout, index, chunks, reducer, batch_rows, workers == 1, native, fast
             )
-            while len(ahead) > workers:
-                yield from ahead.popleft().result()
+            ahead.append((decoded, sum(length for _, length in spans)))
+            held += ahead[-1][1]
+            while len(ahead) > workers and held > read_bytes:
+                future, need = ahead.popleft()
+                held -= need
+                yield from future.result()
         while ahead:
-            yield from ahead.popleft().result()
+            yield from ahead.popleft()[0].result()
     finally:
-        for future in ahead:
+        for future, _ in ahead:
             future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
         reads.shutdown(wait=True, cancel_futures=True)

@@ -39,7 +39,7 @@ FIRST_BYTES: Final = 64 * 1024
 
 
 class SpanReader:
-    """Spans of one blob's bytes, read in parallel; thread-safe for one caller at a time per call."""
+    """Spans of one blob's bytes, read in parallel; `read` may be called from several threads."""
 
     def __init__(
         self,
@@ -105,7 +105,8 @@ class SpanReader:
             )
             for pos in range(start, end, step)
         ]
-        self.requests += len(futures)
+        with self._lock:  # read() may be called from several threads at once
+            self.requests += len(futures)
         for future in futures:
             got: Range = future.result()
             if got.size != self.size:  # pragma: no cover - the ETag makes this a 412 first

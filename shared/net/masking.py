@@ -112,6 +112,9 @@ class Masker:
     def _masked(self, text: str, escaped: tuple[re.Pattern[str], re.Pattern[str]] | None) -> str:
         for form in self._literals:
             text = text.replace(form, MASK)
+        return self._escaped_masked(text, escaped)
+
+    def _escaped_masked(self, text: str, escaped: tuple[re.Pattern[str], re.Pattern[str]] | None) -> str:
         if escaped is None:
             return text
         pattern, marks = escaped
@@ -141,11 +144,17 @@ class Masker:
         for value in self.secrets:
             for codec in ("utf-16-le", "utf-16-be"):  # masked in the same encoding: the text still decodes
                 data = data.replace(value.encode(codec), MASK.encode(codec))
-        literal = Masker(v.encode("utf-8").decode("latin-1") for v in self.secrets)
         text = data.decode("latin-1")
-        for form in self._literals:  # base64 and hex are ASCII: the same in both readings
+        for form in self._byte_literals:
             text = text.replace(form, MASK)
-        return literal._masked(text, self._bytes_escaped).encode("latin-1")
+        return self._escaped_masked(text, self._bytes_escaped).encode("latin-1")
+
+    @cached_property
+    def _byte_literals(self) -> tuple[str, ...]:
+        """The plain forms in bytes read as Latin-1: the UTF-8 bytes as sent, base64 and hex (ASCII)."""
+        raw = {v.encode("utf-8").decode("latin-1") for v in self.secrets}
+        forms = raw | (set(self._literals) - set(self.secrets))
+        return tuple(sorted(forms, key=len, reverse=True))
 
     def value(self, value: object) -> object:
         """A decoded JSON value with every string (and key) masked."""

@@ -4,11 +4,11 @@ per message.
 
 One document per instance per hour, holding per-minute counts (completed, retried, poisoned), a
 latency histogram per minute (enqueue to completion, `LATENCY_BOUNDS_S`) and the instance's jobs in
-flight, kept by a `CounterStore`: with a table endpoint a Table entity per (hour, instance)
-(shared/indexes/counters.py: a refresh is one query, no listing), else the blob
-`console/metrics/<YYYY-MM-DDTHH>/<instance>.json` in the poison-archive container (`BlobCounters`:
-a refresh lists two hour prefixes and reads their blobs). Each process also deletes hours older
-than `RETENTION_H`, once an hour, so the documents do not pile up as instances come and go.
+flight, kept by a `CounterStore`: a Table entity per (hour, instance) (shared/indexes/counters.py:
+a refresh is one query, no listing). The blobs `console/metrics/<YYYY-MM-DDTHH>/<instance>.json` of
+the poison-archive container are what the app wrote before the table (`blob_name`, `prune`). Each
+process also deletes hours older than `RETENTION_H`, once an hour, so the documents do not pile up
+as instances come and go.
 """
 
 from __future__ import annotations
@@ -70,31 +70,6 @@ class CounterStore(Protocol):
 
     def prune(self, now: datetime) -> int:
         """Delete documents older than `RETENTION_H`; how many."""
-
-
-class BlobCounters:
-    """Counter documents as blobs of the poison-archive container (what the app wrote before the
-    table; each worker still prunes them): reading an hour lists its prefix."""
-
-    def __init__(self, store: DocumentStore) -> None:
-        self.store = store
-
-    def write(self, hour: str, instance: str, doc: Mapping[str, Any]) -> None:
-        self.store.upsert(blob_name(hour, instance), dict(doc))
-
-    def read(self, hours: list[str], skip_instance: str | None) -> list[Mapping[str, Any]]:
-        docs: list[Mapping[str, Any]] = []
-        for hour in hours:
-            for name, _ in self.store.names(f"{PREFIX}{hour}/"):
-                if skip_instance is not None and name == blob_name(hour, skip_instance):
-                    continue
-                found = self.store.read(name)
-                if found is not None:
-                    docs.append(found.data)
-        return docs
-
-    def prune(self, now: datetime) -> int:
-        return prune(self.store, now)
 
 
 def bin_index(latency_s: float) -> int:

@@ -297,6 +297,7 @@ class Processor:
             record_effect=partial(self.record_effect, version),
             deadline=self.started + timeout - deadline_margin(timeout),
             fence=self.admission.fence,
+            release_permits=self.admission.release,
             now=self.rt.clock,
             created_at=self.env.created_at,
             settings_prefix=prefix_of(self.env.kind, handler),
@@ -305,7 +306,10 @@ class Processor:
             log_decision("resumed", self.env.id, **self.delivery.fields(self.env.attempt))
         with deadline_at(ctx.deadline), calls_recorded() as calls, secrets_in_play():  # see shared/net
             self.calls = calls
-            return masked_outcome(handler.run(ctx))
+            try:
+                return masked_outcome(handler.run(ctx))
+            finally:  # done acting: its permits go back before the outcome's writes
+                self.admission.release()
 
     def record_effect(self, version: int, name: str, result: Any) -> None:
         """Keep an effect's result in the ledger record (`ctx.effect`); ClaimLost if taken over."""

@@ -34,7 +34,7 @@ from shared.indexes.jobs import JobIndex
 from shared.poison.bulk import PURGE_STATES
 from shared.poison.parking import PARKED
 from shared.runtime.wiring import Runtime, get_runtime
-from shared.storage.failures import StorageError, failure_name, translated
+from shared.storage.failures import StorageError, failure_name
 from shared.storage.ports import Blobs
 
 log = logging.getLogger("jobs.retention")
@@ -252,9 +252,8 @@ def apply_tables(
     (logged, in `error`): what is left is due again at the next."""
     done = TablesReport()
     try:
-        with translated("retention of the index tables"):
-            drop_day_tables(done, job_index, now, ledger_days, job_ttl_s, dry_run, table_limit)
-            prune_entry_rows(done, entry_index, now, archive_days, dry_run, row_limit, states)
+        drop_day_tables(done, job_index, now, ledger_days, job_ttl_s, dry_run, table_limit)
+        prune_entry_rows(done, entry_index, now, archive_days, dry_run, row_limit, states)
     except StorageError as exc:
         done.error = failure_name(exc)
         log.warning("retention of the index tables stopped (%s); the next run goes on", done.error)

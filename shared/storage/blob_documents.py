@@ -18,10 +18,35 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient, ContentSettings
 
-from shared.core.documents import Document, DocumentChanged, DocumentExists, TagQuery, dump
+from shared.core.documents import Conflict, Document, DocumentChanged, DocumentExists, TagQuery, dump
 from shared.storage.failures import error_code, storage_failure
 
 _JSON = ContentSettings(content_type="application/json")
+_EXISTS = ("BlobAlreadyExists", "ConditionNotMet")
+"""What a create If-None-Match: * meets when the blob is there (besides ResourceExistsError)."""
+_CHANGED = ("ConditionNotMet", "BlobNotFound")
+"""What a replace If-Match meets when the blob changed or went (besides ResourceModifiedError)."""
+
+
+@contextlib.contextmanager
+def _failing(
+    action: str,
+    name: str,
+    conflict: type[Conflict] | None = None,
+    lost: tuple[type[AzureError], ...] = (),
+    codes: tuple[str, ...] = (),
+) -> Iterator[None]:
+    """The SDK's errors of one call: those meaning a conditional write lost (`lost`, or an answer
+    with one of `codes`) become `conflict`; others `storage_failure` (StorageThrottled when worth
+    retrying, else the SDK's error: a read's ResourceNotFoundError is its caller's)."""
+    try:
+        yield
+    except AzureError as exc:
+        if conflict is not None and (
+            isinstance(exc, lost) or (isinstance(exc, HttpResponseError) and error_code(exc) in codes)
+        ):
+            raise conflict(name) from None
+        raise storage_failure(exc, action, name) from exc
 
 
 class BlobDocuments:
@@ -52,12 +77,11 @@ class BlobDocuments:
 
     def read(self, name: str) -> Document | None:
         try:
-            downloader = self.container.get_blob_client(name).download_blob()
-            raw = downloader.readall()
+            with _failing("read", name):
+                downloader = self.container.get_blob_client(name).download_blob()
+                raw = downloader.readall()
         except ResourceNotFoundError:
             return None
-        except AzureError as exc:
-            raise storage_failure(exc, "read", name) from exc
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -67,25 +91,19 @@ class BlobDocuments:
         )
 
     def create(self, name: str, data: dict[str, Any]) -> Document:
-        try:
+        with _failing("create", name, DocumentExists, (ResourceExistsError, ResourceModifiedError), _EXISTS):
             props = self.container.get_blob_client(name).upload_blob(
                 dump(data),
                 match_condition=MatchConditions.IfMissing,
                 content_settings=_JSON,
                 **self._extra(data),
             )
-        except (ResourceExistsError, ResourceModifiedError):
-            raise DocumentExists(name) from None
-        except HttpResponseError as exc:
-            if error_code(exc) in ("BlobAlreadyExists", "ConditionNotMet"):
-                raise DocumentExists(name) from None
-            raise storage_failure(exc, "create", name) from exc
-        except AzureError as exc:
-            raise storage_failure(exc, "create", name) from exc
         return Document(data, str(props["etag"]))
 
     def replace(self, name: str, current: Document, data: dict[str, Any]) -> Document:
-        try:
+        with _failing(
+            "update", name, DocumentChanged, (ResourceModifiedError, ResourceNotFoundError), _CHANGED
+        ):
             props = self.container.get_blob_client(name).upload_blob(
                 dump(data),
                 overwrite=True,
@@ -94,23 +112,13 @@ class BlobDocuments:
                 content_settings=_JSON,
                 **self._extra(data),
             )
-        except (ResourceModifiedError, ResourceNotFoundError):
-            raise DocumentChanged(name) from None
-        except HttpResponseError as exc:
-            if error_code(exc) in ("ConditionNotMet", "BlobNotFound"):
-                raise DocumentChanged(name) from None
-            raise storage_failure(exc, "update", name) from exc
-        except AzureError as exc:
-            raise storage_failure(exc, "update", name) from exc
         return Document(data, str(props["etag"]))
 
     def upsert(self, name: str, data: dict[str, Any]) -> Document:
-        try:
+        with _failing("write", name):
             props = self.container.get_blob_client(name).upload_blob(
                 dump(data), overwrite=True, content_settings=_JSON, **self._extra(data)
             )
-        except AzureError as exc:
-            raise storage_failure(exc, "write", name) from exc
         return Document(data, str(props["etag"]))
 
     def delete(self, name: str) -> None:
@@ -118,11 +126,9 @@ class BlobDocuments:
             self.container.delete_blob(name)
 
     def find(self, query: TagQuery) -> Iterator[str]:
-        try:
+        with _failing("find", query.expression()):
             for blob in self.container.find_blobs_by_tags(query.expression()):
                 yield blob.name
-        except AzureError as exc:
-            raise storage_failure(exc, "find", query.expression()) from exc
 
     def names(self, prefix: str) -> Iterator[tuple[str, datetime | None]]:
         for blob in self.container.list_blobs(name_starts_with=prefix):

@@ -37,6 +37,7 @@ from shared.pipeline.recovery import recover_claims
 from shared.poison import handle_poison_message, sweep
 from shared.runtime.wiring import Runtime, indexes
 from shared.storage.clients import StorageClients
+from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 from shared.storage.memory_tables import MemoryTables
 from shared.storage.ports import Account
@@ -160,6 +161,16 @@ class Faults:
         return _lose_answer
 
 
+@contextlib.contextmanager
+def as_port(op: str) -> Iterator[None]:
+    """A queue call's injected failure as the `Queue` port raises it (shared.storage.azure_queues
+    translates the SDK's): StorageBusy, no answer."""
+    try:
+        yield
+    except ServiceResponseError as exc:
+        raise StorageBusy(f"{op}: storage busy (ServiceResponseError)", answered=False) from exc
+
+
 def _lose_answer() -> None:
     raise ServiceResponseError("simulated: applied, but the answer was lost")
 
@@ -198,14 +209,15 @@ class SimQueue:
     def send_message(
         self, content: Any, *, visibility_timeout: int | None = None, time_to_live: int | None = None
     ) -> SimMessage:
-        after = self.faults.before("queue.send", self.name)
-        text = str(content)
-        if self.encode_base64:
-            text = base64.b64encode(text.encode("utf-8")).decode("ascii")
-        msg = self.put(text, visibility_timeout or 0)
-        if after:
-            after()
-        return msg
+        with as_port("send"):
+            after = self.faults.before("queue.send", self.name)
+            text = str(content)
+            if self.encode_base64:
+                text = base64.b64encode(text.encode("utf-8")).decode("ascii")
+            msg = self.put(text, visibility_timeout or 0)
+            if after:
+                after()
+            return msg
 
     def put(self, text: str, delay_s: float = 0.0) -> SimMessage:
         now = self.clock()
@@ -233,24 +245,27 @@ class SimQueue:
         return msg
 
     def peek_messages(self, max_messages: int | None = 32) -> list[Any]:
-        self.faults.before("queue.peek", self.name)
+        with as_port("peek"):
+            self.faults.before("queue.peek", self.name)
         return self.visible()[: max_messages or 32]
 
     def receive_messages(
         self, *, max_messages: int | None = 32, visibility_timeout: int | None = 30
     ) -> Iterator[SimMessage]:
-        self.faults.before("queue.receive", self.name)
+        with as_port("receive"):
+            self.faults.before("queue.receive", self.name)
         batch = [self.take(m, visibility_timeout or 30) for m in self.visible()[: max_messages or 32]]
         yield from batch
 
     def delete_message(self, msg: Any) -> None:
-        after = self.faults.before("queue.delete", self.name)
-        with self._lock:
-            current = self.messages.get(msg.id)
-            if current is not None and current.pop_receipt == msg.pop_receipt:
-                del self.messages[msg.id]
-        if after:
-            after()
+        with as_port("delete"):
+            after = self.faults.before("queue.delete", self.name)
+            with self._lock:
+                current = self.messages.get(msg.id)
+                if current is not None and current.pop_receipt == msg.pop_receipt:
+                    del self.messages[msg.id]
+            if after:
+                after()
 
 
 @dataclass(frozen=True)
@@ -508,7 +523,7 @@ class World:
             queue.delete_message(msg)
         except SimCrash:
             self.crash(msg)
-        except ServiceResponseError:  # the host would stop; its lease runs out and the message is back
+        except StorageBusy:  # the host would stop; its lease runs out and the message is back
             pass
 
     def move_to_poison(self, queue: SimQueue, msg: SimMessage) -> None:

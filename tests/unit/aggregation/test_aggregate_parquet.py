@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -246,7 +247,7 @@ def test_row_groups_are_read_at_most_one_ahead_of_those_being_decoded() -> None:
     spec = parse_aggregate_payload(
         {"input": "data/x", "format": "parquet", "group_by": ["station"], "metrics": [{"op": "count"}]}
     )
-    partials = parquet_partials(source, Plan.of(spec))
+    partials = parquet_partials(source, Plan.of(spec), read_bytes=0)  # no more ahead for small ones
     next(partials)
     assert len(source.asked) <= 1 + 3  # the footer, the two row groups decoded, the next one
     partials.close()
@@ -366,10 +367,12 @@ def test_the_handler_refuses_a_truncated_parquet_blob_with_its_reason() -> None:
         HANDLER.run(make_ctx(payload, service))
 
 
-def test_more_groups_than_max_groups_stops_the_read() -> None:
+def test_more_groups_than_max_groups_stops_the_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row groups of ~5 KB: read ahead while those held need at most READ_BYTES (here two)."""
     from shared.aggregation import TooManyGroups, aggregate_table
 
     data = parquet(pa.table({"k": [str(i) for i in range(5000)], "v": list(range(5000))}), row_group_size=500)
+    monkeypatch.setattr("shared.aggregation.parquet_path.READ_BYTES", 2 * 5000)
     source = CountingSpans(data)
     spec = parse_aggregate_payload(
         {"input": "data/x", "format": "parquet", "group_by": ["k"], "metrics": [{"op": "count"}]}
@@ -377,6 +380,29 @@ def test_more_groups_than_max_groups_stops_the_read() -> None:
     with pytest.raises(TooManyGroups):
         aggregate_table(source, spec, max_groups=600)
     assert len(source.asked) < 1 + 10  # stopped before the last row groups were read
+
+
+def test_more_groups_than_max_groups_stops_the_read_with_the_shipped_read_ahead() -> None:
+    """The twin with READ_BYTES as shipped (16 MiB): row groups of ~5 MB, stopped well before the
+    last of 8 (the first one's partial is past the limit; at most READ_BYTES more read)."""
+    import pyarrow.compute as pc
+
+    from shared.aggregation import TooManyGroups, aggregate_table
+    from shared.aggregation.parquet_path import READ_BYTES
+
+    rows = 8 * 150_000
+    keys = pc.binary_join_element_wise(pc.cast(pa.array(np.arange(rows)), pa.string()), "-" + "x" * 40, "")
+    data = parquet(pa.table({"k": keys}), row_group_size=150_000, use_dictionary=False, compression="none")
+    meta = pq.read_metadata(io.BytesIO(data))
+    assert 4_000_000 < meta.row_group(0).total_byte_size < READ_BYTES / 2
+    source = CountingSpans(data)
+    spec = parse_aggregate_payload(
+        {"input": "data/x", "format": "parquet", "group_by": ["k"], "metrics": [{"op": "count"}]}
+    )
+    with pytest.raises(TooManyGroups):
+        aggregate_table(source, spec, max_groups=600)
+    read = sum(length for spans in source.asked[1:] for _, length in spans)
+    assert read <= meta.row_group(0).total_byte_size * 2 + READ_BYTES < len(data)
 
 
 def _dictionary_page(data: bytes, column: int) -> int:

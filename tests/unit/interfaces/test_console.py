@@ -267,20 +267,26 @@ def test_counters_cost_no_storage_request_per_message_and_flush_once_per_changed
     def note(op: str, name: str) -> None:
         ops.append(op)
 
-    store = MemoryDocuments(lambda: clock[0], before=note)
+    tables = MemoryTables(lambda: clock[0])
+    counters = TableCounters(tables, "metrics", MemoryDocuments(lambda: clock[0], before=note))
+    counters.ensure()  # start-up
+    ops.extend(tables.requests)
     for i in range(1000):
         recorder.on_decision("completed", {"latency_s": 0.2 if i % 10 else 40})
     recorder.on_decision("retry_scheduled", {})
     recorder.on_decision("poisoned", {})
     recorder.on_decision("claimed", {})
-    assert ops == []
-    assert recorder.flush(overview_counters.BlobCounters(store), "host:1") == 1 and ops == ["docs.upsert"]
-    assert recorder.flush(overview_counters.BlobCounters(store), "host:1") == 0 and len(ops) == 1
-    doc = store.read(overview_counters.blob_name("2026-11-24T12", "host:1"))
-    assert doc is not None
-    minute = doc.data["minutes"]["2026-11-24T12:30"]
+    assert ops == tables.requests == ["POST /devstoreaccount1/Tables"], "no request per message"
+    assert recorder.flush(counters, "host:1") == 1
+    assert tables.requests[1:] == [
+        "PUT /devstoreaccount1/metrics(PartitionKey='2026-11-24T12',RowKey='host_1')"
+    ]
+    assert recorder.flush(counters, "host:1") == 0 and len(tables.requests) == 2
+    docs = counters.read(["2026-11-24T12"], None)
+    assert len(docs) == 1
+    minute = docs[0]["minutes"]["2026-11-24T12:30"]
     assert (minute["completed"], minute["retried"], minute["poisoned"]) == (1000, 1, 1)
-    figures = overview_counters.merge([doc.data], NOW + timedelta(seconds=30))
+    figures = overview_counters.merge([docs[0]], NOW + timedelta(seconds=30))
     assert figures["series"]["completed"][-1] == 1000 and figures["latency_p50_s"] == 0.25
     assert figures["latency_p95_s"] == 60.0
 
