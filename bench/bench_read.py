@@ -34,6 +34,7 @@ checked against Polars' (keys and counts exact, floats within 1e-9).
     python -m bench.bench_read                 # ~300 MB and 1 GB of wide CSV, narrow CSV, JSON lines
     python -m bench.bench_read --writers       # ... and the flights as other tools write them
     python -m bench.bench_read --mb 20 --repeat 1   # quick (bench.run --quick)
+    python -m bench.bench_read --lean          # the job, Polars and the raw read only, every input
 The machine is shared and noisy: read ratios taken side by side. Writes bench/out/read.json.
 """
 
@@ -494,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the NYC flights as other tools write them (bench/writers.py)",
     )
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="every input as the writers' are: the job, Polars and the raw read only",
+    )
     args = parser.parse_args(argv)
     with_obstore = has_obstore()
     report: dict[str, Any] = {
@@ -534,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
             job(case, host, az)
         for case in all_cases:
             print(f"timing {case.name} ...", file=sys.stderr, flush=True)
-            report["cases"][case.name] = measure(case, az, host, args.repeat, with_obstore)
+            report["cases"][case.name] = (
+                measure_lean(case, az, host, args.repeat)
+                if args.lean
+                else measure(case, az, host, args.repeat, with_obstore)
+            )
         for case in writer_cases:
             print(f"timing {case.name} ...", file=sys.stderr, flush=True)
             report.setdefault("writers", {})[case.name] = measure_lean(case, az, host, args.repeat)

@@ -126,6 +126,9 @@ class JobContext:
     """Call right before acting under the job's limits (e.g. the outbound call): returns only
     while its permits are provably held; raises `shared.permits.service.PermitLost` otherwise
     (do not act: the job waits for a permit again). A job with no limit: does nothing."""
+    release_permits: Callable[[], None] = lambda: None
+    """Give the job's permits back now, once it has acted (its call answered): the next job of
+    the key starts while this one writes its result. Done anyway when `run` returns."""
 
     def idempotency_key(self, scope: str = "") -> str:
         """A key for an `Idempotency-Key` header: the same across retries, redeliveries, recovery

@@ -112,15 +112,18 @@ class HttpHandler:
         )
         ctx.fence()  # the call is made only while the host's permit is provably held
         started = time.monotonic()
-        resp = client.request(
-            call.method,
-            call.url,
-            json=call.body if call.has_body and not isinstance(call.body, str) else None,
-            data=call.body.encode() if isinstance(call.body, str) else None,
-            headers=headers,
-            need_s=call.wait_s + self.config.connect_timeout_s,
-            secret_headers=hidden,  # masked in errors, never sent on to another origin
-        )
+        try:
+            resp = client.request(
+                call.method,
+                call.url,
+                json=call.body if call.has_body and not isinstance(call.body, str) else None,
+                data=call.body.encode() if isinstance(call.body, str) else None,
+                headers=headers,
+                need_s=call.wait_s + self.config.connect_timeout_s,
+                secret_headers=hidden,  # masked in errors, never sent on to another origin
+            )
+        finally:
+            ctx.release_permits()  # the call is over: the host's next job may start meanwhile
         duration = time.monotonic() - started
         ctx.log.info(
             "http: %s %s answered %s in %.3fs", call.method, _where(call.url), resp.status_code, duration

@@ -293,6 +293,7 @@ class Processor:
             record_effect=partial(self.record_effect, version),
             deadline=self.started + timeout - deadline_margin(timeout),
             fence=self.admission.fence,
+            release_permits=self.admission.release,
             now=self.rt.clock,
             created_at=self.env.created_at,
             settings_prefix=prefix_of(self.env.kind, handler),
