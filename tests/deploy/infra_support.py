@@ -3,10 +3,14 @@ them creates (tests/deploy/armeval.py evaluates it)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
+from azure.functions.decorators.queue import QueueTrigger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from armeval import (
@@ -164,3 +168,17 @@ def host_json_file(tmp_path: Path) -> Path:
     fallback = tmp_path / "host.json"
     fallback.write_text(json.dumps({"version": "2.0", "functionTimeout": "00:10:00"}), encoding="utf-8")
     return fallback
+
+
+def watched_queues(monkeypatch: pytest.MonkeyPatch, jobs_queue: str = "jobs") -> list[str]:
+    """The queues the app's queue-triggered functions watch, from the app's own function index
+    (the triggers are built in a loop from the settings: reading the source would miss them)."""
+    monkeypatch.setenv("JOBS_QUEUE", jobs_queue)
+    monkeypatch.delenv("JOBS_QUEUES", raising=False)
+    import function_app
+
+    function_app = importlib.reload(function_app)
+    triggers = [f.get_trigger() for f in function_app.app.get_functions()]
+    return sorted(
+        t.queue_name.replace("%JOBS_QUEUE%", jobs_queue) for t in triggers if isinstance(t, QueueTrigger)
+    )

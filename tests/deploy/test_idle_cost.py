@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from azure.functions.decorators.queue import QueueTrigger
 from azure.functions.decorators.timer import TimerTrigger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +22,7 @@ if str(ROOT) not in sys.path:
 
 from devhost.timers import parse_schedule  # noqa: E402
 from shared.config.settings import parse_timespan  # noqa: E402
+from tests.deploy.infra_support import watched_queues  # noqa: E402
 
 OLD_SCHEDULE = "*/30 * * * * *"
 AWAKE_AFTER_RUN_S = 60  # assumed idle period before Flex scales an instance in (upper bound)
@@ -56,14 +56,7 @@ def instance_gb() -> float:
 
 def queue_triggers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The queues the app's queue-triggered functions watch (each polled while an instance is awake)."""
-    monkeypatch.setenv("JOBS_QUEUE", "jobs")
-    import function_app
-
-    function_app = importlib.reload(function_app)
-    triggers = [f.get_trigger() for f in function_app.app.get_functions()]
-    return sorted(
-        t.queue_name.replace("%JOBS_QUEUE%", "jobs") for t in triggers if isinstance(t, QueueTrigger)
-    )
+    return watched_queues(monkeypatch)
 
 
 def sweep_schedule(monkeypatch: pytest.MonkeyPatch, value: str | None) -> str:

@@ -24,12 +24,12 @@ from tests.deploy.infra_support import (
     HOST_CONTAINERS,
     PARAM_SETS,
     ROLE,
-    ROOT,
     TAGGED_CONTAINERS,
     app_settings,
     deployment,
     host_json_file,
     one,
+    watched_queues,
 )
 
 
@@ -117,7 +117,7 @@ def test_no_blob_or_queue_role_on_the_whole_account(template: dict[str, Any], ca
 
 @pytest.mark.parametrize("case", sorted(PARAM_SETS))
 def test_the_app_identity_reaches_what_the_app_and_the_host_use(
-    template: dict[str, Any], case: str, tmp_path: Path
+    template: dict[str, Any], case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Derived from the settings the app reads, not from the template's own lists."""
     resources, _ = deployment(template, case)
@@ -144,8 +144,7 @@ def test_the_app_identity_reaches_what_the_app_and_the_host_use(
     for name in host | tagged:
         assert (ROLE["blob_owner"], _container_id(account, name)) in mine, name
     queues = {r.name.rsplit("/", 1)[1] for r in resources if r.type.endswith("/queueServices/queues")}
-    triggers = re.findall(r'queue_name="([^"]+)"', (ROOT / "function_app.py").read_text(encoding="utf-8"))
-    listened = {t.replace("%JOBS_QUEUE%", parsed.jobs_queue) for t in triggers}
+    listened = set(watched_queues(monkeypatch, parsed.jobs_queue))
     assert f"{parsed.jobs_queue}-ops" in listened, "run_op_step listens to <JOBS_QUEUE>-ops"
     for name in listened:
         assert name in queues, f"the host never creates a queue it listens to: {name}"
