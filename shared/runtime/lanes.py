@@ -33,6 +33,7 @@ class LaneHost(Protocol):
     settings: Settings
     account: Account
     ledger: Ledger
+    ledger_docs: DocumentStore
     parking: Any
     lanes: Any
 
@@ -108,6 +109,7 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
         jobs_queue=sends.queue(queue.name),
         poison_queue=sends.raw_queue(queue.poison),
         ledger=rt.ledger if queue.default else Ledger(QueueKeyed(rt.ledger.store, queue.name)),
+        ledger_docs=rt.ledger_docs if queue.default else QueueKeyed(rt.ledger_docs, queue.name),
         parking=rt.parking if queue.default else None,  # None: waiting jobs park on the lane's own queue
         lane=queue,
         lanes={},
