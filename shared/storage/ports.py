@@ -199,6 +199,9 @@ class Blobs(Protocol):
     def check(self) -> None:
         """One request that fails (NotFound, StorageError) unless the container answers."""
 
+    def create(self) -> None:
+        """Create the container; one already there is no error."""
+
     def ranges(self, name: str) -> Ranges:
         """Ranged reads of the blob (shared/blobio: the aggregate engine's input)."""
 
@@ -210,7 +213,20 @@ class Queue(MessageQueue, Protocol):
     def name(self) -> str: ...
 
     def delete_message(self, message: Any, pop_receipt: str | None = None) -> None:
-        """Delete a received message (or one by id and `pop_receipt`)."""
+        """Delete a received message (or one by id and `pop_receipt`); NotFound when it is gone,
+        StorageError `PopReceiptMismatch` when it was received again since."""
+
+    def update_message(
+        self,
+        message: Any,
+        pop_receipt: str | None = None,
+        content: Any = None,
+        *,
+        visibility_timeout: int = 0,
+    ) -> str:
+        """Make a received message (or one by id and `pop_receipt`) visible `visibility_timeout`
+        seconds from now, with `content` when given; its new pop receipt (the old one is spent).
+        Fails as `delete_message` does."""
 
     def depth(self) -> int:
         """The service's approximate count of messages (one request)."""
