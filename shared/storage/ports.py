@@ -1,9 +1,9 @@
 """The storage ports: what the rest of the app asks of an account's tables, blobs and queues.
 
 Protocols only, and the plain values they pass (no storage SDK is imported here). `shared.storage`
-implements them for Azure (`azure_tables`, `azure_blobs`, `azure_queues`, bundled by
-`accounts.AzureAccount`) and in memory (`memory_tables`, ...: tests and the deterministic
-simulation). Every method raises `shared.storage.failures`' exceptions (`NotFound`, `AlreadyExists`,
+implements them for Azure (`tables`, `azure_blobs`, `azure_queues`, bundled by
+`accounts.AzureAccount`) and in memory (`memory_blobs`, `memory_queues`, `memory_tables`, bundled
+by `memory_account.MemoryAccount`: tests, the handler kit and the deterministic simulation). Every method raises `shared.storage.failures`' exceptions (`NotFound`, `AlreadyExists`,
 `ConditionFailed`, `StorageBusy`, `StorageError`), never an SDK's. The documents port is
 `shared.core.documents.DocumentStore`; `MessageQueue` and `QueueSender` (shared/core/messages.py)
 are the queue's sending and reading sides.
