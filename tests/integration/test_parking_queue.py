@@ -30,7 +30,10 @@ def test_parked_message_is_invisible_then_woken_at_once(storage_backend: Backend
     assert queue.peek_messages(max_messages=5) == []  # invisible till its fallback time
     assert parking.wake(parked) is True
     [seen] = queue.receive_messages(max_messages=5, visibility_timeout=30)
-    assert (seen.id, decode_message(str(seen.content).encode()).decode()) == (parked.message_id, '{"id": "job-1"}')
+    assert (seen.id, decode_message(str(seen.content).encode()).decode()) == (
+        parked.message_id,
+        '{"id": "job-1"}',
+    )
     assert parking.wake(parked) is False  # taken meanwhile: its pop receipt is spent
     queue.delete_message(seen)
 
