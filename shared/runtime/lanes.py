@@ -34,6 +34,7 @@ class LaneHost(Protocol):
     settings: Settings
     account: Account
     ledger: Ledger
+    ledger_docs: DocumentStore
     parking: Any
     lanes: Any
 
@@ -110,6 +111,7 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
         jobs_queue=jobs_queue,
         poison_queue=sends.raw_queue(queue.poison),
         ledger=rt.ledger if queue.default else Ledger(QueueKeyed(rt.ledger.store, queue.name)),
+        ledger_docs=rt.ledger_docs if queue.default else QueueKeyed(rt.ledger_docs, queue.name),
         parking=rt.parking if queue.default else QueueParking(jobs_queue),  # on the lane's own queue
         lane=queue,
         lanes={},
