@@ -73,7 +73,7 @@ def test_a_job_waits_at_most_half_the_function_timeout_then_leaves_a_copy(
 def test_a_waited_out_delivery_leaves_a_copy_writes_nothing_and_the_copy_runs() -> None:
     kit = kit_runtime()
     send_job(kit.rt, parse_dict({"id": "late", "kind": "noop", "payload": {}}, ["noop"]))
-    queue = kit.rt.storage.raw_queue(kit.rt.settings.jobs_queue)
+    queue = kit.account.raw_queue(kit.rt.settings.jobs_queue)
     (msg,) = list(queue.receive_messages(max_messages=1, visibility_timeout=600))
     delivery = func.queue.QueueMessage(  # type: ignore[no-untyped-call]
         id=msg.id, body=base64.b64decode(msg.content), dequeue_count=msg.dequeue_count, pop_receipt="r"
