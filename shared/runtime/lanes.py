@@ -36,6 +36,7 @@ class LaneHost(Protocol):
     ledger_docs: DocumentStore
     parking: Any
     lanes: Any
+    queue_account: Any
 
 
 R = TypeVar("R", bound=LaneHost)
@@ -108,6 +109,7 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
         retry_policies={kind: queue_policy(policy, queue) for kind, policy in kinds.retry.items()},
         jobs_queue=sends.queue(queue.name),
         poison_queue=sends.raw_queue(queue.poison),
+        queue_account=sends if queue.connection is not None else None,
         ledger=rt.ledger if queue.default else Ledger(QueueKeyed(rt.ledger.store, queue.name)),
         ledger_docs=rt.ledger_docs if queue.default else QueueKeyed(rt.ledger_docs, queue.name),
         parking=rt.parking if queue.default else None,  # None: waiting jobs park on the lane's own queue
