@@ -4,6 +4,7 @@ page shows its queue, and its actions go to that queue; on the in-memory account
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -136,3 +137,96 @@ def test_parking_keeps_the_copy_on_the_entrys_own_parked_queue(rt: Runtime) -> N
     parked = drain_raw(rt, f"{gold}-parked")
     assert [json.loads(b)["id"] for b in parked] == ["k-1"] and drain_raw(rt, f"{first}-parked") == []
     assert [e["job_id"] for e in data("poison", queue=gold)["parked"]] == [f"{gold}/k-1"]
+
+
+# -- an operator limited to one queue's jobs ---------------------------------------------------
+
+
+def azure_env(rt: Runtime) -> dict[str, str]:
+    """In Azure, with Easy Auth: `Console.Operator` sees every queue, `Gold.Operator` the second only."""
+    first, gold = names(rt)
+    return {
+        "WEBSITE_INSTANCE_ID": "abc",
+        "WEBSITE_AUTH_ENABLED": "true",
+        "CONSOLE_CSRF_SECRET": SECRET,
+        "CONSOLE_ALLOWED_ROLES": "Console.Operator",
+        "JOBS_QUEUES": f"{first},{gold}",
+        f"QUEUE_{gold.upper()}_CONSOLE_ROLES": "Gold.Operator",
+    }
+
+
+def signed_in(role: str) -> dict[str, str]:
+    doc = {
+        "auth_typ": "aad",
+        "name_typ": "name",
+        "role_typ": "roles",
+        "claims": [
+            {"typ": "name", "val": "gil"},
+            {"typ": "oid", "val": "oid-gil"},
+            {"typ": "roles", "val": role},
+        ],
+    }
+    return {
+        "host": "jobs.example",
+        "x-ms-client-principal": base64.b64encode(json.dumps(doc).encode()).decode(),
+    }
+
+
+def as_operator(
+    rt: Runtime, role: str, method: str, path: str, body: Any = None, **params: str
+) -> tuple[int, str]:
+    headers = signed_in(role)
+    if method == "POST":
+        token = issue_token("aad:oid-gil", SECRET.encode(), time.time())
+        headers.update(
+            {"cookie": f"console_csrf={token}", "x-console-csrf": token, "origin": "https://jobs.example"}
+        )
+    req = func.HttpRequest(
+        method, f"https://jobs.example/api/console/{path}", headers=headers, params=params,
+        route_params={"path": path}, body=json.dumps(body).encode() if body is not None else b"",
+    )  # fmt: skip
+    resp = routes.handle(req, azure_env(rt))
+    return resp.status_code, resp.get_body().decode()
+
+
+def test_an_operator_limited_to_one_queue_sees_and_acts_on_its_jobs_only(rt: Runtime) -> None:
+    first, gold = names(rt)
+    poison_on(rt, gold, "g-1")
+    poison_on(rt, None, "d-1")
+    status, page = as_operator(rt, "Gold.Operator", "GET", "data/poison")
+    assert status == 200 and [e["job_id"] for e in json.loads(page)["archived"]] == [f"{gold}/g-1"]
+    status, page = as_operator(rt, "Gold.Operator", "GET", "data/overview")
+    assert [q["name"] for q in json.loads(page)["queues"]] == [gold]
+    status, page = as_operator(rt, "Gold.Operator", "GET", "jobs")
+    assert status == 200 and "g-1" in page and "d-1" not in page
+    status, page = as_operator(rt, "Gold.Operator", "GET", "poison", queue=first)
+    assert status == 403 and f"may operate the jobs of queue {gold} only, not of {first}" in page
+    assert f"QUEUE_{first.upper()}_CONSOLE_ROLES" in page
+    status, page = as_operator(rt, "Gold.Operator", "GET", "audit")
+    assert status == 403 and "not of every queue" in page
+    status, page = as_operator(rt, "Gold.Operator", "GET", "jobs/d-1/result")
+    assert status == 403
+    [default_entry] = data("poison", queue=first)["archived"]
+    refused = {
+        "replay": {"ids": ["d-1"], "rate": 10},
+        "park": {"names": [default_entry["name"]]},
+        "purge": {"older_than_days": 0},
+        "op-start": {"kind": "replay", "state": "poisoned", "rate": 10},
+        "cancel": {"job_id": "d-1"},
+    }
+    for action, body in refused.items():
+        status, answer = as_operator(rt, "Gold.Operator", "POST", f"action/{action}", body)
+        assert status == 403 and "may operate the jobs of queue" in json.loads(answer)["error"], action
+    assert data("poison", queue=first)["archived"] == [default_entry], "nothing was changed"
+    status, answer = as_operator(
+        rt, "Gold.Operator", "POST", "action/replay", {"ids": [f"{gold}/g-1"], "rate": 10}
+    )
+    assert status == 200 and json.loads(answer)["replayed"] == [f"{gold}/g-1"]
+    status, answer = as_operator(
+        rt, "Gold.Operator", "POST", "action/op-start",
+        {"kind": "replay", "state": "poisoned", "rate": 10, "dry_run": True, "where": {"queue": gold}},
+    )  # fmt: skip
+    assert status == 200, answer
+    status, page = as_operator(rt, "Console.Operator", "GET", "data/poison")
+    assert status == 200 and [e["job_id"] for e in json.loads(page)["archived"]] == ["d-1"]
+    assert as_operator(rt, "Other.Role", "GET", "data/poison")[0] == 403

@@ -85,7 +85,9 @@ def jobs_page(
     problems: Sequence[str] = (),
     queue: str = "",
     queues: Sequence[str] = (),
+    every: bool = True,
 ) -> str:
+    """`queues`: the declared queues the operator may see; `every`: they may see all at once."""
     options = "".join(
         f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
     )
@@ -128,7 +130,7 @@ def jobs_page(
         )
     )
     return (
-        queue_links(base, "jobs", queues, queue)
+        queue_links(base, "jobs", queues, queue, every)
         + f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th>"
         + ("<th>queue</th>" if several else "")
         + "<th>status</th><th>kind</th><th>created</th>"
@@ -276,7 +278,7 @@ def _entries_table(table_id: str, entries: list[EntryRow], base: str, now: datet
     )
 
 
-def poison_page(view: PoisonView, base: str, queues: Sequence[str] = ()) -> str:
+def poison_page(view: PoisonView, base: str, queues: Sequence[str] = (), every: bool = True) -> str:
     queue_rows = "".join(
         f"<tr><td>{escape(str(m.get('job_id') or '-'))}</td><td>{escape(str(m.get('queue_message_id')))}</td>"
         f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
@@ -309,7 +311,7 @@ def poison_page(view: PoisonView, base: str, queues: Sequence[str] = ()) -> str:
         f" matching {escape(' and '.join(f'{k}={v!r}' for k, v in where.items()))}" if filtered else ""
     )
     return (
-        queue_links(base, "poison", queues, view.queue)
+        queue_links(base, "poison", queues, view.queue, every)
         + _groups_and_search(view, base)
         + f"<h2>{heading} ({shown})</h2>{more and '<p>' + more + '</p>'}"
         "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"

@@ -344,13 +344,15 @@ def poison_view(
     )
 
 
-EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts", "body_bytes")
+EXPORT_FIELDS = ("name", "state", "job_id", "queue", "reason", "archived_at", "attempts", "body_bytes")
 
 
-def export_entries(rt: Runtime, state: str, after: str = "", limit: int = 1000) -> list[dict[str, Any]]:
-    """Up to `limit` (<= 1,000) entries of a state from the entry index, newest first, after a
-    RowKey; each row carries `key` (the next export's `after`)."""
-    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)))
+def export_entries(
+    rt: Runtime, state: str, after: str = "", limit: int = 1000, queue: str = ""
+) -> list[dict[str, Any]]:
+    """Up to `limit` (<= 1,000) entries of a state (of `queue`, when given) from the entry index,
+    newest first, after a RowKey; each row carries `key` (the next export's `after`)."""
+    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)), queue=queue)
     return [{**{f: getattr(r, f) for f in EXPORT_FIELDS}, "key": r.key} for r in rows]
 
 

@@ -54,8 +54,8 @@ def _running(row: Mapping[str, Any]) -> str:
 
 
 def queue_links(base: str, page: str, names: Sequence[str], selected: str, allow_all: bool = True) -> str:
-    """Links to the page of each queue (and of all of them): "" with one queue."""
-    if len(names) < 2:
+    """Links to the page of each queue (and of all of them, `allow_all`): "" with one queue to show."""
+    if len(names) < 2 and (allow_all or not names):
         return ""
     choices = ([("", "all queues")] if allow_all else []) + [(n, n) for n in names]
     links = " · ".join(

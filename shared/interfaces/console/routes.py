@@ -23,7 +23,7 @@ from shared.core import jsontext
 from shared.core.envelope import ID_RE
 from shared.core.errors import SettingsError, StorageThrottled
 from shared.interfaces import api
-from shared.interfaces.console import actions, by_queue, pages, queries, queue_html
+from shared.interfaces.console import actions, by_queue, pages, queries, queue_access, queue_html
 from shared.interfaces.console.assets import CSP
 from shared.interfaces.console.security import (
     CSRF_TTL_S,
@@ -167,32 +167,53 @@ def _queue(rt: Runtime, params: Mapping[str, str]) -> str:
     return rt.for_queue(queue).queue.name if queue else ""
 
 
-def _shown(rt: Runtime, queue: str) -> tuple[str, ...] | None:
-    """The queues a page shows: the one asked for, else every queue (None)."""
-    return (queue,) if queue else None
-
-
 def _get(call: Call) -> func.HttpResponse:
-    rt = get_runtime()
     parts = call.path.split("/") if call.path else []
-    params = call.req.params
     try:
-        queue = _queue(rt, params)
-    except UnknownQueue as exc:
+        return _get_page(call, parts)
+    except (UnknownQueue, Denied) as exc:
+        status = exc.status if isinstance(exc, Denied) else 404
         if parts and parts[0] in ("data", "fragment"):
-            return _json(404, {"error": str(exc)})
-        return _html(call, "Unknown queue", pages.message_page(str(exc)), 404)
+            return _json(status, {"error": str(exc)})
+        return _html(
+            call, "Refused" if status == 403 else "Unknown queue", pages.message_page(str(exc)), status
+        )
+
+
+def _get_page(call: Call, parts: list[str]) -> func.HttpResponse:
+    """A page or data route; UnknownQueue or Denied (a queue not the operator's) refuse it."""
+    params = call.req.params
+    who = call.principal
+    if len(parts) == 3 and parts[0] == "jobs" and parts[2] == "result" and ID_RE.match(parts[1]):
+        asked = params.get("queue", "")  # the API's route checks it (400 when not declared)
+        if who.queues is not None:
+            queue_access.check(who, asked or get_runtime().settings.queue_set.default.name)
+        return api.get_result(
+            func.HttpRequest(
+                "GET",
+                call.req.url,
+                headers={},
+                params={"queue": asked} if asked else {},
+                route_params={"id": parts[1]},
+                body=b"",
+            )
+        )
+    rt = get_runtime()
+    queue = queue_access.queue_for(rt, who, _queue(rt, params))
     lane, names = rt.for_queue(queue or None), rt.settings.queue_set.names
+    if who.queues is not None:
+        names = tuple(n for n in names if n in who.queues)
     if not parts:
-        figures = queries.overview(rt, _shown(rt, queue))
+        figures = queries.overview(rt, queue_access.shown(rt, who, queue))
         body = pages.overview_page(figures, overview_counters.LATENCY_BOUNDS_S, call.base)
-        return _html(call, "Overview", queue_html.queue_links(call.base, "", names, queue) + body)
+        links = queue_html.queue_links(call.base, "", names, queue, who.queues is None)
+        return _html(call, "Overview", links + body)
     if parts == ["fragment", "overview"]:
-        figures = queries.overview(rt, _shown(rt, queue))
+        figures = queries.overview(rt, queue_access.shown(rt, who, queue))
         body = pages.overview_fragment(figures, overview_counters.LATENCY_BOUNDS_S, call.base)
         return func.HttpResponse(body, status_code=200, mimetype="text/html")
     if parts[0] == "data":
-        return _data(rt, parts[1:], params, queue)
+        return _data(rt, parts[1:], params, queue, who)
     if parts[0] == "jobs" and len(parts) == 1:
         status, kind, id_part = params.get("status", ""), params.get("kind", ""), params.get("id", "").strip()
         if id_part and ID_RE.match(id_part) and lane.ledger.get(id_part) is not None:  # found by id: 1 read
@@ -227,21 +248,11 @@ def _get(call: Call) -> func.HttpResponse:
                 problems,
                 queue,
                 names,
+                who.queues is None,
             ),
         )
-    if parts[0] == "jobs" and len(parts) in (2, 3) and ID_RE.match(parts[1]):
+    if parts[0] == "jobs" and len(parts) == 2 and ID_RE.match(parts[1]):
         job_id = parts[1]
-        if len(parts) == 3 and parts[2] == "result":
-            return api.get_result(
-                func.HttpRequest(
-                    "GET",
-                    call.req.url,
-                    headers={},
-                    params={"queue": queue} if queue else {},
-                    route_params={"id": job_id},
-                    body=b"",
-                )
-            )
         view = queries.job_view(lane, job_id)
         shown = lane.job_key(job_id)
         if view is None:
@@ -250,8 +261,9 @@ def _get(call: Call) -> func.HttpResponse:
         return _html(call, f"Job {shown}", page_of)
     if parts == ["poison"]:
         listed = queries.poison_view_of(rt, params, queue)
-        return _html(call, "Poison", pages.poison_page(listed, call.base, names))
+        return _html(call, "Poison", pages.poison_page(listed, call.base, names, who.queues is None))
     if parts == ["audit"]:
+        queue_access.check(who, "")  # the audit spans every queue
         action = params.get("action", "")[:64]
         rows, next_key = rt.audit.page(params.get("after", ""), queries.PAGE_SIZE, action)
         return _html(call, "Audit", pages.audit_page(rows, call.base, next_key, action))
@@ -259,18 +271,22 @@ def _get(call: Call) -> func.HttpResponse:
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         if op is None:
             return _html(call, "Operation", pages.message_page(f"no operation {parts[1]}"), 404)
+        queue_access.check_op(who, op)
         return _html(call, f"Operation {parts[1]}", pages.op_page(op))
     if parts == ["poison", "entry"]:
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
             return _html(call, "Entry", pages.message_page("no such archive entry"), 404)
+        queue_access.check(who, entry.entry.queue or rt.settings.queue_set.default.name)
         return _html(call, f"Entry {entry.name}", pages.entry_page(entry))
     return _html(call, "Not found", pages.message_page(f"no console page at {call.path}"), 404)
 
 
-def _data(rt: Runtime, parts: list[str], params: Mapping[str, str], queue: str = "") -> func.HttpResponse:
+def _data(
+    rt: Runtime, parts: list[str], params: Mapping[str, str], queue: str, who: Principal
+) -> func.HttpResponse:
     if parts == ["overview"]:
-        return _json(200, queries.overview(rt, _shown(rt, queue)))
+        return _json(200, queries.overview(rt, queue_access.shown(rt, who, queue)))
     if parts == ["jobs"]:
         since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
         if problems:
@@ -298,7 +314,9 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str], queue: str =
         return _json(200, dataclasses.asdict(listed))
     if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
         state = params.get("state", "poisoned")
-        rows = queries.export_entries(rt, state, params.get("after", ""), _int(params.get("limit"), 1000))
+        rows = queries.export_entries(
+            rt, state, params.get("after", ""), _int(params.get("limit"), 1000), queue
+        )
         if parts == ["poison.json"]:
             return _json(200, rows)
         return func.HttpResponse(
@@ -308,17 +326,22 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str], queue: str =
             headers={"Content-Disposition": f"attachment; filename=poison-{quote(state)}.csv"},
         )
     if parts == ["audit"]:
+        queue_access.check(who, "")  # the audit spans every queue
         found, next_key = rt.audit.page(
             params.get("after", ""), queries.PAGE_SIZE, params.get("action", "")[:64]
         )
         return _json(200, {"rows": [dataclasses.asdict(r) for r in found], "next": next_key})
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
-        return _json(200, op) if op is not None else _json(404, {"error": f"no operation {parts[1]}"})
+        if op is None:
+            return _json(404, {"error": f"no operation {parts[1]}"})
+        queue_access.check_op(who, op)
+        return _json(200, op)
     if parts == ["entry"]:
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
             return _json(404, {"error": "no such archive entry"})
+        queue_access.check(who, entry.entry.queue or rt.settings.queue_set.default.name)
         return _json(200, entry.as_dict())
     return _json(404, {"error": "unknown data route"})
 
@@ -353,8 +376,13 @@ def _post(call: Call, keyed: bool = False) -> func.HttpResponse:
         return _json(400, {"error": "request body is not JSON"})
     if not isinstance(body, dict):
         return _json(400, {"error": "request body must be a JSON object"})
+    rt = get_runtime()
     try:
-        return _json(200, ACTIONS[parts[1]](get_runtime(), body, call.principal.name))
+        queue_access.check_action(rt, call.principal, parts[1], body)
+    except Denied as denied:
+        return _json(denied.status, {"error": str(denied)})
+    try:
+        return _json(200, ACTIONS[parts[1]](rt, body, call.principal.name))
     except actions.ActionRefused as refused:
         return _json(refused.status, {"error": str(refused), "problems": refused.problems})
 
