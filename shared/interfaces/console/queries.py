@@ -344,7 +344,7 @@ def poison_view(
     )
 
 
-EXPORT_FIELDS = ("name", "state", "job_id", "queue", "reason", "archived_at", "attempts", "body_bytes")
+EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts", "body_bytes")
 
 
 def export_entries(
