@@ -75,7 +75,7 @@ def test_the_overview_shows_each_queue_and_costs_a_few_requests_a_queue(rt: Runt
     first, gold = names(rt)
     poison_on(rt, gold, "o-1")
     for n in range(2):
-        rt.storage.queue(first).send_message(json.dumps({"id": f"w-{n}", "kind": "noop", "payload": {}}))
+        rt.account.queue(first).send_message(json.dumps({"id": f"w-{n}", "kind": "noop", "payload": {}}))
     rows = {r["name"]: r for r in data("overview")["queues"]}
     assert (rows[first]["depth"], rows[first]["poisoned"], rows[first]["max_concurrent"]) == (2, 0, None)
     assert rows[first]["oldest_age_s"] >= 0 and rows[first]["running"] is None
