@@ -106,7 +106,7 @@ class Runtime:
         handlers: Mapping[str, Handler],
         instance: str,
     ) -> Runtime:
-        """A runtime on `account` (the configured one: `AzureAccount` over `connect(settings)`;
+        """A runtime on `account` (the configured one: `account_for(settings.storage)`;
         tests: a `MemoryAccount`). SettingsError when the account names no Table
         service: the indexes are not optional. The kinds' own settings are read and checked here
         (SettingsError naming each bad one)."""
