@@ -11,10 +11,13 @@ REST request the Azure adapter sends (`PUT /devstoreaccount1/ledger/a.json`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
 from shared.blobio.reader import BlobChanged, UnexpectedResponse
 from shared.blobio.stream import Range
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
 
 LIST_PAGE = 5000
 """Blobs one listing request answers at most (the service's page)."""
+LOWER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
+"""Container and queue names: lower-case letters, digits, single hyphens inside."""
+TAG_CHARS = re.compile(r"^[A-Za-z0-9 +\-./:=_]*$")
+MAX_TAGS = 10
 
 
 @dataclass
@@ -42,6 +49,8 @@ class StoredBlob:
     content_type: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    blocks: tuple[tuple[str, int], ...] = ()
+    """Committed blocks (id, size) of a blob made by Put Block List; none for a whole write."""
 
 
 @dataclass
@@ -63,10 +72,38 @@ class BlobStore(Protocol):
     def now(self) -> datetime: ...
 
 
+def _sdk_error(status: int, code: str, message: str) -> HttpResponseError:
+    """The error the SDK raises for an answer (what `failures.translate` reads of it)."""
+    kind: type[HttpResponseError] = {404: ResourceNotFoundError}.get(status, HttpResponseError)
+    exc = kind(message=message)
+    exc.status_code = status
+    exc.error_code = code  # type: ignore[attr-defined]  # the storage SDKs set it
+    return exc
+
+
 def refused(status: int, code: str, what: str) -> StorageError:
     """The app's storage error for an answer `status` / `code` (as `failures.translate` makes it)."""
     kind = {404: NotFound, 409: AlreadyExists, 412: ConditionFailed}.get(status, StorageError)
     return kind(f"{what}: {code}", status, code)
+
+
+def check_name(name: str, what: str) -> None:
+    """A container's or queue's name as the service checks it (400 otherwise)."""
+    if not 3 <= len(name) <= 63:
+        raise refused(400, "OutOfRangeInput", what)
+    if not LOWER_NAME.match(name):
+        raise refused(400, "InvalidResourceName", what)
+
+
+def checked_tags(tags: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    """Blob index tags as the service takes them (400 otherwise: too many or too long, or a
+    character it refuses)."""
+    out = dict(tags or {})
+    if len(out) > MAX_TAGS or any(not 1 <= len(k) <= 128 or len(v) > 256 for k, v in out.items()):
+        raise refused(400, "TagsTooLarge", what)
+    if any(not TAG_CHARS.match(k) or not TAG_CHARS.match(v) for k, v in out.items()):
+        raise refused(400, "InvalidTag", what)
+    return out
 
 
 class _Container:
@@ -103,6 +140,7 @@ class _Container:
         content_type: str | None,
         metadata: dict[str, str] | None = None,
         tags: dict[str, str] | None = None,
+        blocks: tuple[tuple[str, int], ...] = (),
     ) -> StoredBlob:
         stored = StoredBlob(
             data,
@@ -111,6 +149,7 @@ class _Container:
             content_type,
             dict(metadata or {}),
             dict(tags or {}),
+            blocks,
         )
         container = self._stored(f"writing {self.container}/{name}")
         container.blobs[name] = stored
@@ -217,6 +256,7 @@ class MemoryBlobs(_Container):
     def create(self) -> None:
         with self.account.lock:
             self._request("PUT")
+            check_name(self.container, f"creating container {self.container}")
             self.account.containers.setdefault(self.container, StoredContainer(self.container))
 
     def ranges(self, name: str) -> MemoryRanges:
@@ -256,7 +296,8 @@ class MemoryRanges:
 
 
 class _BlockBlob:
-    """The two calls `StagedBlobWriter` makes of a block blob (Put Block, Put Block List), in memory."""
+    """The two calls `StagedBlobWriter` makes of a block blob (Put Block, Put Block List), in
+    memory; failing as the SDK's `BlobClient` does (the writer translates them, naming the block)."""
 
     def __init__(self, blobs: MemoryBlobs, name: str) -> None:
         self.blobs = blobs
@@ -266,19 +307,25 @@ class _BlockBlob:
     def stage_block(self, block_id: str, data: bytes, length: int | None = None) -> None:
         with self.blobs.account.lock:
             self.blobs._request("PUT", self.blob_name, "?comp=block")
-            container = self.blobs._stored(f"staging a block of {self.blob_name}")
+            container = self.blobs.account.containers.get(self.container_name)
+            if container is None:
+                raise _sdk_error(404, "ContainerNotFound", "The specified container does not exist.")
             container.staged.setdefault(self.blob_name, {})[block_id] = bytes(data[:length])
 
     def commit_block_list(self, block_list: list[Any], content_settings: Any = None) -> None:
-        what = f"committing {self.blob_name}"
         with self.blobs.account.lock:
             self.blobs._request("PUT", self.blob_name, "?comp=blocklist")
-            staged = self.blobs._stored(what).staged.get(self.blob_name, {})
+            container = self.blobs.account.containers.get(self.container_name)
+            if container is None:
+                raise _sdk_error(404, "ContainerNotFound", "The specified container does not exist.")
+            staged = container.staged.get(self.blob_name, {})
             ids = [block.id for block in block_list]
             if any(i not in staged for i in ids):
-                raise refused(400, "InvalidBlockList", what)
+                raise _sdk_error(400, "InvalidBlockList", "The specified block list is invalid.")
             content_type = getattr(content_settings, "content_type", None)
-            self.blobs._put(self.blob_name, b"".join(staged[i] for i in ids), content_type)
+            data = b"".join(staged[i] for i in ids)
+            blocks = tuple((i, len(staged[i])) for i in ids)
+            self.blobs._put(self.blob_name, data, content_type, blocks=blocks)
 
 
 class MemoryBlobDocuments(_Container):
@@ -298,7 +345,7 @@ class MemoryBlobDocuments(_Container):
     def _write(self, name: str, data: dict[str, Any]) -> Document:
         raw = dump(data)
         meta = self.metadata(data) if self.metadata is not None else None
-        tags = self.tags(data) if self.tags is not None else None
+        tags = checked_tags(self.tags(data), f"writing {self.container}/{name}") if self.tags else None
         stored = self._put(name, raw, "application/json", meta, tags)
         return Document(json.loads(raw), stored.etag)
 
