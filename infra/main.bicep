@@ -608,8 +608,17 @@ resource poisonBacklogAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' 
     criteria: {
       allOf: [
         {
-          query: 'customMetrics\n| where name == "jobs.queue.depth" and tostring(customDimensions["queue"]) == "poison"\n| summarize lowest = min(valueMin), first = min(timestamp), last = max(timestamp)\n| where lowest > 0 and last - first >= 10m'
+          query: format('customMetrics\n| where name == "jobs.queue.depth" and tostring(customDimensions["queue"]) == "poison"\n| extend queue_name = tostring(customDimensions["queue_name"])\n| extend queue_name = iff(isempty(queue_name), "{0}", queue_name)\n| summarize lowest = min(valueMin), first = min(timestamp), last = max(timestamp) by queue_name\n| where lowest > 0 and last - first >= 10m', jobsQueueName)
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'queue_name'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {
@@ -643,8 +652,17 @@ resource oldestMessageAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' 
     criteria: {
       allOf: [
         {
-          query: format('customMetrics\n| where name == "jobs.queue.oldest_age" and tostring(customDimensions["queue"]) == "jobs"\n| summarize oldest_s = max(valueMax)\n| where oldest_s > {0} * 60', oldestMessageAlertMinutes)
+          query: format('customMetrics\n| where name == "jobs.queue.oldest_age" and tostring(customDimensions["queue"]) == "jobs"\n| extend queue_name = tostring(customDimensions["queue_name"])\n| extend queue_name = iff(isempty(queue_name), "{1}", queue_name)\n| summarize oldest_s = max(valueMax) by queue_name\n| where oldest_s > {0} * 60', oldestMessageAlertMinutes, jobsQueueName)
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'queue_name'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {

@@ -39,8 +39,7 @@ from shared.permits.service import Permits
 from shared.permits.store import DocumentPermitStore, PermitStore, memory_permit_store
 from shared.queues import QueueSettings
 from shared.runtime.lanes import build_lanes
-from shared.storage.accounts import AzureAccount
-from shared.storage.clients import StorageClients, connect, ensure_resources
+from shared.storage.accounts import account_for, ensure_resources
 from shared.storage.ports import Account, Tables
 from shared.storage.tables import NoTableEndpoint
 
@@ -55,8 +54,6 @@ class Runtime:
     settings: Settings
     account: Account
     """The app's storage account (`AzureWebJobsStorage`): its documents, tables and queues."""
-    storage: StorageClients
-    """Clients for handlers' own I/O (inputs, results, claim-checked payloads)."""
     handlers: Mapping[str, Handler]
     instance: str
     ledger: Ledger
@@ -85,6 +82,9 @@ class Runtime:
     """The queue whose jobs this runtime serves (shared/runtime/lanes.py); None: the default's."""
     lanes: dict[str, Runtime] = field(default_factory=dict, repr=False)
     """Every declared queue's runtime, by name (`for_queue`); empty: this one serves them all."""
+    queue_account: Account | None = None
+    """The account holding this queue and its `-poison` queue (`QUEUE_<NAME>_CONNECTION`);
+    None: `account`."""
     permit_settings: PermitSettings = field(default_factory=PermitSettings)
     permit_store: PermitStore | None = None
     """Where permits are kept (shared/permits): the container `PERMITS_CONTAINER`; None: in memory."""
@@ -102,12 +102,12 @@ class Runtime:
     def over(
         cls,
         settings: Settings,
-        account: AzureAccount,
+        account: Account,
         handlers: Mapping[str, Handler],
         instance: str,
     ) -> Runtime:
-        """A runtime on `account` (the configured one: `AzureAccount` over `connect(settings)`;
-        tests: one over an in-memory account). SettingsError when the account names no Table
+        """A runtime on `account` (the configured one: `account_for(settings.storage)`;
+        tests: a `MemoryAccount`). SettingsError when the account names no Table
         service: the indexes are not optional. The kinds' own settings are read and checked here
         (SettingsError naming each bad one)."""
         kinds = configure_kinds(settings, handlers)
@@ -126,7 +126,6 @@ class Runtime:
         rt = cls(
             settings=settings,
             account=account,
-            storage=account.clients,
             handlers=kinds.handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index)),
@@ -157,6 +156,11 @@ class Runtime:
         """The runtime of the declared queue `name` (None: the default); UnknownQueue otherwise."""
         queue = self.settings.queue_set.get(name)
         return self.lanes.get(queue.name, self)
+
+    def account_of(self, queue: str | None = None) -> Account:
+        """The storage account holding the declared queue `queue` (None: the default) and its
+        `-poison` queue; its `-parked` queue is in `account`."""
+        return self.for_queue(queue).queue_account or self.account
 
     def job_key(self, job_id: str) -> str:
         """How handlers name the job: `<queue>/<id>` on a queue other than the default."""
@@ -196,13 +200,12 @@ def build_runtime(
         logger_name="jobs",
         otlp_endpoint=settings.otlp_endpoint,
     )
-    storage = connect(settings)
+    account = account_for(settings.storage)
     if create_resources:
-        ensure_resources(storage, settings)  # once per process, never per message
+        ensure_resources(account, settings)  # once per process, never per message
     enable_tests = os.environ.get("ENABLE_TEST_KINDS", "").lower() in ("1", "true", "yes")
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
-    account = AzureAccount(storage, settings.storage)
     runtime = Runtime.over(settings, account, handlers or registry(enable_tests), instance)
     if create_resources:
         ensure_console_resources(runtime)

@@ -1,9 +1,10 @@
 """The storage-error boundary: SDK errors become this package's own exceptions here, nowhere else.
 
-Code outside `shared.storage` wraps its storage calls in `with translated("what"):` and catches
-`StorageError` and its subclasses (`NotFound`, `AlreadyExists`, `ConditionFailed`, `StorageBusy`);
-a lint-imports contract keeps `azure.core.exceptions` out of every other module of `shared`.
-Imports only azure-core, so it loads no storage SDK.
+The ports' Azure adapters wrap their SDK calls in `with translated("what"):`, so code outside
+`shared.storage` calls the ports unwrapped and catches `StorageError` and its subclasses
+(`NotFound`, `AlreadyExists`, `ConditionFailed`, `StorageBusy`); a lint-imports contract keeps
+`azure.core.exceptions` out of every other module of `shared`. Imports only azure-core, so it loads
+no storage SDK.
 """
 
 from __future__ import annotations
@@ -96,11 +97,12 @@ def is_throttled(exc: BaseException) -> bool:
 
 
 def storage_failure(exc: AzureError, action: str, name: str) -> Exception:
-    """StorageThrottled for what may pass (5xx, 429, timeouts, connection errors); else `exc`."""
+    """A document store's failure: StorageThrottled for what may pass (5xx, 429, timeouts,
+    connection errors); else this package's exception for it (`translate`)."""
     if is_throttled(exc):
         status = getattr(exc, "status_code", None) or exc.__class__.__name__
         return StorageThrottled(f"{action} of {name} failed: storage busy ({status})")
-    return exc
+    return translate(exc, f"{action} of {name}")
 
 
 def translate(exc: AzureError, what: str) -> StorageError:
