@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_host import HostBenchConfig, run_all
-from bench.plot import plot_from_report
 from devstack.hostproc import REPO_ROOT
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "out"
@@ -613,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
         "logs": str(out_dir / "logs" / stamp),
     }
     report["host"] = run_all(config, out_dir / "logs" / stamp, args.only or SECTIONS, progress)
+    # matplotlib is loaded here, when plotting, not by every import of this module's formatters
+    from bench.plot import plot_from_report
+
     plot = plot_from_report(report, out_dir / "throughput_vs_hosts.png")
     if plot:
         report["plot"] = str(plot)
