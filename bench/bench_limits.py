@@ -62,6 +62,8 @@ from shared.permits.limit import Limit
 from shared.permits.parked_messages import QueueParking
 from shared.permits.service import Hold, Permits
 from shared.permits.store import DocumentPermitStore
+from shared.storage.azure_blobs import AzureBlobs
+from shared.storage.azure_queues import AzureQueue
 from shared.storage.blob_documents import BlobDocuments
 
 LIMIT = 4
@@ -189,8 +191,8 @@ def cost(conn: str, jobs: int) -> dict[str, Any]:
     queue.create_queue()
 
     def instance() -> Permits:
-        store = DocumentPermitStore(BlobDocuments(container), ensure=container.create_container)
-        return Permits(store, QueueParking(queue), system_clock, _NoTimers())
+        store = DocumentPermitStore(BlobDocuments(container), ensure=AzureBlobs(container).create)
+        return Permits(store, QueueParking(AzureQueue(queue)), system_clock, _NoTimers())
 
     a, b = instance(), instance()
     limit = Limit("http:bench.example", LIMIT)

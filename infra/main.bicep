@@ -51,7 +51,7 @@ param archiveRetentionDays int = 90
 @minValue(1)
 param maxAttempts int = 5
 
-@description('Hosts the http kind may call although its outbound guard refuses them: loopback, private, link-local, the storage of the app, plain http:// (HTTP_ALLOWED_HOSTS, comma-separated; empty: none).')
+@description('Destinations the http kind may call although its outbound guard refuses them: loopback, private, link-local, the storage of the app, plain http:// (HTTP_ALLOWED_HOSTS, comma-separated host or host:port; a host without a port allows the default port of its scheme only; empty: none). Secrets are not covered: each HTTP_SECRET_<NAME> needs its own HTTP_SECRET_<NAME>_HOSTS in extraAppSettings, or the app refuses to start.')
 param httpAllowedHosts string = ''
 
 @description('Connect timeout of the http kind in seconds (HTTP_CONNECT_TIMEOUT_SECONDS).')
@@ -790,7 +790,8 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     INPUT_CONTAINERS: inputContainerName
     MAX_ATTEMPTS: string(maxAttempts)
     // The http kind (shared/jobs/http_payload.py) and its retry policy (shared/jobs/kinds.py). Its secret
-    // headers' values are HTTP_SECRET_<NAME> settings: pass them in extraAppSettings as Key Vault references.
+    // headers' values are HTTP_SECRET_<NAME> settings: pass them in extraAppSettings as Key Vault references,
+    // each with HTTP_SECRET_<NAME>_HOSTS (the destinations it may be sent to; required).
     HTTP_ALLOWED_HOSTS: httpAllowedHosts
     HTTP_CONNECT_TIMEOUT_SECONDS: string(httpConnectTimeoutSeconds)
     HTTP_FOLLOW_REDIRECTS: httpFollowRedirects ? 'true' : 'false'

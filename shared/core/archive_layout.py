@@ -2,7 +2,8 @@
 poison-archive container. The archive's code is shared/poison/; the retention rules
 (shared/config/retention.py) name the same prefixes.
 
-  jobs/<job id>/<body digest>.json   one entry per distinct poisoned body of a job
+  jobs/<job id>/<body digest>.json   one entry per distinct poisoned body of a job (`<job id>`:
+                                     `<queue>/<id>` on a queue other than the default)
   unparsed/<body digest>.json        bodies that are not their job's: not base64, JSON or UTF-8,
                                      no readable id, or an id whose record is another body's
   reasons/<body digest>.json         why the app itself poisoned a body (written before the copy)
@@ -44,5 +45,8 @@ def is_entry_name(name: str) -> bool:
 
 
 def is_job_entry_of(name: str, job_id: str) -> bool:
-    """True when `name` is one of the job's own entries (`jobs/<id>/...`)."""
-    return name.startswith(f"{JOBS_PREFIX}{job_id}/")
+    """True when `name` is one of the job's own entries (`jobs/<id>/<digest>.json`). `job_id` is
+    the job's key: `<queue>/<id>` on a queue other than the default, so `jobs/<queue>/...` holds
+    that queue's jobs' entries, never the entries of a default-queue job named like the queue."""
+    head = f"{JOBS_PREFIX}{job_id}/"
+    return name.startswith(head) and "/" not in name[len(head) :]

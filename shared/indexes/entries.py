@@ -53,11 +53,13 @@ from shared.indexes.entry_rows import (
     Pruned,
     add_deltas,
     count_changes,
+    counted_code,
     counter_key,
     counts_of,
     entity_of,
     expired_filter,
     matches,
+    queue_counts_of,
     reason_code_of,
     row_of,
 )
@@ -247,25 +249,35 @@ class EntryIndex:
             return
         raise ConditionFailed(f"counter {key} kept changing")
 
-    def counts(self) -> dict[str, int]:
-        """Listed entries per reason code, largest first: one query."""
+    def counts(self, queue: str | None = None, default: str = "") -> dict[str, int]:
+        """Listed entries per reason code, largest first (`queue`: of that queue only; `default`
+        names the default queue): one query."""
+        return counts_of(self._count_rows(), queue, default)
+
+    def queue_counts(self, default: str) -> dict[str, int]:
+        """Listed entries per queue (`default`: the default queue's name): one query."""
+        return queue_counts_of(self._count_rows(), default)
+
+    def _count_rows(self) -> list[Row]:
         try:
             rows = list(self.table.rows(f"PartitionKey eq {quoted(COUNT_PARTITION)}"))
         except NotFound:
-            return {}
+            return []
         with self._lock:  # the page's next actions then change a counter with one request
             for e in rows:
                 if e.etag:
                     self._etags[str(e["RowKey"])] = (e.etag, int(e.get("n") or 0))
-        return counts_of(rows)
+        return rows
 
     def recount(self) -> dict[str, int]:
         """Rebuild the counters from the listed rows: one query per 1,000 listed entries (O(entries),
         for repairs; entries changing meanwhile may be off by those changes)."""
         found: dict[str, int] = {}
         where = f"PartitionKey eq {quoted(LISTED)}"
-        for e in self.table.rows(where, select=["reason_code", "reason"], size=SCAN_ROWS):
-            code = str(e.get("reason_code") or reason_code_of(e.get("reason")))
+        for e in self.table.rows(where, select=["reason_code", "reason", "queue"], size=SCAN_ROWS):
+            code = counted_code(
+                str(e.get("reason_code") or reason_code_of(e.get("reason"))), str(e.get("queue") or "")
+            )
             found[code] = found.get(code, 0) + 1
         old = {str(e["RowKey"]) for e in self.table.rows(f"PartitionKey eq {quoted(COUNT_PARTITION)}")}
         for key in old:
@@ -354,10 +366,17 @@ class EntryIndex:
     # -- reads ---------------------------------------------------------------------------------
 
     def page(
-        self, state: str, after_key: str = "", size: int = 50, job_id: str = "", reason_code: str = ""
+        self,
+        state: str,
+        after_key: str = "",
+        size: int = 50,
+        job_id: str = "",
+        reason_code: str = "",
+        queue: str = "",
     ) -> list[EntryRow]:
-        """Up to `size` rows of `state`, newest first, after RowKey `after_key`: one query, more
-        only when the service answers a short page with a continuation (at most `MAX_QUERIES`)."""
+        """Up to `size` rows of `state` (of `queue`, when given: rows that name it), newest first,
+        after RowKey `after_key`: one query, more only when the service answers a short page with
+        a continuation (at most `MAX_QUERIES`)."""
         where = f"PartitionKey eq {quoted(state)}"
         if after_key:
             where += f" and RowKey gt {quoted(after_key)}"
@@ -365,6 +384,8 @@ class EntryIndex:
             where += f" and job_id eq {quoted(job_id)}"
         if reason_code:
             where += f" and reason_code eq {quoted(reason_code)}"
+        if queue:
+            where += f" and queue eq {quoted(queue)}"
         return [row_of(e) for e in query_rows(self.table, where, size, MAX_QUERIES)]
 
     def scan(
@@ -375,18 +396,21 @@ class EntryIndex:
         reason_code: str = "",
         text: str = "",
         queries: int | None = None,
+        queue: str = "",
     ) -> tuple[list[EntryRow], str]:
-        """Rows of `state` (and reason code) whose reason, job id or name holds `text`, newest first
-        after `after_key`: (up to `size` matches, the RowKey to go on from; "" at the end). Without
-        `text` it is `page`. With it, at most `queries` queries of `SCAN_ROWS` rows."""
+        """Rows of `state` (and reason code, and queue) whose reason, job id or name holds `text`,
+        newest first after `after_key`: (up to `size` matches, the RowKey to go on from; "" at the
+        end). Without `text` it is `page`. With it, at most `queries` queries of `SCAN_ROWS` rows."""
         if not text:
-            paged = self.page(state, after_key, size, reason_code=reason_code)
+            paged = self.page(state, after_key, size, reason_code=reason_code, queue=queue)
             return paged, paged[-1].key if len(paged) == size else ""
         where = f"PartitionKey eq {quoted(state)}"
         if after_key:
             where += f" and RowKey gt {quoted(after_key)}"
         if reason_code:
             where += f" and reason_code eq {quoted(reason_code)}"
+        if queue:
+            where += f" and queue eq {quoted(queue)}"
         rows: list[EntryRow] = []
         cont: Any = None
         reached = after_key

@@ -71,24 +71,48 @@ def shard_of(name: str) -> int:
     return zlib.crc32(name.encode()) % SHARDS
 
 
-def counts_of(entities: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts per reason code from counter rows (`<code>|<shard>`, `n`), largest first; a shard
-    may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
+def counted_code(code: str, queue: str) -> str:
+    """What a listed row counts under: its reason code, and its queue when the row names one
+    (`<code>@<queue>`; rows of earlier versions: the code alone, the default queue's) (pure)."""
+    return f"{code}@{queue}" if queue else code
+
+
+def counts_of(
+    entities: Iterable[Mapping[str, Any]], queue: str | None = None, default: str = ""
+) -> dict[str, int]:
+    """Counts per reason code from counter rows (`<code>[@<queue>]|<shard>`, `n`), largest first;
+    `queue`: only that queue's (`default`: the default queue's name, which rows without a queue
+    count for). A shard may be negative (recount puts a code's count in shard 0), only sums count (pure)."""
     found: dict[str, int] = {}
     for e in entities:
-        code = str(e.get("RowKey", "")).rsplit("|", 1)[0]
+        code, _, named = str(e.get("RowKey", "")).rsplit("|", 1)[0].partition("@")
+        if queue is not None and (named or default) != queue:
+            continue
         found[code] = found.get(code, 0) + int(e.get("n") or 0)
+    return _largest_first(found)
+
+
+def queue_counts_of(entities: Iterable[Mapping[str, Any]], default: str) -> dict[str, int]:
+    """Listed entries per queue from counter rows (rows without a queue: `default`'s) (pure)."""
+    found: dict[str, int] = {}
+    for e in entities:
+        named = str(e.get("RowKey", "")).rsplit("|", 1)[0].partition("@")[2] or default
+        found[named] = found.get(named, 0) + int(e.get("n") or 0)
+    return _largest_first(found)
+
+
+def _largest_first(found: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(((c, n) for c, n in found.items() if n > 0), key=lambda cn: (-cn[1], cn[0])))
 
 
 def count_changes(before: EntryRow | None, after: EntryRow | None) -> list[tuple[str, int]]:
-    """(reason code, +1/-1) for the listed counts when an entry's row goes from `before` to `after`
+    """(counted code: `counted_code`, +1/-1) for the listed counts when an entry's row goes from `before` to `after`
     (None: it did not exist / no longer exists) (pure)."""
 
     def listed_code(row: EntryRow | None) -> str | None:
         if row is None or row.state != LISTED:
             return None
-        return row.reason_code or reason_code_of(row.reason)
+        return counted_code(row.reason_code or reason_code_of(row.reason), row.queue)
 
     old, new = listed_code(before), listed_code(after)
     if old == new:
@@ -147,6 +171,8 @@ class EntryRow:
     body_bytes: int
     key: str
     reason_code: str = ""
+    queue: str = ""
+    """The declared queue it came from ("" in rows of earlier versions: the default)."""
 
     def age_s(self, now: datetime) -> float:
         """Seconds since it was archived (0 when its stamp cannot be read)."""
@@ -168,6 +194,7 @@ def entity_of(row: EntryRow) -> dict[str, Any]:
         "archived_at": row.archived_at,
         "attempts": row.attempts,
         "body_bytes": row.body_bytes,
+        **({"queue": row.queue} if row.queue else {}),
     }
 
 
@@ -182,4 +209,5 @@ def row_of(entity: Mapping[str, Any]) -> EntryRow:
         body_bytes=int(entity.get("body_bytes") or 0),
         key=str(entity.get("RowKey", "")),
         reason_code=str(entity.get("reason_code", "")),
+        queue=str(entity.get("queue", "")),
     )

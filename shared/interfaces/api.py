@@ -219,41 +219,57 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
 
 @_guarded
 def list_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """GET /api/poison[?state=poisoned&after=<key>&limit=100&code=<reason code>&q=<text>]: a page
-    of archived poison entries (newest first, from the entry index: O(page)), `next` (the `after`
-    of the next page, "" at the end), the counts per reason code and the messages still on the
-    poison queue."""
+    """GET /api/poison[?state=poisoned&after=<key>&limit=100&code=<reason code>&q=<text>&queue=<name>]: a page
+    of archived poison entries (newest first, from the entry index: O(page); `queue`: that queue's
+    only), `next` (the `after` of the next page, "" at the end), the counts per reason code and the
+    messages still on the poison queue (`queue`'s, default: the first's)."""
     try:
         limit = min(1000, max(1, int(req.params.get("limit") or 100)))
     except ValueError:
         return _error(400, "limit: a number of entries in [1, 1000]")
+    queue = req.params.get("queue") or ""
+    try:
+        lane = rt.for_queue(queue or None)
+    except UnknownQueue as exc:
+        return _error(400, f"queue: {exc}")
     rows, reached = rt.entry_index.scan(
         req.params.get("state") or "poisoned",
         req.params.get("after", ""),
         limit,
         req.params.get("code", "")[:64],
         req.params.get("q", "")[:200].strip(),
+        queue=queue,
     )
     return _json(
         200,
         {
             "archived": [dataclasses.asdict(r) for r in rows],
             "next": reached,
-            "counts": rt.entry_index.counts(),
-            "on_queue": poison.peek_poison_queue(rt),
+            "counts": rt.entry_index.counts(queue or None, rt.settings.queue_set.default.name),
+            "on_queue": poison.peek_poison_queue(lane),
         },
     )
 
 
 @_guarded
 def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
-    """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false}. `all`
-    with the entry index starts a bulk operation (202: its id, and the listed count now); see
-    `GET /api/console-api/data/ops/<id>` or `python -m shared.interfaces.cli ops show <id>`."""
+    """POST /api/poison/replay {"ids": [...] | "all": true, "rate": 10, "dry_run": false, "queue":
+    "<name>"}. Each job goes back to the queue it was poisoned on; `queue` says which queue's jobs
+    the ids name (default: the first; an id may also be given as `<queue>/<id>`, as listed) or,
+    with `all`, keeps to that queue's. `all` with the entry index starts a bulk operation (202:
+    its id, and the listed count now); see `GET /api/console-api/data/ops/<id>` or
+    `python -m shared.interfaces.cli ops show <id>`."""
     try:
         body = jsontext.loads(req.get_body() or b"{}")
     except json.JSONDecodeError:
         return _error(400, "request body is not JSON")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object")
+    queue = body.get("queue") or ""
+    try:
+        rt = rt.for_queue(queue if isinstance(queue, str) else "?")
+    except UnknownQueue as exc:
+        return _error(400, f"queue: {exc}")
     ids = body.get("ids")
     if not body.get("all") and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
         return _error(400, "give ids: [job ids] or all: true")
@@ -268,12 +284,13 @@ def replay_poison(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
             states=["poisoned"],
             rate_per_s=float(rate),
             dry_run=bool(body.get("dry_run")),
+            where={"queue": queue} if queue else None,
         )
         record_action(
             rt, "api", ADMIN, "op_start", op=op["id"], kind="replay", state="poisoned", rate=rate,
-            dry_run=op["dry_run"],
+            dry_run=op["dry_run"], queue=queue or None,
         )  # fmt: skip
-        listed = sum(rt.entry_index.counts().values())
+        listed = sum(rt.entry_index.counts(queue or None, rt.settings.queue_set.default.name).values())
         return _json(
             202, {"op": op["id"], "status": op["status"], "dry_run": op["dry_run"], "listed": listed}
         )

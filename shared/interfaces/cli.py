@@ -152,15 +152,21 @@ def cmd_tail(rt: Runtime, args: argparse.Namespace) -> int:
         return 0
 
 
+def _queue_filter(rt: Runtime, args: argparse.Namespace) -> str:
+    """The queue `--queue` names ("" without it: every queue's entries)."""
+    return rt.queue.name if getattr(args, "queue", None) else ""
+
+
 def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
+    queue = _queue_filter(rt, args)
     if args.action == "list" and not args.all:
         rows, reached = rt.entry_index.scan(
-            "poisoned", args.after or "", args.limit, args.reason_code, args.text
+            "poisoned", args.after or "", args.limit, args.reason_code, args.text, queue=queue
         )
         print(f"{'job id':40} {'reason code':16} {'archived':26}  reason")
         for r in rows:
             print(f"{r.job_id or '(no id)':40} {r.reason_code:16} {r.archived_at[:26]:26}  {r.reason[:100]}")
-        counts = rt.entry_index.counts()
+        counts = rt.entry_index.counts(queue or None, rt.settings.queue_set.default.name)
         print(f"{len(rows)} shown; {sum(counts.values())} listed: {counts}")
         if reached:
             print(f"next page: --after {reached}")
@@ -206,7 +212,7 @@ def cmd_poison(rt: Runtime, args: argparse.Namespace) -> int:
     if ids is None and not args.here:  # a bulk operation in the app
         return _replay_all(rt, args)
     report = poison.replay_jobs(
-        rt, ids, args.by, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar
+        rt, ids, args.by, rate_per_s=args.rate, dry_run=args.dry_run, progress=_progress_bar, queue=queue
     )
     print(file=sys.stderr)
     _print(report.as_dict())
@@ -344,8 +350,10 @@ def _replay_all(rt: Runtime, args: argparse.Namespace) -> int:
     """Start a replay of every listed entry (of a reason code, matching a text) as a bulk operation
     the app carries out in steps; with --dry-run, print the listed counts now and start a dry run
     that counts the listed rows the replay would visit (from the entry index, no read)."""
-    counts = rt.entry_index.counts()
-    where = {k: v for k, v in (("reason_code", args.reason_code), ("text", args.text)) if v}
+    queue = _queue_filter(rt, args)
+    counts = rt.entry_index.counts(queue or None, rt.settings.queue_set.default.name)
+    pairs = (("reason_code", args.reason_code), ("text", args.text), ("queue", queue))
+    where = {k: v for k, v in pairs if v}
     listed = counts.get(args.reason_code, 0) if args.reason_code else sum(counts.values())
     print(f"listed now: {listed}" + ("" if args.reason_code else f" {counts}"))
     op = bulk.start(
@@ -394,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--queue",
-        help="the declared queue (JOBS_QUEUES) to enqueue to, or whose jobs to show (default: the first)",
+        help="the declared queue (JOBS_QUEUES) to enqueue to, whose jobs to show (default: the first), "
+        "or whose poisoned jobs to list and replay (default: every queue's; each goes back to its own)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="create the queues and containers if missing")

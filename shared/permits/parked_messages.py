@@ -11,10 +11,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from shared.core.messages import NEVER_EXPIRE
 from shared.permits.decide import Parked
+
+if TYPE_CHECKING:
+    from shared.storage.ports import Queue
 
 log = logging.getLogger("jobs.permits")
 
@@ -31,38 +34,31 @@ class Parking(Protocol):
 
 
 class QueueParking:
-    """Parked messages on the jobs queue (the account's queue client: send, update, delete)."""
+    """Parked messages on the jobs queue (the `Queue` port: send, update, delete; its calls raise
+    shared/storage/failures' errors)."""
 
-    def __init__(self, queue: Any) -> None:
+    def __init__(self, queue: Queue) -> None:
         self.queue = queue
 
     def park(self, body: str, delay_s: int) -> Parked:
-        from shared.storage.failures import translated
-
-        with translated("parking a waiting job's message"):
-            sent = self.queue.send_message(body, visibility_timeout=delay_s, time_to_live=NEVER_EXPIRE)
+        sent = self.queue.send_message(body, visibility_timeout=delay_s, time_to_live=NEVER_EXPIRE)
         return Parked(str(sent.id), str(sent.pop_receipt))
 
     def wake(self, parked: Parked) -> bool:
-        from shared.storage.failures import StorageError, translated
+        from shared.storage.failures import StorageError
 
-        update = getattr(self.queue, "update_message", None)
-        if update is None:  # a queue that cannot update: the waiter re-checks at its own time
-            return False
         try:
-            with translated("waking a parked job"):
-                update(parked.message_id, pop_receipt=parked.pop_receipt, visibility_timeout=0)
+            self.queue.update_message(parked.message_id, parked.pop_receipt, visibility_timeout=0)
         except StorageError as exc:  # taken by its fallback delivery, or gone: it re-checks by itself
             log.info("parked message %s not woken (%s)", parked.message_id, exc.error_code or exc)
             return False
         return True
 
     def cancel(self, parked: Parked) -> None:
-        from shared.storage.failures import StorageError, translated
+        from shared.storage.failures import StorageError
 
         try:
-            with translated("deleting a parked message"):
-                self.queue.delete_message(parked.message_id, pop_receipt=parked.pop_receipt)
+            self.queue.delete_message(parked.message_id, parked.pop_receipt)
         except StorageError as exc:  # its delivery then meets the job's record and is acknowledged
             log.info("parked message %s not deleted (%s)", parked.message_id, exc.error_code or exc)
 

@@ -8,7 +8,6 @@ request a write) in production and the integration tests, over `MemoryDocuments`
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -32,9 +31,10 @@ class PermitStore(Protocol):
 
 class DocumentPermitStore:
     """The permit store on a `DocumentStore` (Blob or in memory). `ensure` creates its container
-    when a write finds none (a runtime whose start-up did not create resources)."""
+    when a write finds none (a runtime whose start-up did not create resources): the `Blobs`
+    port's `create`, which raises the app's storage errors and takes one already there as done."""
 
-    def __init__(self, documents: DocumentStore, ensure: Callable[[], Any] | None = None) -> None:
+    def __init__(self, documents: DocumentStore, ensure: Callable[[], None] | None = None) -> None:
         self.documents = documents
         self.ensure = ensure
 
@@ -67,10 +67,7 @@ class DocumentPermitStore:
         except Exception as exc:
             if self.ensure is None or getattr(exc, "error_code", None) != "ContainerNotFound":
                 raise
-        from shared.storage.failures import AlreadyExists, translated
-
-        with contextlib.suppress(AlreadyExists), translated("creating the permits container"):
-            self.ensure()
+        self.ensure()
         return write()
 
 

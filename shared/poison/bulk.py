@@ -67,7 +67,7 @@ def start(
     where: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Create the operation and send its first step: two requests, whatever its size. `where`
-    ({"reason_code", "text"}) keeps an operation over states to the entries matching it
+    ({"reason_code", "text", "queue"}) keeps an operation over states to the entries matching it
     (`EntryIndex.scan`): the operation is the filter, not a list of rows."""
     if kind not in KINDS:
         raise OpRefused(f"unknown operation {kind!r}; known: {', '.join(KINDS)}")

@@ -117,7 +117,12 @@ def _next_items(
         after = max(str(cursor.get("after") or ""), bound)
         where = data.get("where") or {}
         rows, reached = rt.entry_index.scan(
-            state, after, size, str(where.get("reason_code") or ""), str(where.get("text") or "")
+            state,
+            after,
+            size,
+            str(where.get("reason_code") or ""),
+            str(where.get("text") or ""),
+            queue=str(where.get("queue") or ""),
         )
         if rows or reached:  # a search that found nothing in its budget goes on from `reached`
             cursor["after"] = reached or rows[-1].key

@@ -25,7 +25,7 @@ KNOWN = frozenset(
     {
         "job_id", "parsed", "owned", "digest", "state", "reason", "reason_code", "queue_message_id",
         "dequeue_count", "archived_at", "body_b64", "body_bytes", "history", "attempt", "events",
-        "index_key", "parked_message_id", "parked_pop_receipt",
+        "index_key", "parked_message_id", "parked_pop_receipt", "queue",
     }
 )  # fmt: skip
 
@@ -74,6 +74,10 @@ class ArchiveEntry:
     parked_message_id: str | None = None
     parked_pop_receipt: str | None = None
     """Where its parked copy is (`<queue>-parked`), while parked."""
+    queue: str | None = None
+    """The declared queue whose `-poison` queue it came from (JOBS_QUEUES): a replay goes back
+    there. None (entries of earlier versions): the default queue. On a queue other than the
+    default, `job_id` is the job's key `<queue>/<id>` (as the ledger and the jobs index name it)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Fields written by another version, kept as they were."""
 
@@ -94,6 +98,7 @@ class ArchiveEntry:
         record: Mapping[str, Any] | None,
         owned: bool | None = None,
         code: str | None = None,
+        queue: str | None = None,
     ) -> ArchiveEntry:
         """A new entry; `reason_code` is `code`, else read from the reason (`reason_code_of`)."""
         history = (record or {}).get("history") or []
@@ -114,6 +119,7 @@ class ArchiveEntry:
             attempt=int(attempt) if isinstance(attempt, int) else None,
             history=tuple(h for h in history if isinstance(h, Mapping)),
             events=(EntryEvent(isoformat(now), str(state)),),
+            queue=queue,
         )
 
     @classmethod
@@ -144,6 +150,7 @@ class ArchiveEntry:
             index_key=str(data.get("index_key") or ""),
             parked_message_id=_text_or_none(data.get("parked_message_id")),
             parked_pop_receipt=_text_or_none(data.get("parked_pop_receipt")),
+            queue=_text_or_none(data.get("queue")),
             extra={k: v for k, v in data.items() if k not in KNOWN},
         )
 
@@ -168,6 +175,8 @@ class ArchiveEntry:
         }
         if self.index_key:
             data["index_key"] = self.index_key
+        if self.queue is not None:
+            data["queue"] = self.queue
         if self.parked_message_id is not None or self.parked_pop_receipt is not None:
             data.update(parked_message_id=self.parked_message_id, parked_pop_receipt=self.parked_pop_receipt)
         return {**data, **self.extra}
@@ -212,6 +221,7 @@ class ArchiveEntry:
             body_bytes=self.body_bytes,
             key=self.key(name),
             reason_code=self.reason_code,
+            queue=self.queue or "",
         )
 
     # -- changes (new values; the blob changes with a conditional write) -------------------

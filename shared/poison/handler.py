@@ -173,7 +173,7 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
         )
     entry = ArchiveEntry.new(
         body,
-        job_id,
+        rt.job_key(job_id) if job_id else None,  # `<queue>/<id>` on a queue other than the default
         env is not None,
         verdict.state,
         verdict.reason,
@@ -183,6 +183,7 @@ def archive_message(rt: Runtime, body: bytes, queue_message_id: str | None, dequ
         record=record.data if record else None,
         owned=owned,
         code=app.code if app is not None and app.reason == verdict.reason else None,
+        queue=rt.queue.name,  # a replay goes back to it
     )
     with index_writes(rt) as writes:
         name = write_entry(rt.archive, entry, writes)

@@ -1,7 +1,7 @@
 """Park, unpark and delete one archive entry: the console's single actions and the bulk operations
 share these (an entry's state, its index row and its parked message change together).
 
-Parking sends the body to `<queue>-parked` and keeps the message's id and pop receipt in the entry;
+Parking sends the body to `<queue>-parked` (the queue the entry came from) and keeps the message's id and pop receipt in the entry;
 nothing else receives from that queue, so the receipt stays good and unpark deletes the message
 directly, whatever the queue's depth (no scan).
 
@@ -31,12 +31,18 @@ def parked_ttl_s(archive_retention_days: int) -> int:
     return archive_retention_days * DAY_S if archive_retention_days > 0 else NEVER_EXPIRE
 
 
+def parked_queue_of(rt: Runtime, entry: ArchiveEntry) -> str:
+    """Where an entry's parked copy goes: `<queue>-parked` of the queue it came from (in the
+    app's storage account, whichever account holds that queue) (pure)."""
+    return f"{entry.queue or rt.settings.queue_set.default.name}-parked"
+
+
 def park_entry(rt: Runtime, stored: StoredEntry, by: str, writes: IndexWrites) -> tuple[str, str]:
     """(outcome, reason): `parked`, or `skipped` with why."""
     entry = stored.entry
     if not entry.listed:
         return "skipped", f"entry is {entry.state}, not {EntryState.POISONED}"
-    queue = rt.account.raw_queue(rt.settings.parked_queue)
+    queue = rt.account.raw_queue(parked_queue_of(rt, entry))
     ttl = parked_ttl_s(rt.settings.retention.archive)
     sent = queue.send_message(entry.body_b64, time_to_live=ttl)
     parked = entry.parked(
@@ -56,7 +62,7 @@ def drop_parked_message(rt: Runtime, entry: ArchiveEntry) -> str:
     if not msg_id or not receipt:
         return "parked before receipts were kept: its parked message is left on the queue"
     try:
-        rt.account.raw_queue(rt.settings.parked_queue).delete_message(msg_id, receipt)
+        rt.account.raw_queue(parked_queue_of(rt, entry)).delete_message(msg_id, receipt)
     except NotFound:
         return "its parked message was already gone (expired with the archive's retention, or deleted)"
     except StorageError as exc:

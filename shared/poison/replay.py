@@ -5,7 +5,9 @@ The rule (`replay_entry`): an archive entry is replayed while it is listed (`poi
 job (`jobs/<id>/...`: an `unparsed/` body is fixed and submitted as a new job instead), a valid
 envelope not yet expired, and its job's record is `poisoned` (or missing). The ledger write that
 takes the job out of `poisoned` names who replayed it (`replayed_by`), then the message is sent,
-then the entry is marked `replayed`. Interrupted anywhere, the same caller again finishes the work;
+then the entry is marked `replayed`. The message goes back to the queue the entry came from
+(`entry_lane`: its `-poison` queue's jobs queue, with that queue's ledger keys and settings).
+Interrupted anywhere, the same caller again finishes the work;
 the ledger keeps a job from being applied twice.
 
 Cost: per job, the entry's read, the record's read, its conditional write, the message and the
@@ -34,7 +36,9 @@ from shared.ledger.view import RecordView
 from shared.observability import tracing
 from shared.observability.decisions import log_decision
 from shared.poison.archive import LISTED_STATE, IndexWrites, StoredEntry, index_writes, read_entry, set_state
+from shared.poison.entry import ArchiveEntry
 from shared.poison.pacing import Pacer
+from shared.queues import UnknownQueue
 from shared.runtime.sending import send_job
 from shared.runtime.wiring import Runtime
 
@@ -139,6 +143,10 @@ def replay_entry(
     if refused:
         return "skipped", refused
     try:
+        rt = entry_lane(rt, entry)  # the queue it came from: its ledger keys, its jobs queue
+    except UnknownQueue as exc:
+        return "skipped", f"{exc}: declare it again to replay its jobs"
+    try:
         env = parse_body(entry.body(), rt.handlers.keys())
     except EnvelopeError as exc:
         return "skipped", f"not a valid envelope ({exc}): fix it in the job's editor and replay the edit"
@@ -177,12 +185,26 @@ def replay_entry(
     return "replayed", ""
 
 
+def entry_lane(rt: Runtime, entry: ArchiveEntry) -> Runtime:
+    """The runtime of the queue an entry came from (`queue`; None: the default); UnknownQueue
+    when that queue is no longer declared."""
+    return rt.for_queue(entry.queue)
+
+
+def job_key(rt: Runtime, job_id: str) -> str:
+    """How the archive names a job given by an operator: as given when it holds a queue
+    (`<queue>/<id>`, as listings show it), else on `rt`'s queue (pure)."""
+    return job_id if "/" in job_id else rt.job_key(job_id)
+
+
 # -- jobs by id -------------------------------------------------------------------------------
 
 
 def listed_entry(rt: Runtime, job_id: str, name: str = "") -> StoredEntry | None:
     """The job's listed entry: `name` when it is one of the job's (the page's row), else the newest
-    the entry index lists for the job (one query); None when there is none."""
+    the entry index lists for the job (one query); None when there is none. `job_id`: the job as
+    operators name it (`job_key`: an id on `rt`'s queue, or `<queue>/<id>`)."""
+    job_id = job_key(rt, job_id)
     if not is_job_entry_of(name, job_id):  # only the job's own entries
         rows = rt.entry_index.page(LISTED_STATE, "", 5, job_id=job_id)
         name = next((r.name for r in rows if is_job_entry_of(r.name, job_id)), "")
@@ -192,13 +214,13 @@ def listed_entry(rt: Runtime, job_id: str, name: str = "") -> StoredEntry | None
     return stored
 
 
-def listed_jobs(rt: Runtime) -> list[tuple[str, str]]:
-    """(job id, entry name) of every listed entry under a job, newest first: the entry index's
-    listed partition, a query per 1,000 entries."""
+def listed_jobs(rt: Runtime, queue: str = "") -> list[tuple[str, str]]:
+    """(job key, entry name) of every listed entry under a job (of `queue`, when given), newest
+    first: the entry index's listed partition, a query per 1,000 entries."""
     found: list[tuple[str, str]] = []
     after = ""
     while True:
-        rows = rt.entry_index.page(LISTED_STATE, after, 1000)
+        rows = rt.entry_index.page(LISTED_STATE, after, 1000, queue=queue)
         found.extend((r.job_id, r.name) for r in rows if r.job_id and r.name.startswith(JOBS_PREFIX))
         if len(rows) < 1000:
             return found
@@ -218,13 +240,15 @@ def replay_jobs(
     rate_per_s: float = 0.0,
     dry_run: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
+    queue: str = "",
 ) -> ReplayReport:
     """Replay jobs by id (None: every listed job), at most `rate_per_s` a second (0: no pause:
     `Pacer`), each from its listed entry (`names`, aligned with `job_ids`: the entries the caller
     already knows; else found in the entry index). The index writes go out together, every
-    `FLUSH_EVERY` jobs and at the end."""
+    `FLUSH_EVERY` jobs and at the end. `queue`: with None, only that queue's listed jobs. Each
+    job goes back to the queue its entry came from."""
     if job_ids is None:
-        listed = listed_jobs(rt)
+        listed = listed_jobs(rt, queue)
         job_ids, names = [j for j, _ in listed], [n for _, n in listed]
     ids = list(job_ids)
     given = dict(zip(ids, names or (), strict=False))
@@ -252,7 +276,7 @@ def replay_jobs(
 # -- an edited envelope, a fixed body ----------------------------------------------------------
 
 
-def poisoned_record(rt: Runtime, job_id: str) -> Record:
+def poisoned_record(rt: Runtime, job_id: str) -> Record:  # rt: the job's queue's
     """The job's record when it may be replayed with an edit (`record_refusal`), else ReplayRefused."""
     record = rt.ledger.get(job_id)
     if record is None or record_refusal(record):
@@ -273,7 +297,7 @@ def replay_edit(
     from `poisoned_record`). The ledger records the edit (`edited`) and the replay in one
     conditional write; then the message; then its entries are marked replayed. ReplayRefused
     when the record changed meanwhile."""
-    env = env.with_attempt(0)
+    env = env.with_attempt(0)  # rt: the job's queue's (its ledger keys, its jobs queue)
     facts = Facts(rt.clock())
     try:
         rt.ledger.write(
@@ -295,16 +319,21 @@ def fixed_refusal(stored: StoredEntry | None) -> str:
     return ""
 
 
-def replay_fixed(rt: Runtime, name: str, by: str, submit: Callable[[], str]) -> str:
+def replay_fixed(rt: Runtime, name: str, by: str, submit: Callable[[Runtime], str]) -> str:
     """Replay a body that is not a valid envelope (`unparsed/`) as the operator fixed it: `submit`
-    sends the fixed envelope as a new job (as the API would; it raises to refuse) and returns its
-    id; then the entry is marked replayed (it stays archived). ReplayRefused (409) when the entry
-    is not a listed unparsed one."""
+    sends the fixed envelope as a new job on the runtime it is given (the queue the entry came
+    from; as the API would; it raises to refuse) and returns its id; then the entry is marked
+    replayed (it stays archived). ReplayRefused (409) when the entry is not a listed unparsed one
+    or its queue is no longer declared."""
     stored = read_entry(rt.archive, name)
     refused = fixed_refusal(stored)
     if refused or stored is None:
         raise ReplayRefused(f"{name} is {refused}")
-    job_id = submit()
+    try:
+        lane = entry_lane(rt, stored.entry)
+    except UnknownQueue as exc:
+        raise ReplayRefused(f"{name}: {exc}") from None
+    job_id = submit(lane)
     with index_writes(rt) as writes:
         set_state(rt.archive, name, EntryState.REPLAYED, rt.clock(), writes, by, current=stored)
     return job_id

@@ -22,6 +22,7 @@ from shared.core.errors import SettingsError
 from shared.jobs.base import Handler
 from shared.jobs.kinds import configure_kinds
 from shared.ledger import Ledger
+from shared.permits.parked_messages import QueueParking
 from shared.queues import QueueSettings, setting_name
 from shared.storage.accounts import account_for
 from shared.storage.ports import Account
@@ -33,6 +34,7 @@ class LaneHost(Protocol):
     settings: Settings
     account: Account
     ledger: Ledger
+    ledger_docs: DocumentStore
     parking: Any
     lanes: Any
 
@@ -100,15 +102,17 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
             raise SettingsError(
                 f"{setting_name(queue.name, 'CONNECTION')}={queue.connection}: {exc}"
             ) from None
+    jobs_queue = sends.queue(queue.name)
     return replace(  # type: ignore[type-var]  # a dataclass (the runtime)
         rt,
         settings=settings,
         handlers=kinds.handlers,
         retry_policies={kind: queue_policy(policy, queue) for kind, policy in kinds.retry.items()},
-        jobs_queue=sends.queue(queue.name),
+        jobs_queue=jobs_queue,
         poison_queue=sends.raw_queue(queue.poison),
         ledger=rt.ledger if queue.default else Ledger(QueueKeyed(rt.ledger.store, queue.name)),
-        parking=rt.parking if queue.default else None,  # None: waiting jobs park on the lane's own queue
+        ledger_docs=rt.ledger_docs if queue.default else QueueKeyed(rt.ledger_docs, queue.name),
+        parking=rt.parking if queue.default else QueueParking(jobs_queue),  # on the lane's own queue
         lane=queue,
         lanes={},
     )

@@ -34,7 +34,7 @@ from shared.ledger.view import index_tags, listing_metadata
 from shared.observability import overview_counters
 from shared.observability.telemetry import configure_telemetry
 from shared.permits.limit_settings import PermitSettings, read_permit_settings
-from shared.permits.parked_messages import Parking, QueueParking
+from shared.permits.parked_messages import MemoryParking, Parking, QueueParking
 from shared.permits.service import Permits
 from shared.permits.store import DocumentPermitStore, PermitStore, memory_permit_store
 from shared.queues import QueueSettings
@@ -92,13 +92,13 @@ class Runtime:
     permit_store: PermitStore | None = None
     """Where permits are kept (shared/permits): the container `PERMITS_CONTAINER`; None: in memory."""
     parking: Parking | None = None
-    """Where waiting jobs' messages are parked; None: on `jobs_queue`."""
+    """Where waiting jobs' messages are parked (`QueueParking` on the jobs queue); None: in memory."""
     permits: Permits = field(init=False)
     """Concurrency and rate limits across instances (shared/permits)."""
 
     def __post_init__(self) -> None:
         store = self.permit_store or memory_permit_store(self.clock)
-        parking = self.parking or QueueParking(self.jobs_queue)
+        parking = self.parking or MemoryParking(self.clock)
         self.permits = Permits(store, parking, self.clock, self.timers, self.permit_settings.lease_s)
 
     @classmethod
@@ -126,7 +126,6 @@ class Runtime:
         permit_settings = read_permit_settings(
             settings.source, settings.jobs_queue, {q.name: q.max_concurrent for q in settings.queue_set}
         )
-        permits_container = account.clients.container(permit_settings.container)
         rt = cls(
             settings=settings,
             account=account,
@@ -145,9 +144,10 @@ class Runtime:
             retry_policies=kinds.retry,
             permit_settings=permit_settings,
             permit_store=DocumentPermitStore(
-                account.documents(permit_settings.container), ensure=permits_container.create_container
+                account.documents(permit_settings.container),
+                ensure=account.blobs(permit_settings.container).create,
             ),
-            parking=QueueParking(account.clients.queue(settings.jobs_queue)),
+            parking=QueueParking(account.queue(settings.jobs_queue)),
         )
         return build_lanes(rt, handlers)  # the default queue's: each queue's is `for_queue(name)`
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -12,7 +13,7 @@ from azure.storage.blob import ContainerClient, ContentSettings
 from shared.blobio.reader import reader_for
 from shared.blobio.stream import Ranges
 from shared.core.documents import TagQuery
-from shared.storage.failures import ConditionFailed, NotFound, translated
+from shared.storage.failures import AlreadyExists, ConditionFailed, NotFound, translated
 from shared.storage.limits import read_capped
 from shared.storage.ports import BlobInfo
 from shared.storage.staged import BLOCK_BYTES, StagedBlobWriter
@@ -94,6 +95,10 @@ class AzureBlobs:
     def check(self) -> None:
         with translated(f"container {self.name}"):
             self.container.get_container_properties()
+
+    def create(self) -> None:
+        with contextlib.suppress(AlreadyExists), translated(f"creating container {self.name}"):
+            self.container.create_container()
 
     def ranges(self, name: str) -> Ranges:
         return reader_for(self.container).ranges(self.name, name)

@@ -46,6 +46,20 @@ class AzureQueue:
         with translated(f"deleting a message of queue {self.name}"):
             self.client.delete_message(message, pop_receipt)
 
+    def update_message(
+        self,
+        message: Any,
+        pop_receipt: str | None = None,
+        content: Any = None,
+        *,
+        visibility_timeout: int = 0,
+    ) -> str:
+        with translated(f"updating a message of queue {self.name}"):
+            updated = self.client.update_message(
+                message, pop_receipt, content, visibility_timeout=visibility_timeout
+            )
+            return str(updated.pop_receipt)
+
     def depth(self) -> int:
         with translated(f"depth of queue {self.name}"):
             return int(self.client.get_queue_properties().approximate_message_count or 0)

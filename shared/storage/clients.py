@@ -270,9 +270,9 @@ def ensure_resources(clients: StorageClients, settings: Settings) -> list[str]:
             )
 
     for queue in settings.queue_set:  # a queue in another account: its owner creates it
-        if queue.connection is None:
-            for name in (queue.name, queue.poison, queue.parked):
-                attempt(name, clients.queue_service.create_queue)
+        own = (queue.name, queue.poison) if queue.connection is None else ()
+        for name in (*own, queue.parked):  # parked copies stay in the app's account
+            attempt(name, clients.queue_service.create_queue)
     for name in (
         settings.ledger_container,
         settings.results_container,

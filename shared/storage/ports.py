@@ -1,9 +1,9 @@
 """The storage ports: what the rest of the app asks of an account's tables, blobs and queues.
 
 Protocols only, and the plain values they pass (no storage SDK is imported here). `shared.storage`
-implements them for Azure (`azure_tables`, `azure_blobs`, `azure_queues`, bundled by
-`accounts.AzureAccount`) and in memory (`memory_tables`, ...: tests and the deterministic
-simulation). Every method raises `shared.storage.failures`' exceptions (`NotFound`, `AlreadyExists`,
+implements them for Azure (`tables`, `azure_blobs`, `azure_queues`, bundled by
+`accounts.AzureAccount`) and in memory (`memory_blobs`, `memory_queues`, `memory_tables`, bundled
+by `memory_account.MemoryAccount`: tests, the handler kit and the deterministic simulation). Every method raises `shared.storage.failures`' exceptions (`NotFound`, `AlreadyExists`,
 `ConditionFailed`, `StorageBusy`, `StorageError`), never an SDK's. The documents port is
 `shared.core.documents.DocumentStore`; `MessageQueue` and `QueueSender` (shared/core/messages.py)
 are the queue's sending and reading sides.
@@ -199,6 +199,9 @@ class Blobs(Protocol):
     def check(self) -> None:
         """One request that fails (NotFound, StorageError) unless the container answers."""
 
+    def create(self) -> None:
+        """Create the container; one already there is no error."""
+
     def ranges(self, name: str) -> Ranges:
         """Ranged reads of the blob (shared/blobio: the aggregate engine's input)."""
 
@@ -210,7 +213,20 @@ class Queue(MessageQueue, Protocol):
     def name(self) -> str: ...
 
     def delete_message(self, message: Any, pop_receipt: str | None = None) -> None:
-        """Delete a received message (or one by id and `pop_receipt`)."""
+        """Delete a received message (or one by id and `pop_receipt`); NotFound when it is gone,
+        StorageError `PopReceiptMismatch` when it was received again since."""
+
+    def update_message(
+        self,
+        message: Any,
+        pop_receipt: str | None = None,
+        content: Any = None,
+        *,
+        visibility_timeout: int = 0,
+    ) -> str:
+        """Make a received message (or one by id and `pop_receipt`) visible `visibility_timeout`
+        seconds from now, with `content` when given; its new pop receipt (the old one is spent).
+        Fails as `delete_message` does."""
 
     def depth(self) -> int:
         """The service's approximate count of messages (one request)."""

@@ -20,6 +20,8 @@ from shared.permits.limit_settings import read_permit_settings
 from shared.permits.parked_messages import QueueParking
 from shared.permits.service import Hold, PermitLost, Permits, Waiting
 from shared.permits.store import DocumentPermitStore
+from shared.storage.azure_blobs import AzureBlobs
+from shared.storage.azure_queues import AzureQueue
 from shared.storage.blob_documents import BlobDocuments
 from tests.integration.helpers import unique
 
@@ -68,8 +70,8 @@ def parts(azurite: Azurite) -> Iterator[tuple[ContainerClient, QueueClient, Requ
 
 
 def instance(container: ContainerClient, queue: QueueClient, clock: Clock) -> Permits:
-    store = DocumentPermitStore(BlobDocuments(container), ensure=container.create_container)
-    return Permits(store, QueueParking(queue), clock.now, NoTimers(), LEASE, clock.mono)
+    store = DocumentPermitStore(BlobDocuments(container), ensure=AzureBlobs(container).create)
+    return Permits(store, QueueParking(AzureQueue(queue)), clock.now, NoTimers(), LEASE, clock.mono)
 
 
 def ticket(n: int) -> Ticket:

@@ -11,6 +11,7 @@ from typing import Any
 import azure.functions as func
 import pytest
 
+from shared import poison
 from shared.interfaces import api, cli
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime
@@ -145,3 +146,79 @@ def test_the_cli_enqueues_to_and_shows_from_a_queue(rt: Runtime, capsys: pytest.
     assert cli.cmd_show(rt.for_queue(gold), args) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "completed"
     assert cli.cmd_show(rt, args) == 1  # not on the default queue
+
+
+# -- operators by queue: the poison archive --------------------------------------------------
+
+
+def poison_on(rt: Runtime, queue: str | None, job_id: str) -> None:
+    """A job that fails once, poisoned on `queue` at its first failure (MAX_ATTEMPTS 1 there),
+    and archived by that queue's poison handler."""
+    lane = rt.for_queue(queue)
+    body = {"id": job_id, "kind": "fault", "payload": {"permanent": True}}
+    lane.storage.queue(lane.queue.name).send_message(json.dumps(body))
+    run_queue(rt, queue)
+    for raw in drain_raw(lane, lane.queue.poison):
+        poison.handle_poison_message(message(raw), rt, queue=queue)
+
+
+def replay_req(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    req = func.HttpRequest(
+        method="POST", url="http://localhost/api/poison/replay", body=json.dumps(body).encode(), params={}
+    )
+    resp = api.replay_poison(req)
+    return resp.status_code, json.loads(resp.get_body())
+
+
+def poison_page(queue: str = "") -> dict[str, Any]:
+    req = func.HttpRequest(
+        method="GET", url="http://localhost/api/poison", body=b"", params={"queue": queue} if queue else {}
+    )
+    resp = api.list_poison(req)
+    assert resp.status_code == 200
+    return dict(json.loads(resp.get_body()))
+
+
+def test_a_poisoned_job_is_replayed_to_the_queue_it_came_from(rt: Runtime) -> None:
+    gold, default = second(rt), rt.settings.queue_set.default.name
+    poison_on(rt, gold, "p-1")
+    poison_on(rt, None, "p-1")  # the same id on the default queue: another job, another entry
+    listed = poison_page(gold)
+    assert [(r["job_id"], r["queue"]) for r in listed["archived"]] == [(f"{gold}/p-1", gold)]
+    assert listed["counts"] == {"bad_input_data": 1}
+    assert {r["job_id"] for r in poison_page()["archived"]} == {"p-1", f"{gold}/p-1"}
+    assert rt.entry_index.queue_counts(default) == {default: 1, gold: 1}
+
+    status, report = replay_req({"ids": ["p-1"], "queue": gold})
+    assert status == 200 and report["replayed"] == ["p-1"]
+    sent = drain_raw(rt.for_queue(gold), gold)
+    assert [json.loads(b)["id"] for b in sent] == ["p-1"] and drain_raw(rt, default) == []
+    assert get("jobs/p-1", "p-1", gold)[1]["status"] == "queued"
+    assert get("jobs/p-1", "p-1")[1]["status"] == "poisoned"  # the default queue's p-1 untouched
+    assert poison_page(gold)["archived"] == [] and len(poison_page()["archived"]) == 1
+
+    status, report = replay_req({"ids": [f"{gold}/p-1"]})  # as listed: already replayed
+    assert status == 200 and report["not_found"] == [f"{gold}/p-1"]
+    status, report = replay_req({"ids": ["p-1"]})  # the default queue's, to the default queue
+    assert status == 200 and report["replayed"] == ["p-1"]
+    assert [json.loads(b)["id"] for b in drain_raw(rt, default)] == ["p-1"]
+    assert drain_raw(rt.for_queue(gold), gold) == []
+    assert replay_req({"ids": ["p-1"], "queue": "nowhere"})[0] == 400
+
+
+def test_the_cli_lists_and_replays_one_queues_poisoned_jobs(
+    rt: Runtime, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gold = second(rt)
+    poison_on(rt, gold, "c-2")
+    poison_on(rt, None, "d-2")
+    args = cli.build_parser().parse_args(["--queue", gold, "poison", "list"])
+    assert cli.cmd_poison(rt.for_queue(gold), args) == 0
+    out = capsys.readouterr().out
+    assert f"{gold}/c-2" in out and "d-2" not in out and "1 listed" in out
+    args = cli.build_parser().parse_args(["--queue", gold, "poison", "replay", "--all", "--here"])
+    assert cli.cmd_poison(rt.for_queue(gold), args) == 0
+    assert json.loads(capsys.readouterr().out.strip())["replayed"] == [f"{gold}/c-2"]
+    assert [json.loads(b)["id"] for b in drain_raw(rt.for_queue(gold), gold)] == ["c-2"]
+    assert drain_raw(rt, rt.settings.queue_set.default.name) == []
+    assert [r["job_id"] for r in poison_page()["archived"]] == ["d-2"]

@@ -214,16 +214,22 @@ def start_op(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
 
 
 def where_of(value: object) -> dict[str, str] | None:
-    """An operation's filter from a request ({"reason_code", "text"}), or ActionRefused (pure)."""
+    """An operation's filter from a request ({"reason_code", "text", "queue"}), or ActionRefused (pure)."""
     if value is None:
         return None
-    problem = "where: {reason_code: a reason code (<= 64 chars), text: error text (<= 200 chars)}"
-    if not isinstance(value, Mapping) or set(value) - {"reason_code", "text"}:
+    problem = (
+        "where: {reason_code: a reason code (<= 64 chars), text: error text (<= 200 chars), "
+        "queue: a declared queue}"
+    )
+    if not isinstance(value, Mapping) or set(value) - {"reason_code", "text", "queue"}:
         raise ActionRefused(problem, [problem])
-    code, text = value.get("reason_code") or "", value.get("text") or ""
-    if not isinstance(code, str) or not isinstance(text, str) or len(code) > 64 or len(text) > 200:
+    code, text, queue = value.get("reason_code") or "", value.get("text") or "", value.get("queue") or ""
+    if not all(isinstance(v, str) for v in (code, text, queue)) or len(code) > 64 or len(text) > 200:
         raise ActionRefused(problem, [problem])
-    found = {k: v.strip() for k, v in (("reason_code", code), ("text", text)) if v.strip()}
+    if len(queue) > 64:
+        raise ActionRefused(problem, [problem])
+    pairs = (("reason_code", code), ("text", text), ("queue", queue))
+    found = {k: v.strip() for k, v in pairs if v.strip()}
     return found or None
 
 
@@ -301,7 +307,7 @@ def replay_edited(rt: Runtime, job_id: str, text: str, by: str) -> dict[str, Any
     body = encode_json(env).encode("utf-8")
     digest = body_digest(body)
     rt.archive.upsert(
-        edit_name(job_id, digest),
+        edit_name(rt.job_key(job_id), digest),
         {
             "job_id": job_id,
             "by": by,
@@ -339,7 +345,7 @@ def replay_fixed(rt: Runtime, name: str, text: str, by: str) -> dict[str, Any]:
     unless given; 409 when that id exists), then mark the entry replayed (it stays archived):
     shared/poison/replay.py `replay_fixed`."""
 
-    def send() -> str:
+    def send(rt: Runtime) -> str:  # the entry's queue's
         try:
             data = jsontext.loads(text)
         except json.JSONDecodeError as exc:

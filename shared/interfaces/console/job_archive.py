@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.core.archive_layout import EDITS_PREFIX, JOBS_PREFIX, edit_name, entry_name
+from shared.core.archive_layout import EDITS_PREFIX, JOBS_PREFIX, edit_name, entry_name, is_job_entry_of
 from shared.ledger import POISON_DIGESTS_PARTIAL, ever_archived, history_events, poison_digests_of
 from shared.poison.archive import StoredEntry, read_entry
 from shared.runtime.wiring import Runtime
@@ -53,10 +53,12 @@ def plan(job_id: str, record: Mapping[str, Any]) -> ArchivePlan:
 
 def archived_bodies(rt: Runtime, job_id: str, record: Mapping[str, Any]) -> list[StoredEntry]:
     """The job's poison archive entries, newest first: one read per entry the record names; a
-    listing of `jobs/<id>/` only for a record that does not name them."""
+    listing of `jobs/<id>/` only for a record that does not name them. `rt`: the job's queue's
+    (its entries are under `jobs/<queue>/<id>/` on a queue other than the default)."""
+    job_id = rt.job_key(job_id)
     found = plan(job_id, record)
     names = (
-        [name for name, _ in rt.archive.names(f"{JOBS_PREFIX}{job_id}/")]
+        [name for name, _ in rt.archive.names(f"{JOBS_PREFIX}{job_id}/") if is_job_entry_of(name, job_id)]
         if found.list_entries
         else found.entries
     )
@@ -67,12 +69,14 @@ def archived_bodies(rt: Runtime, job_id: str, record: Mapping[str, Any]) -> list
 def latest_edit(rt: Runtime, job_id: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The newest operator edit of the job's envelope: one read of the edit the record names; a
     listing of `edits/<id>/` (and a read each) only for a record that does not name it."""
+    job_id = rt.job_key(job_id)
     found = plan(job_id, record)
     if found.edit is not None:
         doc = rt.archive.read(found.edit)
         return doc.data if doc is not None else None
     if not found.list_edits:
         return None
-    docs = [rt.archive.read(name) for name, _ in rt.archive.names(f"{EDITS_PREFIX}{job_id}/")]
+    head = f"{EDITS_PREFIX}{job_id}/"
+    docs = [rt.archive.read(n) for n, _ in rt.archive.names(head) if "/" not in n[len(head) :]]
     edits = [d.data for d in docs if d is not None]
     return max(edits, key=lambda d: str(d.get("at", ""))) if edits else None

@@ -287,6 +287,59 @@ class MemoryQueueClient:
                 )
             del queue.messages[message_id]
 
+    def update_message(
+        self,
+        message: Any,
+        pop_receipt: str | None = None,
+        content: Any = None,
+        *,
+        visibility_timeout: int | None = None,
+        **kwargs: Any,
+    ) -> QueueMessage:
+        """UpdateMessage: visible `visibility_timeout` seconds from now (content replaced when
+        given); a new pop receipt. 404 MessageNotFound / 400 PopReceiptMismatch as Azure answers."""
+        kwargs.pop("timeout", None)
+        refuse_unknown(kwargs, "update_message")
+        try:
+            message_id = message.id
+            receipt = pop_receipt or message.pop_receipt
+        except AttributeError:
+            message_id, receipt = message, pop_receipt
+        if receipt is None or visibility_timeout is None:
+            raise ValueError("pop_receipt and visibility_timeout must be present")
+        text = None
+        if content is not None:
+            self._encode.configure(require_encryption=False, key_encryption_key=None, resolver=None)
+            text = self._encode(content)
+        with self.account.lock:
+            self.account.log("PUT", f"{self.queue_name}/messages/{message_id}")
+            queue = self._queue()
+            if not 0 <= int(visibility_timeout) <= MAX_VISIBILITY_S:
+                raise queue_error(
+                    400,
+                    "OutOfRangeQueryParameterValue",
+                    "One of the query parameters specified in the request URI is outside the permissible range.",
+                )
+            found = {m.id: m for m in queue.live(self.account.clock())}.get(message_id)
+            if found is None:
+                raise queue_error(404, "MessageNotFound", "The specified message does not exist.")
+            if found.pop_receipt != receipt:
+                raise queue_error(
+                    400,
+                    "PopReceiptMismatch",
+                    "The specified pop receipt did not match the pop receipt for a dequeued message.",
+                )
+            if text is not None:
+                found.text = text
+            found.pop_receipt = uuid.uuid4().hex
+            found.visible_at = self.account.clock() + timedelta(seconds=int(visibility_timeout))
+            return QueueMessage(
+                content=content,
+                id=found.id,
+                pop_receipt=found.pop_receipt,
+                next_visible_on=whole_seconds(found.visible_at),
+            )
+
     def get_queue_properties(self, **kwargs: Any) -> QueueProperties:
         kwargs.pop("timeout", None)
         refuse_unknown(kwargs, "get_queue_properties")
