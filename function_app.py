@@ -33,12 +33,29 @@ SWEEP_SCHEDULE = os.environ.get("POISON_SWEEP_SCHEDULE", "").strip() or "0 */15 
 QUEUES = queues.wired_names(os.environ)
 DEFAULT = "%JOBS_QUEUE%" if not os.environ.get("JOBS_QUEUES", "").strip() else QUEUES[0]
 DEFAULT_CONNECTION = queues.trigger_connection(os.environ, QUEUES[0])
+FAIR_SHARE = queues.fair_share_wired(os.environ)  # shared/pipeline/fair_share.py
 
 
-@app.function_name("process_job")
-@app.queue_trigger(arg_name="msg", queue_name=DEFAULT, connection=DEFAULT_CONNECTION)
-def process_job(msg: func.QueueMessage) -> None:
-    processing.process_message(msg)
+def _wire_jobs(function_name: str, queue_name: str, connection: str, queue: str | None) -> None:
+    """A queue's job trigger: `async def` under the fair share (an over-share job waits holding no
+    thread of the worker's pool), else a sync function as with one queue."""
+    if FAIR_SHARE:
+        assert queue is not None
+
+        @app.function_name(function_name)
+        @app.queue_trigger(arg_name="msg", queue_name=queue_name, connection=connection)
+        async def process_fairly(msg: func.QueueMessage) -> None:
+            await processing.process_fairly(msg, queue)
+
+        return
+
+    @app.function_name(function_name)
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name, connection=connection)
+    def process(msg: func.QueueMessage) -> None:
+        processing.process_message(msg, queue=queue)
+
+
+_wire_jobs("process_job", DEFAULT, DEFAULT_CONNECTION, QUEUES[0] if FAIR_SHARE else None)
 
 
 @app.function_name("handle_poison")
@@ -51,10 +68,7 @@ def _wire_queue(name: str) -> None:
     """The trigger and the poison handler of one more declared queue (unique function names)."""
     suffix, connection = queues.env_name(name).lower(), queues.trigger_connection(os.environ, name)
 
-    @app.function_name(f"process_job_{suffix}")
-    @app.queue_trigger(arg_name="msg", queue_name=name, connection=connection)
-    def process(msg: func.QueueMessage) -> None:
-        processing.process_message(msg, queue=name)
+    _wire_jobs(f"process_job_{suffix}", name, connection, name)
 
     @app.function_name(f"handle_poison_{suffix}")
     @app.queue_trigger(arg_name="msg", queue_name=f"{name}-poison", connection=connection)

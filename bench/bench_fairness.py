@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import threading
 import time
@@ -51,12 +52,19 @@ from bench.bench_http_kind import downstream
 from devstack.hostproc import REPO_ROOT, HostProcess
 
 TAG = "fair"
+SCENARIOS = frozenset({"alone", "unfair", "flooded", "floodalone"})
 QUEUES = {"a": f"{TAG}-a", "b": f"{TAG}-b", "flood": f"{TAG}-flood"}
 
 
-def post(host: HostProcess, body: dict[str, Any], tries: int = 5) -> int:
+def post(host: HostProcess, body: dict[str, Any], tries: int = 5) -> tuple[int, float]:
     """POST a job as a producer does: a 503 is posted again after its Retry-After (the same
-    request then finishes its send: 202, or 409 `same_request`)."""
+    request then finishes its send: 202, or 409 `same_request`). The status and its seconds."""
+    start = time.monotonic()
+    status = _post(host, body, tries)
+    return status, time.monotonic() - start
+
+
+def _post(host: HostProcess, body: dict[str, Any], tries: int) -> int:
     for _ in range(tries):
         req = urllib.request.Request(
             f"{host.url}/api/jobs",
@@ -74,8 +82,9 @@ def post(host: HostProcess, body: dict[str, Any], tries: int = 5) -> int:
     return 503
 
 
-def submit_small(host: HostProcess, url: str, run: str, small: int, over_s: float) -> list[int]:
-    """`small` jobs on each of `a` and `b`, POSTed evenly over `over_s` seconds, alternating."""
+def submit_small(host: HostProcess, url: str, run: str, small: int, over_s: float) -> list[tuple[int, float]]:
+    """`small` jobs on each of `a` and `b`, POSTed evenly over `over_s` seconds, alternating:
+    each POST's status and seconds."""
     count = 2 * small
     start = time.monotonic()
     statuses = []
@@ -104,11 +113,13 @@ def scenario(
     over_s: float,
     timeout_s: float,
     fair: bool = True,
+    drain_flood: bool = True,
 ) -> dict[str, Any]:
-    """One run on a fresh host: the flood (if any) released, then the small jobs POSTed."""
+    """One run on a fresh host: the flood (if any) released, then the small jobs POSTed. Without
+    `drain_flood` the host stops once the small jobs are done (no flood figures)."""
     site.env["FAIR_SHARE"] = "true" if fair else "false"
     (host,) = site.start_hosts(1, app_dir)
-    result: dict[str, Any] = {"run": run, "fair_share": fair}
+    result: dict[str, Any] = {"run": run, "fair_share": fair, "load_before": _load()}
     try:
         base = {name: snapshot([host], queue).get("q.deletes", 0) for name, queue in QUEUES.items()}
         texts = [envelope(f"{run}-flood-{i:05d}", "http", {"url": url}) for i in range(flood)]
@@ -123,19 +134,23 @@ def scenario(
             flood_done["s"] = time.monotonic() - released
 
         watcher = threading.Thread(target=watch_flood, daemon=True)
-        if flood:
+        if flood and drain_flood:
             watcher.start()
         if small:
             time.sleep(1.0 if flood else 0.0)  # the flood under way: its listener's batches in flight
-            statuses = submit_small(host, url, run, small, over_s)
-            result["posts_not_202"] = sum(1 for s in statuses if s != 202)
+            posts = submit_small(host, url, run, small, over_s)
+            seconds = sorted(t for _, t in posts)
+            result["posts_not_202"] = sum(1 for s, _ in posts if s != 202)
+            result["post_p50_s"] = round(percentile(seconds, 50), 3)
+            result["post_p95_s"] = round(percentile(seconds, 95), 3)
             for lane in ("a", "b"):
                 drain(host, QUEUES[lane], base[lane] + small, timeout_s)
-        if flood:
+        if flood and drain_flood:
             watcher.join(timeout_s)
             result["flood_seconds"] = round(flood_done.get("s", float("nan")), 2)
             result["flood_jobs_per_s"] = round(flood / flood_done["s"], 1) if "s" in flood_done else None
         log = host.log_path
+        result["load_after"] = _load()
     finally:
         stop_hosts([host])
     assert log is not None
@@ -148,6 +163,11 @@ def scenario(
             "max_s": round(latencies[-1], 3) if latencies else None,
         }
     return result
+
+
+def _load() -> str:
+    """The machine's load average (1, 5, 15 min), printed with every figure."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def judge(alone: dict[str, Any], flooded: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +188,14 @@ def judge(alone: dict[str, Any], flooded: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(
-    flood: int, small: int, over_s: float, latency_s: float, log_dir: Path, timeout_s: float
+    flood: int,
+    small: int,
+    over_s: float,
+    latency_s: float,
+    log_dir: Path,
+    timeout_s: float,
+    scenarios: frozenset[str] = SCENARIOS,
+    drain: bool = True,
 ) -> dict[str, Any]:
     with azurite_site(log_dir, "fairness") as azurite, downstream(latency_s) as service:
         site = Site(azurite, TAG, log_dir).init(
@@ -177,15 +204,23 @@ def run(
             HTTP_ALLOWED_HOSTS=f"127.0.0.1:{service.server.server_address[1]}",  # that port only
         )
         app_dir = make_app_dir(Path(tempfile.mkdtemp(prefix="bench-fair-")), {})  # host.json as shipped
-        alone = scenario(site, app_dir, service.url, "alone", 0, small, over_s, timeout_s)
-        unfair = scenario(site, app_dir, service.url, "unfair", flood, small, over_s, timeout_s, fair=False)
-        flooded = scenario(site, app_dir, service.url, "flooded", flood, small, over_s, timeout_s)
+        url = service.url
+
+        def small_runs(name: str, fair: bool) -> dict[str, Any] | None:
+            if name not in scenarios:
+                return None
+            size = 0 if name == "alone" else flood
+            return scenario(site, app_dir, url, name, size, small, over_s, timeout_s, fair, drain)
+
+        alone = small_runs("alone", True)
+        unfair = small_runs("unfair", False)
+        flooded = small_runs("flooded", True)
         # the flood alone, without and with the fair share, alternately (ABBA: the machine's drift cancels)
         alone_runs = [
-            scenario(site, app_dir, service.url, f"floodonly{i}", flood, 0, over_s, timeout_s, fair=fair)
-            for i, fair in enumerate((False, True, True, False))
+            scenario(site, app_dir, url, f"floodonly{i}", flood, 0, over_s, timeout_s, fair=fair)
+            for i, fair in enumerate((False, True, True, False) if "floodalone" in scenarios else ())
         ]
-    verdict = judge(alone, flooded)
+    verdict = judge(alone, flooded) if alone and flooded else {}
     unlimited, flood_alone = (
         _pooled([r for r in alone_runs if r["fair_share"] is fair], flood) for fair in (False, True)
     )
@@ -202,11 +237,11 @@ def run(
         "unfair": unfair,
         "unlimited": unlimited,
         "small_queues": verdict,
-        "small_queues_without_fair_share": judge(alone, unfair),
-        "small_queues_met": all(v["met"] for v in verdict.values()),
+        "small_queues_without_fair_share": judge(alone, unfair) if alone and unfair else {},
+        "small_queues_met": bool(verdict) and all(v["met"] for v in verdict.values()),
         "flood_jobs_per_s_alone": flood_alone.get("flood_jobs_per_s"),
         "flood_jobs_per_s_alone_unlimited": unlimited.get("flood_jobs_per_s"),
-        "flood_jobs_per_s_flooded": flooded.get("flood_jobs_per_s"),
+        "flood_jobs_per_s_flooded": (flooded or {}).get("flood_jobs_per_s"),
         "flood_alone_over_unlimited": share,
         "flood_alone_met": share is not None and share >= 0.9,
     }
@@ -215,7 +250,7 @@ def run(
 def _pooled(runs: list[dict[str, Any]], flood: int) -> dict[str, Any]:
     """The flood's jobs/s over several runs (their total jobs over their total seconds)."""
     seconds = [r.get("flood_seconds") for r in runs]
-    if any(not isinstance(s, float) or s != s for s in seconds):
+    if not runs or any(not isinstance(s, float) or s != s for s in seconds):
         return {"runs": runs, "flood_jobs_per_s": None}
     total = sum(float(s) for s in seconds if s is not None)
     return {"runs": runs, "flood_jobs_per_s": round(flood * len(runs) / total, 2)}
@@ -230,16 +265,35 @@ def summary(result: dict[str, Any]) -> str:
         f"fairness: {result['flood_jobs']} flood jobs, {result['small_jobs_per_queue']} x 2 small over "
         f"{result['small_over_s']:g} s, downstream {result['downstream_latency_s'] * 1000:.0f} ms",
     ]
-    for label, key in (
-        ("fair share", "small_queues"),
-        ("FAIR_SHARE=false", "small_queues_without_fair_share"),
+    for label, run_key, key in (
+        ("fair share", "flooded", "small_queues"),
+        ("FAIR_SHARE=false", "unfair", "small_queues_without_fair_share"),
     ):
+        run = result.get(run_key) or {}
+        if run:
+            lines.append(
+                f"  {label}: POST p50 {run.get('post_p50_s')} s, p95 {run.get('post_p95_s')} s, "
+                f"{run.get('posts_not_202')} not 202; load {run['load_before']} -> {run['load_after']}"
+            )
         for lane, v in result[key].items():
             lines.append(
                 f"  {label}, queue {lane}: p95 alone {v['p95_alone_s']:.2f} s, flooded {v['p95_flooded_s']:.2f} s "
                 f"({v['ratio']}x, +{v['difference_s']:.2f} s; allowed {v['allowed_s']:.2f} s) "
                 f"{'met' if v['met'] else 'NOT met'}"
             )
+    alone = result.get("alone") or {}
+    if alone:
+        lines.append(
+            f"  alone: POST p50 {alone.get('post_p50_s')} s, p95 {alone.get('post_p95_s')} s; "
+            f"load {alone['load_before']} -> {alone['load_after']}"
+        )
+    for r in (result.get("unlimited") or {}).get("runs", []) + (result.get("flood_alone") or {}).get(
+        "runs", []
+    ):
+        lines.append(
+            f"  {r['run']} (fair share {r['fair_share']}): {r.get('flood_jobs_per_s')} jobs/s; "
+            f"load {r['load_before']} -> {r['load_after']}"
+        )
     lines.append(
         f"  flood alone: {result['flood_jobs_per_s_alone']} jobs/s with the fair share, "
         f"{result['flood_jobs_per_s_alone_unlimited']} with FAIR_SHARE=false ({result['flood_alone_over_unlimited']}, "
@@ -258,11 +312,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--over-s", type=float, default=10.0)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--quick", action="store_true", help="300 flood jobs, 10 small (smoke test)")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(sorted(SCENARIOS)),
+        help="which runs (comma-separated): alone, unfair, flooded, floodalone (the four flood-alone runs)",
+    )
+    parser.add_argument(
+        "--no-drain",
+        action="store_true",
+        help="stop a flooded run once the small jobs are done (no flood jobs/s beside them)",
+    )
     parser.add_argument("--logs", type=Path, default=REPO_ROOT / "bench" / "out" / "logs")
     args = parser.parse_args(argv)
     flood, small = (300, 10) if args.quick else (args.flood, args.small)
     log_dir = args.logs / time.strftime("fairness-%Y%m%d-%H%M%S")
-    result = run(flood, small, args.over_s, args.latency_ms / 1000, log_dir, 900.0)
+    scenarios = frozenset(x.strip() for x in args.scenarios.split(",") if x.strip())
+    if not scenarios <= SCENARIOS:
+        parser.error(f"--scenarios: unknown {', '.join(sorted(scenarios - SCENARIOS))}")
+    result = run(
+        flood, small, args.over_s, args.latency_ms / 1000, log_dir, 900.0, scenarios, not args.no_drain
+    )
     print(summary(result), file=__import__("sys").stderr)
     print(json.dumps(result, indent=2))
     return 0

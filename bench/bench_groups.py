@@ -79,14 +79,14 @@ from shared.core.errors import PermanentError
 from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import JobContext
 from shared.config.settings import Settings
-from shared.storage.clients import connect
+from shared.storage.accounts import account_for
 
 def status(field):
     with open("/proc/self/status") as fh:
         return next(int(line.split()[1]) for line in fh if line.startswith(field + ":"))
 
 settings = Settings.from_env(json.loads({env!r}))
-storage = connect(settings)
+storage = account_for(settings.storage)
 payload = json.loads({payload!r})
 concurrent = {concurrent}
 
@@ -100,7 +100,7 @@ def job(n):
     except PermanentError as exc:
         return None, f"{{exc.reason_code}}: {{exc}}"
 
-storage.blob.get_container_client(settings.results_container).get_container_properties()  # connect once
+storage.blobs(settings.results_container).check()  # connect once
 baseline_kb = status("VmRSS")
 start = time.perf_counter()
 with ThreadPoolExecutor(concurrent) as pool:

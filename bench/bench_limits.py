@@ -265,6 +265,20 @@ def back_to_limit(ds: Downstream, since: float, timeout_s: float) -> float | Non
     return None
 
 
+def duplicates(
+    calls: Sequence[tuple[float, float, str]], per_key: Counter[str], killed_at: float, frozen_at: float
+) -> dict[str, list[str]]:
+    """The jobs the downstream saw more than once (the same Idempotency-Key), by why: their first
+    call was in flight when a host was killed (its job is taken over and calls again: allowed, the
+    same key) or frozen past its claim, or neither (a job called twice by a live host: a bug)."""
+    out: dict[str, list[str]] = {"kill": [], "freeze": [], "other": []}
+    for key in sorted(k for k, n in per_key.items() if n > 1):
+        start, end, _ = min(c for c in calls if c[2] == key)
+        why = "kill" if start <= killed_at < end else "freeze" if start <= frozen_at < end else "other"
+        out[why].append(key)
+    return out
+
+
 def faults(
     site: Site, hosts: list[HostProcess], app_dir: Path, ds: Downstream, jobs: int, timeout_s: float
 ) -> tuple[dict[str, Any], list[HostProcess]]:
@@ -282,6 +296,8 @@ def faults(
     killed_at = time.monotonic()
     signal_tree(tree(first), signal.SIGKILL)
     first.process = None
+    if first.log_path is not None and first.log_path.exists():  # the replacement logs under its name
+        first.log_path.rename(first.log_path.with_suffix(".killed.log"))
     (replacement,) = site.start_hosts(1, app_dir)
     kill_back = back_to_limit(ds, killed_at, 120)
     frozen = tree(second)
@@ -301,6 +317,7 @@ def faults(
             break
         time.sleep(2)
     per_key = Counter(k for _, _, k in ds.calls)
+    twice = duplicates(ds.calls, per_key, killed_at, frozen_at)
     return {
         "jobs": jobs,
         "call_s": 2.0,
@@ -313,6 +330,9 @@ def faults(
         "completed": statuses.get("completed", 0),
         "jobs_called": len(per_key),
         "jobs_called_more_than_once": sum(1 for n in per_key.values() if n > 1),
+        "called_again_after_a_call_in_flight_at_the_kill": twice["kill"],
+        "called_again_after_a_call_in_flight_at_the_freeze": twice["freeze"],
+        "called_twice_otherwise": twice["other"],
     }, live
 
 

@@ -1,7 +1,9 @@
 """The training run of aggkernel's profile-guided build (setup.py runs it on the instrumented
 module): seeded CSV and JSON-lines inputs of several shapes, a few MB each, scanned in blocks the
-way the aggregate engine calls the scanner (shared/aggregation/native.py). Standard library and
-the module only: pip builds native/ on its own.
+way the aggregate engine calls the scanner (shared/aggregation/native.py), and synthetic Parquet
+pages folded as shared/aggregation/parquet_native.py folds them (untrained, GCC built pq.c for
+size: 20-25% more CPU on a row group). Standard library and the module only: pip builds native/
+on its own.
 
     python -I pgo_train.py LIB_DIR   # imports aggkernel from LIB_DIR; exit 1 if a block fell back
 """
@@ -373,6 +375,85 @@ def scan(kernel: Any, case: Case, sizes: Sequence[int] = BLOCK_SIZES) -> tuple[i
     return count, fallbacks, records
 
 
+# --- Parquet pages (pq.c): synthetic pages as writers make them, folded as parquet_native.py does
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _hybrid(values: Sequence[int], bw: int, rng: random.Random) -> bytes:
+    """Parquet's RLE / bit-packed hybrid of `values`: runs of 8+ equal values as RLE runs (as
+    writers make them), the rest bit-packed in groups of 8, at random lengths."""
+    out, i, n = bytearray(), 0, len(values)
+    while i < n:
+        run = 1
+        while i + run < n and values[i + run] == values[i]:
+            run += 1
+        if run >= 8:
+            out += _varint(run << 1) + values[i].to_bytes((bw + 7) // 8, "little")
+            i += run
+            continue
+        groups = min(-(-(n - i) // 8), rng.randint(1, 64))
+        chunk = list(values[i : i + groups * 8]) + [0] * (groups * 8 - len(values[i : i + groups * 8]))
+        bits = sum(v << (k * bw) for k, v in enumerate(chunk))
+        out += _varint(groups << 1 | 1) + bits.to_bytes(groups * bw, "little")
+        i += groups * 8
+    return bytes(out)
+
+
+def parquet_pages(kernel: Any, seed: int = 20240517, pages: int = 36) -> int:
+    """Key and value pages of several shapes through pq_key_page / pq_fold_page (and a dictionary
+    page through pq_byte_arrays); the rows folded, or -1 when a page was refused."""
+    import array
+    import struct
+
+    rng, rows_done = random.Random(f"{seed}-parquet"), 0
+    for page in range(pages):
+        rows = rng.choice((1000, 20_000, 65_536))
+        ndict = rng.choice((3, 200, 2000))
+        bw = max(1, (ndict - 1).bit_length())
+        names = [f"station-{i}".encode() for i in range(ndict)]
+        if kernel.pq_byte_arrays(b"".join(struct.pack("<I", len(x)) + x for x in names), ndict) is None:
+            return -1
+        null_rate = (0.0, 0.02, 0.3)[page % 3]
+        defined = [int(rng.random() >= null_rate) for _ in range(rows)]
+        levels = _hybrid(defined, 1, rng) if null_rate else None
+        keys = [min(ndict - 1, int(rng.expovariate(8 / ndict))) for _ in range(sum(defined))]
+        ids, counts = bytearray(4 * rows), bytearray(8 * (ndict + 1))
+        if kernel.pq_key_page(levels, bytes([bw]) + _hybrid(keys, bw, rng), rows, ndict, ids, 0, counts) < 0:
+            return -1
+        slots = bytearray(32 * (ndict + 1))
+        present = sum(defined)
+        for phys in (0, 3, 2, 1):
+            args: tuple[bytes, int, array.array[float] | None]
+            if phys == 0 and page % 2:  # dictionary-encoded doubles
+                dictionary = array.array("d", [rng.uniform(-50, 50) for _ in range(700)])
+                coded = [rng.randrange(700) for _ in range(present)]
+                args = (bytes([10]) + _hybrid(coded, 10, rng), 1, dictionary)
+            else:
+                fmt = {0: "d", 1: "f", 2: "i", 3: "q"}[phys]
+                nums = [
+                    rng.uniform(-1e3, 1e3) if fmt in "df" else rng.randint(-(10**6), 10**6)
+                    for _ in range(present)
+                ]
+                args = (array.array(fmt, nums).tobytes(), 0, None)
+            for want in (1, 4, 7):
+                values, encoding, stored = args
+                if (
+                    kernel.pq_fold_page(levels, values, rows, encoding, phys, stored, ids, 0, slots, want)
+                    != 1
+                ):
+                    return -1
+        rows_done += rows
+    return rows_done
+
+
 def main(argv: Sequence[str]) -> int:
     """Train the module found in argv[1]; 1 when a block fell back (the profile would be off)."""
     if len(argv) != 2:
@@ -391,6 +472,11 @@ def main(argv: Sequence[str]) -> int:
         if fallbacks:
             print(f"pgo_train: {case.name}: {fallbacks} blocks fell back", file=sys.stderr)
             status = 1
+    folded = parquet_pages(aggkernel) if hasattr(aggkernel, "pq_fold_page") else 0
+    print(f"pgo_train: Parquet pages: {folded} rows")
+    if folded < 0:
+        print("pgo_train: a Parquet page was refused", file=sys.stderr)
+        status = 1
     return status
 
 

@@ -80,7 +80,13 @@ class PgoBuildExt(build_ext):  # type: ignore[misc]
             )
         if not any(profile.rglob("*.gcda")):
             raise RuntimeError("the training wrote no profile")
-        use = [f"-fprofile-use={profile}", "-fprofile-correction", "-Wno-missing-profile"]
+        # a function the training never ran is built as without a profile (-O3), not for size
+        use = [
+            f"-fprofile-use={profile}",
+            "-fprofile-correction",
+            "-Wno-missing-profile",
+            "-fprofile-partial-training",
+        ]
         with self._set(build_temp=objects, force=True):
             super().build_extension(_with_flags(ext, use, []))
 

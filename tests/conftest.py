@@ -164,7 +164,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 
 @pytest.fixture(params=STORAGE_BACKENDS)
 def storage_backend(request: pytest.FixtureRequest) -> Backend:
-    """The test's storage account: `tests.fakes.storage.MemoryStorage`, or the module's Azurite
+    """The test's storage account: `shared.storage.memory_account.MemoryAccount`, or the module's Azurite
     (asked for only by that variant, so the memory one needs no Azurite). The app's modules are
     imported here, not with this file: a test that needs no storage does not load them."""
     from tests.integration.backends import Backend

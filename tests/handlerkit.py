@@ -1,6 +1,6 @@
 """The handler test kit: run a job kind's handler as the app runs it, on an in-memory account.
 
-- `kit_runtime(handlers, **settings)`: the app's runtime on a `MemoryStorage` account; the
+- `kit_runtime(handlers, **settings)`: the app's runtime on a `MemoryAccount`; the
   account and the runtime share one clock that skips ahead (`SkippingClock`): expiry, retries and
   `ctx.now()` see the skipped time. By default with the app's registry (`shared.jobs.registry`).
   `set_function_timeout(kit, seconds)`: the deadline of the runs that follow.
@@ -18,8 +18,9 @@
   loopback port answering what the test scripts (per path with `route`), recording every request;
   `module_receiver`: one for a module's local host.
 
-It lives under tests/ because the in-memory account (the package tests/fakes/storage/) does: the
-app's package ships no test doubles.
+The in-memory account is the app's own (`shared.storage.memory_account`, held to Azure's answers
+by tests/integration/test_port_contract.py); the kit lives under tests/ for its pytest fixture and
+HTTP receiver.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ from shared.pipeline.submit import submit, validate_request
 from shared.poison.handler import handle_poison_message
 from shared.poison.replay import replay_jobs
 from shared.runtime.wiring import Runtime, ensure_console_resources
-from shared.storage.clients import ensure_resources
-from tests.fakes.storage import MemoryStorage, SkippingClock
+from shared.storage.accounts import ensure_resources
+from shared.storage.memory_account import MemoryAccount, SkippingClock
 
 KIT_SETTINGS = {"AzureWebJobsStorage": "UseDevelopmentStorage=true"}
 
@@ -60,20 +61,17 @@ class Kit:
     """The app on an in-memory account."""
 
     rt: Runtime
-    account: MemoryStorage
+    account: MemoryAccount
     clock: SkippingClock
 
 
 def kit_runtime(handlers: Mapping[str, Handler] | None = None, /, **settings: str) -> Kit:
     """The app's runtime on a fresh in-memory account; `settings` are app settings."""
     clock = SkippingClock()
-    account = MemoryStorage(clock)
+    account = MemoryAccount(clock)
     app_settings = Settings.from_env({**KIT_SETTINGS, **settings})
-    clients = account.clients()
-    ensure_resources(clients, app_settings)
-    rt = Runtime.over(
-        app_settings, account.app_account(), dict(handlers) if handlers is not None else registry(), "kit:1"
-    )
+    ensure_resources(account, app_settings)
+    rt = Runtime.over(app_settings, account, dict(handlers) if handlers is not None else registry(), "kit:1")
     rt.clock = clock  # one clock: expiry, retries, leases and `ctx.now()` see the skipped time too
     ensure_console_resources(rt)
     return Kit(rt, account, clock)
@@ -90,7 +88,7 @@ def submit_job(kit: Kit, kind: str, payload: Mapping[str, Any], job_id: str | No
 def drain(kit: Kit, max_deliveries: int = 200) -> list[float]:
     """Process every message of the jobs queue as the host would, following retries: when only
     delayed messages are left, the account's time skips to the first. The skipped waits."""
-    queue = kit.rt.storage.raw_queue(kit.rt.settings.jobs_queue)
+    queue = kit.account.raw_queue(kit.rt.settings.jobs_queue)
     skipped: list[float] = []
     for _ in range(max_deliveries):
         batch = list(queue.receive_messages(max_messages=1, visibility_timeout=600))
@@ -105,10 +103,10 @@ def drain(kit: Kit, max_deliveries: int = 200) -> list[float]:
             )
             queue.delete_message(msg)
             continue
-        waiting = kit.account.queues[kit.rt.settings.jobs_queue].live(kit.clock())
-        if not waiting:
+        visible_at = queue.next_visible()
+        if visible_at is None:
             return skipped
-        wait = max(0.0, (min(m.visible_at for m in waiting) - kit.clock()).total_seconds()) + 0.001
+        wait = max(0.0, (visible_at - kit.clock()).total_seconds()) + 0.001
         kit.clock.advance(wait)
         skipped.append(round(wait, 3))
     raise AssertionError(f"the queue was not drained in {max_deliveries} deliveries")
@@ -196,7 +194,7 @@ class JobRun:
         """The result document (GET /api/jobs/{id}/result's body)."""
         ref = str(self.record.get("result_ref") or "")
         container, _, name = ref.partition("/")
-        raw = self.kit.rt.storage.container(container).get_blob_client(name).download_blob().readall()
+        raw = self.kit.account.blobs(container).read(name)
         data: dict[str, Any] = json.loads(raw)
         return data
 
@@ -220,7 +218,7 @@ class JobRun:
 
     def blob(self, ref: str) -> bytes:
         container, _, name = ref.partition("/")
-        return bytes(self.kit.rt.storage.container(container).get_blob_client(name).download_blob().readall())
+        return self.kit.account.blobs(container).read(name)
 
 
 def allowing(url: str, *secrets: str) -> dict[str, str]:

@@ -31,7 +31,7 @@ from shared.poison.audited import record_action
 from shared.queues import UnknownQueue
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.clients import bounded_calls
-from shared.storage.failures import NotFound, StorageError, failure_name, translated
+from shared.storage.failures import NotFound, StorageError, failure_name
 from shared.storage.limits import BlobTooLarge, result_limit_bytes
 
 log = logging.getLogger("jobs.api")
@@ -61,8 +61,7 @@ def _guarded(
 
     def wrapper(req: func.HttpRequest, /, *outputs: P.args, **named: P.kwargs) -> func.HttpResponse:
         try:
-            with translated(handler.__name__):
-                return handler(req, get_runtime(), *outputs, **named)
+            return handler(req, get_runtime(), *outputs, **named)
         except SettingsError as exc:
             return _error(503, str(exc))
         except (StorageError, StorageThrottled) as exc:
@@ -201,8 +200,7 @@ def get_result(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
 def health(req: func.HttpRequest) -> func.HttpResponse:
     """GET /api/health (anonymous): 200 when settings are valid and storage answers."""
     try:
-        with translated("runtime"):
-            rt = get_runtime()
+        rt = get_runtime()
     except SettingsError as exc:
         return _error(503, str(exc), status="unhealthy")
     except StorageError as exc:

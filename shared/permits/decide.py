@@ -6,8 +6,9 @@ and, for a rate, its recent starts. Every change is one conditional write of tha
 is current, and a release sees the waiters it must wake in the document it writes anyway.
 
 - A holder whose lease ended (killed, frozen, cut off) no longer counts: the next decision drops it.
-- A release hands the freed permit to the oldest waiter (a reservation in its name, lasting one
-  lease) and names it to be woken; a newcomer never overtakes an older waiter.
+- A release hands the freed permit to the oldest waiter (a reservation in its name, lasting a
+  third of a lease) and names it to be woken; a newcomer never overtakes an older waiter. A
+  reservation that ends unused names its job (`lapsed`): its message is sent again.
 - A holder renews before its lease ends; a holder whose lease ended is lost, never renewed.
 """
 
@@ -20,6 +21,10 @@ from typing import Any
 from shared.core.envelope import isoformat
 from shared.permits.limit import Limit
 
+RESERVED_SHARE = 1 / 3
+"""A reservation (a permit a release handed to the oldest waiter) lasts this share of a lease: the
+woken message is visible at once, so a live host starts the job within a poll; one that died or
+froze holding it gives the permit back sooner than a lease, and the job's message is sent again."""
 MAX_WAITERS = 256
 """Waiters listed in a key's document; further ones re-check at their fallback time only."""
 
@@ -220,9 +225,16 @@ def reserve(
         return state, ()
     free = max(0, limit.max_concurrent - len(state.holders))
     woken = state.waiters[:free]
-    until = now + timedelta(seconds=lease_s)
+    until = now + timedelta(seconds=lease_s * RESERVED_SHARE)
     holders = (*state.holders, *(Holder(w.job, "", now, until) for w in woken))
     return replace(state, holders=holders, waiters=state.waiters[len(woken) :]), woken
+
+
+def lapsed(before: PermitState, after: PermitState, now: datetime) -> tuple[str, ...]:
+    """Jobs whose reservation ended unused between `before` (as stored) and `after` (as written):
+    their woken message went to a host that never started them (pure)."""
+    present = {h.job for h in after.holders} | {w.job for w in after.waiters}
+    return tuple(h.job for h in before.holders if h.reserved and h.until <= now and h.job not in present)
 
 
 def renew(

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from shared.core.documents import Conflict, Document
 from shared.core.envelope import isoformat
@@ -80,6 +80,17 @@ def describe(limit: Limit, holders: Sequence[Holder], rate: bool = False) -> str
     )
 
 
+@dataclass
+class _Ask:
+    """One thread's change of a key's document, done by whichever thread writes it."""
+
+    decision: Callable[[PermitState], tuple[PermitState, Any]]
+    settled: Callable[[Any], bool]
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+
+
 class Permits:
     """The permits of this process: one lock and one cached document per key (threads of one
     process take turns instead of racing each other's conditional writes)."""
@@ -100,6 +111,8 @@ class Permits:
         self.lease_s = lease_s
         self.monotonic = monotonic
         self._docs: dict[str, Document | None] = {}
+        self._asks: dict[str, list[_Ask]] = {}
+        """Changes asked of each key, waiting for the key's lock: the holder writes them together."""
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -114,31 +127,85 @@ class Permits:
     ) -> R:
         """Apply `decision` to the key's document with one conditional write (none when nothing
         changes). A result from a cached copy that writes nothing is trusted only when `settled`;
-        else the stored document is read and decided on again."""
+        else the stored document is read and decided on again. Changes asked by this process's
+        threads while a write is under way go together in the next write (a group commit): a
+        release waits for the write under way at most, not for a queue of writes."""
+        ask = _Ask(decision, settled)
+        lapsed: tuple[str, ...] = ()
+        with self._guard:
+            self._asks.setdefault(key, []).append(ask)
+        asked = time.monotonic()
         with self._lock(key):
+            if not ask.done:
+                with self._guard:
+                    batch = self._asks.pop(key, [])
+                locked = time.monotonic()
+                tries, lapsed = self._apply(key, batch)
+                log.debug(
+                    "permits of %s: %d changes, %d tries, %.3fs waiting, %.3fs writing",
+                    key, len(batch), tries, locked - asked, time.monotonic() - locked,
+                )  # fmt: skip
+        if lapsed:  # sent again by the thread that wrote, outside the key's lock
+            self._lapsed(lapsed)
+        if ask.error is not None:
+            raise ask.error
+        return cast(R, ask.result)
+
+    def _apply(self, key: str, batch: list[_Ask]) -> tuple[int, tuple[str, ...]]:
+        """Decide every asked change in turn on one copy of the document and write it once.
+        Returns the tries and the jobs whose reservation the write ended unused."""
+        try:
             fresh = key not in self._docs
             doc = self.store.read(key) if fresh else self._docs[key]
-            for _ in range(MAX_TRIES):
-                state = PermitState.of(doc.data if doc is not None else None)
-                new, result = decision(state)
-                if new == state and (fresh or settled(result)):
-                    self._docs[key] = doc
-                    return result
-                if new == state:
+            for tries in range(1, MAX_TRIES + 1):
+                stored = PermitState.of(doc.data if doc is not None else None)
+                state, results = stored, []
+                for ask in batch:
+                    state, result = ask.decision(state)
+                    results.append(result)
+                if (
+                    state == stored
+                    and not fresh
+                    and not all(a.settled(r) for a, r in zip(batch, results, strict=True))
+                ):
                     doc, fresh = self.store.read(key), True
                     continue
-                try:
-                    doc = self.store.write(key, new.to_data(key), doc)
-                except Conflict as conflict:
-                    doc = conflict.current if conflict.read_back else self.store.read(key)
-                    fresh = True
-                    continue
+                if state != stored:
+                    try:
+                        doc = self.store.write(key, state.to_data(key), doc)
+                    except Conflict as conflict:
+                        doc = conflict.current if conflict.read_back else self.store.read(key)
+                        fresh = True
+                        continue
                 self._docs[key] = doc
-                return result
+                for ask, result in zip(batch, results, strict=True):
+                    ask.result, ask.done = result, True
+                return tries, decide.lapsed(stored, state, self.clock()) if state != stored else ()
             self._docs.pop(key, None)
-        raise PermitsBusy(
-            f"permits of {key}: the document kept changing ({MAX_TRIES} tries); re-checking later"
-        )
+            failure: BaseException = PermitsBusy(
+                f"permits of {key}: the document kept changing ({MAX_TRIES} tries); re-checking later"
+            )
+        except Exception as exc:  # a storage failure: every change of the batch meets it
+            self._docs.pop(key, None)
+            failure = exc
+        for ask in batch:
+            ask.error, ask.done = failure, True
+        return MAX_TRIES, ()
+
+    def _lapsed(self, jobs: Sequence[str]) -> None:
+        """Jobs whose reservation this write ended unused (the woken message was taken by a host
+        that died or froze before it started the job): put a copy of each job's parked message
+        back, visible now, so the job does not wait out the dead host's 10-minute message lease.
+        Best effort: a copy the job does not need meets its record and is acknowledged."""
+        for job in jobs:
+            try:
+                note = self.store.waiting_note(job)
+                body = note.get("body") if note else None
+                if isinstance(body, str):
+                    self.parking.park(body, 0)
+                    log.warning("job %s: its reserved permit went unused; its message is sent again", job)
+            except Exception as exc:
+                log.warning("job %s: reserved permit unused, message not sent again (%s)", job, exc)
 
     def state(self, key: str) -> PermitState:
         """The key's permits as stored now (one read)."""
@@ -161,14 +228,13 @@ class Permits:
                 Hold(self, ticket, held).release()
                 return Waiting(limit, result, decide.fallback_s(result, self.clock(), limit, self.lease_s))
             held.append(HeldPermit(limit, started + self.lease_s, result.token, result.waited))
-        if any(p.waited for p in held):
-            self.store.clear_waiting(ticket.job)
-        return Hold(self, ticket, held)
+        return Hold(self, ticket, held)  # a waiter's note is cleared at its release, off the way to its start
 
     def wait(self, waiting: Waiting, ticket: Ticket, body: str) -> None:
         """Park the job's message (visible at its fallback time), take its place in line and note
-        why it waits. A permit that freed meanwhile (a lease ended) is reserved for the oldest
-        waiter at once and that waiter woken."""
+        why it waits (with the message's body, sent again if a reservation for it goes unused). A
+        permit that freed meanwhile (a lease ended) is reserved for the oldest waiter at once and
+        that waiter woken. The note is cleared when the job gives its permits back."""
         limit = waiting.limit
         parked = self.parking.park(body, waiting.delay_s)
         now = self.clock()
@@ -188,6 +254,7 @@ class Permits:
                 "since": isoformat(now),
                 "reason": waiting.reason(),
                 "recheck_in_s": waiting.delay_s,
+                "body": body,
             },
         )
         self.wake(woken)
@@ -316,6 +383,11 @@ class Hold:
                     permit.limit.key,
                     exc,
                 )
+        if any(p.waited for p in self.held):  # after the wakes: the next job's start does not wait on it
+            try:
+                self.permits.store.clear_waiting(self.ticket.job)
+            except Exception as exc:  # the console then shows no reason: it checks the key's document
+                log.info("job %s: its waiting note not cleared (%s)", self.ticket.job, exc)
 
 
 __all__ = ["Granted", "Hold", "Parked", "PermitLost", "Permits", "PermitsBusy", "Ticket", "Waiting"]

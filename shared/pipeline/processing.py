@@ -15,7 +15,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -77,10 +76,15 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None, queue: str
     except EnvelopeError as exc:
         poison_unparsed(rt, delivery, exc)
         return
-    queues = rt.settings.queue_set
-    share = process_share().slot(rt.queue.name) if len(queues) > 1 and queues.fair_share else nullcontext()
-    with share, tracing.delivery_span(env, delivery.message_id, delivery.dequeue_count):  # fair_share.py
+    with tracing.delivery_span(env, delivery.message_id, delivery.dequeue_count):
         Processor(rt, env, delivery).run()
+
+
+async def process_fairly(msg: QueueMessageLike, queue: str) -> None:
+    """The trigger's body with several queues and `FAIR_SHARE` on: wait for a slot of `queue` on
+    the event loop (no thread held, nothing written), then `process_message` on the fair share's
+    pool (shared/pipeline/fair_share.py)."""
+    await process_share().run(queue, partial(process_message, msg, None, queue))
 
 
 class Processor:

@@ -38,7 +38,7 @@ from shared.observability.decisions import log_decision
 from shared.poison.archive import AppReason, index_writes, read_reason, write_entry
 from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime, get_runtime
-from shared.storage.failures import StorageError, translated
+from shared.storage.failures import StorageError
 
 log = logging.getLogger("jobs.poison")
 HOST_REASON = "the host moved it after maxDequeueCount failed runs"
@@ -110,8 +110,7 @@ def handle_poison_message(msg: QueueMessageLike, rt: Runtime | None = None, queu
     rt = (rt or get_runtime()).for_queue(queue)
     for attempt in range(1, HANDLER_TRIES + 1):
         try:
-            with translated(f"archiving poison message {msg.id}"):
-                archive_message(rt, body, msg.id, msg.dequeue_count)
+            archive_message(rt, body, msg.id, msg.dequeue_count)
             return
         except (StorageError, JobError, Conflict) as exc:
             if attempt == HANDLER_TRIES:
@@ -252,10 +251,9 @@ def _sweep_queue(rt: Runtime, limit: int) -> int:
     swept = 0
     for msg in queue.receive_messages(max_messages=limit, visibility_timeout=60):
         try:
-            with translated(f"sweeping poison message {msg.id}"):
-                body = decode_message(str(msg.content or "").encode("utf-8"))
-                archive_message(rt, body, msg.id, msg.dequeue_count)
-                queue.delete_message(msg)
+            body = decode_message(str(msg.content or "").encode("utf-8"))
+            archive_message(rt, body, msg.id, msg.dequeue_count)
+            queue.delete_message(msg)
             swept += 1
         except (StorageError, JobError, Conflict) as exc:  # visible again in 60 s; the next sweep retries
             log.warning("sweep: poison message %s could not be archived (%s)", msg.id, exc)

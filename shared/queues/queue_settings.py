@@ -203,6 +203,12 @@ def wired_names(env: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
+def fair_share_wired(env: Mapping[str, str]) -> bool:
+    """Whether function_app.py wires the job triggers for the fair share (`async def`, waiting
+    with no thread: shared/pipeline/fair_share.py): several queues and `FAIR_SHARE` not `false`."""
+    return len(wired_names(env)) > 1 and env.get("FAIR_SHARE", "").strip().lower() != "false"
+
+
 def trigger_connection(env: Mapping[str, str], queue: str) -> str:
     """The `connection` of a queue's bindings: `QUEUE_<NAME>_CONNECTION`, else the app's storage."""
     return env.get(setting_name(queue, "CONNECTION"), "").strip() or "AzureWebJobsStorage"

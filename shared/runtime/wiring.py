@@ -39,8 +39,7 @@ from shared.permits.service import Permits
 from shared.permits.store import DocumentPermitStore, PermitStore, memory_permit_store
 from shared.queues import QueueSettings
 from shared.runtime.lanes import build_lanes
-from shared.storage.accounts import AzureAccount
-from shared.storage.clients import StorageClients, connect, ensure_resources
+from shared.storage.accounts import account_for, ensure_resources
 from shared.storage.ports import Account, Tables
 from shared.storage.tables import NoTableEndpoint
 
@@ -55,8 +54,6 @@ class Runtime:
     settings: Settings
     account: Account
     """The app's storage account (`AzureWebJobsStorage`): its documents, tables and queues."""
-    storage: StorageClients
-    """Clients for handlers' own I/O (inputs, results, claim-checked payloads)."""
     handlers: Mapping[str, Handler]
     instance: str
     ledger: Ledger
@@ -105,12 +102,12 @@ class Runtime:
     def over(
         cls,
         settings: Settings,
-        account: AzureAccount,
+        account: Account,
         handlers: Mapping[str, Handler],
         instance: str,
     ) -> Runtime:
         """A runtime on `account` (the configured one: `AzureAccount` over `connect(settings)`;
-        tests: one over an in-memory account). SettingsError when the account names no Table
+        tests: a `MemoryAccount`). SettingsError when the account names no Table
         service: the indexes are not optional. The kinds' own settings are read and checked here
         (SettingsError naming each bad one)."""
         kinds = configure_kinds(settings, handlers)
@@ -129,7 +126,6 @@ class Runtime:
         rt = cls(
             settings=settings,
             account=account,
-            storage=account.clients,
             handlers=kinds.handlers,
             instance=instance,
             ledger=Ledger(IndexedStore(ledger_store, job_index)),
@@ -199,13 +195,12 @@ def build_runtime(
         logger_name="jobs",
         otlp_endpoint=settings.otlp_endpoint,
     )
-    storage = connect(settings)
+    account = account_for(settings.storage)
     if create_resources:
-        ensure_resources(storage, settings)  # once per process, never per message
+        ensure_resources(account, settings)  # once per process, never per message
     enable_tests = os.environ.get("ENABLE_TEST_KINDS", "").lower() in ("1", "true", "yes")
     instance = f"{socket.gethostname()}:{os.getpid()}"
     log.info("runtime ready: %s, queue %s", settings.storage.describe(), settings.jobs_queue)
-    account = AzureAccount(storage, settings.storage)
     runtime = Runtime.over(settings, account, handlers or registry(enable_tests), instance)
     if create_resources:
         ensure_console_resources(runtime)

@@ -11,17 +11,21 @@ identity ones, as for `AzureWebJobsStorage`); then `.queue(name)`, `.tables()`, 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from shared.config.settings import StorageConnection
+from shared.config.settings import Settings, StorageConnection
 from shared.storage.azure_blobs import AzureBlobs
 from shared.storage.azure_queues import AzureQueue
 from shared.storage.blob_documents import BlobDocuments
 from shared.storage.clients import StorageClients, clients_for
-from shared.storage.ports import Tables
+from shared.storage.failures import StorageError
+from shared.storage.ports import Account, Tables
 from shared.storage.tables import AzureTables, table_service
+
+log = logging.getLogger("jobs.storage")
 
 
 class AzureAccount:
@@ -71,3 +75,45 @@ class AzureAccount:
 def account_for(connection: StorageConnection) -> AzureAccount:
     """The account `connection` names. No network request is made here."""
     return AzureAccount(clients_for(connection), connection)
+
+
+def _not_permitted(exc: StorageError) -> bool:
+    """403: the identity may use the resource but not create it (roles scoped to it)."""
+    return exc.status_code == 403 or (exc.error_code or "").startswith("Authorization")
+
+
+def ensure_resources(account: Account, settings: Settings) -> list[str]:
+    """Create the app's queues and containers if missing (start-up / deploy time, never per message).
+
+    With identity-based storage the deployment creates them (infra/main.bicep) and the app's roles
+    are scoped to each queue and container, which may not allow creating one: such a refusal is
+    logged and skipped (a missing resource then fails its first real use, naming it). Returns the
+    names that could not be checked that way.
+    """
+    skipped: list[str] = []
+
+    def attempt(name: str, create: Callable[[], None]) -> None:
+        try:
+            create()
+        except StorageError as exc:
+            if not _not_permitted(exc):
+                raise
+            skipped.append(name)
+            log.warning(
+                "storage: not permitted to create %s (%s); expecting the deployment to have created it",
+                name,
+                exc.error_code or exc.status_code,
+            )
+
+    for queue in settings.queue_set:  # a queue in another account: its owner creates it
+        own = (queue.name, queue.poison) if queue.connection is None else ()
+        for name in (*own, queue.parked):  # parked copies stay in the app's account
+            attempt(name, account.queue(name).create)
+    for name in (
+        settings.ledger_container,
+        settings.results_container,
+        settings.payloads_container,
+        settings.poison_archive_container,
+    ):
+        attempt(name, account.blobs(name).create)
+    return skipped

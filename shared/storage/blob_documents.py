@@ -19,7 +19,7 @@ from azure.core.exceptions import (
 from azure.storage.blob import ContainerClient, ContentSettings
 
 from shared.core.documents import Conflict, Document, DocumentChanged, DocumentExists, TagQuery, dump
-from shared.storage.failures import error_code, storage_failure
+from shared.storage.failures import NotFound, error_code, storage_failure
 
 _JSON = ContentSettings(content_type="application/json")
 _EXISTS = ("BlobAlreadyExists", "ConditionNotMet")
@@ -38,7 +38,7 @@ def _failing(
 ) -> Iterator[None]:
     """The SDK's errors of one call: those meaning a conditional write lost (`lost`, or an answer
     with one of `codes`) become `conflict`; others `storage_failure` (StorageThrottled when worth
-    retrying, else the SDK's error: a read's ResourceNotFoundError is its caller's)."""
+    retrying, else this package's: a read's NotFound is its caller's)."""
     try:
         yield
     except AzureError as exc:
@@ -80,7 +80,7 @@ class BlobDocuments:
             with _failing("read", name):
                 downloader = self.container.get_blob_client(name).download_blob()
                 raw = downloader.readall()
-        except ResourceNotFoundError:
+        except NotFound:
             return None
         try:
             data = json.loads(raw)
@@ -122,7 +122,7 @@ class BlobDocuments:
         return Document(data, str(props["etag"]))
 
     def delete(self, name: str) -> None:
-        with contextlib.suppress(ResourceNotFoundError):
+        with contextlib.suppress(NotFound), _failing("delete", name):
             self.container.delete_blob(name)
 
     def find(self, query: TagQuery) -> Iterator[str]:
@@ -131,5 +131,6 @@ class BlobDocuments:
                 yield blob.name
 
     def names(self, prefix: str) -> Iterator[tuple[str, datetime | None]]:
-        for blob in self.container.list_blobs(name_starts_with=prefix):
-            yield blob.name, blob.last_modified
+        with _failing("list", prefix):
+            for blob in self.container.list_blobs(name_starts_with=prefix):
+                yield blob.name, blob.last_modified

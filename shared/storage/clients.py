@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import requests
 import requests.adapters
 from azure.core.credentials import TokenCredential
-from azure.core.exceptions import AzureError, HttpResponseError
+from azure.core.exceptions import AzureError
 from azure.core.pipeline import PipelineRequest
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from azure.storage.blob import ExponentialRetry as BlobExponentialRetry
@@ -23,8 +22,6 @@ from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64Encod
 
 from shared.config.settings import Settings, StorageConnection
 from shared.storage.failures import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
-
-log = logging.getLogger("jobs.storage")
 
 DEV_CONNECTION = (
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
@@ -238,51 +235,6 @@ def clients_for(conn: StorageConnection) -> StorageClients:
     )
 
 
-def _not_permitted(exc: HttpResponseError) -> bool:
-    """403: the identity may use the resource but not create it (roles scoped to it)."""
-    return status_code(exc) == 403 or (error_code(exc) or "").startswith("Authorization")
-
-
-def ensure_resources(clients: StorageClients, settings: Settings) -> list[str]:
-    """Create queues and containers if missing (start-up / deploy time, never per message).
-
-    With identity-based storage the deployment creates them (infra/main.bicep) and the app's roles
-    are scoped to each queue and container, which may not allow creating one: such a refusal is
-    logged and skipped (a missing resource then fails its first real use, naming it). Returns the
-    names that could not be checked that way.
-    """
-    from azure.core.exceptions import ResourceExistsError
-
-    skipped: list[str] = []
-
-    def attempt(name: str, create: Callable[[str], Any]) -> None:
-        try:
-            with contextlib.suppress(ResourceExistsError):
-                create(name)
-        except HttpResponseError as exc:
-            if not _not_permitted(exc):
-                raise
-            skipped.append(name)
-            log.warning(
-                "storage: not permitted to create %s (%s); expecting the deployment to have created it",
-                name,
-                error_code(exc) or status_code(exc),
-            )
-
-    for queue in settings.queue_set:  # a queue in another account: its owner creates it
-        own = (queue.name, queue.poison) if queue.connection is None else ()
-        for name in (*own, queue.parked):  # parked copies stay in the app's account
-            attempt(name, clients.queue_service.create_queue)
-    for name in (
-        settings.ledger_container,
-        settings.results_container,
-        settings.payloads_container,
-        settings.poison_archive_container,
-    ):
-        attempt(name, clients.blob.create_container)
-    return skipped
-
-
 __all__ = [
     "GONE_MESSAGE_CODES",
     "AzureError",
@@ -292,7 +244,6 @@ __all__ = [
     "clients_for",
     "connect",
     "credential_for",
-    "ensure_resources",
     "error_code",
     "is_throttled",
     "status_code",

@@ -96,11 +96,12 @@ def is_throttled(exc: BaseException) -> bool:
 
 
 def storage_failure(exc: AzureError, action: str, name: str) -> Exception:
-    """StorageThrottled for what may pass (5xx, 429, timeouts, connection errors); else `exc`."""
+    """A document store's failure: StorageThrottled for what may pass (5xx, 429, timeouts,
+    connection errors); else this package's exception for it (`translate`)."""
     if is_throttled(exc):
         status = getattr(exc, "status_code", None) or exc.__class__.__name__
         return StorageThrottled(f"{action} of {name} failed: storage busy ({status})")
-    return exc
+    return translate(exc, f"{action} of {name}")
 
 
 def translate(exc: AzureError, what: str) -> StorageError:

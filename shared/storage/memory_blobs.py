@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
 from shared.blobio.reader import BlobChanged, UnexpectedResponse
 from shared.blobio.stream import Range
 from shared.core.documents import Document, DocumentChanged, DocumentExists, TagQuery, dump
@@ -42,6 +44,8 @@ class StoredBlob:
     content_type: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    blocks: tuple[tuple[str, int], ...] = ()
+    """Committed blocks (id, size) of a blob made by Put Block List; none for a whole write."""
 
 
 @dataclass
@@ -61,6 +65,15 @@ class BlobStore(Protocol):
     def log(self, method: str, path: str) -> None: ...
     def etag(self) -> str: ...
     def now(self) -> datetime: ...
+
+
+def _sdk_error(status: int, code: str, message: str) -> HttpResponseError:
+    """The error the SDK raises for an answer (what `failures.translate` reads of it)."""
+    kind: type[HttpResponseError] = {404: ResourceNotFoundError}.get(status, HttpResponseError)
+    exc = kind(message=message)
+    exc.status_code = status
+    exc.error_code = code  # type: ignore[attr-defined]  # the storage SDKs set it
+    return exc
 
 
 def refused(status: int, code: str, what: str) -> StorageError:
@@ -103,6 +116,7 @@ class _Container:
         content_type: str | None,
         metadata: dict[str, str] | None = None,
         tags: dict[str, str] | None = None,
+        blocks: tuple[tuple[str, int], ...] = (),
     ) -> StoredBlob:
         stored = StoredBlob(
             data,
@@ -111,6 +125,7 @@ class _Container:
             content_type,
             dict(metadata or {}),
             dict(tags or {}),
+            blocks,
         )
         container = self._stored(f"writing {self.container}/{name}")
         container.blobs[name] = stored
@@ -256,7 +271,8 @@ class MemoryRanges:
 
 
 class _BlockBlob:
-    """The two calls `StagedBlobWriter` makes of a block blob (Put Block, Put Block List), in memory."""
+    """The two calls `StagedBlobWriter` makes of a block blob (Put Block, Put Block List), in
+    memory; failing as the SDK's `BlobClient` does (the writer translates them, naming the block)."""
 
     def __init__(self, blobs: MemoryBlobs, name: str) -> None:
         self.blobs = blobs
@@ -266,19 +282,25 @@ class _BlockBlob:
     def stage_block(self, block_id: str, data: bytes, length: int | None = None) -> None:
         with self.blobs.account.lock:
             self.blobs._request("PUT", self.blob_name, "?comp=block")
-            container = self.blobs._stored(f"staging a block of {self.blob_name}")
+            container = self.blobs.account.containers.get(self.container_name)
+            if container is None:
+                raise _sdk_error(404, "ContainerNotFound", "The specified container does not exist.")
             container.staged.setdefault(self.blob_name, {})[block_id] = bytes(data[:length])
 
     def commit_block_list(self, block_list: list[Any], content_settings: Any = None) -> None:
-        what = f"committing {self.blob_name}"
         with self.blobs.account.lock:
             self.blobs._request("PUT", self.blob_name, "?comp=blocklist")
-            staged = self.blobs._stored(what).staged.get(self.blob_name, {})
+            container = self.blobs.account.containers.get(self.container_name)
+            if container is None:
+                raise _sdk_error(404, "ContainerNotFound", "The specified container does not exist.")
+            staged = container.staged.get(self.blob_name, {})
             ids = [block.id for block in block_list]
             if any(i not in staged for i in ids):
-                raise refused(400, "InvalidBlockList", what)
+                raise _sdk_error(400, "InvalidBlockList", "The specified block list is invalid.")
             content_type = getattr(content_settings, "content_type", None)
-            self.blobs._put(self.blob_name, b"".join(staged[i] for i in ids), content_type)
+            data = b"".join(staged[i] for i in ids)
+            blocks = tuple((i, len(staged[i])) for i in ids)
+            self.blobs._put(self.blob_name, data, content_type, blocks=blocks)
 
 
 class MemoryBlobDocuments(_Container):

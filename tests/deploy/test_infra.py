@@ -393,14 +393,28 @@ class _Refuses:
         self.status, self.code = status, code
         self.calls: list[str] = []
 
-    def _fail(self, name: str) -> None:
+    def client(self, name: str, **_: object) -> _Refusing:
+        return _Refusing(self, name)
+
+    get_queue_client = client
+    get_container_client = client
+
+
+class _Refusing:
+    """One queue or container of `_Refuses`."""
+
+    def __init__(self, service: _Refuses, name: str) -> None:
+        self.service = service
+        self.queue_name = self.container_name = name
+
+    def _fail(self) -> None:
         from azure.core.exceptions import HttpResponseError
 
-        self.calls.append(name)
-        exc = HttpResponseError(message=f"{self.code} on {name}")
-        exc.status_code = self.status
+        self.service.calls.append(self.queue_name)
+        exc = HttpResponseError(message=f"{self.service.code} on {self.queue_name}")
+        exc.status_code = self.service.status
         # the storage SDK sets `error_code`; azure-core does not declare it
-        exc.error_code = self.code  # type: ignore[attr-defined]
+        exc.error_code = self.service.code  # type: ignore[attr-defined]
         raise exc
 
     create_queue = _fail
@@ -408,13 +422,15 @@ class _Refuses:
 
 
 def test_start_up_tolerates_roles_scoped_to_each_resource(caplog: pytest.LogCaptureFixture) -> None:
-    from shared.storage.clients import StorageClients, ensure_resources
+    from shared.storage.accounts import AzureAccount, ensure_resources
+    from shared.storage.clients import StorageClients
+    from shared.storage.failures import StorageBusy
 
     settings = Settings.from_env({"AzureWebJobsStorage__accountName": "acct"}, host_json=ROOT / "host.json")
     refusing = _Refuses(403, "AuthorizationPermissionMismatch")
     clients = StorageClients(blob=refusing, queue_service=refusing)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="jobs.storage"):
-        skipped = ensure_resources(clients, settings)
+        skipped = ensure_resources(AzureAccount(clients, settings.storage), settings)
     assert skipped == [
         "jobs",
         "jobs-poison",
@@ -426,8 +442,12 @@ def test_start_up_tolerates_roles_scoped_to_each_resource(caplog: pytest.LogCapt
     ]
     assert "not permitted to create ledger" in caplog.text
     broken = _Refuses(500, "InternalError")
-    with pytest.raises(Exception, match="InternalError"):
-        ensure_resources(StorageClients(blob=broken, queue_service=broken), settings)  # type: ignore[arg-type]
+    with pytest.raises(StorageBusy) as failed:  # not a refusal: start-up fails, naming it
+        ensure_resources(
+            AzureAccount(StorageClients(blob=broken, queue_service=broken), settings.storage),  # type: ignore[arg-type]
+            settings,
+        )
+    assert (failed.value.status_code, failed.value.error_code) == (500, "InternalError")
 
 
 # ------------------------------------------------------------------ the console's sign-in (issue 12)

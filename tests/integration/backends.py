@@ -1,9 +1,11 @@
 """Where a test's storage lives: an in-memory account (the fast tier) or the test module's Azurite.
 
 A test that takes the `storage_backend` fixture (tests/conftest.py) runs twice: `[memory]` on
-`tests.fakes.storage.MemoryStorage`, unmarked, so `make test-fast` runs it; `[azurite]` on the real
-Azurite, marked `azurite` and `integration`, so `make test` runs it too. The app is built the same
-way on both (`ensure_resources`, `Runtime.over`, `ensure_console_resources`); only the clients differ.
+`shared.storage.memory_account.MemoryAccount`, unmarked, so `make test-fast` runs it; `[azurite]`
+on the real Azurite through `AzureAccount`, marked `azurite` and `integration`, so `make test` runs
+it too. The app is built the same way on both (`ensure_resources`, `Runtime.over`,
+`ensure_console_resources`); only the account differs. Tests reach storage through the ports
+(`backend.account`, `rt.account`), held alike on both by tests/integration/test_port_contract.py.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ from devstack.azurite import Azurite
 from shared.config.settings import Settings
 from shared.jobs import registry
 from shared.runtime.wiring import Runtime, build_runtime, ensure_console_resources
-from shared.storage.clients import StorageClients, clients_for, ensure_resources
-from shared.storage.ports import Tables
-from shared.storage.tables import AzureTables, table_service
-from tests.fakes.storage import MemoryStorage, SkippingClock
+from shared.storage.accounts import account_for, ensure_resources
+from shared.storage.memory_account import MemoryAccount, SkippingClock
+from shared.storage.ports import Account
 from tests.integration.helpers import settings_env
 from tests.storage_params import AZURITE, MEMORY
 
@@ -39,42 +40,31 @@ class Backend:
     """A storage account for one test, and the app built on it."""
 
     name: str
-    clients: StorageClients
-    tables: Tables
+    account: Account
     connection_string: str
     azurite: Azurite | None = None
-    memory: MemoryStorage | None = None
+    memory: MemoryAccount | None = None
     wait: Callable[[float], None] = field(default=time.sleep)
     """Let `seconds` of the account's time pass (a real sleep on Azurite)."""
 
     @classmethod
-    def in_memory(
-        cls, account: MemoryStorage | None = None, wait: Callable[[float], None] | None = None
-    ) -> Backend:
-        """An in-memory account; by default its time is the real time, and `wait` skips ahead in
-        it without sleeping (message visibility and expiry: the app's clock does not move)."""
-        if account is None:
-            clock = SkippingClock()
-            account, wait = MemoryStorage(clock), clock.advance
+    def in_memory(cls) -> Backend:
+        """An in-memory account whose time is the real time; `wait` skips ahead in it without
+        sleeping (message visibility and expiry: the app's clock does not move)."""
+        clock = SkippingClock()
+        account = MemoryAccount(clock)
         return cls(
             MEMORY,
-            account.clients(),
-            account.tables,
+            account,
             "UseDevelopmentStorage=true",  # settings need one; nothing connects to it
             memory=account,
-            wait=wait or time.sleep,
+            wait=clock.advance,
         )
 
     @classmethod
     def on_azurite(cls, azurite: Azurite) -> Backend:
         settings = Settings.from_env({"AzureWebJobsStorage": azurite.connection_string})
-        return cls(
-            AZURITE,
-            clients_for(settings.storage),
-            AzureTables(table_service(settings.storage)),
-            azurite.connection_string,
-            azurite=azurite,
-        )
+        return cls(AZURITE, account_for(settings.storage), azurite.connection_string, azurite=azurite)
 
     def settings(self, **extra: str) -> Settings:
         """Settings with queue and container names of their own."""
@@ -104,10 +94,7 @@ class Backend:
         handlers = handlers or app_handlers()
         if self.azurite is not None:
             return build_runtime(settings, handlers=handlers)
-        assert self.memory is not None
-        ensure_resources(self.clients, settings)
-        rt = Runtime.over(
-            settings, self.memory.app_account(), handlers, f"{socket.gethostname()}:{os.getpid()}"
-        )
+        ensure_resources(self.account, settings)
+        rt = Runtime.over(settings, self.account, handlers, f"{socket.gethostname()}:{os.getpid()}")
         ensure_console_resources(rt)
         return rt

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from azure.storage.blob import ContainerClient
 
+from shared.storage.ports import Blobs
+
 
 @dataclass
 class Effects:
@@ -17,12 +19,17 @@ class Effects:
     repeats: Counter[str]
 
 
-def count_effects(results: ContainerClient) -> Effects:
+def count_effects(results: Blobs | ContainerClient) -> Effects:
+    """The effects in the results container (the port's, or an SDK client of the host's tests)."""
     applied: Counter[str] = Counter()
     runs: Counter[str] = Counter()
     repeats: Counter[str] = Counter()
-    for blob in results.list_blobs():
-        parts = blob.name.split("/")  # a job of a queue other than the default is `<queue>/<id>`
+    if isinstance(results, ContainerClient):
+        names = [blob.name for blob in results.list_blobs()]
+    else:
+        names = [blob.name for page in results.pages() for blob in page]
+    for name in names:
+        parts = name.split("/")  # a job of a queue other than the default is `<queue>/<id>`
         if parts[0] == "effects" and len(parts) in (2, 3):
             applied["/".join(parts[1:]).removesuffix(".json")] += 1
         elif parts[0] == "runs":

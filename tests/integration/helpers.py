@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import urllib.error
 import urllib.request
@@ -16,9 +17,10 @@ import azure.functions as func
 
 from devstack.azurite import Azurite
 from devstack.hostproc import HostProcess, host_env, init_storage
-from shared.config.settings import Settings
+from shared.config.settings import Settings, StorageConnection
 from shared.jobs import registry
 from shared.runtime.wiring import Runtime, build_runtime
+from shared.storage.clients import StorageClients, clients_for
 
 
 def unique(prefix: str) -> str:
@@ -42,6 +44,17 @@ def settings_for(azurite: Azurite, **extra: str) -> Settings:
     return Settings.from_env(settings_env(azurite.connection_string, **extra))
 
 
+@functools.cache
+def _clients(connection: StorageConnection) -> StorageClients:
+    return clients_for(connection)
+
+
+def sdk(rt: Runtime) -> StorageClients:
+    """The storage SDK's clients on the runtime's account (Azurite), for what a test checks beyond
+    the ports (tags, properties, block lists, containers of its own); the app uses `rt.account`."""
+    return _clients(rt.settings.storage)
+
+
 def runtime_for(azurite: Azurite, handlers: Mapping[str, Any] | None = None, **extra: str) -> Runtime:
     return build_runtime(
         settings_for(azurite, **extra), handlers=handlers or registry(enable_test_kinds=True)
@@ -59,7 +72,7 @@ def message(
 
 def drain_raw(rt: Runtime, queue: str) -> list[bytes]:
     """Receive and delete every visible message of a queue; return decoded bodies."""
-    client = rt.storage.raw_queue(queue)
+    client = rt.account.raw_queue(queue)
     out = []
     for msg in client.receive_messages(max_messages=32, visibility_timeout=30):
         out.append(base64.b64decode(msg.content))
@@ -68,7 +81,7 @@ def drain_raw(rt: Runtime, queue: str) -> list[bytes]:
 
 
 def queue_length(rt: Runtime, queue: str) -> int:
-    return int(rt.storage.raw_queue(queue).get_queue_properties().approximate_message_count or 0)
+    return rt.account.raw_queue(queue).depth()
 
 
 @contextlib.contextmanager

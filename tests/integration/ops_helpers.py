@@ -10,7 +10,7 @@ from typing import Any
 
 from shared.poison import bulk, bulk_step
 from shared.runtime.wiring import Runtime
-from tests.fakes.storage import MemoryQueueService
+from shared.storage.memory_account import MemoryAccount
 from tests.integration.backends import Backend
 from tests.integration.helpers import queue_length
 
@@ -64,9 +64,8 @@ def take_steps(rt: Runtime, limit: int = 1000, on_step: Callable[[bytes], None] 
     """Receive step messages and run each (`on_step` instead, when given) until the queue is empty;
     a delayed next step is waited for (on an in-memory account, its time skips ahead instead).
     Returns the steps taken."""
-    client = rt.storage.raw_queue(ops_queue(rt))
-    service = rt.storage.queue_service
-    wait = service.account.wait if isinstance(service, MemoryQueueService) else time.sleep
+    client = rt.account.raw_queue(ops_queue(rt))
+    wait = rt.account.wait if isinstance(rt.account, MemoryAccount) else time.sleep
     taken = 0
     while taken < limit:
         batch = list(client.receive_messages(max_messages=1, visibility_timeout=60))

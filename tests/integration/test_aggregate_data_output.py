@@ -30,7 +30,7 @@ from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime
 from shared.storage import staged
 from shared.storage.failures import StorageBusy
-from tests.integration.helpers import message, runtime_for, unique
+from tests.integration.helpers import message, runtime_for, sdk, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.azurite]
 
@@ -64,8 +64,8 @@ def rt(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     runtime = runtime_for(azurite)
     monkeypatch.setattr(api, "get_runtime", lambda: runtime)
     data = unique("data")
-    runtime.storage.blob.create_container(data)
-    runtime.storage.container(data).upload_blob("sales.csv", input_csv())
+    sdk(runtime).blob.create_container(data)
+    sdk(runtime).container(data).upload_blob("sales.csv", input_csv())
     monkeypatch.setattr(aggregate_output, "BLOCK_BYTES", 16 * 1024)  # several blocks for a small result
     INPUT[runtime.settings.results_container] = f"{data}/sales.csv"
     yield runtime
@@ -101,7 +101,7 @@ def run_job(rt: Runtime, body: dict[str, Any]) -> str:
     """POST the job, then deliver its one message as the host would."""
     status, answer = call(api.submit_job, "POST", "/api/jobs", body)
     assert status == 202, answer
-    client = rt.storage.raw_queue(rt.settings.jobs_queue)
+    client = rt.account.raw_queue(rt.settings.jobs_queue)
     [msg] = list(client.receive_messages(max_messages=32, visibility_timeout=60))
     process_message(message(base64.b64decode(msg.content), msg_id=msg.id), rt)
     client.delete_message(msg)
@@ -110,7 +110,7 @@ def run_job(rt: Runtime, body: dict[str, Any]) -> str:
 
 def blob_bytes(rt: Runtime, ref: str) -> bytes:
     container, _, name = ref.partition("/")
-    return bytes(rt.storage.container(container).download_blob(name).readall())
+    return bytes(sdk(rt).container(container).download_blob(name).readall())
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
@@ -149,12 +149,12 @@ def test_a_data_output_is_a_readable_blob_named_by_the_result(rt: Runtime, fmt: 
         )
         # a null key is an empty unquoted field; pyarrow reads it back as null
     assert table.to_pylist() == expected_rows()
-    props = rt.storage.container(results).get_blob_client(f"{job_id}.v0.{fmt}").get_blob_properties()
+    props = sdk(rt).container(results).get_blob_client(f"{job_id}.v0.{fmt}").get_blob_properties()
     assert str(props.content_settings.content_type).startswith(
         {"parquet": "application/vnd.apache.parquet", "csv": "text/csv"}[fmt]
     )
     committed, uncommitted = (
-        rt.storage.container(results).get_blob_client(f"{job_id}.v0.{fmt}").get_block_list("all")
+        sdk(rt).container(results).get_blob_client(f"{job_id}.v0.{fmt}").get_block_list("all")
     )
     assert len(committed) > 1 and uncommitted == []  # staged in blocks (16 KiB here)
 
@@ -197,7 +197,7 @@ def test_a_retried_write_leaves_one_correct_blob(rt: Runtime, monkeypatch: pytes
 
     monkeypatch.setattr(staged.StagedBlobWriter, "commit", dying_commit)
     job_id = run_job(rt, body)
-    results = rt.storage.container(rt.settings.results_container)
+    results = sdk(rt).container(rt.settings.results_container)
     blob = results.get_blob_client(f"{job_id}.v0.parquet")
     assert calls and calls[0] > 1
     assert not blob.exists()  # staged only: not a blob yet
@@ -205,7 +205,7 @@ def test_a_retried_write_leaves_one_correct_blob(rt: Runtime, monkeypatch: pytes
     record = rt.ledger.get(job_id)
     assert record is not None and record.status != "completed"
 
-    client = rt.storage.raw_queue(rt.settings.jobs_queue)
+    client = rt.account.raw_queue(rt.settings.jobs_queue)
     deadline = time.monotonic() + 120
     while True:  # the retry message (its backoff delay) and the second run
         batch = list(client.receive_messages(max_messages=1, visibility_timeout=60))

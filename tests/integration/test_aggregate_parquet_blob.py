@@ -30,8 +30,8 @@ def rt(azurite: Azurite) -> Runtime:
 
 def upload(rt: Runtime, name: str, data: bytes) -> str:
     container = f"data{uuid.uuid4().hex[:8]}"
-    rt.storage.blob.create_container(container)
-    rt.storage.blob.get_blob_client(container, name).upload_blob(data, overwrite=True)
+    rt.account.blobs(container).create()
+    rt.account.blobs(container).write(name, data)
     return f"{container}/{name}"
 
 
@@ -73,7 +73,7 @@ def test_a_parquet_job_completes_with_the_right_table(rt: Runtime, tmp_path: Pat
     record = rt.ledger.get("pq-ok")
     assert record is not None and record.status == "completed", record and record.data
     container, _, name = record.data["result_ref"].partition("/")
-    document = json.loads(rt.storage.blob.get_blob_client(container, name).download_blob().readall())
+    document = json.loads(rt.account.blobs(container).read(name))
     assert document["input_rows"] == 60_000 and document["engine"] == "inline"
     reference = independent(pq.read_table(path))
     got = {(r["kind"], r["station_id"]): r for r in document["rows"]}

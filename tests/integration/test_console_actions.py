@@ -49,7 +49,7 @@ def test_unpark_takes_only_its_own_message_and_leaves_others_visible(rt: Runtime
     assert {e.name for e in view.parked} == {a, b}
     assert view.archived == []
     assert actions.unpark(rt, [b], "t") == {"unparked": [b], "not_found": []}
-    parked = rt.storage.raw_queue(rt.settings.parked_queue)
+    parked = rt.account.raw_queue(rt.settings.parked_queue)
     left = list(parked.peek_messages(max_messages=32))
     assert [json.loads(base64.b64decode(m.content))["id"] for m in left] == ["pa"], "a stays, visible at once"
     assert [e.name for e in queries.poison_view(rt).archived] == [b]
@@ -61,7 +61,7 @@ def test_a_parked_message_lives_as_long_as_its_entry(rt: Runtime) -> None:
     assert rt.settings.retention.archive == 90
     a = poisoned(rt, "pt", {"permanent": True})
     assert actions.park(rt, [a], "t") == {"parked": [a], "skipped": []}
-    [msg] = rt.storage.raw_queue(rt.settings.parked_queue).peek_messages(max_messages=32)
+    [msg] = rt.account.raw_queue(rt.settings.parked_queue).peek_messages(max_messages=32)
     assert msg.inserted_on is not None and msg.expires_on is not None
     assert msg.expires_on - msg.inserted_on == timedelta(days=90)
 

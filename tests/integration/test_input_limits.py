@@ -30,7 +30,7 @@ from shared.jobs import aggregate
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime
 from shared.storage.limits import result_limit_bytes
-from tests.integration.helpers import drain_raw, message, runtime_for
+from tests.integration.helpers import drain_raw, message, runtime_for, sdk
 from tests.spark.fakes import FakeStandalone
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,7 @@ def job(job_id: str, container: str, blob: str, fmt: str, **extra: Any) -> dict[
 
 def archive_poison_queue(rt: Runtime) -> int:
     """What the host does for handle_poison: every poison message into the archive."""
-    client = rt.storage.raw_queue(rt.settings.poison_queue)
+    client = rt.account.raw_queue(rt.settings.poison_queue)
     handled = 0
     while batch := list(client.receive_messages(max_messages=32, visibility_timeout=60)):
         for msg in batch:
@@ -78,7 +78,7 @@ def archive_poison_queue(rt: Runtime) -> int:
 
 def stored_text(rt: Runtime, container: str, skip: str | None = None) -> str:
     """Every blob of a container (but `skip`), as one text."""
-    client = rt.storage.container(container)
+    client = sdk(rt).container(container)
     parts = [
         client.download_blob(b.name).readall().decode("utf-8", "replace")
         for b in client.list_blobs()
@@ -102,10 +102,10 @@ def test_an_internal_container_is_never_read_as_input(rt: Runtime, which: str, f
     }.get(which, which)
     if container == "azure-webjobs-secrets":
         with contextlib.suppress(ResourceExistsError):
-            rt.storage.blob.create_container(container)
+            sdk(rt).blob.create_container(container)
     secret = f"SECRET-{uuid.uuid4().hex}"
     blob = f"planted-{uuid.uuid4().hex[:8]}.{fmt}"
-    rt.storage.container(container).upload_blob(blob, secret_blob(secret, fmt), overwrite=True)
+    sdk(rt).container(container).upload_blob(blob, secret_blob(secret, fmt), overwrite=True)
     job_id = f"refused-{which}-{fmt}"
 
     process_message(message(job(job_id, container, blob, fmt)), rt)
@@ -134,7 +134,7 @@ def test_an_internal_container_is_never_read_as_input(rt: Runtime, which: str, f
     assert secret not in stored_text(rt, archive, skip=blob if container == archive else None)
     ledger_text = stored_text(rt, settings.ledger_container, skip=blob)
     assert job_id in ledger_text and secret not in ledger_text
-    results = rt.storage.container(settings.results_container)
+    results = sdk(rt).container(settings.results_container)
     assert not [b.name for b in results.list_blobs() if b.name != blob]  # no result, no Spark report
 
 
@@ -143,11 +143,11 @@ def test_a_bad_value_is_quoted_from_the_callers_own_input_only(rt: Runtime, fmt:
     """The same blob in an allowed container: the error quotes the caller's own value (and only it)."""
     secret = f"SECRET-{uuid.uuid4().hex}"
     other = f"OTHER-{uuid.uuid4().hex}"
-    rt.storage.container(rt.settings.ledger_container).upload_blob("planted.csv", secret_blob(other, fmt))
+    sdk(rt).container(rt.settings.ledger_container).upload_blob("planted.csv", secret_blob(other, fmt))
     data = f"data{uuid.uuid4().hex[:10]}"
-    rt.storage.blob.create_container(data)
+    sdk(rt).blob.create_container(data)
     try:
-        rt.storage.container(data).upload_blob(f"in.{fmt}", secret_blob(secret, fmt))
+        sdk(rt).container(data).upload_blob(f"in.{fmt}", secret_blob(secret, fmt))
         process_message(message(job(f"bad-{fmt}", data, f"in.{fmt}", fmt)), rt)
         record = rt.ledger.get(f"bad-{fmt}")
         assert record is not None and record.status == "poisoned"
@@ -159,7 +159,7 @@ def test_a_bad_value_is_quoted_from_the_callers_own_input_only(rt: Runtime, fmt:
         assert other not in json.dumps(record.data)
         assert other not in stored_text(rt, rt.settings.poison_archive_container)
     finally:
-        rt.storage.blob.delete_container(data)
+        sdk(rt).blob.delete_container(data)
 
 
 def test_input_containers_narrows_the_inputs(azurite: Azurite) -> None:
@@ -167,8 +167,8 @@ def test_input_containers_narrows_the_inputs(azurite: Azurite) -> None:
     other = f"other{uuid.uuid4().hex[:10]}"
     rt = runtime_for(azurite, HANDLERS, INPUT_CONTAINERS=allowed)
     for name in (allowed, other):
-        rt.storage.blob.create_container(name)
-        rt.storage.container(name).upload_blob("x.csv", b"k,v\na,1\n")
+        sdk(rt).blob.create_container(name)
+        sdk(rt).container(name).upload_blob("x.csv", b"k,v\na,1\n")
     try:
         process_message(message(job("narrow-ok", allowed, "x.csv", "csv")), rt)
         assert rt.ledger.get("narrow-ok").status == "completed"  # type: ignore[union-attr]
@@ -180,7 +180,7 @@ def test_input_containers_narrows_the_inputs(azurite: Azurite) -> None:
         )
     finally:
         for name in (allowed, other):
-            rt.storage.blob.delete_container(name)
+            sdk(rt).blob.delete_container(name)
 
 
 # --- MAX_GROUPS --------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_one_group_over_max_groups_is_poisoned_naming_the_limit(
     azurite: Azurite, data_container: str
 ) -> None:
     rt = runtime_for(azurite, HANDLERS, MAX_GROUPS="3")
-    rt.storage.container(data_container).upload_blob("four.csv", FOUR_GROUPS)
+    sdk(rt).container(data_container).upload_blob("four.csv", FOUR_GROUPS)
     process_message(message(job("cap-1", data_container, "four.csv", "csv")), rt)
     record = rt.ledger.get("cap-1")
     assert record is not None and record.status == "poisoned"
@@ -214,7 +214,7 @@ def test_one_group_over_max_groups_is_poisoned_naming_the_limit(
     )
     assert record.data["reason_code"] == "over_limit"
     rt4 = runtime_for(azurite, HANDLERS, MAX_GROUPS="4")
-    rt4.storage.container(data_container).upload_blob("four.csv", FOUR_GROUPS, overwrite=True)
+    sdk(rt4).container(data_container).upload_blob("four.csv", FOUR_GROUPS, overwrite=True)
     process_message(message(job("cap-2", data_container, "four.csv", "csv")), rt4)
     assert rt4.ledger.get("cap-2").data["summary"]["groups"] == 4  # type: ignore[union-attr]
 
@@ -244,7 +244,7 @@ def test_over_max_groups_goes_to_spark_when_a_backend_is_configured(
     azurite: Azurite, data_container: str, master: FakeStandalone
 ) -> None:
     rt = spark_runtime(azurite, master, MAX_GROUPS="3")
-    rt.storage.container(data_container).upload_blob("four.csv", FOUR_GROUPS)
+    sdk(rt).container(data_container).upload_blob("four.csv", FOUR_GROUPS)
     body = job("cap-spark", data_container, "four.csv", "csv")
     process_message(message(body), rt)
 
@@ -265,7 +265,7 @@ def test_over_max_groups_goes_to_spark_when_a_backend_is_configured(
     doc = {"id": "cap-spark", "rows": rows, "input_rows": 3000, "engine": "spark", "elapsed_s": 12.5}
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     assert len(raw) > result_limit_bytes(3)
-    rt.storage.container(rt.settings.results_container).upload_blob("cap-spark.json", raw)
+    sdk(rt).container(rt.settings.results_container).upload_blob("cap-spark.json", raw)
     process_message(message({**body, "continuation_seq": 1}), rt)
     record = rt.ledger.get("cap-spark")
     assert record is not None and record.status == "completed"
@@ -287,7 +287,7 @@ def test_inline_engine_over_max_groups_is_not_sent_to_spark(
     azurite: Azurite, data_container: str, master: FakeStandalone
 ) -> None:
     rt = spark_runtime(azurite, master, MAX_GROUPS="3")
-    rt.storage.container(data_container).upload_blob("four.csv", FOUR_GROUPS)
+    sdk(rt).container(data_container).upload_blob("four.csv", FOUR_GROUPS)
     process_message(message(job("cap-inline", data_container, "four.csv", "csv", engine="inline")), rt)
     record = rt.ledger.get("cap-inline")
     assert record is not None and record.status == "poisoned"
@@ -311,7 +311,7 @@ def get_result(rt: Runtime, job_id: str) -> tuple[int, dict[str, Any]]:
 def test_result_reads_are_capped_by_what_max_groups_implies(azurite: Azurite) -> None:
     rt = runtime_for(azurite, HANDLERS, MAX_GROUPS="3")
     limit = result_limit_bytes(3)
-    results = rt.storage.container(rt.settings.results_container)
+    results = sdk(rt).container(rt.settings.results_container)
     for job_id, size in (("fits", limit), ("too-big", limit + 1)):
         text = json.dumps({"id": job_id, "rows": [], "pad": ""})
         raw = text[:-2].encode() + b"x" * (size - len(text)) + b'"}'
@@ -331,7 +331,7 @@ def test_result_reads_are_capped_by_what_max_groups_implies(azurite: Azurite) ->
 def test_a_claim_checked_payload_over_max_payload_bytes_is_not_read(azurite: Azurite) -> None:
     rt = runtime_for(azurite, HANDLERS, MAX_PAYLOAD_BYTES="1024")
     payload = {"input": "data/x.csv", "format": "csv", "metrics": [{"op": "count"}], "pad": "y" * 5000}
-    rt.storage.container(rt.settings.payloads_container).upload_blob("big/p.json", json.dumps(payload))
+    sdk(rt).container(rt.settings.payloads_container).upload_blob("big/p.json", json.dumps(payload))
     process_message(message({"id": "big-payload", "kind": "aggregate", "payload_ref": "big/p.json"}), rt)
     record = rt.ledger.get("big-payload")
     assert record is not None and record.status == "poisoned"

@@ -14,6 +14,7 @@ from shared.core.documents import TagQuery
 from shared.core.envelope import Envelope, decode_message, parse_body
 from shared.ledger import Facts
 from shared.pipeline.recovery import ended_claims_query, recover_claims
+from shared.storage.clients import clients_for
 from tests.integration.helpers import runtime_for
 
 pytestmark = pytest.mark.azurite
@@ -25,13 +26,17 @@ def test_tags_follow_each_write_and_recovery_resends_an_ended_claim(azurite: Azu
     env = Envelope(id="tagged", kind="noop", created_at=now, payload={})
     facts = Facts(now - timedelta(seconds=60), "m1", 1, "dead-host/1")
     record = rt.ledger.write(env.id, None, lambda prev: ledger.claimed(prev, env, facts, 30.0))
-    blob = rt.storage.container(rt.settings.ledger_container).get_blob_client("tagged.json")
+    blob = (
+        clients_for(rt.settings.storage)
+        .container(rt.settings.ledger_container)
+        .get_blob_client("tagged.json")
+    )
     assert blob.get_blob_tags() == {"lease_until": record.data["lease_until"]}
     assert list(rt.ledger.store.find(ended_claims_query(now))) == ["tagged.json"]
 
     report = recover_claims(rt)
     assert report.resent == ["tagged"]
-    [msg] = rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages()
+    [msg] = rt.account.raw_queue(rt.settings.jobs_queue).peek_messages()
     resent = parse_body(decode_message(msg.content.encode()))
     assert resent.to_dict() == replace(env, recorded=True).to_dict()  # its claim reads the record
 

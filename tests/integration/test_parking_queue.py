@@ -9,21 +9,13 @@ import pytest
 from shared.core.envelope import decode_message
 from shared.permits.parked_messages import QueueParking
 from shared.permits.store import DocumentPermitStore
-from shared.storage.accounts import AzureAccount
 from shared.storage.failures import NotFound
-from shared.storage.ports import Account
 from tests.integration.backends import Backend
 from tests.integration.helpers import unique
 
 
-def account_of(backend: Backend) -> Account:
-    if backend.memory is not None:
-        return backend.memory.app_account()
-    return AzureAccount(backend.clients, backend.settings().storage, backend.tables)
-
-
 def test_parked_message_is_invisible_then_woken_at_once(storage_backend: Backend) -> None:
-    queue = account_of(storage_backend).queue(unique("jobs"))
+    queue = storage_backend.account.queue(unique("jobs"))
     queue.create()
     parking = QueueParking(queue)
     parked = parking.park('{"id": "job-1"}', 600)
@@ -39,7 +31,7 @@ def test_parked_message_is_invisible_then_woken_at_once(storage_backend: Backend
 
 
 def test_cancel_deletes_a_parked_message(storage_backend: Backend) -> None:
-    queue = account_of(storage_backend).queue(unique("jobs"))
+    queue = storage_backend.account.queue(unique("jobs"))
     queue.create()
     parking = QueueParking(queue)
     parked = parking.park('{"id": "job-2"}', 1)
@@ -50,7 +42,7 @@ def test_cancel_deletes_a_parked_message(storage_backend: Backend) -> None:
 
 
 def test_the_permit_store_creates_its_container_through_the_blobs_port(storage_backend: Backend) -> None:
-    account = account_of(storage_backend)
+    account = storage_backend.account
     name = unique("permits")
     store = DocumentPermitStore(account.documents(name), ensure=account.blobs(name).create)
     with pytest.raises(NotFound):

@@ -38,7 +38,7 @@ def azurite_rt(azurite: Azurite) -> Runtime:
 
 def run_poison_trigger(rt: Runtime) -> int:
     """What the host does for handle_poison: receive each poison message, call, delete."""
-    client = rt.storage.raw_queue(rt.settings.poison_queue)
+    client = rt.account.raw_queue(rt.settings.poison_queue)
     handled = 0
     while True:
         batch = list(client.receive_messages(max_messages=32, visibility_timeout=60))
@@ -53,7 +53,7 @@ def run_poison_trigger(rt: Runtime) -> int:
 
 def drain_jobs(rt: Runtime) -> int:
     """What the host does for process_job, until the queue is empty."""
-    client = rt.storage.raw_queue(rt.settings.jobs_queue)
+    client = rt.account.raw_queue(rt.settings.jobs_queue)
     done = 0
     while True:
         batch = list(client.receive_messages(max_messages=32, visibility_timeout=60))
@@ -82,10 +82,10 @@ GARBAGE = [
 @pytest.mark.parametrize("body", GARBAGE, ids=[f"garbage{i}" for i in range(len(GARBAGE))])
 def test_poison_handler_survives_garbage(rt: Runtime, body: bytes) -> None:
     poison.handle_poison_message(message(body), rt)  # must not raise
-    archive = rt.storage.container(rt.settings.poison_archive_container)
-    names = [b.name for b in archive.list_blobs() if not b.name.startswith("reasons/")]
+    archive = rt.account.blobs(rt.settings.poison_archive_container)
+    names = [b.name for page in archive.pages() for b in page if not b.name.startswith("reasons/")]
     assert len(names) == 1
-    entry = json.loads(archive.download_blob(names[0]).readall())
+    entry = json.loads(archive.read(names[0]))
     assert base64.b64decode(entry["body_b64"]) == body
     assert entry["reason"]
 
@@ -130,7 +130,7 @@ def poison_many(rt: Runtime, count: int, marker: str) -> list[str]:
 
 def effects_per_job(rt: Runtime) -> dict[str, int]:
     """Executions per job that reached the side effect; none may be a repeat."""
-    counted = count_effects(rt.storage.container(rt.settings.results_container))
+    counted = count_effects(rt.account.blobs(rt.settings.results_container))
     assert sum(counted.repeats.values()) == 0
     assert counted.applied == counted.runs
     return dict(counted.runs)
@@ -140,7 +140,7 @@ def test_replay_moves_each_job_once_at_the_rate_limit(rt: Runtime) -> None:
     ids = poison_many(rt, 100, "fix-1")
     dry = poison.replay_jobs(rt, None, dry_run=True, rate_per_s=1000)
     assert len(dry.replayed) == 100 and queue_length(rt, rt.settings.jobs_queue) == 0
-    rt.storage.container(rt.settings.results_container).upload_blob("fix-1", b"fixed")
+    rt.account.blobs(rt.settings.results_container).write("fix-1", b"fixed", overwrite=False)
     started = rt.monotonic()
     report = poison.replay_jobs(rt, None, rate_per_s=40)
     elapsed = rt.monotonic() - started
@@ -156,7 +156,7 @@ def test_replay_moves_each_job_once_at_the_rate_limit(rt: Runtime) -> None:
 
 def test_replay_of_selected_ids_skips_completed_and_unknown(rt: Runtime) -> None:
     ids = poison_many(rt, 3, "fix-2")
-    rt.storage.container(rt.settings.results_container).upload_blob("fix-2", b"fixed")
+    rt.account.blobs(rt.settings.results_container).write("fix-2", b"fixed", overwrite=False)
     rt.ledger.write(ids[0], rt.ledger.get(ids[0]), lambda prev: {**(prev or {}), "status": "completed"})
     report = poison.replay_jobs(rt, [ids[0], ids[1], "nope"], rate_per_s=1000)
     assert (
@@ -168,7 +168,7 @@ def test_replay_of_selected_ids_skips_completed_and_unknown(rt: Runtime) -> None
 def test_replay_killed_half_way_and_run_again_loses_nothing(azurite_rt: Runtime, azurite: Azurite) -> None:
     rt = azurite_rt
     ids = poison_many(rt, 100, "fix-3")
-    rt.storage.container(rt.settings.results_container).upload_blob("fix-3", b"fixed")
+    rt.account.blobs(rt.settings.results_container).write("fix-3", b"fixed", overwrite=False)
     s = rt.settings
     env = {
         **os.environ,
@@ -229,7 +229,7 @@ def test_purge_removes_old_archive_entries(rt: Runtime) -> None:
 
 def put_poison(rt: Runtime, body: bytes) -> None:
     """A body on the poison queue, as the host moves it there (base64 of what it received)."""
-    rt.storage.raw_queue(rt.settings.poison_queue).send_message(base64.b64encode(body).decode("ascii"))
+    rt.account.raw_queue(rt.settings.poison_queue).send_message(base64.b64encode(body).decode("ascii"))
 
 
 def test_the_sweeper_archives_only_what_the_host_will_not_hand_over(
@@ -237,7 +237,7 @@ def test_the_sweeper_archives_only_what_the_host_will_not_hand_over(
 ) -> None:
     """A `-poison` message dequeued maxDequeueCount times (its handler kept failing) is never handed
     to handle_poison again: the sweeper archives it. One dequeued fewer times is left to the trigger."""
-    queue = rt.storage.raw_queue(rt.settings.poison_queue)
+    queue = rt.account.raw_queue(rt.settings.poison_queue)
     body = json.dumps({"id": "sw1", "kind": "noop", "payload": {}}).encode()
     put_poison(rt, body)
     assert poison.sweep(rt) == 0, "a fresh message is the trigger's"
@@ -273,7 +273,7 @@ def test_a_copy_of_a_job_whose_claim_is_live_is_sent_back_for_a_recheck(rt: Runt
     [entry] = poison.list_poisoned(rt, include_done=True)
     assert entry.state == "rechecked" and rt.ledger.get("lc1").data["owner"] == "other"  # type: ignore[union-attr]
     assert queue_length(rt, rt.settings.jobs_queue) == 1, "sent back to the jobs queue"
-    assert rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages() == [], (
+    assert rt.account.raw_queue(rt.settings.jobs_queue).peek_messages() == [], (
         "invisible until the claim ends"
     )
 
@@ -286,7 +286,7 @@ def test_unpark_says_when_its_parked_message_was_taken_or_gone(rt: Runtime) -> N
     assert run_poison_trigger(rt) == 2
     names = sorted(e.name for e in poison.list_poisoned(rt))
     assert actions.park(rt, names, "t")["parked"] == names
-    parked = rt.storage.raw_queue(rt.settings.parked_queue)
+    parked = rt.account.raw_queue(rt.settings.parked_queue)
     taken = list(parked.receive_messages(max_messages=1, visibility_timeout=30))  # someone took one
     assert len(taken) == 1
     answer = actions.unpark(rt, names, "t")

@@ -23,7 +23,7 @@ def rt(storage_backend: Backend) -> Runtime:
 
 def effects(rt: Runtime, job_id: str) -> int:
     """Executions that reached the side effect (the effect itself is applied at most once)."""
-    counted = count_effects(rt.storage.container(rt.settings.results_container))
+    counted = count_effects(rt.account.blobs(rt.settings.results_container))
     assert counted.applied[job_id] == (1 if counted.runs[job_id] else 0)
     return counted.runs[job_id]
 
@@ -123,8 +123,8 @@ def test_bad_envelope_is_poisoned_with_reason_kept(rt: Runtime) -> None:
     process_message(message(b"{not json"), rt)
     poisoned = drain_raw(rt, rt.settings.poison_queue)
     assert poisoned == [b"{not json"]
-    archive = rt.storage.container(rt.settings.poison_archive_container)
-    reasons = [json.loads(archive.download_blob(b.name).readall()) for b in archive.list_blobs()]
+    archive = rt.account.blobs(rt.settings.poison_archive_container)
+    reasons = [json.loads(archive.read(b.name)) for page in archive.pages() for b in page]
     assert reasons[0]["reason"].startswith("bad_envelope: message: body (raw, or base64-decoded) is not JSON")
 
 
@@ -146,7 +146,7 @@ def test_happy_path_costs_two_ledger_requests_and_one_index_write(
 def test_poison_copy_is_base64_of_the_body_as_received(rt: Runtime) -> None:
     raw = b"\xff\xfe binary"
     process_message(message(raw), rt)
-    msgs = list(rt.storage.raw_queue(rt.settings.poison_queue).receive_messages())
+    msgs = list(rt.account.raw_queue(rt.settings.poison_queue).receive_messages())
     assert base64.b64decode(msgs[0].content) == raw
 
 
@@ -172,7 +172,7 @@ def test_a_claim_checked_payload_is_read_capped_or_poisoned_with_its_reason(
 ) -> None:
     rt = storage_backend.runtime(MAX_PAYLOAD_BYTES="1024")
     if stored is not None:
-        rt.storage.container(rt.settings.payloads_container).upload_blob("claims/p.json", stored)
+        rt.account.blobs(rt.settings.payloads_container).write("claims/p.json", stored, overwrite=False)
     process_message(message({"id": "cc1", "kind": "fault", "payload_ref": "claims/p.json"}), rt)
     record = rt.ledger.get("cc1")
     assert record is not None

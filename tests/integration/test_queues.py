@@ -95,7 +95,7 @@ def test_kinds_refused_at_post_and_poisoned_with_the_reason_when_put_directly(rt
     status, body = post({**aggregate, "queue": gold})
     assert status == 400 and any(f"queue {gold} does not run kind 'aggregate'" in p for p in body["problems"])
     assert get("jobs/agg-1", "agg-1", gold)[0] == 404  # nothing recorded, nothing sent
-    rt.for_queue(gold).storage.queue(gold).send_message(json.dumps(aggregate))  # the producer's own send
+    rt.for_queue(gold).account.queue(gold).send_message(json.dumps(aggregate))  # the producer's own send
     assert run_queue(rt, gold) == 1
     status, record = get("jobs/agg-1", "agg-1", gold)
     assert status == 200 and record["status"] == "poisoned" and record["reason_code"] == "kind_not_allowed"
@@ -120,7 +120,7 @@ def test_a_job_past_its_queues_expiry_is_poisoned_not_run(rt: Runtime) -> None:
     old = (datetime.now(UTC) - timedelta(seconds=120)).isoformat()
     for name in (gold, rt.settings.queue_set.default.name):
         env = {"id": "old-1", "kind": "noop", "payload": {}, "created_at": old}
-        rt.storage.queue(name).send_message(json.dumps(env))
+        rt.account.queue(name).send_message(json.dumps(env))
     run_queue(rt, gold)
     run_queue(rt, None)
     record = get("jobs/old-1", "old-1", gold)[1]
@@ -156,7 +156,7 @@ def poison_on(rt: Runtime, queue: str | None, job_id: str) -> None:
     and archived by that queue's poison handler."""
     lane = rt.for_queue(queue)
     body = {"id": job_id, "kind": "fault", "payload": {"permanent": True}}
-    lane.storage.queue(lane.queue.name).send_message(json.dumps(body))
+    lane.account.queue(lane.queue.name).send_message(json.dumps(body))
     run_queue(rt, queue)
     for raw in drain_raw(lane, lane.queue.poison):
         poison.handle_poison_message(message(raw), rt, queue=queue)

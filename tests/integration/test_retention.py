@@ -22,7 +22,7 @@ from shared.pipeline import retention_sweep as retention_apply
 from shared.poison import archive
 from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
-from tests.integration.helpers import runtime_for
+from tests.integration.helpers import runtime_for, sdk
 
 pytestmark = pytest.mark.azurite
 
@@ -57,8 +57,8 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
         None,
         lambda p: ledger_send.queued(env("queued"), Facts(now), request="r", submitter="s", send_lease_s=30),
     )
-    results = rt.storage.container(rt.settings.results_container)
-    payloads = rt.storage.container(rt.settings.payloads_container)
+    results = sdk(rt).container(rt.settings.results_container)
+    payloads = sdk(rt).container(rt.settings.payloads_container)
     for job_id in DONE:
         results.upload_blob(f"{job_id}.json", b"{}")
     payloads.upload_blob("payloads/p1.json", b"{}")
@@ -91,7 +91,7 @@ def _seed(rt: Runtime) -> dict[str, set[str]]:
 
 
 def _names(rt: Runtime, container: str) -> set[str]:
-    return {b.name for b in rt.storage.container(container).list_blobs()}
+    return {b.name for b in sdk(rt).container(container).list_blobs()}
 
 
 def _run(rt: Runtime, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -180,7 +180,7 @@ def test_costs_follow_what_is_deleted_and_batches_are_bounded(azurite: Azurite) 
 def test_a_blob_written_again_after_the_cutoff_is_kept(azurite: Azurite) -> None:
     """Due when listed, written since (a replay resetting the record): the conditional delete keeps it."""
     rt = runtime_for(azurite)
-    rt.storage.container(rt.settings.results_container).upload_blob("r.json", b"{}")
+    sdk(rt).container(rt.settings.results_container).upload_blob("r.json", b"{}")
     target = retention_apply.blob_targets(rt)(rt.settings.results_container)
     assert not target.delete_unmodified("r.json", rt.clock() - timedelta(days=1))
     assert not target.delete_unmodified("missing.json", rt.clock())

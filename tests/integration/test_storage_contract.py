@@ -1,6 +1,7 @@
-"""The storage behaviour the app relies on, asserted the same way on the in-memory account
-(`tests.fakes.storage`, in `make test-fast`) and on Azurite (in `make test`): the fake cannot drift
-from the service the logic tests stand for without one of these failing on one side. Tables are
+"""The storage SDK's behaviour the Azure adapters rely on, asserted the same way on the SDK-imitating
+fake (`tests.fakes.storage`, in `make test-fast`) and on Azurite (in `make test`): the fake the
+adapters' fast-tier tests run on (test_port_contract.py `[sdk]`) cannot drift from the service
+without one of these failing on one side. Tables are
 the `Tables` port's, held the same way by tests/integration/test_table_port.py.
 
 Time: the in-memory variant moves a manual clock; the Azurite one sleeps (1-second timeouts).
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -22,37 +26,50 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import BlobBlock, ContainerClient, ContentSettings
 
+from shared.config.settings import Settings
 from shared.core.documents import DocumentChanged, DocumentExists, TagQuery
 from shared.core.envelope import decode_message
 from shared.core.messages import NEVER_EXPIRE
 from shared.storage.blob_documents import BlobDocuments
+from shared.storage.clients import StorageClients, clients_for
 from shared.storage.failures import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
 from shared.storage.limits import read_capped, total_size
-from tests.fakes.storage import ManualClock, MemoryStorage, real_time
-from tests.integration.backends import Backend
+from shared.storage.memory_account import ManualClock, real_time
+from tests.fakes.storage import MemoryStorage
 from tests.integration.helpers import unique
 from tests.storage_params import STORAGE_BACKENDS
 
 
+@dataclass
+class Sdk:
+    """The SDK's clients on one account under test, and how to let its time pass."""
+
+    clients: StorageClients
+    wait: Callable[[float], None]
+
+
 @pytest.fixture(params=STORAGE_BACKENDS)
-def account(request: pytest.FixtureRequest) -> Backend:
+def account(request: pytest.FixtureRequest) -> Sdk:
     if request.param == "azurite":
-        return Backend.on_azurite(request.getfixturevalue("azurite"))
+        azurite = request.getfixturevalue("azurite")
+        settings = Settings.from_env({"AzureWebJobsStorage": azurite.connection_string})
+        return Sdk(clients_for(settings.storage), time.sleep)
     clock = ManualClock(real_time())
-    return Backend.in_memory(MemoryStorage(clock), wait=clock.advance)
+    return Sdk(MemoryStorage(clock).clients(), clock.advance)
 
 
 @pytest.fixture
-def container(account: Backend) -> ContainerClient:
+def container(account: Sdk) -> ContainerClient:
     name = unique("contract")
-    account.clients.blob.create_container(name)
-    return account.clients.container(name)
+    container = account.clients.container(name)
+    container.create_container()
+    return container
 
 
 @pytest.fixture
-def queue_name(account: Backend) -> str:
+def queue_name(account: Sdk) -> str:
     name = unique("contract")
-    account.clients.queue_service.create_queue(name)
+    account.clients.raw_queue(name).create_queue()
     return name
 
 
@@ -112,7 +129,7 @@ def test_the_document_store_answers_conflicts_the_same_way(container: ContainerC
         docs.replace("x.json", changed, {"s": "d"})
 
 
-def test_missing_blobs_and_containers(account: Backend, container: ContainerClient) -> None:
+def test_missing_blobs_and_containers(account: Sdk, container: ContainerClient) -> None:
     with pytest.raises(ResourceNotFoundError) as missing:
         container.download_blob("none.json")
     assert raised(missing.value) == ("ResourceNotFoundError", 404, "BlobNotFound")
@@ -124,7 +141,7 @@ def test_missing_blobs_and_containers(account: Backend, container: ContainerClie
         account.clients.container(unique("nocontainer")).upload_blob("a", b"1")
     assert raised(missing.value) == ("ResourceNotFoundError", 404, "ContainerNotFound")
     with pytest.raises(ResourceExistsError) as exists:
-        account.clients.blob.create_container(container.container_name)
+        account.clients.container(container.container_name).create_container()
     assert raised(exists.value) == ("ResourceExistsError", 409, "ContainerAlreadyExists")
 
 
@@ -200,7 +217,7 @@ def test_staged_blocks_become_the_blob_only_when_committed(container: ContainerC
     assert blob.download_blob().readall() == b"XYZ"
 
 
-def test_delete_if_unmodified_since(account: Backend, container: ContainerClient) -> None:
+def test_delete_if_unmodified_since(account: Sdk, container: ContainerClient) -> None:
     container.upload_blob("old", b"")
     written = next(iter(container.list_blobs())).last_modified
     with pytest.raises(ResourceModifiedError) as refused:
@@ -213,9 +230,7 @@ def test_delete_if_unmodified_since(account: Backend, container: ContainerClient
 # -- queues -----------------------------------------------------------------------------------
 
 
-def test_a_message_not_deleted_comes_back_after_its_visibility_timeout(
-    account: Backend, queue_name: str
-) -> None:
+def test_a_message_not_deleted_comes_back_after_its_visibility_timeout(account: Sdk, queue_name: str) -> None:
     queue = account.clients.raw_queue(queue_name)
     queue.send_message("m1")
     [first] = list(queue.receive_messages(max_messages=32, visibility_timeout=1))
@@ -237,7 +252,7 @@ def test_a_message_not_deleted_comes_back_after_its_visibility_timeout(
     assert queue.get_queue_properties().approximate_message_count == 0
 
 
-def test_peek_shows_dequeue_counts_without_taking(account: Backend, queue_name: str) -> None:
+def test_peek_shows_dequeue_counts_without_taking(account: Sdk, queue_name: str) -> None:
     queue = account.clients.raw_queue(queue_name)
     queue.send_message("p1")
     [peeked] = queue.peek_messages(max_messages=32)
@@ -248,7 +263,7 @@ def test_peek_shows_dequeue_counts_without_taking(account: Backend, queue_name: 
     assert [m.dequeue_count for m in queue.peek_messages(max_messages=32)] == [1]
 
 
-def test_receive_takes_at_most_max_messages(account: Backend, queue_name: str) -> None:
+def test_receive_takes_at_most_max_messages(account: Sdk, queue_name: str) -> None:
     queue = account.clients.raw_queue(queue_name)
     for i in range(5):
         queue.send_message(f"r{i}")
@@ -257,7 +272,7 @@ def test_receive_takes_at_most_max_messages(account: Backend, queue_name: str) -
     assert len(list(queue.receive_messages(visibility_timeout=30))) == 2, "no max: until the queue is empty"
 
 
-def test_a_delayed_message_becomes_visible_after_its_delay(account: Backend, queue_name: str) -> None:
+def test_a_delayed_message_becomes_visible_after_its_delay(account: Sdk, queue_name: str) -> None:
     queue = account.clients.raw_queue(queue_name)
     sent = queue.send_message("later", visibility_timeout=1, time_to_live=NEVER_EXPIRE)
     assert sent.expires_on is not None and sent.expires_on.year == 9999, "never expires"
@@ -270,7 +285,7 @@ def test_a_delayed_message_becomes_visible_after_its_delay(account: Backend, que
     assert status_code(refused.value) == 400
 
 
-def test_a_message_expires_after_its_time_to_live(account: Backend, queue_name: str) -> None:
+def test_a_message_expires_after_its_time_to_live(account: Sdk, queue_name: str) -> None:
     queue = account.clients.raw_queue(queue_name)
     queue.send_message("short", time_to_live=1)
     account.wait(1.5)
@@ -278,7 +293,7 @@ def test_a_message_expires_after_its_time_to_live(account: Backend, queue_name: 
     assert queue.get_queue_properties().approximate_message_count == 0
 
 
-def test_the_base64_client_and_the_raw_client_agree(account: Backend, queue_name: str) -> None:
+def test_the_base64_client_and_the_raw_client_agree(account: Sdk, queue_name: str) -> None:
     """`StorageClients.queue` sends base64 text (the SDK's TextBase64EncodePolicy): the raw client
     receives that text, and `decode_message` gives the body back byte for byte."""
     body = json.dumps({"id": "é1", "kind": "noop"}, ensure_ascii=False)
@@ -291,7 +306,7 @@ def test_the_base64_client_and_the_raw_client_agree(account: Backend, queue_name
         account.clients.queue(queue_name).send_message(b"bytes")  # the policy takes text only
 
 
-def test_a_message_holds_64_kib(account: Backend, queue_name: str) -> None:
+def test_a_message_holds_64_kib(account: Sdk, queue_name: str) -> None:
     queue = account.clients.raw_queue(queue_name)
     queue.send_message("x" * (64 * 1024))
     with pytest.raises(HttpResponseError) as refused:
@@ -299,11 +314,11 @@ def test_a_message_holds_64_kib(account: Backend, queue_name: str) -> None:
     assert status_code(refused.value) == 413 and not is_throttled(refused.value)
 
 
-def test_missing_and_existing_queues(account: Backend, queue_name: str) -> None:
+def test_missing_and_existing_queues(account: Sdk, queue_name: str) -> None:
     missing = account.clients.raw_queue(unique("noqueue"))
     for call in (lambda: missing.send_message("x"), missing.get_queue_properties):
         with pytest.raises(ResourceNotFoundError) as gone:
             call()
         assert raised(gone.value)[::2] == ("ResourceNotFoundError", "QueueNotFound")
     with pytest.raises(ResourceExistsError):  # the app suppresses it at start-up
-        account.clients.queue_service.create_queue(queue_name)
+        account.clients.raw_queue(queue_name).create_queue()

@@ -16,7 +16,7 @@ from typing import Any
 
 import azure.functions as func
 import pytest
-from azure.core.exceptions import ServiceResponseError
+from azure.core.exceptions import AzureError, ServiceResponseError
 
 from shared.interfaces import api, cli
 from shared.ledger import send as ledger_send
@@ -24,6 +24,7 @@ from shared.pipeline import recovery
 from shared.pipeline import submit as submit_module
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime
+from shared.storage.failures import StorageError, translate
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, queue_length
 
@@ -54,6 +55,14 @@ def noop(job_id: str, **payload: Any) -> dict[str, Any]:
     return {"id": job_id, "kind": "noop", "payload": payload}
 
 
+def through_the_port(sdk_error: AzureError) -> StorageError:
+    """What a storage port raises when its SDK call fails with `sdk_error` (its Azure adapter
+    translates it, the SDK error as the cause): ports never raise an SDK's errors."""
+    failure = translate(sdk_error, "injected")
+    failure.__cause__ = sdk_error
+    return failure
+
+
 class FlakySender:
     """The jobs queue, with its next `fail` sends failing: before reaching the queue, or (lost)
     after the message is on it."""
@@ -67,7 +76,7 @@ class FlakySender:
             if self.lost:
                 self.inner.send_message(content, **kwargs)
                 self.sent += 1
-            raise ServiceResponseError("injected: the queue did not answer")
+            raise through_the_port(ServiceResponseError("injected: the queue did not answer"))
         self.sent += 1
         return self.inner.send_message(content, **kwargs)
 
@@ -237,7 +246,7 @@ def test_an_unclaimed_host_sent_job_is_sent_again_never_expiring_before_its_mess
     rt.clock = lambda: due + timedelta(minutes=1)
     report = recovery.resend_unclaimed(rt)
     assert report.found == 1 and report.resent == ["h2"]
-    (peeked,) = rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages(max_messages=5)
+    (peeked,) = rt.account.raw_queue(rt.settings.jobs_queue).peek_messages(max_messages=5)
     assert peeked.expires_on is not None and peeked.expires_on.year == 9999  # never expires
     record = rt.ledger.get("h2")
     assert record is not None and record.status == "queued" and "send_pending" not in record.data
@@ -273,7 +282,7 @@ def test_a_host_sent_post_that_failed_is_not_sent_later_unbidden_and_its_retry_i
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     upload = submit_module._upload_payload
-    failures = [ServiceResponseError("injected: the payload upload did not answer")]
+    failures = [through_the_port(ServiceResponseError("injected: the payload upload did not answer"))]
 
     def flaky_upload(*args: Any) -> None:
         if failures:

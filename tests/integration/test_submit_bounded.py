@@ -26,7 +26,7 @@ from shared.interfaces import api
 from shared.ledger import COMPLETED, QUEUED
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime, build_runtime
-from shared.storage.clients import CallBudget, bounded_calls
+from shared.storage.clients import CallBudget, bounded_calls, clients_for
 from tests.integration.backends import app_handlers
 from tests.integration.effects import count_effects
 from tests.integration.helpers import drain_raw, message, queue_length, settings_env, unique
@@ -89,7 +89,7 @@ def run_all(rt: Runtime) -> int:
 def ran_once(rt: Runtime, job_id: str) -> None:
     record = rt.ledger.get(job_id)
     assert record is not None and record.status == COMPLETED
-    effects = count_effects(rt.storage.container(rt.settings.results_container))
+    effects = count_effects(rt.account.blobs(rt.settings.results_container))
     assert effects.runs[job_id] == 1 and effects.applied[job_id] == 1
 
 
@@ -191,7 +191,7 @@ def test_the_send_failing_answers_503_with_retry_after_and_the_retry_sends(
 def test_a_budget_cuts_the_clients_retries_and_only_inside_its_context(
     rt: Runtime, proxy: FaultProxy
 ) -> None:
-    container = rt.storage.container(rt.settings.results_container)
+    container = clients_for(rt.settings.storage).container(rt.settings.results_container)  # the SDK's own
     rule = proxy.add(
         FaultRule("error", methods=("PUT",), service="blob", path=r"/budget-", for_s=FAULT_FOR_S)
     )

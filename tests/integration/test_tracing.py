@@ -61,7 +61,7 @@ def post(body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, 
 def drain(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
     """What the host does for process_job until the job is settled (a retry is due after 1 s);
     the bodies delivered."""
-    client = rt.storage.raw_queue(rt.settings.jobs_queue)
+    client = rt.account.raw_queue(rt.settings.jobs_queue)
     bodies = []
     for _ in range(20):
         for msg in client.receive_messages(max_messages=32, visibility_timeout=60):
@@ -179,11 +179,11 @@ def test_a_poisoned_then_replayed_job_runs_in_a_new_trace_linked_to_the_first(
         counter_value(reader, "jobs.poisoned", **{"job.kind": "fault", "job.reason_code": "bad_input_data"})
         == poisoned_before + 1
     )
-    client = rt.storage.raw_queue(rt.settings.poison_queue)  # the host's poison trigger archives it
+    client = rt.account.raw_queue(rt.settings.poison_queue)  # the host's poison trigger archives it
     for msg in client.receive_messages(max_messages=32, visibility_timeout=60):
         poison.handle_poison_message(message(msg.content.encode(), msg.dequeue_count, msg.id), rt)
         client.delete_message(msg)
-    rt.storage.container(rt.settings.results_container).upload_blob(marker, b"fixed")
+    rt.account.blobs(rt.settings.results_container).write(marker, b"fixed", overwrite=False)
     exporter.clear()
 
     report = poison.replay_jobs(rt, [job_id])
@@ -228,7 +228,7 @@ def test_queue_sample_sets_depth_and_oldest_age_gauges(
     rt: Runtime, otel: tuple[InMemorySpanExporter, InMemoryMetricReader]
 ) -> None:
     _, reader = otel
-    rt.storage.raw_queue(rt.settings.poison_queue).send_message(base64.b64encode(b"x").decode())
+    rt.account.raw_queue(rt.settings.poison_queue).send_message(base64.b64encode(b"x").decode())
     samples = {s.queue: s for s in queue_metrics.sample(rt)}
     assert samples["poison"].depth == 1 and samples["jobs"].depth == 0
     assert samples["poison"].oldest_age_s >= 0 and samples["jobs"].oldest_age_s == 0
@@ -265,7 +265,7 @@ def test_a_recovery_resend_keeps_the_jobs_trace_context_and_is_counted(
     assert env.id in recover_claims(rt).resent
     bodies = [
         parse_body(decode_message(m.content.encode()))
-        for m in rt.storage.raw_queue(rt.settings.jobs_queue).peek_messages()
+        for m in rt.account.raw_queue(rt.settings.jobs_queue).peek_messages()
     ]
     assert [(b.id, b.traceparent) for b in bodies] == [(env.id, TRACEPARENT)]
     assert counter_value(reader, "jobs.recoveries") == before + 1

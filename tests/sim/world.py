@@ -36,7 +36,6 @@ from shared.pipeline.processing import process_message
 from shared.pipeline.recovery import recover_claims
 from shared.poison import handle_poison_message, sweep
 from shared.runtime.wiring import Runtime, indexes
-from shared.storage.clients import StorageClients
 from shared.storage.failures import StorageBusy
 from shared.storage.memory_documents import MemoryDocuments
 from shared.storage.memory_tables import MemoryTables
@@ -387,7 +386,6 @@ class World:
         self.rt = Runtime(
             settings=self.settings,
             account=cast(Account, None),
-            storage=cast(StorageClients, None),
             handlers={"sim": SimHandler(self)},
             instance="sim",
             ledger=Ledger(self.ledger_docs),

@@ -32,7 +32,6 @@ from shared.spark.fabric import FabricBackend
 from shared.spark.livy import LivyBackend
 from shared.spark.model import SparkBackend
 from shared.storage.accounts import AzureAccount
-from shared.storage.clients import StorageClients
 from tests.integration.helpers import drain_raw, message
 from tests.integration.helpers import settings_for as app_settings_for
 from tests.spark.fake_fabric import BATCHES, LAKEHOUSE, TOKEN, WORKSPACE, FakeFabric, batch_id
@@ -260,7 +259,7 @@ def test_processor_keeps_attempts_through_failed_polls_and_cancels_the_run_of_a_
     try:
         settings: Settings = app_settings_for(azurite, **livy_env(server))
         rt = build_runtime(settings, handlers={"aggregate": aggregate.HANDLER})
-        storage: StorageClients = rt.storage
+        storage = storage_for(settings)
         upload(storage, "data", "in.csv", b"k\na\na\n")
         now = datetime.now(UTC)
         env = Envelope(id=unique("job-"), kind="aggregate", created_at=now, payload=PAYLOAD)
@@ -304,7 +303,7 @@ def test_an_operator_cancel_poisons_the_job_at_its_next_check_and_cancels_its_ru
     try:
         settings: Settings = app_settings_for(azurite, **livy_env(server))
         rt = build_runtime(settings, handlers={"aggregate": aggregate.HANDLER})
-        upload(rt.storage, "data", "in.csv", b"k\na\na\n")
+        upload(storage_for(settings), "data", "in.csv", b"k\na\na\n")
         env = Envelope(id=unique("job-"), kind="aggregate", created_at=datetime.now(UTC), payload=PAYLOAD)
         _process(rt, env)
         assert "cancel requested" in request_cancel(rt, env.id, by="ops", reason="wrong input")

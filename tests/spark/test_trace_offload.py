@@ -15,7 +15,7 @@ from shared.runtime.wiring import build_runtime
 from tests.integration.helpers import settings_for as app_settings_for
 from tests.otel_support import memory_telemetry, spans_of
 from tests.spark.fakes import FakeLivy
-from tests.spark.helpers import PAYLOAD, unique, upload
+from tests.spark.helpers import PAYLOAD, storage_for, unique, upload
 from tests.spark.test_outages import _continuation, _process, livy_env
 
 pytestmark = pytest.mark.integration
@@ -28,10 +28,9 @@ def test_submission_and_polls_of_an_offloaded_job_are_in_its_trace(azurite: Azur
     exporter.clear()
     server = FakeLivy(auth="basic")
     try:
-        rt = build_runtime(
-            app_settings_for(azurite, **livy_env(server)), handlers={"aggregate": aggregate.HANDLER}
-        )
-        upload(rt.storage, "data", "in.csv", b"k\na\na\n")
+        settings = app_settings_for(azurite, **livy_env(server))
+        rt = build_runtime(settings, handlers={"aggregate": aggregate.HANDLER})
+        upload(storage_for(settings), "data", "in.csv", b"k\na\na\n")
         env = Envelope(
             id=unique("job-"),
             kind="aggregate",

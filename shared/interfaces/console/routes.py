@@ -43,7 +43,7 @@ from shared.interfaces.console.security import (
 from shared.observability import overview_counters
 from shared.poison import bulk
 from shared.runtime.wiring import Runtime, get_runtime
-from shared.storage.failures import StorageError, failure_name, translated
+from shared.storage.failures import StorageError, failure_name
 
 log = logging.getLogger("jobs.console")
 SAFE_HEADERS = {
@@ -120,12 +120,11 @@ def _handle(req: func.HttpRequest, env: Mapping[str, str], keyed: bool) -> func.
             return _json(denied.status, {"error": str(denied)})
     call = Call(req, path, base_path(req.url), principal, headers, env)
     try:
-        with translated(f"console {path}"):
-            if req.method == "POST":
-                return _post(call, keyed)
-            if req.method != "GET":
-                return _json(405, {"error": f"{req.method} is not supported; pages are GETs, changes POSTs"})
-            return _get(call)
+        if req.method == "POST":
+            return _post(call, keyed)
+        if req.method != "GET":
+            return _json(405, {"error": f"{req.method} is not supported; pages are GETs, changes POSTs"})
+        return _get(call)
     except SettingsError as exc:
         return _json(503, {"error": str(exc)})
     except (StorageError, StorageThrottled) as exc:

@@ -1,26 +1,22 @@
-"""The account: containers, queues and tables behind one lock, one clock, one request log."""
+"""The account: containers and queues behind one lock, one clock, one request log."""
 
 from __future__ import annotations
 
 import itertools
 import threading
-import time
 from typing import cast
 
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
-from shared.config.settings import StorageConnection
-from shared.storage.accounts import AzureAccount
 from shared.storage.clients import StorageClients
-from shared.storage.memory_tables import MemoryTables
 from tests.fakes.storage.blobs import ContainerRecord, MemoryBlobService
 from tests.fakes.storage.common import ACCOUNT, Clock, blob_error, real_time
 from tests.fakes.storage.queues import MemoryQueueService, QueueRecord
 
 
 class MemoryStorage:
-    """One storage account in memory: blob containers, queues and tables."""
+    """One storage account in memory: blob containers and queues, behind the SDK's clients."""
 
     def __init__(self, clock: Clock = real_time, account: str = ACCOUNT) -> None:
         self.clock = clock
@@ -30,8 +26,6 @@ class MemoryStorage:
         self.queues: dict[str, QueueRecord] = {}
         self.requests: list[str] = []
         """Every call, as the REST request it stands for: `METHOD /account/path`."""
-        self.tables = MemoryTables(clock, account, self.requests, self.lock)
-        """The account's tables: the `Tables` port in memory, logging to `requests` too."""
         self._seq = itertools.count(1)
         self.blob = MemoryBlobService(self)
         self.queue_service = MemoryQueueService(self)
@@ -42,20 +36,6 @@ class MemoryStorage:
             blob=cast(BlobServiceClient, self.blob),
             queue_service=cast(QueueServiceClient, self.queue_service),
         )
-
-    def app_account(self) -> AzureAccount:
-        """The app's `Account` on this account: the SDK's clients on its blobs and queues, its tables."""
-        return AzureAccount(
-            self.clients(), StorageConnection(connection_string="UseDevelopmentStorage=true"), self.tables
-        )
-
-    def wait(self, seconds: float) -> None:
-        """Let `seconds` of this account's time pass: at once when its clock can skip ahead."""
-        advance = getattr(self.clock, "advance", None)
-        if callable(advance):
-            advance(seconds)
-        else:
-            time.sleep(seconds)
 
     def url(self, path: str = "") -> str:
         return f"memory://{self.account}/{path}"

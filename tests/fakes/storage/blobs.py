@@ -156,10 +156,6 @@ class MemoryDownloader:
     def readall(self) -> bytes:
         return self._data
 
-    def readinto(self, stream: IO[bytes]) -> int:
-        stream.write(self._data)
-        return len(self._data)
-
 
 def _block(block_id: str, size: int) -> BlobBlock:
     block = BlobBlock(block_id=block_id)
@@ -241,6 +237,7 @@ class MemoryBlobClient:
         kwargs.pop("timeout", None)
         if kwargs.pop("encoding", None) is not None:
             raise NotImplementedError("download_blob(encoding=...)")
+        conditions = get_modify_conditions(kwargs)  # the SDK's own reading of etag / match_condition
         refuse_unknown(kwargs, "download_blob")
         if length is not None and offset is None:
             raise ValueError("Offset value must not be None if length is set.")
@@ -249,6 +246,9 @@ class MemoryBlobClient:
             blob = self.account.container(self.container_name).blobs.get(self.blob_name)
             if blob is None:
                 raise blob_error(404, "BlobNotFound", "The specified blob does not exist.")
+            failed = _unmet(blob, conditions)
+            if failed is not None:
+                raise failed
             total = len(blob.data)
             if offset is None:
                 start, end = 0, total - 1
@@ -430,13 +430,6 @@ class MemoryContainerClient:
             props.metadata = dict(found.metadata)
             return props
 
-    def exists(self, **kwargs: Any) -> bool:
-        kwargs.pop("timeout", None)
-        refuse_unknown(kwargs, "exists")
-        with self.account.lock:
-            self.account.log("GET", self.container_name)
-            return self.container_name in self.account.containers
-
     def get_blob_client(self, blob: str, snapshot: str | None = None) -> MemoryBlobClient:
         if snapshot is not None:
             raise NotImplementedError("snapshots")
@@ -527,17 +520,3 @@ class MemoryBlobService:
 
     def get_container_client(self, container: str) -> MemoryContainerClient:
         return MemoryContainerClient(self.account, container)
-
-    def get_blob_client(self, container: str, blob: str, snapshot: str | None = None) -> MemoryBlobClient:
-        return self.get_container_client(container).get_blob_client(blob, snapshot)
-
-    def create_container(
-        self,
-        name: str,
-        metadata: Mapping[str, str] | None = None,
-        public_access: str | None = None,
-        **kwargs: Any,
-    ) -> MemoryContainerClient:
-        container = self.get_container_client(name)
-        container.create_container(metadata, public_access, **kwargs)
-        return container

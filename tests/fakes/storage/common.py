@@ -1,11 +1,12 @@
-"""What the services of the in-memory account share: limits, clocks, and errors built by the SDKs' own
-error processing (the same classes, status codes and `error_code`s as the SDKs raise)."""
+"""What the services of the SDK-imitating account share: the service's limits and the clocks (the
+shipped in-memory account's), and errors built by the SDKs' own error processing (the same
+classes, status codes and `error_code`s as the SDKs raise)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from http import HTTPStatus
 from typing import Any, NoReturn, cast
 
@@ -13,50 +14,25 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from azure.storage.blob._shared.response_handlers import process_storage_error as _process_blob_error
 from azure.storage.queue._shared.response_handlers import process_storage_error as _process_queue_error
 
-ACCOUNT = "devstoreaccount1"
-NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
-"""The expiry the service reports for a message put with time-to-live -1."""
-MAX_MESSAGE_BYTES = 64 * 1024
-DEFAULT_TTL_S = 7 * 24 * 3600
-MAX_VISIBILITY_S = 7 * 24 * 3600
-LIST_PAGE = 5000
+from shared.storage.memory_account import ACCOUNT, Clock, real_time
+from shared.storage.memory_blobs import LIST_PAGE
+from shared.storage.memory_queues import DEFAULT_TTL_S, MAX_MESSAGE_BYTES, MAX_VISIBILITY_S, NEVER
+
+__all__ = [
+    "ACCOUNT",
+    "DEFAULT_TTL_S",
+    "LIST_PAGE",
+    "MAX_MESSAGE_BYTES",
+    "MAX_VISIBILITY_S",
+    "NEVER",
+    "Clock",
+    "real_time",
+]
+
 LOWER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
 """Container and queue names: lower-case letters, digits, single hyphens inside."""
 TAG_CHARS = re.compile(r"^[A-Za-z0-9 +\-./:=_]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-Clock = Callable[[], datetime]
-
-
-def real_time() -> datetime:
-    return datetime.now(UTC)
-
-
-class ManualClock:
-    """Time that moves only when a test says so."""
-
-    def __init__(self, start: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-class SkippingClock:
-    """The real time, plus what a test skipped (`advance`): the account's time passes at once,
-    while the app's own clock (the real time) does not move."""
-
-    def __init__(self) -> None:
-        self.skipped = timedelta(0)
-
-    def __call__(self) -> datetime:
-        return datetime.now(UTC) + self.skipped
-
-    def advance(self, seconds: float) -> None:
-        self.skipped += timedelta(seconds=seconds)
 
 
 def whole_seconds(moment: datetime) -> datetime:

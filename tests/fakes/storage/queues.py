@@ -368,10 +368,3 @@ class MemoryQueueService:
         message_decode_policy: MessageDecodePolicy | None = None,
     ) -> MemoryQueueClient:
         return MemoryQueueClient(self.account, queue, message_encode_policy, message_decode_policy)
-
-    def create_queue(
-        self, name: str, metadata: Mapping[str, str] | None = None, **kwargs: Any
-    ) -> MemoryQueueClient:
-        queue = self.get_queue_client(name)
-        queue.create_queue(metadata=metadata, **kwargs)
-        return queue

@@ -24,7 +24,7 @@ from shared.aggregation import (
 )
 from shared.config.settings import Settings
 from shared.jobs.base import JobContext
-from tests.fakes.storage import MemoryStorage
+from shared.storage.memory_account import MemoryAccount
 
 
 @pytest.fixture(autouse=True, params=["scanner", "python"])
@@ -168,7 +168,7 @@ def generated_csv(rows: int, seed: int) -> str:
 
 
 def ctx_on(
-    account: MemoryStorage, payload: dict[str, Any], version: int = 0, job_id: str = "job-7"
+    account: MemoryAccount, payload: dict[str, Any], version: int = 0, job_id: str = "job-7"
 ) -> JobContext:
     """An `aggregate` job's context on the in-memory account (settings of the local stack)."""
     settings = Settings.from_env({"AzureWebJobsStorage": "UseDevelopmentStorage=true"})
@@ -178,7 +178,7 @@ def ctx_on(
         attempt=0,
         payload=payload,
         settings=settings,
-        storage=account.app_account(),
+        storage=account,
         log=logging.LoggerAdapter(logging.getLogger("test"), {}),
         checkpoint=lambda progress: None,
         version=version,

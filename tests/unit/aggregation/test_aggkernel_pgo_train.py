@@ -97,3 +97,47 @@ def test_engine_gives_the_same_result_with_and_without_the_scanner(case: Any) ->
                     assert math.isclose(g[name], value, rel_tol=1e-9, abs_tol=1e-9), (name, g, w)
                 else:
                     assert g[name] == value, (name, g, w)
+
+
+def _unhybrid(data: bytes, bw: int, count: int) -> list[int]:
+    """Parquet's RLE / bit-packed hybrid read back (an independent reader, for `_hybrid`)."""
+    out: list[int] = []
+    at = 0
+    while len(out) < count:
+        header = shift = 0
+        while True:
+            byte = data[at]
+            at += 1
+            header |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if header & 1:
+            groups = header >> 1
+            bits = int.from_bytes(data[at : at + groups * bw], "little")
+            at += groups * bw
+            out += [(bits >> (k * bw)) & ((1 << bw) - 1) for k in range(groups * 8)]
+        else:
+            width = (bw + 7) // 8
+            out += [int.from_bytes(data[at : at + width], "little")] * (header >> 1)
+            at += width
+    assert at == len(data)
+    return out[:count]
+
+
+@pytest.mark.parametrize("bw", [1, 3, 8, 11])
+def test_parquet_training_pages_encode_their_values(bw: int) -> None:
+    import random
+
+    rng = random.Random(bw)
+    values = [
+        rng.choice((0, (1 << bw) - 1)) if rng.random() < 0.5 else rng.randrange(1 << bw) for _ in range(5000)
+    ]
+    values[100:300] = [1] * 200  # a long run: written as an RLE run
+    assert _unhybrid(train._hybrid(values, bw, rng), bw, len(values)) == values
+
+
+def test_parquet_training_pages_are_folded_without_refusal() -> None:
+    rows = train.parquet_pages(aggkernel, pages=6)
+    assert rows > 0
+    assert rows == train.parquet_pages(aggkernel, pages=6)

@@ -23,8 +23,8 @@ from shared.jobs.aggregate import choose_engine, spark_takes_over
 from shared.jobs.aggregate_output import write_data_result
 from shared.jobs.base import Completed
 from shared.storage.failures import StorageError
+from shared.storage.memory_account import MemoryAccount
 from shared.storage.staged import StagedBlobWriter, block_id
-from tests.fakes.storage import MemoryStorage
 from tests.unit.aggregation.aggregate_support import ctx_on
 
 BASE: dict[str, Any] = {
@@ -216,14 +216,13 @@ def test_the_writer_never_hands_the_sink_the_whole_file() -> None:
 # --- the staged writer ---------------------------------------------------------------------------
 
 
-def staged(account: MemoryStorage, name: str, block_bytes: int) -> StagedBlobWriter:
-    blob = account.blob.get_blob_client("results", name)
-    return StagedBlobWriter(blob, "text/csv", block_bytes)  # type: ignore[arg-type]
+def staged(account: MemoryAccount, name: str, block_bytes: int) -> StagedBlobWriter:
+    return account.blobs("results").writer(name, "text/csv", block_bytes)
 
 
 def test_staged_writes_go_up_a_block_at_a_time_and_appear_at_the_commit() -> None:
-    account = MemoryStorage()
-    account.blob.create_container("results")
+    account = MemoryAccount()
+    account.blobs("results").create()
     writer = staged(account, "a.csv", block_bytes=4)
     for part in (b"ab", b"cdefghij", b"k"):
         writer.write(part)
@@ -231,7 +230,7 @@ def test_staged_writes_go_up_a_block_at_a_time_and_appear_at_the_commit() -> Non
     assert "a.csv" not in account.containers["results"].blobs
     assert writer.commit() == 11
     stored = account.containers["results"].blobs["a.csv"]
-    assert stored.data == b"abcdefghijk" and stored.content_settings.content_type == "text/csv"
+    assert stored.data == b"abcdefghijk" and stored.content_type == "text/csv"
     assert [i for i, _ in stored.blocks] == [block_id(0), block_id(1), block_id(2)]
     with pytest.raises(ValueError, match="written after its commit"):
         writer.write(b"x")
@@ -242,8 +241,8 @@ def test_staged_writes_go_up_a_block_at_a_time_and_appear_at_the_commit() -> Non
 
 
 def test_a_retried_write_replaces_the_blob_whole() -> None:
-    account = MemoryStorage()
-    account.blob.create_container("results")
+    account = MemoryAccount()
+    account.blobs("results").create()
     first = staged(account, "r.csv", block_bytes=3)
     first.write(b"0123456789")
     first.commit()
@@ -261,7 +260,7 @@ def test_a_retried_write_replaces_the_blob_whole() -> None:
 
 
 def test_a_storage_error_leaves_translated() -> None:
-    account = MemoryStorage()  # no container: the first Put Block fails
+    account = MemoryAccount()  # no container: the first Put Block fails
     writer = staged(account, "x.csv", block_bytes=2)
     with pytest.raises(StorageError, match=r"^staging block 0 of results/x.csv: ContainerNotFound"):
         writer.write(b"abc")
@@ -271,8 +270,8 @@ def test_a_storage_error_leaves_translated() -> None:
 
 
 def test_the_document_names_the_data_blob() -> None:
-    account = MemoryStorage()
-    account.blob.create_container("results")
+    account = MemoryAccount()
+    account.blobs("results").create()
     payload = {**BASE, "output": {"format": "parquet"}}
     table = result_table(1000)
     outcome = write_data_result(
@@ -328,14 +327,10 @@ def test_the_cli_tail_shows_a_data_outputs_groups_and_blob(capsys: pytest.Captur
     from tests.handlerkit import kit_runtime
 
     kit = kit_runtime()
-    results = kit.rt.storage.container(kit.rt.settings.results_container)
+    results = kit.account.blobs(kit.rt.settings.results_container)
     output = {"format": "csv", "result_ref": "results/j1.v0.csv", "rows": 42, "bytes": 10, "columns": []}
-    results.upload_blob(
-        "j1.json", json.dumps({"id": "j1", "output": output, "input_rows": 99, "engine": "inline"})
-    )
-    results.upload_blob(
-        "j2.json", json.dumps({"id": "j2", "rows": [{}, {}], "input_rows": 5, "engine": "inline"})
-    )
+    results.write("j1.json", json.dumps({"id": "j1", "output": output, "input_rows": 99, "engine": "inline"}))
+    results.write("j2.json", json.dumps({"id": "j2", "rows": [{}, {}], "input_rows": 5, "engine": "inline"}))
     args = argparse.Namespace(from_start=True, once=True, interval=0.0)
     assert cmd_tail(kit.rt, args) == 0
     assert capsys.readouterr().out.splitlines() == [

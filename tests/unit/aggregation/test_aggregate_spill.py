@@ -26,7 +26,7 @@ from shared.aggregation.blocks import narrow_blocks
 from shared.aggregation.options import MANY_GROUPS, NARROW_BLOCK_SIZE, EngineOptions
 from shared.aggregation.spill import RunWriter, SpillLimits, key_at, range_bounds
 from shared.jobs.aggregate_output import write_data_result
-from tests.fakes.storage import MemoryStorage
+from shared.storage.memory_account import MemoryAccount
 from tests.unit.aggregation.aggregate_support import ctx_on
 
 METRICS = [
@@ -175,8 +175,8 @@ def test_blocks_narrow_past_many_groups_and_widen_back() -> None:
 
 
 def test_a_spilled_result_is_written_as_parquet(tmp_path: Path) -> None:
-    account = MemoryStorage()
-    account.blob.create_container("results")
+    account = MemoryAccount()
+    account.blobs("results").create()
     data = csv_bytes(rows_of(11, 1500))
     spec = spec_for()
     payload: dict[str, Any] = {"input": "data/x.csv", "format": "csv", "group_by": ["a", "b"]}

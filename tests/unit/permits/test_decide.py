@@ -89,15 +89,20 @@ def test_release_hands_the_permit_to_the_oldest_waiter_and_newcomers_do_not_over
     assert [h.job for h in state.holders] == ["job-1"] and [w.job for w in state.waiters] == ["job-2"]
 
 
-def test_an_unclaimed_reservation_ends_with_one_lease() -> None:
+def test_an_unclaimed_reservation_ends_with_a_third_of_a_lease_and_names_its_job() -> None:
     limit = Limit("k", 1)
+    reserved_s = LEASE * decide.RESERVED_SHARE  # 10 s of the shipped 30
     state, _ = take(PermitState(), limit, ticket(0), 0)
     state = decide.wait(state, ticket(1), at(0), Parked("m1", "r1"))
     state, _ = decide.release(state, limit, ticket(0), at(1), LEASE)
-    _, early = take(state, limit, ticket(5), 1 + LEASE - 0.5)
+    after, early = take(state, limit, ticket(5), 1 + reserved_s - 0.5)
     assert isinstance(early, Refused)
-    _, later = take(state, limit, ticket(5), 1 + LEASE)
+    assert decide.lapsed(state, after, at(1 + reserved_s - 0.5)) == ()
+    after, later = take(state, limit, ticket(5), 1 + reserved_s)
     assert isinstance(later, Granted)
+    assert decide.lapsed(state, after, at(1 + reserved_s)) == ("job-1",)  # its message is sent again
+    taken, _ = take(state, limit, ticket(1), 1 + reserved_s)  # the job itself came, late: not named
+    assert decide.lapsed(state, taken, at(1 + reserved_s)) == ()
 
 
 def test_oldest_first_among_waiters_when_several_permits_free() -> None:
@@ -106,9 +111,9 @@ def test_oldest_first_among_waiters_when_several_permits_free() -> None:
         state, _ = take(state, FOUR, ticket(n), 0)
     for n in range(4, 10):
         state = decide.wait(state, ticket(n), at(1), Parked(f"m{n}", "r"))
-    state, woken = decide.release(state, FOUR, ticket(0), at(2), LEASE)
+    state, woken = decide.release(state, FOUR, ticket(0), at(LEASE - 2), LEASE)
     assert [w.job for w in woken] == ["job-4"]
-    state, woken = decide.release(state, FOUR, ticket(1), at(2), LEASE)
+    state, woken = decide.release(state, FOUR, ticket(1), at(LEASE - 2), LEASE)
     assert [w.job for w in woken] == ["job-5"]
     # two dead holders' leases end: a parking waiter reserves both for the two oldest
     state = decide.live(state, FOUR, at(LEASE + 1))

@@ -3,13 +3,15 @@ waiter, fencing. A fake clock (wall and monotonic together) with the shipped lea
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.permits.decide import Ticket
+from shared.permits.decide import RESERVED_SHARE, Ticket
 from shared.permits.limit import Limit
 from shared.permits.limit_settings import read_permit_settings
 from shared.permits.parked_messages import MemoryParking
@@ -181,3 +183,66 @@ def test_several_limits_all_or_none(world) -> None:  # type: ignore[no-untyped-d
     got = inst.permits.acquire([host, queue], ticket(1))
     assert isinstance(got, Waiting) and got.limit == host
     assert [h.job for h in inst.permits.state("queue:jobs").holders] == ["job-0"]  # given back
+
+
+def test_changes_asked_while_a_write_is_under_way_go_together_in_the_next_write() -> None:
+    clock = Clock()
+    writes: list[str] = []
+    writing, go_on = threading.Event(), threading.Event()
+
+    def before(op: str, name: str) -> None:
+        if op.endswith((".create", ".replace")) and name.startswith("keys/"):
+            writes.append(op)
+            if len(writes) == 1:  # the first write is slow: the other threads' changes queue
+                writing.set()
+                go_on.wait(5)
+
+    one = Instance(
+        MemoryDocuments(clock.now, before=before, label="permits"), MemoryParking(clock.now), clock
+    )
+    limit = Limit("k", 4)
+    got: dict[int, Hold | Waiting] = {}
+
+    def take(n: int) -> None:
+        got[n] = one.permits.acquire([limit], ticket(n))
+
+    first = threading.Thread(target=take, args=(0,))
+    first.start()
+    assert writing.wait(5)
+    others = [threading.Thread(target=take, args=(n,)) for n in range(1, 8)]
+    for thread in others:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while len(one.permits._asks.get("k", [])) < 7 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go_on.set()
+    for thread in (first, *others):
+        thread.join(5)
+    assert len(writes) == 2  # the first job's, then the seven others' in one
+    assert sum(isinstance(h, Hold) for h in got.values()) == 4
+    assert len(one.permits.state("k").holders) == 4
+
+
+def test_a_reservation_left_unused_sends_the_jobs_message_again(world) -> None:  # type: ignore[no-untyped-def]
+    clock, docs, parking, _ = world
+    a, b = Instance(docs, parking, clock), Instance(docs, parking, clock)
+    limit = Limit("k", 1)
+    hold = a.permits.acquire([limit], ticket(0))
+    assert isinstance(hold, Hold)
+    waiting = b.permits.acquire([limit], ticket(1))
+    assert isinstance(waiting, Waiting)
+    b.permits.wait(waiting, ticket(1), "body-1")
+    assert "body" not in str(b.permits.waiting_reason("job-1"))  # the console shows no message
+    hold.release()
+    (woken,) = parking.due()  # then its host dies before it starts job-1: the message is gone with it
+    assert woken.body == "body-1"
+    reserved_s = LEASE * RESERVED_SHARE  # shipped: 10 s
+    clock.s = reserved_s - 1
+    assert isinstance(a.permits.acquire([limit], ticket(2)), Waiting)
+    assert parking.due() == []
+    clock.s = reserved_s + 1  # the next write drops the reservation and sends job-1's message again
+    assert isinstance(a.permits.acquire([limit], ticket(2)), Hold)
+    (again,) = parking.due()
+    assert again.body == "body-1"
+    assert isinstance(a.permits.acquire([limit], ticket(3)), Waiting)
+    assert parking.due() == []  # once

@@ -43,7 +43,7 @@ def stored_text(kit: Kit) -> str:
                 inner = None
             if isinstance(inner, str):
                 parts.append(base64.b64decode(inner).decode("utf-8", errors="replace"))
-    for table in kit.account.tables.data.values():
+    for table in kit.account.table_service.data.values():
         parts.extend(json.dumps(e.props, default=str) for e in table.values())
     return "\n".join(parts)
 
