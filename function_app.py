@@ -8,7 +8,7 @@ from shared import poison, queues
 from shared.interfaces import api
 from shared.interfaces.console import routes as console_routes
 from shared.observability import queue_metrics
-from shared.pipeline import processing, recovery
+from shared.pipeline import fair_trigger, processing, recovery
 from shared.pipeline import retention_sweep as retention_apply
 from shared.runtime.wiring import get_runtime
 
@@ -44,8 +44,8 @@ def _wire_jobs(function_name: str, queue_name: str, connection: str, queue: str 
 
         @app.function_name(function_name)
         @app.queue_trigger(arg_name="msg", queue_name=queue_name, connection=connection)
-        async def process_fairly(msg: func.QueueMessage) -> None:
-            await processing.process_fairly(msg, queue)
+        async def process_fairly(msg: func.QueueMessage, context: func.Context) -> None:
+            await fair_trigger.process_fairly(msg, queue, context)
 
         return
 

@@ -43,6 +43,7 @@ from bench.bench_host import (
     paused,
     percentile,
     prefill,
+    queue_client,
     shipped_queue_options,
     snapshot,
     stop_hosts,
@@ -52,6 +53,8 @@ from bench.bench_http_kind import downstream
 from devstack.hostproc import REPO_ROOT, HostProcess
 
 TAG = "fair"
+WARM_UP_S = 5.0
+"""With `--window`, the flood alone runs this long before its jobs/s is measured."""
 SCENARIOS = frozenset({"alone", "unfair", "flooded", "floodalone"})
 QUEUES = {"a": f"{TAG}-a", "b": f"{TAG}-b", "flood": f"{TAG}-flood"}
 
@@ -114,9 +117,12 @@ def scenario(
     timeout_s: float,
     fair: bool = True,
     drain_flood: bool = True,
+    window_s: float = 0.0,
 ) -> dict[str, Any]:
     """One run on a fresh host: the flood (if any) released, then the small jobs POSTed. Without
-    `drain_flood` the host stops once the small jobs are done (no flood figures)."""
+    `drain_flood` the host stops once the small jobs are done (no flood figures). With `window_s`
+    (the flood alone) the flood's jobs/s is its deletes over `window_s` seconds after `WARM_UP_S`,
+    its backlog still about `flood` deep, and the host stops then."""
     site.env["FAIR_SHARE"] = "true" if fair else "false"
     (host,) = site.start_hosts(1, app_dir)
     result: dict[str, Any] = {"run": run, "fair_share": fair, "load_before": _load()}
@@ -134,6 +140,13 @@ def scenario(
             flood_done["s"] = time.monotonic() - released
 
         watcher = threading.Thread(target=watch_flood, daemon=True)
+        if window_s:
+            drain_flood = False
+            time.sleep(WARM_UP_S)
+            first = snapshot([host], QUEUES["flood"]).get("q.deletes", 0)
+            time.sleep(window_s)
+            done = snapshot([host], QUEUES["flood"]).get("q.deletes", 0) - first
+            result.update(flood_jobs=done, flood_seconds=window_s, flood_jobs_per_s=round(done / window_s, 2))
         if flood and drain_flood:
             watcher.start()
         if small:
@@ -147,12 +160,15 @@ def scenario(
                 drain(host, QUEUES[lane], base[lane] + small, timeout_s)
         if flood and drain_flood:
             watcher.join(timeout_s)
+            result["flood_jobs"] = flood
             result["flood_seconds"] = round(flood_done.get("s", float("nan")), 2)
             result["flood_jobs_per_s"] = round(flood / flood_done["s"], 1) if "s" in flood_done else None
         log = host.log_path
         result["load_after"] = _load()
     finally:
         stop_hosts([host])
+    if flood and not drain_flood:  # what is left of the flood goes: the next run starts from its own
+        queue_client(site.conn, QUEUES["flood"]).clear_messages()
     assert log is not None
     for lane in ("a", "b") if small else ():
         latencies = sorted(completed_latencies(log, f"{run}-{lane}-").values())
@@ -196,6 +212,7 @@ def run(
     timeout_s: float,
     scenarios: frozenset[str] = SCENARIOS,
     drain: bool = True,
+    window_s: float = 0.0,
 ) -> dict[str, Any]:
     with azurite_site(log_dir, "fairness") as azurite, downstream(latency_s) as service:
         site = Site(azurite, TAG, log_dir).init(
@@ -217,12 +234,14 @@ def run(
         flooded = small_runs("flooded", True)
         # the flood alone, without and with the fair share, alternately (ABBA: the machine's drift cancels)
         alone_runs = [
-            scenario(site, app_dir, url, f"floodonly{i}", flood, 0, over_s, timeout_s, fair=fair)
+            scenario(
+                site, app_dir, url, f"floodonly{i}", flood, 0, over_s, timeout_s, fair, window_s=window_s
+            )
             for i, fair in enumerate((False, True, True, False) if "floodalone" in scenarios else ())
         ]
     verdict = judge(alone, flooded) if alone and flooded else {}
     unlimited, flood_alone = (
-        _pooled([r for r in alone_runs if r["fair_share"] is fair], flood) for fair in (False, True)
+        _pooled([r for r in alone_runs if r["fair_share"] is fair]) for fair in (False, True)
     )
     share = _ratio(flood_alone.get("flood_jobs_per_s"), unlimited.get("flood_jobs_per_s"))
     return {
@@ -247,13 +266,13 @@ def run(
     }
 
 
-def _pooled(runs: list[dict[str, Any]], flood: int) -> dict[str, Any]:
+def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The flood's jobs/s over several runs (their total jobs over their total seconds)."""
     seconds = [r.get("flood_seconds") for r in runs]
-    if not runs or any(not isinstance(s, float) or s != s for s in seconds):
+    if not runs or any(not isinstance(s, int | float) or s != s for s in seconds):
         return {"runs": runs, "flood_jobs_per_s": None}
     total = sum(float(s) for s in seconds if s is not None)
-    return {"runs": runs, "flood_jobs_per_s": round(flood * len(runs) / total, 2)}
+    return {"runs": runs, "flood_jobs_per_s": round(sum(r["flood_jobs"] for r in runs) / total, 2)}
 
 
 def _ratio(top: float | None, bottom: float | None) -> float | None:
@@ -318,6 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         help="which runs (comma-separated): alone, unfair, flooded, floodalone (the four flood-alone runs)",
     )
     parser.add_argument(
+        "--window",
+        type=float,
+        default=0.0,
+        help="the flood alone: its jobs/s over this many seconds (after 5 s) instead of draining it",
+    )
+    parser.add_argument(
         "--no-drain",
         action="store_true",
         help="stop a flooded run once the small jobs are done (no flood jobs/s beside them)",
@@ -330,7 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     if not scenarios <= SCENARIOS:
         parser.error(f"--scenarios: unknown {', '.join(sorted(scenarios - SCENARIOS))}")
     result = run(
-        flood, small, args.over_s, args.latency_ms / 1000, log_dir, 900.0, scenarios, not args.no_drain
+        flood,
+        small,
+        args.over_s,
+        args.latency_ms / 1000,
+        log_dir,
+        1800.0,
+        scenarios,
+        not args.no_drain,
+        args.window,
     )
     print(summary(result), file=__import__("sys").stderr)
     print(json.dumps(result, indent=2))

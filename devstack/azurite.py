@@ -38,15 +38,40 @@ DEV_ACCOUNT = "devstoreaccount1"
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-def dev_connection_string(blob_port: int, queue_port: int, table_port: int) -> str:
-    """The development account's connection string for Azurite services on these loopback ports."""
+def dev_connection_string(
+    blob_port: int, queue_port: int, table_port: int, account: str = DEV_ACCOUNT, key: str = DEV_KEY
+) -> str:
+    """An account's connection string (default: the development account's) for Azurite services
+    on these loopback ports."""
     return (
         "DefaultEndpointsProtocol=http;"
-        f"AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{blob_port}/{DEV_ACCOUNT};"
-        f"QueueEndpoint=http://127.0.0.1:{queue_port}/{DEV_ACCOUNT};"
-        f"TableEndpoint=http://127.0.0.1:{table_port}/{DEV_ACCOUNT};"
+        f"AccountName={account};AccountKey={key};"
+        f"BlobEndpoint=http://127.0.0.1:{blob_port}/{account};"
+        f"QueueEndpoint=http://127.0.0.1:{queue_port}/{account};"
+        f"TableEndpoint=http://127.0.0.1:{table_port}/{account};"
     )
+
+
+def parse_accounts(text: str) -> tuple[tuple[str, str], ...]:
+    """`AZURITE_ACCOUNTS` (`name:key[:key2];...`, Azurite's own format) as (name, first key)
+    pairs; ValueError naming a malformed part (pure)."""
+    found = []
+    for part in text.split(";"):
+        if not part.strip():
+            continue
+        name, _, keys = part.strip().partition(":")
+        key = keys.split(":")[0]
+        if not name or not key:
+            raise ValueError(f"AZURITE_ACCOUNTS: {part.strip()[:40]!r} is not name:key")
+        found.append((name, key))
+    return tuple(found)
+
+
+def accounts_setting(accounts: tuple[tuple[str, str], ...]) -> str:
+    """`AZURITE_ACCOUNTS` for the development account and `accounts`: Azurite serves only the
+    accounts it lists once it is set, so the development account is listed first (pure)."""
+    extra = [(n, k) for n, k in accounts if n != DEV_ACCOUNT]
+    return ";".join(f"{n}:{k}" for n, k in ((DEV_ACCOUNT, DEV_KEY), *extra))
 
 
 @dataclass
@@ -62,11 +87,19 @@ class Azurite:
     """Keep everything in memory (`--inMemoryPersistence`): nothing on disk, no restart."""
     node_flags: tuple[str, ...] = NODE_FLAGS
     """V8 flags of the Node process (() for Node's defaults: bench/bench_azurite_idle.py)."""
+    accounts: tuple[tuple[str, str], ...] = ()
+    """More storage accounts it serves beside the development one, (name, base64 key) each
+    (`AZURITE_ACCOUNTS`): a queue in another account (QUEUE_<NAME>_CONNECTION) locally."""
     _owns_location: bool = field(default=False, repr=False)
 
     @property
     def connection_string(self) -> str:
         return dev_connection_string(self.blob_port, self.queue_port, self.table_port)
+
+    def account_connection_string(self, name: str) -> str:
+        """The connection string of one of `accounts` (KeyError when it is not served)."""
+        key = dict(self.accounts)[name]
+        return dev_connection_string(self.blob_port, self.queue_port, self.table_port, name, key)
 
     def start(self, log_path: Path | None = None) -> None:
         """Start the process and wait until blob and queue ports answer."""
@@ -98,7 +131,10 @@ class Azurite:
         ]
         args += ["--inMemoryPersistence"] if self.in_memory else ["--location", str(self.location)]
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        env = {**os.environ, "AZURITE_ACCOUNTS": accounts_setting(self.accounts)} if self.accounts else None
+        self.process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             for port in (self.blob_port, self.queue_port, self.table_port):
@@ -153,8 +189,10 @@ def start_azurite(
     log_path: Path | None = None,
     in_memory: bool = False,
     node_flags: tuple[str, ...] = NODE_FLAGS,
+    accounts: tuple[tuple[str, str], ...] = (),
 ) -> Azurite:
-    """Start Azurite on free ports (or 10000-10002 when `standard_ports`)."""
+    """Start Azurite on free ports (or 10000-10002 when `standard_ports`), serving the
+    development account and `accounts` ((name, key) each)."""
     owns = location is None
     loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
     loc.mkdir(parents=True, exist_ok=True)
@@ -162,7 +200,14 @@ def start_azurite(
     for attempt in range(1, attempts + 1):
         blob, queue, table = (10000, 10001, 10002) if standard_ports else free_ports(3)
         az = Azurite(
-            blob, queue, table, location=loc, _owns_location=owns, in_memory=in_memory, node_flags=node_flags
+            blob,
+            queue,
+            table,
+            location=loc,
+            _owns_location=owns,
+            in_memory=in_memory,
+            node_flags=node_flags,
+            accounts=accounts,
         )
         try:
             az.start(log_path=log_path)

@@ -31,6 +31,7 @@ from azure.storage.queue import QueueServiceClient
 from devstack.azurite import Azurite, start_azurite
 from devstack.datagen import csv_lines
 from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
+from shared.queues import read_queues
 
 DATA_CONTAINER = "data"
 REDUCERS: dict[str, Callable[[list[float]], float]] = {
@@ -62,6 +63,9 @@ class Demo:
     broken: dict[str, str] = field(default_factory=dict)  # label -> job id (or "" when it has none)
     duplicates: int = 0
     watch: str | None = None  # a job whose state the progress line shows (the offloaded one)
+    queue: str = QUEUE
+    """The default job queue: `JOBS_QUEUE`, or the first of `JOBS_QUEUES` when the settings
+    declare several (the host then listens on each)."""
 
     @property
     def blob(self) -> BlobServiceClient:
@@ -182,7 +186,9 @@ def follow_spark(demo: Demo, spark_id: str, inline_id: str, timeout_s: float) ->
 
 def send_broken(demo: Demo) -> None:
     """Messages that must end in poison with a reason, never crash anything."""
-    queue = QueueServiceClient.from_connection_string(demo.azurite.connection_string).get_queue_client(QUEUE)
+    queue = QueueServiceClient.from_connection_string(demo.azurite.connection_string).get_queue_client(
+        demo.queue
+    )
 
     def send(label: str, job_id: str, raw: bytes | str) -> None:
         text = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
@@ -222,7 +228,9 @@ def send_broken(demo: Demo) -> None:
 
 def send_duplicates(demo: Demo, count: int) -> None:
     """Deliver some completed jobs again, as a producer retry or a lost delete would."""
-    queue = QueueServiceClient.from_connection_string(demo.azurite.connection_string).get_queue_client(QUEUE)
+    queue = QueueServiceClient.from_connection_string(demo.azurite.connection_string).get_queue_client(
+        demo.queue
+    )
     for job_id in list(demo.jobs)[:count]:
         envelope = {"id": job_id, "kind": "aggregate", "payload": demo.jobs[job_id]}
         queue.send_message(base64.b64encode(json.dumps(envelope).encode()).decode())
@@ -243,15 +251,15 @@ def statuses(demo: Demo, ids: list[str]) -> Counter[str]:
 def queue_empty(demo: Demo) -> bool:
     """Nothing left on the main queue, and nothing visible on the poison queue."""
     service = QueueServiceClient.from_connection_string(demo.azurite.connection_string)
-    main = service.get_queue_client(QUEUE).get_queue_properties().approximate_message_count
-    return main == 0 and not list(service.get_queue_client(f"{QUEUE}-poison").peek_messages())
+    main = service.get_queue_client(demo.queue).get_queue_properties().approximate_message_count
+    return main == 0 and not list(service.get_queue_client(f"{demo.queue}-poison").peek_messages())
 
 
 def held_on_poison_queue(demo: Demo) -> int:
     """Messages the host keeps on the poison queue because no function can take them (not base64)."""
     service = QueueServiceClient.from_connection_string(demo.azurite.connection_string)
     return int(
-        service.get_queue_client(f"{QUEUE}-poison").get_queue_properties().approximate_message_count or 0
+        service.get_queue_client(f"{demo.queue}-poison").get_queue_properties().approximate_message_count or 0
     )
 
 
@@ -383,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         init_storage(env)
         print("starting the local Functions host ...")
         host = HostProcess(env, log_path=logs / "host.log").start()
-        demo = Demo(azurite, host)
+        demo = Demo(azurite, host, queue=read_queues(env).default.name)
         print(f"  host at {host.url}; logs in {logs.relative_to(REPO_ROOT)}")
         print(f"uploading {args.files} CSV files x {args.rows} rows ...")
         upload_data(demo, args.files, args.rows)

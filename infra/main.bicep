@@ -31,6 +31,9 @@ param storageSku string = 'Standard_LRS'
 @description('Name of the job queue; the host moves poisoned messages to <name>-poison.')
 param jobsQueueName string = 'jobs'
 
+@description('More job queues in the app (JOBS_QUEUES: jobsQueueName first, then these), each with its <name>-poison and <name>-parked queue; the app identity gets each. A queue in another storage account is not listed here: its owner creates it (QUEUE_<NAME>_CONNECTION, extraAppSettings).')
+param extraJobsQueueNames array = []
+
 @description('Days the ledger record of a finished job (tag state=done) is kept after its last write (LEDGER_RETENTION_DAYS; more than JOB_TTL_SECONDS + 1 day).')
 @minValue(1)
 param ledgerRetentionDays int = 30
@@ -551,6 +554,27 @@ resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-
   }
 ]
 
+resource extraQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in extraJobsQueueNames: {
+    parent: queueService
+    name: name
+  }
+]
+
+resource extraPoisonQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in extraJobsQueueNames: {
+    parent: queueService
+    name: format('{0}-poison', name)
+  }
+]
+
+resource extraParkedQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in extraJobsQueueNames: {
+    parent: queueService
+    name: format('{0}-parked', name)
+  }
+]
+
 resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
   parent: storage
   name: 'default'
@@ -608,8 +632,17 @@ resource poisonBacklogAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' 
     criteria: {
       allOf: [
         {
-          query: 'customMetrics\n| where name == "jobs.queue.depth" and tostring(customDimensions["queue"]) == "poison"\n| summarize lowest = min(valueMin), first = min(timestamp), last = max(timestamp)\n| where lowest > 0 and last - first >= 10m'
+          query: format('customMetrics\n| where name == "jobs.queue.depth" and tostring(customDimensions["queue"]) == "poison"\n| extend queue_name = tostring(customDimensions["queue_name"])\n| extend queue_name = iff(isempty(queue_name), "{0}", queue_name)\n| summarize lowest = min(valueMin), first = min(timestamp), last = max(timestamp) by queue_name\n| where lowest > 0 and last - first >= 10m', jobsQueueName)
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'queue_name'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {
@@ -643,8 +676,17 @@ resource oldestMessageAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' 
     criteria: {
       allOf: [
         {
-          query: format('customMetrics\n| where name == "jobs.queue.oldest_age" and tostring(customDimensions["queue"]) == "jobs"\n| summarize oldest_s = max(valueMax)\n| where oldest_s > {0} * 60', oldestMessageAlertMinutes)
+          query: format('customMetrics\n| where name == "jobs.queue.oldest_age" and tostring(customDimensions["queue"]) == "jobs"\n| extend queue_name = tostring(customDimensions["queue_name"])\n| extend queue_name = iff(isempty(queue_name), "{1}", queue_name)\n| summarize oldest_s = max(valueMax) by queue_name\n| where oldest_s > {0} * 60', oldestMessageAlertMinutes, jobsQueueName)
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'queue_name'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {
@@ -757,6 +799,9 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     appStorageRoleAssignments
     appContainerRoleAssignments
     appQueueRoleAssignments
+    appExtraQueuesRoleAssignments
+    appExtraPoisonQueuesRoleAssignments
+    appExtraParkedQueuesRoleAssignments
     metricsPublisherRoleAssignment
   ]
 }
@@ -783,6 +828,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     // host fetches for process_job can run at once (the work waits on storage and Spark, not the CPU).
     PYTHON_THREADPOOL_THREAD_COUNT: '24'
     JOBS_QUEUE: jobsQueueName
+    JOBS_QUEUES: empty(extraJobsQueueNames) ? '' : join(concat([jobsQueueName], extraJobsQueueNames), ',')
     LEDGER_CONTAINER: 'ledger'
     RESULTS_CONTAINER: 'results'
     PAYLOADS_CONTAINER: 'payloads'
@@ -892,6 +938,42 @@ resource appQueueRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-0
   for (queueName, i) in queueNames: {
     name: guid(queues[i].id, identity.id, roles.storageQueueDataContributor)
     scope: queues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource appExtraQueuesRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (name, i) in extraJobsQueueNames: {
+    name: guid(extraQueues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: extraQueues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource appExtraPoisonQueuesRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (name, i) in extraJobsQueueNames: {
+    name: guid(extraPoisonQueues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: extraPoisonQueues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource appExtraParkedQueuesRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (name, i) in extraJobsQueueNames: {
+    name: guid(extraParkedQueues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: extraParkedQueues[i]
     properties: {
       roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
       principalId: identity.properties.principalId

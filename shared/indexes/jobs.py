@@ -59,6 +59,8 @@ class IndexRow:
     updated_at: str
     reason_code: str = ""
     reason: str = ""
+    queue: str = ""
+    """The declared queue of a job off the default queue ("": the default)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def entity_of(data: Mapping[str, Any]) -> dict[str, Any]:
         "PartitionKey": PARTITION,
         "RowKey": newest_first(created, key),
         "id": str(data["id"]),
-        **({"queue": clip(queue, 64)} if queue else {}),
+        "queue": clip(queue, 64),  # "" on the default queue: a page of its jobs filters on it
         "status": clip(data.get("status"), 32),
         "kind": clip(data.get("kind"), 64),
         "reason_code": clip(data.get("reason_code") or "", 64),
@@ -100,6 +102,7 @@ def row_of(entity: Mapping[str, Any]) -> IndexRow:
         updated_at=str(entity.get("updated_at", "")),
         reason_code=str(entity.get("reason_code", "")),
         reason=str(entity.get("reason", "")),
+        queue=str(entity.get("queue", "")),
     )
 
 
@@ -125,9 +128,12 @@ def query_filter(
     id_prefix: str = "",
     since: str = "",
     until: str = "",
+    queue: str | None = None,
 ) -> str:
     """The OData filter of a page; an id prefix is a range (ids are letters, digits and `._:-`,
-    all below `~`); a time range is a RowKey range (keys are newest-first creation stamps)."""
+    all below `~`); a time range is a RowKey range (keys are newest-first creation stamps);
+    `queue`: one queue's jobs ("": the default queue's; rows written before queues were
+    indexed have no `queue` and are listed only without this filter)."""
     parts = [f"PartitionKey eq {quoted(PARTITION)}"]
     low, high = time_keys(since, until)
     if low:
@@ -139,6 +145,8 @@ def query_filter(
             parts.append(f"{name} eq {quoted(value)}")
     if id_prefix:
         parts.append(f"id ge {quoted(id_prefix)} and id lt {quoted(id_prefix + '~')}")
+    if queue is not None:
+        parts.append(f"queue eq {quoted(queue)}")
     return " and ".join(parts)
 
 
@@ -239,11 +247,12 @@ class JobIndex:
         id_prefix: str = "",
         since: str = "",
         until: str = "",
+        queue: str | None = None,
     ) -> IndexPage:
         """Up to `size` jobs newest first from `token` on (None: the newest), and the next token;
         `since`/`until` (ISO stamps) keep to jobs created in that range: only its day tables are
-        queried, each with a RowKey range."""
-        where = query_filter(status, kind, reason_code, id_prefix, since, until)
+        queried, each with a RowKey range; `queue` to one queue's jobs (`query_filter`)."""
+        where = query_filter(status, kind, reason_code, id_prefix, since, until, queue)
         at = decode_token(token) or {}
         days = [d for d in day_span(self.days(), since, until) if (not until_day or d <= until_day)]
         start = str(at.get("day") or (days[0] if days else ""))

@@ -81,9 +81,13 @@ def cmd_enqueue(rt: Runtime, args: argparse.Namespace) -> int:
 def cmd_init(rt: Runtime, args: argparse.Namespace) -> int:
     """Create the queues and containers (get_runtime already did): for a fresh Azurite or account."""
     s = rt.settings
+    queues = [  # every declared queue (one in another account: created by its owner)
+        f"{name}{f' ({q.connection})' if q.connection else ''}"
+        for q in s.queue_set
+        for name in (q.name, q.poison)
+    ]
     names = [
-        s.jobs_queue,
-        s.poison_queue,
+        *queues,
         s.ledger_container,
         s.results_container,
         s.payloads_container,

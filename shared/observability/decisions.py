@@ -28,6 +28,7 @@ DECISIONS = (
     "storage_busy",
     "contended",
     "claim_lost",
+    "over_share",
     "console_action",
 )
 

@@ -1,7 +1,8 @@
 """The queue-depth sample (issue 36): depth and oldest-message age of the jobs, poison and parked
 queues, and the Spark runs in flight, set on the `jobs.queue.*` / `jobs.spark.*` gauges. With
 several queues (JOBS_QUEUES) each declared queue's three, the gauges also saying `queue_name`
-(3 to 6 requests a queue).
+(3 to 6 requests a queue); a queue in another account (QUEUE_<NAME>_CONNECTION) and its `-poison`
+queue are sampled there, its `-parked` queue in the app's.
 
 Run by the `sample_queues` timer (function_app.py). Cost per sample: one Get Queue Properties per
 queue (3) and one Peek Messages per queue that is not empty (0 to 3), plus one read per Spark slot
@@ -39,6 +40,7 @@ class Sampled(Protocol):
     def account(self) -> Account: ...
     @property
     def clock(self) -> Clock: ...
+    def account_of(self, queue: str | None = None) -> Account: ...
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,12 @@ def oldest_age(inserted: Iterable[datetime | None], now: datetime) -> float:
     return max(0.0, max(ages)) if ages else 0.0
 
 
-def sample_queue(rt: Sampled, role: str, name: str, owner: str = "") -> QueueSample:
-    """One queue: its properties, and a peek at its first message when it is not empty."""
-    queue = rt.account.raw_queue(name)
+def sample_queue(
+    rt: Sampled, role: str, name: str, owner: str = "", account: Account | None = None
+) -> QueueSample:
+    """One queue (in `account`, default the app's): its properties, and a peek at its first
+    message when it is not empty."""
+    queue = (account or rt.account).raw_queue(name)
     try:
         depth = queue.depth()
         peeked = queue.peek_messages(max_messages=1) if depth else []
@@ -78,10 +83,13 @@ def sample(rt: Sampled, clock: Callable[[], float] = time.time) -> list[QueueSam
     """Sample the three queues and the Spark slots; set the gauges. Returns the queue samples."""
     settings = rt.settings
     samples = []
-    for queue in settings.queue_set:  # a queue in another account (QUEUE_<NAME>_CONNECTION): not sampled here
-        if queue.connection is None:
-            roles = (("jobs", queue.name), ("poison", queue.poison), ("parked", queue.parked))
-            samples += [sample_queue(rt, role, name, queue.name) for role, name in roles]
+    for queue in settings.queue_set:
+        held = rt.account_of(queue.name)  # QUEUE_<NAME>_CONNECTION: the queue's own account
+        samples += [
+            sample_queue(rt, "jobs", queue.name, queue.name, held),
+            sample_queue(rt, "poison", queue.poison, queue.name, held),
+            sample_queue(rt, "parked", queue.parked, queue.name),
+        ]
     for s in samples:
         if s.depth is not None:
             job_metrics.queue_sample(

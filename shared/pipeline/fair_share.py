@@ -14,8 +14,9 @@ thread count (`PYTHON_THREADPOOL_THREAD_COUNT`, else the Python worker's default
 min(32, cpus + 4)).
 
 How a job waits without holding a worker: with several queues and `FAIR_SHARE` on, the job
-triggers are `async def` (function_app.py): an invocation over its queue's share waits on the
-worker's event loop (no thread), then its job runs on this module's own pool of threads. The
+triggers are `async def` (function_app.py, shared/pipeline/fair_trigger.py): an invocation over
+its queue's share waits on the worker's event loop (no thread), then its job runs on this
+module's own pool of threads. The
 worker's thread pool is left to the HTTP functions and the timers, so a POST never waits behind
 a flood, and a flood's waiting messages make no storage request at all: the flood's storage
 requests are paced by its share (its running jobs), while each queue's listener still fetches
@@ -23,6 +24,7 @@ only its own messages. Nothing is written while a job waits: its attempts are un
 expiry keeps counting (the claim checks it when it starts). The waiting message stays leased by
 the host (renewed as for any running invocation); if the process dies while it waits, the host
 sees it again when its lease ends (10 minutes), as for any invocation in flight: nothing is lost.
+The trigger's body (shared/pipeline/fair_trigger.py) bounds the wait to half of functionTimeout.
 
 Why not put an over-share message back on its queue with a delay instead: each deferral costs a
 send and the host's delete, and the flood's listener fetches the next messages of its backlog at
@@ -165,28 +167,44 @@ class FairShare:
         for ticket in tickets:
             ticket.wake()
 
-    async def acquire(self, queue: str) -> None:
-        """Wait (on the event loop, holding no thread) until a job of `queue` may start."""
-        ticket = _Ticket(asyncio.get_running_loop())
+    async def acquire(self, queue: str, timeout_s: float | None = None) -> bool:
+        """Wait (on the event loop, holding no thread) until a job of `queue` may start, and take
+        its slot: True. False after `timeout_s` seconds without one (it leaves the line)."""
+        loop = asyncio.get_running_loop()
+        ticket, give_up = _Ticket(loop), None if timeout_s is None else loop.time() + timeout_s
         with self._lock:
             self.lines.setdefault(queue, deque()).append(ticket)
         try:
             while True:
                 ticket.event.clear()  # before looking: a release after the look wakes us
                 if self.try_start(queue, ticket):
-                    return
+                    return True
+                wait = RECHECK_S if give_up is None else min(RECHECK_S, give_up - loop.time())
+                if wait <= 0:
+                    self._leave(queue, ticket)
+                    return False
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ticket.event.wait(), RECHECK_S)
+                    await asyncio.wait_for(ticket.event.wait(), wait)
         except BaseException:
-            with self._lock:
-                line = self.lines.get(queue)
-                if line is not None and ticket in line:
-                    line.remove(ticket)
+            self._leave(queue, ticket)
             raise
+
+    def _leave(self, queue: str, ticket: _Ticket) -> None:
+        with self._lock:
+            line = self.lines.get(queue)
+            if line is not None and ticket in line:
+                line.remove(ticket)
+            tickets = [t for line in self.lines.values() for t in line]
+        for other in tickets:  # the next in line may be first now
+            other.wake()
 
     async def run(self, queue: str, job: Callable[[], T]) -> T:
         """Run `job` (sync) as one of `queue`'s jobs: wait for its slot, then run it on the pool."""
         await self.acquire(queue)
+        return await self.run_acquired(queue, job)
+
+    async def run_acquired(self, queue: str, job: Callable[[], T]) -> T:
+        """Run `job` on the pool in the slot of `queue` taken by `acquire`, giving it back after."""
 
         def held() -> T:
             try:
@@ -201,6 +219,10 @@ class FairShare:
             if future.cancelled():  # never started: its slot goes back here
                 self.release(queue)
             raise
+
+    async def run_unslotted(self, job: Callable[[], T]) -> T:
+        """Run `job` on the pool outside any share (a short step: a wait given up)."""
+        return await asyncio.wrap_future(self.pool().submit(contextvars.copy_context().run, job))
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:

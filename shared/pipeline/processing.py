@@ -48,7 +48,6 @@ from shared.permits.service import PermitLost
 from shared.pipeline import gate, recovery
 from shared.pipeline.claims import ClaimKeeper
 from shared.pipeline.delivery import Delivery, poison_unparsed, send_poison_copy
-from shared.pipeline.fair_share import process_share
 from shared.pipeline.job_payload import load_payload
 from shared.runtime.sending import send_job
 from shared.runtime.wiring import Runtime, get_runtime
@@ -58,14 +57,24 @@ RECHECK_MARGIN_S = 1
 """Seconds added to a live claim's remaining lease before its re-check message becomes visible."""
 STORAGE_BUSY_RECHECK_S = 15
 """Delay of the re-check message left when storage is too busy to claim."""
+OVER_SHARE_RECHECK_S = 1
+"""Delay of the copy left by a job that waited its longest for a fair-share slot."""
 
 
 @overview_counters.counted_in_flight  # console: jobs in flight, in memory only
-def process_message(msg: QueueMessageLike, rt: Runtime | None = None, queue: str | None = None) -> None:
+def process_message(
+    msg: QueueMessageLike,
+    rt: Runtime | None = None,
+    queue: str | None = None,
+    began: float | None = None,
+    waited_out_s: float | None = None,
+) -> None:
     """The trigger's body for the declared queue `queue` (None: the default). Returns to
     acknowledge; raises to have the host retry. The host hands every body over as sent
     (`messageEncoding: none`): `decode_message` takes base64 and raw JSON alike, and whatever
-    does not parse is poisoned at once, never retried."""
+    does not parse is poisoned at once, never retried. `began`: when the invocation began (its
+    deadline counts from there; default now). `waited_out_s`: the fair share gave up waiting for
+    a slot (shared/pipeline/fair_trigger.py): leave a copy for later and acknowledge this one."""
     if rt is None:
         rt = get_runtime()
         recovery.watch(rt)  # issue 21: this worker also looks for claims that ended unfinished
@@ -76,26 +85,24 @@ def process_message(msg: QueueMessageLike, rt: Runtime | None = None, queue: str
     except EnvelopeError as exc:
         poison_unparsed(rt, delivery, exc)
         return
+    if waited_out_s is not None:  # its attempts untouched, its expiry still counting
+        Processor(rt, env, delivery, began).defer(
+            OVER_SHARE_RECHECK_S, "over_share", waited_s=round(waited_out_s, 1)
+        )
+        return
     with tracing.delivery_span(env, delivery.message_id, delivery.dequeue_count):
-        Processor(rt, env, delivery).run()
-
-
-async def process_fairly(msg: QueueMessageLike, queue: str) -> None:
-    """The trigger's body with several queues and `FAIR_SHARE` on: wait for a slot of `queue` on
-    the event loop (no thread held, nothing written), then `process_message` on the fair share's
-    pool (shared/pipeline/fair_share.py)."""
-    await process_share().run(queue, partial(process_message, msg, None, queue))
+        Processor(rt, env, delivery, began).run()
 
 
 class Processor:
     """Processes one parsed envelope."""
 
-    def __init__(self, rt: Runtime, env: Envelope, delivery: Delivery) -> None:
+    def __init__(self, rt: Runtime, env: Envelope, delivery: Delivery, began: float | None = None) -> None:
         self.rt = rt
         self.env = env
         self.delivery = delivery
         self.owner = rt.new_owner()
-        self.started = time.monotonic()
+        self.started = time.monotonic() if began is None else began
         """When this invocation began: its deadline counts from here (functionTimeout)."""
         self.mine: set[str] = set()
         self.keeper: ClaimKeeper | None = None

@@ -13,6 +13,8 @@ app's settings with `QUEUE_<NAME>_<SETTING>` (the name upper-cased, `-` as `_`):
 - `HTTP_ALLOWED_HOSTS`, `HTTP_SECRETS`: the `http` kind's outbound allowance and the secret
   settings its jobs may name.
 - `MAX_CONCURRENT`: at most this many of the queue's jobs run at once (enforced by the limits).
+- `CONSOLE_ROLES`, `CONSOLE_GROUPS`: Entra roles / group ids whose operators may see and act on
+  this queue's jobs only (shared/interfaces/console/security.py; read there).
 
 A bad value, an unknown `QUEUE_<NAME>_...` setting of a declared queue, or a setting of a queue
 that is not declared adds a problem naming the setting; the caller refuses to start.
@@ -42,6 +44,8 @@ SETTINGS = (
     "HTTP_ALLOWED_HOSTS",
     "HTTP_SECRETS",
     "MAX_CONCURRENT",
+    "CONSOLE_ROLES",
+    "CONSOLE_GROUPS",
 )
 """What a queue may set for itself (`QUEUE_<NAME>_<SETTING>`)."""
 APP_SETTINGS = frozenset({"QUEUE_METRICS_SCHEDULE"})

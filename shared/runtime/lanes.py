@@ -37,6 +37,7 @@ class LaneHost(Protocol):
     ledger_docs: DocumentStore
     parking: Any
     lanes: Any
+    queue_account: Any
 
 
 R = TypeVar("R", bound=LaneHost)
@@ -110,6 +111,7 @@ def lane(rt: R, app: Settings, queue: QueueSettings, handlers: Mapping[str, Hand
         retry_policies={kind: queue_policy(policy, queue) for kind, policy in kinds.retry.items()},
         jobs_queue=jobs_queue,
         poison_queue=sends.raw_queue(queue.poison),
+        queue_account=sends if queue.connection is not None else None,
         ledger=rt.ledger if queue.default else Ledger(QueueKeyed(rt.ledger.store, queue.name)),
         ledger_docs=rt.ledger_docs if queue.default else QueueKeyed(rt.ledger_docs, queue.name),
         parking=rt.parking if queue.default else QueueParking(jobs_queue),  # on the lane's own queue

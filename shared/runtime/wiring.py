@@ -85,6 +85,9 @@ class Runtime:
     """The queue whose jobs this runtime serves (shared/runtime/lanes.py); None: the default's."""
     lanes: dict[str, Runtime] = field(default_factory=dict, repr=False)
     """Every declared queue's runtime, by name (`for_queue`); empty: this one serves them all."""
+    queue_account: Account | None = None
+    """The account holding this queue and its `-poison` queue (`QUEUE_<NAME>_CONNECTION`);
+    None: `account`."""
     permit_settings: PermitSettings = field(default_factory=PermitSettings)
     permit_store: PermitStore | None = None
     """Where permits are kept (shared/permits): the container `PERMITS_CONTAINER`; None: in memory."""
@@ -106,7 +109,7 @@ class Runtime:
         handlers: Mapping[str, Handler],
         instance: str,
     ) -> Runtime:
-        """A runtime on `account` (the configured one: `AzureAccount` over `connect(settings)`;
+        """A runtime on `account` (the configured one: `account_for(settings.storage)`;
         tests: a `MemoryAccount`). SettingsError when the account names no Table
         service: the indexes are not optional. The kinds' own settings are read and checked here
         (SettingsError naming each bad one)."""
@@ -156,6 +159,11 @@ class Runtime:
         """The runtime of the declared queue `name` (None: the default); UnknownQueue otherwise."""
         queue = self.settings.queue_set.get(name)
         return self.lanes.get(queue.name, self)
+
+    def account_of(self, queue: str | None = None) -> Account:
+        """The storage account holding the declared queue `queue` (None: the default) and its
+        `-poison` queue; its `-parked` queue is in `account`."""
+        return self.for_queue(queue).queue_account or self.account
 
     def job_key(self, job_id: str) -> str:
         """How handlers name the job: `<queue>/<id>` on a queue other than the default."""

@@ -20,7 +20,7 @@ from azure.storage.blob import ExponentialRetry as BlobExponentialRetry
 from azure.storage.queue import ExponentialRetry as QueueExponentialRetry
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
-from shared.config.settings import Settings, StorageConnection
+from shared.config.settings import StorageConnection
 from shared.storage.failures import GONE_MESSAGE_CODES, error_code, is_throttled, status_code
 
 DEV_CONNECTION = (
@@ -171,11 +171,6 @@ class StorageClients:
         return self.queue_service.get_queue_client(name)
 
 
-def connect(settings: Settings) -> StorageClients:
-    """Build clients for the configured account. No network request is made here."""
-    return clients_for(settings.storage)
-
-
 def credential_for(conn: StorageConnection) -> TokenCredential:
     """The token credential the identity-based `AzureWebJobsStorage__*` settings name.
 
@@ -242,7 +237,6 @@ __all__ = [
     "StorageClients",
     "bounded_calls",
     "clients_for",
-    "connect",
     "credential_for",
     "error_code",
     "is_throttled",

@@ -1,9 +1,10 @@
 """The storage-error boundary: SDK errors become this package's own exceptions here, nowhere else.
 
-Code outside `shared.storage` wraps its storage calls in `with translated("what"):` and catches
-`StorageError` and its subclasses (`NotFound`, `AlreadyExists`, `ConditionFailed`, `StorageBusy`);
-a lint-imports contract keeps `azure.core.exceptions` out of every other module of `shared`.
-Imports only azure-core, so it loads no storage SDK.
+The ports' Azure adapters wrap their SDK calls in `with translated("what"):`, so code outside
+`shared.storage` calls the ports unwrapped and catches `StorageError` and its subclasses
+(`NotFound`, `AlreadyExists`, `ConditionFailed`, `StorageBusy`); a lint-imports contract keeps
+`azure.core.exceptions` out of every other module of `shared`. Imports only azure-core, so it loads
+no storage SDK.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ REST request the Azure adapter sends (`PUT /devstoreaccount1/ledger/a.json`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 
 LIST_PAGE = 5000
 """Blobs one listing request answers at most (the service's page)."""
+LOWER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
+"""Container and queue names: lower-case letters, digits, single hyphens inside."""
+TAG_CHARS = re.compile(r"^[A-Za-z0-9 +\-./:=_]*$")
+MAX_TAGS = 10
 
 
 @dataclass
@@ -80,6 +85,25 @@ def refused(status: int, code: str, what: str) -> StorageError:
     """The app's storage error for an answer `status` / `code` (as `failures.translate` makes it)."""
     kind = {404: NotFound, 409: AlreadyExists, 412: ConditionFailed}.get(status, StorageError)
     return kind(f"{what}: {code}", status, code)
+
+
+def check_name(name: str, what: str) -> None:
+    """A container's or queue's name as the service checks it (400 otherwise)."""
+    if not 3 <= len(name) <= 63:
+        raise refused(400, "OutOfRangeInput", what)
+    if not LOWER_NAME.match(name):
+        raise refused(400, "InvalidResourceName", what)
+
+
+def checked_tags(tags: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    """Blob index tags as the service takes them (400 otherwise: too many or too long, or a
+    character it refuses)."""
+    out = dict(tags or {})
+    if len(out) > MAX_TAGS or any(not 1 <= len(k) <= 128 or len(v) > 256 for k, v in out.items()):
+        raise refused(400, "TagsTooLarge", what)
+    if any(not TAG_CHARS.match(k) or not TAG_CHARS.match(v) for k, v in out.items()):
+        raise refused(400, "InvalidTag", what)
+    return out
 
 
 class _Container:
@@ -232,6 +256,7 @@ class MemoryBlobs(_Container):
     def create(self) -> None:
         with self.account.lock:
             self._request("PUT")
+            check_name(self.container, f"creating container {self.container}")
             self.account.containers.setdefault(self.container, StoredContainer(self.container))
 
     def ranges(self, name: str) -> MemoryRanges:
@@ -320,7 +345,7 @@ class MemoryBlobDocuments(_Container):
     def _write(self, name: str, data: dict[str, Any]) -> Document:
         raw = dump(data)
         meta = self.metadata(data) if self.metadata is not None else None
-        tags = self.tags(data) if self.tags is not None else None
+        tags = checked_tags(self.tags(data), f"writing {self.container}/{name}") if self.tags else None
         stored = self._put(name, raw, "application/json", meta, tags)
         return Document(json.loads(raw), stored.etag)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.storage.memory_blobs import refused
+from shared.storage.memory_blobs import check_name, refused
 
 if TYPE_CHECKING:
     import threading
@@ -240,6 +240,7 @@ class MemoryQueue:
     def create(self) -> None:
         with self.account.lock:
             self.account.log("PUT", self._name)
+            check_name(self._name, f"creating queue {self._name}")
             self.account.queues.setdefault(self._name, StoredQueue(self._name))
 
     def next_visible(self) -> datetime | None:

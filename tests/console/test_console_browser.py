@@ -21,7 +21,7 @@ import pytest
 from devstack.azurite import Azurite
 from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions
 from shared.config.settings import Settings
-from shared.storage.clients import connect
+from shared.storage.clients import clients_for
 from tests.handlerkit import Receiver, Reply
 from tests.integration.helpers import local_host, unique
 
@@ -59,7 +59,7 @@ class Stack:
         self.host = host
         self.settings = settings
         self.log = log
-        self.storage = connect(settings)
+        self.storage = clients_for(settings.storage)
 
     @property
     def console(self) -> str:

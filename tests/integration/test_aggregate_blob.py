@@ -24,7 +24,7 @@ from shared.core.errors import InputDataError, InputMissing
 from shared.jobs.aggregate import HANDLER
 from shared.jobs.base import Completed, JobContext
 from shared.storage.accounts import AzureAccount
-from shared.storage.clients import StorageClients, connect
+from shared.storage.clients import StorageClients, clients_for
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ def env(azurite: Azurite) -> Iterator[Env]:
     settings = Settings.from_env(
         {"AzureWebJobsStorage": azurite.connection_string, "RESULTS_CONTAINER": f"results{suffix}"}
     )
-    storage = connect(settings)
+    storage = clients_for(settings.storage)
     service: BlobServiceClient = storage.blob
     data = f"data{suffix}"
     service.create_container(data)  # containers exist at start-up; the handler never creates them

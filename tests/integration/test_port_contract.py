@@ -244,6 +244,25 @@ def test_documents_fail_with_the_apps_own_storage_errors(side: Side) -> None:
         assert failure(missing.value) == ("NotFound", 404, "ContainerNotFound")
 
 
+def test_names_and_index_tags_the_service_refuses(side: Side, blobs: Blobs) -> None:
+    for bad, code in (
+        ("Upper", "InvalidResourceName"),
+        ("a--b", "InvalidResourceName"),
+        ("ab", "OutOfRangeInput"),
+    ):
+        for create in (side.account.blobs(bad).create, side.account.raw_queue(bad).create):
+            with pytest.raises(StorageError) as refused:
+                create()
+            assert (refused.value.status_code, refused.value.error_code) == (400, code)
+    docs = side.account.documents(blobs.name, tags=lambda d: {str(k): str(v) for k, v in d.items()})
+    docs.upsert("ok.json", {"k": "a b+-./:=_"})
+    for tags in ({"k": "a*b"}, {"a$": "v"}, {f"k{i}": "v" for i in range(11)}, {"k": "x" * 257}):
+        with pytest.raises(StorageError) as refused:  # the codes differ: Azurite's are its own
+            docs.upsert("t.json", tags)
+        assert refused.value.status_code == 400
+    assert docs.read("t.json") is None, "nothing written"
+
+
 def test_find_by_tags_compares_strings_in_order(side: Side, blobs: Blobs) -> None:
     docs = side.account.documents(blobs.name, tags=lambda d: {"lease": d["lease"]} if d else {})
     for name, lease in (("a", "2026-01-01T00:00:01Z"), ("b", "2026-01-01T00:00:03Z"), ("c", "2026-01-01")):

@@ -82,7 +82,7 @@ async function startOp(el) {
   if (el.dataset.confirm && !window.confirm(el.dataset.confirm)) return;
   const rate = parseFloat((document.getElementById('rate') || {}).value) || 10;
   const body = {kind: el.dataset.op, state: el.dataset.state, rate: rate, dry_run: el.dataset.dry === '1'};
-  if (el.dataset.code || el.dataset.text) body.where = {reason_code: el.dataset.code || '', text: el.dataset.text || ''};
+  if (el.dataset.code || el.dataset.text || el.dataset.queue) body.where = {reason_code: el.dataset.code || '', text: el.dataset.text || '', queue: el.dataset.queue || ''};
   const r = await post('op-start', body);
   if (!r.ok) { say(el.dataset.op + ' failed: ' + (r.data.error || r.status), true); return; }
   location.href = BASE + '/ops/' + r.data.op;
@@ -126,7 +126,7 @@ async function refreshOverview() {
   const box = document.getElementById('overview');
   if (!box) return;
   try {
-    const r = await fetch(BASE + '/fragment/overview', {credentials: 'same-origin'});
+    const r = await fetch(BASE + '/fragment/overview' + location.search, {credentials: 'same-origin'});
     if (r.ok) { box.innerHTML = await r.text(); box.dataset.refreshed = String(Date.now()); }
   } catch (e) { /* the next refresh tries again */ }
 }

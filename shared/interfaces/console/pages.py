@@ -13,8 +13,10 @@ from urllib.parse import quote, urlencode
 from shared.core.archive_layout import UNPARSED_PREFIX
 from shared.indexes.entry_rows import EntryRow
 from shared.interfaces.console.assets import CSS, JS
+from shared.interfaces.console.by_queue import job_href
 from shared.interfaces.console.charts import svg_bars, svg_lines
 from shared.interfaces.console.queries import EntryView, JobView, Page, PoisonView
+from shared.interfaces.console.queue_html import queue_links, queues_table
 from shared.ledger import COMPLETED, POISONED, STATUSES
 from shared.ledger.calls import downstream_of
 
@@ -38,7 +40,7 @@ def fmt_s(value: float | None) -> str:
     return f"≤ {value:g} s"
 
 
-def overview_fragment(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
+def overview_fragment(figures: Mapping[str, Any], bounds: Sequence[float], base: str = "") -> str:
     depth = figures.get("depth") or {}
     cards = [
         ("jobs queue", depth.get("jobs")),
@@ -54,16 +56,18 @@ def overview_fragment(figures: Mapping[str, Any], bounds: Sequence[float]) -> st
     )
     labels = [*(f"≤{b:g}s" for b in bounds), "more"]
     return (
-        f"<div class=cards>{card_html}</div><div class=charts>"
+        f"<div class=cards>{card_html}</div>"
+        + queues_table(base, figures.get("queues") or [])
+        + "<div class=charts>"
         + svg_lines("jobs per minute, last hour", figures.get("minutes", []), figures.get("series", {}))
         + svg_bars("enqueue-to-completion latency, last hour", labels, figures.get("latency_hist", []))
         + "</div>"
     )
 
 
-def overview_page(figures: Mapping[str, Any], bounds: Sequence[float]) -> str:
+def overview_page(figures: Mapping[str, Any], bounds: Sequence[float], base: str = "") -> str:
     return (
-        f"<div id=overview>{overview_fragment(figures, bounds)}</div>"
+        f"<div id=overview>{overview_fragment(figures, bounds, base)}</div>"
         "<p class=muted>Refreshes every 5 s. Counters are kept in memory by each instance and written "
         "once a minute; queue depths are approximate.</p>"
     )
@@ -79,7 +83,11 @@ def jobs_page(
     since: str = "",
     until: str = "",
     problems: Sequence[str] = (),
+    queue: str = "",
+    queues: Sequence[str] = (),
+    every: bool = True,
 ) -> str:
+    """`queues`: the declared queues the operator may see; `every`: they may see all at once."""
     options = "".join(
         f"<option{' selected' if s == status else ''}>{escape(s)}</option>" for s in ("", *STATUSES)
     )
@@ -89,15 +97,21 @@ def jobs_page(
         f"reason code <input name=reason_code value='{escape(reason_code)}' size=12> "
         f"created from <input name=from id=from value='{escape(since)}' size=20 placeholder='2026-11-25T10:00'> "
         f"to <input name=to id=to value='{escape(until)}' size=20> (UTC) "
-        "<button>Find</button></form>"
+        + (f"<input type=hidden name=queue value='{escape(queue)}'>" if queue else "")
+        + "<button>Find</button></form>"
         + "".join(f"<p class=bad data-problem>{escape(p)}</p>" for p in problems)
     )
+    several = len(queues) > 1
     rows = "".join(
-        f"<tr><td><a href='{base}/jobs/{quote(r.id)}'>{escape(r.id)}</a></td><td>{escape(r.status)}</td>"
+        f"<tr><td><a href='{escape(job_href(base, (r.queue + '/' if r.queue else '') + r.id))}'>{escape(r.id)}</a></td>"
+        + (f"<td>{escape(r.queue or queues[0])}</td>" if several else "")
+        + f"<td>{escape(r.status)}</td>"
         f"<td>{escape(r.kind)}</td><td>{escape(r.created_at)}</td><td>{escape(r.updated_at)}</td></tr>"
         for r in page.rows
     )
     query = {"status": status, "kind": kind, "id": id_part, "reason_code": reason_code}
+    if queue:
+        query["queue"] = queue
     query.update({k: v for k, v in (("from", since), ("to", until)) if v})
 
     def link(n: int, text: str, token: str = "") -> str:
@@ -116,7 +130,10 @@ def jobs_page(
         )
     )
     return (
-        f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th><th>status</th><th>kind</th><th>created</th>"
+        queue_links(base, "jobs", queues, queue, every)
+        + f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th>"
+        + ("<th>queue</th>" if several else "")
+        + "<th>status</th><th>kind</th><th>created</th>"
         f"<th>updated</th></tr>{rows}</table>"
     )
 
@@ -139,8 +156,12 @@ def _data_output(summary: object) -> str:
     )
 
 
-def job_page(view: JobView, base: str, job_id: str) -> str:
+def job_page(view: JobView, base: str, job_id: str, queue: str = "") -> str:
+    """`queue`: the job's declared queue when it is not the default (its actions name the job
+    `<queue>/<id>`)."""
     record = view.record
+    key = f"{queue}/{job_id}" if queue else job_id
+    on_queue = f"?{urlencode({'queue': queue})}" if queue else ""
     status = str(record.get("status", ""))
     items = "".join(
         f"<li data-event='{escape(t['event'])}'><span class=muted>{escape(t['at'])}</span> "
@@ -151,7 +172,7 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
     if status == COMPLETED:
         result = (
             f"<h2>Result</h2><pre id=summary>{escape(json.dumps(record.get('summary', {}), indent=2))}</pre>"
-            f"<p><a id=result-link href='{base}/jobs/{quote(job_id)}/result'>the result document</a></p>"
+            f"<p><a id=result-link href='{base}/jobs/{quote(job_id)}/result{escape(on_queue)}'>the result document</a></p>"
             + _data_output(record.get("summary"))
         )
     editor = ""
@@ -159,7 +180,7 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
         editor = (
             "<h2>Edit before replay</h2><p class=muted>The original stays in the poison archive; the change "
             "is recorded in the job's history. The id must stay the same.</p>"
-            f"<textarea id=envelope data-job='{escape(job_id)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
+            f"<textarea id=envelope data-job='{escape(key)}' spellcheck=false>{escape(view.envelope_text)}</textarea>"
             + (
                 "<p class=muted id=expiry>expires_at "
                 f"{escape(str(view.envelope.get('expires_at')))}: a replay after it is poisoned again "
@@ -175,6 +196,7 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
     last = record.get("last_reason")
     return (
         f"<p>status <b id=job-status>{escape(status)}</b> · kind {escape(str(record.get('kind', '')))}"
+        + (f" · queue <b id=job-queue>{escape(queue)}</b>" if queue else "")
         + (f" · reason <span id=reason class=bad>{escape(str(reason))}</span>" if reason else "")
         + (
             f" · last poisoned for <span class=muted>{escape(str(last))}</span>"
@@ -183,7 +205,7 @@ def job_page(view: JobView, base: str, job_id: str) -> str:
         )
         + "</p>"
         + (f"<p id=waiting class=muted>{escape(str(view.waiting['reason']))}</p>" if view.waiting else "")
-        + f"{_live(status, job_id)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
+        + f"{_live(status, key)}<h2>Timeline</h2><ol class=timeline id=timeline>{items}</ol>"
         f"{_downstream(record)}{result}{editor}"
         f"<h2>Payload</h2><p class=muted>{escape(view.payload_note)}</p>"
         f"<pre id=payload>{escape(json.dumps(view.payload, indent=2))}</pre>"
@@ -242,7 +264,7 @@ def _entries_table(table_id: str, entries: list[EntryRow], base: str, now: datet
     rows = "".join(
         f"<tr><td><input type=checkbox class=pick data-job='{escape(e.job_id or '')}' data-name='{escape(e.name)}'></td>"
         + (
-            f"<td><a href='{base}/jobs/{quote(e.job_id)}'>{escape(e.job_id)}</a></td>"
+            f"<td><a href='{escape(job_href(base, e.job_id))}'>{escape(e.job_id)}</a></td>"
             if e.job_id and e.name.startswith("jobs/")
             else f"<td><a class=entry href='{base}/poison/entry?{escape(urlencode({'name': e.name}))}'>"
             f"{escape(e.job_id or 'unparsed')} (body)</a></td>"
@@ -256,22 +278,25 @@ def _entries_table(table_id: str, entries: list[EntryRow], base: str, now: datet
     )
 
 
-def poison_page(view: PoisonView, base: str) -> str:
+def poison_page(view: PoisonView, base: str, queues: Sequence[str] = (), every: bool = True) -> str:
     queue_rows = "".join(
         f"<tr><td>{escape(str(m.get('job_id') or '-'))}</td><td>{escape(str(m.get('queue_message_id')))}</td>"
         f"<td>{escape(str(m.get('dequeue_count')))}</td><td>{escape(str(m.get('inserted_on')))}</td></tr>"
         for m in view.on_queue
     )
-    where = {k: v for k, v in (("code", view.reason_code), ("q", view.text)) if v}
+    where = {k: v for k, v in (("code", view.reason_code), ("q", view.text), ("queue", view.queue)) if v}
     more = ""
     if view.next_archived:
         more += f" <a id=more-archived href='{base}/poison?{escape(urlencode({**where, 'after': view.next_archived}))}'>next page →</a>"
     if view.next_parked:
-        more += f" <a id=more-parked href='{base}/poison?{escape(urlencode({'after_parked': view.next_parked}))}'>more parked →</a>"
+        parked_query = {"after_parked": view.next_parked, **({"queue": view.queue} if view.queue else {})}
+        more += f" <a id=more-parked href='{base}/poison?{escape(urlencode(parked_query))}'>more parked →</a>"
     shown = f"{len(view.archived)} on this page" if view.paged else str(len(view.archived))
     filtered = bool(where)
-    attrs = (f" data-code='{escape(view.reason_code)}'" if view.reason_code else "") + (
-        f" data-text='{escape(view.text)}'" if view.text else ""
+    attrs = (
+        (f" data-code='{escape(view.reason_code)}'" if view.reason_code else "")
+        + (f" data-text='{escape(view.text)}'" if view.text else "")
+        + (f" data-queue='{escape(view.queue)}'" if view.queue else "")
     )
     what = "all listed entries matching the search" if filtered else "all listed entries"
     bulk_row = (
@@ -286,7 +311,9 @@ def poison_page(view: PoisonView, base: str) -> str:
         f" matching {escape(' and '.join(f'{k}={v!r}' for k, v in where.items()))}" if filtered else ""
     )
     return (
-        _groups_and_search(view, base) + f"<h2>{heading} ({shown})</h2>{more and '<p>' + more + '</p>'}"
+        queue_links(base, "poison", queues, view.queue, every)
+        + _groups_and_search(view, base)
+        + f"<h2>{heading} ({shown})</h2>{more and '<p>' + more + '</p>'}"
         "<p>rate <input id=rate value=10 size=4> jobs/s <button id=replay data-do=replay-selected>Replay selected</button>"
         "<progress id=progress value=0 max=1></progress> <span id=progress-text></span></p>"
         "<p><button id=park data-do=entries data-op=park data-table=archived>Park selected</button>"
@@ -315,11 +342,13 @@ def _groups_and_search(view: PoisonView, base: str) -> str:
     and the search by error text (within a reason code or all)."""
     if not view.paged:
         return ""
+    mine = {"queue": view.queue} if view.queue else {}
+    in_queue = f" data-queue='{escape(view.queue)}'" if view.queue else ""
     rows = "".join(
-        f"<tr data-group='{escape(code)}'><td><a href='{base}/poison?{escape(urlencode({'code': code}))}'>"
+        f"<tr data-group='{escape(code)}'><td><a href='{base}/poison?{escape(urlencode({'code': code, **mine}))}'>"
         f"{escape(code)}</a></td><td data-count='{escape(code)}'>{n}</td><td>"
-        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' data-dry=1>Count (dry run)</button>"
-        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}' "
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}'{in_queue} data-dry=1>Count (dry run)</button>"
+        f"<button data-do=op data-op=replay data-state=poisoned data-code='{escape(code)}'{in_queue} "
         f"data-confirm='Replay the {n} listed entries of {escape(code)} at the rate below?'>Replay group</button></td></tr>"
         for code, n in view.groups.items()
     )
@@ -331,8 +360,10 @@ def _groups_and_search(view: PoisonView, base: str) -> str:
         f"<h2>By reason code ({sum(view.groups.values())} listed)</h2><table id=groups><tr><th>reason code</th>"
         f"<th>listed</th><th>in the app, at the rate below</th></tr>{rows}</table>"
         f"<form method=get action='{base}/poison' id=search>error text <input name=q id=q value='{escape(view.text)}' size=30> "
-        f"reason code <select name=code id=code>{codes}</select> <button>Search</button>"
-        + (f" <a href='{base}/poison'>clear</a>" if view.reason_code or view.text else "")
+        f"reason code <select name=code id=code>{codes}</select>"
+        + (f"<input type=hidden name=queue value='{escape(view.queue)}'>" if view.queue else "")
+        + " <button>Search</button>"
+        + (f" <a href='{base}/poison'>clear</a>" if view.reason_code or view.text or view.queue else "")
         + "</form>"
     )
 

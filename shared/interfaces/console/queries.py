@@ -1,7 +1,8 @@
 """What the console's pages show, read from storage with a bounded number of requests.
 
 - Overview: 3 queue-properties requests (jobs, poison, parked) and the other instances' counters
-  of the last two hours: one table query; the serving process's own counters are in memory.
+  of the last two hours: one table query; the serving process's own counters are in memory. With
+  several queues (JOBS_QUEUES), the table of queues: a few requests a queue (by_queue.py).
 - A job: its record, then its archive entries and latest edit by the names the record keeps
   (shared/interfaces/console/job_archive.py): no listing.
 - Jobs: a page of the jobs index (shared/indexes/jobs.py): one query or a few, whatever the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Iterable, Mapping
@@ -24,7 +26,7 @@ from shared import poison
 from shared.core import jsontext
 from shared.indexes.entry_rows import EntryRow
 from shared.indexes.jobs import IndexRow
-from shared.interfaces.console import job_archive
+from shared.interfaces.console import by_queue, job_archive
 from shared.ledger.view import RecordView
 from shared.observability import overview_counters
 from shared.pipeline.gate import waiting_reason
@@ -33,6 +35,7 @@ from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 from shared.storage.failures import NotFound
 from shared.storage.limits import BlobTooLarge
+from shared.storage.ports import Account
 
 PAGE_SIZE = 50
 PAYLOAD_SHOW_BYTES = 256 * 1024
@@ -41,15 +44,16 @@ PAYLOAD_SHOW_BYTES = 256 * 1024
 # -- overview ---------------------------------------------------------------------------------
 
 
-def queue_depth(rt: Runtime, name: str) -> int | None:
+def queue_depth(rt: Runtime, name: str, account: Account | None = None) -> int | None:
     try:
-        return rt.account.raw_queue(name).depth()
+        return (account or rt.account).raw_queue(name).depth()
     except NotFound:
         return None
 
 
-def overview(rt: Runtime) -> dict[str, Any]:
-    """Queue depths and the last hour's counters from every instance."""
+def overview(rt: Runtime, queues: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Queue depths and the last hour's counters from every instance; with several declared
+    queues, each one's row (`queues`: those only, the default queue's depths then the first's)."""
     now = rt.clock()
     own = overview_counters.installed_instance()
     hours = overview_counters.hours_to_read(now)
@@ -58,11 +62,14 @@ def overview(rt: Runtime) -> dict[str, Any]:
     )
     docs.extend(rt.counters.read(hours, own))
     figures = overview_counters.merge(docs, now)
+    first = rt.for_queue(queues[0] if queues else None)
     figures["depth"] = {
-        "jobs": queue_depth(rt, rt.settings.jobs_queue),
-        "poison": queue_depth(rt, rt.settings.poison_queue),
-        "parked": queue_depth(rt, rt.settings.parked_queue),
+        "jobs": queue_depth(rt, first.settings.jobs_queue, first.account_of(first.queue.name)),
+        "poison": queue_depth(rt, first.settings.poison_queue, first.account_of(first.queue.name)),
+        "parked": queue_depth(rt, first.settings.parked_queue),
     }
+    if len(rt.settings.queue_set) > 1:
+        figures["queues"] = [dataclasses.asdict(row) for row in by_queue.queue_rows(rt, queues)]
     figures["documents_merged"] = len(docs)
     return figures
 
@@ -121,12 +128,22 @@ def jobs_page(
     reason_code: str = "",
     since: str = "",
     until: str = "",
+    queue: str | None = None,
 ) -> Page:
     """A page of jobs from the jobs index, newest first: one query or a few (O(page)), paged by
     `token`; `id_part` is an id prefix (the routes find a whole id by one read); `since` / `until`
-    (ISO) keep to jobs created in that range (its day tables, a RowKey range in each)."""
+    (ISO) keep to jobs created in that range (its day tables, a RowKey range in each); `queue`
+    to one declared queue's jobs (None: every queue's)."""
     found = rt.job_index.page(
-        status, kind, reason_code, token or None, PAGE_SIZE, id_prefix=id_part, since=since, until=until
+        status,
+        kind,
+        reason_code,
+        token or None,
+        PAGE_SIZE,
+        id_prefix=id_part,
+        since=since,
+        until=until,
+        queue=None if queue is None else rt.for_queue(queue).queue.ledger_prefix.rstrip("/"),
     )
     return Page(found.rows, max(1, page), -1, -1, found.next_token or "")
 
@@ -279,16 +296,20 @@ class PoisonView:
     reason_code: str = ""
     text: str = ""
     """The filter of the listed entries shown: a reason code (a group) and/or error text."""
+    queue: str = ""
+    """The declared queue whose entries are shown ("": every queue's)."""
 
 
-def poison_view_of(rt: Runtime, params: Mapping[str, str]) -> PoisonView:
-    """`poison_view` as a request's parameters ask (`after`, `after_parked`, `code`, `q`)."""
+def poison_view_of(rt: Runtime, params: Mapping[str, str], queue: str = "") -> PoisonView:
+    """`poison_view` as a request's parameters ask (`after`, `after_parked`, `code`, `q`; `queue`:
+    the declared queue the request names, checked by the caller)."""
     return poison_view(
         rt,
         params.get("after", ""),
         params.get("after_parked", ""),
         reason_code=params.get("code", "")[:64],
         text=params.get("q", "")[:200],
+        queue=queue,
     )
 
 
@@ -299,34 +320,39 @@ def poison_view(
     size: int = PAGE_SIZE,
     reason_code: str = "",
     text: str = "",
+    queue: str = "",
 ) -> PoisonView:
     """With the entry index: a page of listed entries (one query; of a reason code's group with
     `reason_code`; a search with `text`: a bounded scan, `EntryIndex.scan`), a page of
     parked ones (one query), the counts per reason code (one query) and up to 32 messages still
-    on the poison queue (one peek)."""
-    listed, reached = rt.entry_index.scan(LISTED_STATE, after, size, reason_code, text.strip())
-    parked = rt.entry_index.page(PARKED, after_parked, size)
+    on the poison queue (one peek). `queue`: that declared queue's entries and poison queue."""
+    listed, reached = rt.entry_index.scan(LISTED_STATE, after, size, reason_code, text.strip(), queue=queue)
+    parked = rt.entry_index.page(PARKED, after_parked, size, queue=queue)
+    default = rt.settings.queue_set.default.name
     return PoisonView(
         archived=listed,
         parked=parked,
-        on_queue=poison.peek_poison_queue(rt),
+        on_queue=poison.peek_poison_queue(rt.for_queue(queue or None)),
         now=rt.clock(),
         next_archived=reached,
         next_parked=parked[-1].key if len(parked) == size else "",
         paged=True,
-        groups=rt.entry_index.counts(),
+        groups=rt.entry_index.counts(queue or None, default),
         reason_code=reason_code,
         text=text.strip(),
+        queue=queue,
     )
 
 
 EXPORT_FIELDS = ("name", "state", "job_id", "reason", "archived_at", "attempts", "body_bytes")
 
 
-def export_entries(rt: Runtime, state: str, after: str = "", limit: int = 1000) -> list[dict[str, Any]]:
-    """Up to `limit` (<= 1,000) entries of a state from the entry index, newest first, after a
-    RowKey; each row carries `key` (the next export's `after`)."""
-    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)))
+def export_entries(
+    rt: Runtime, state: str, after: str = "", limit: int = 1000, queue: str = ""
+) -> list[dict[str, Any]]:
+    """Up to `limit` (<= 1,000) entries of a state (of `queue`, when given) from the entry index,
+    newest first, after a RowKey; each row carries `key` (the next export's `after`)."""
+    rows = rt.entry_index.page(state, after, max(1, min(1000, limit)), queue=queue)
     return [{**{f: getattr(r, f) for f in EXPORT_FIELDS}, "key": r.key} for r in rows]
 
 

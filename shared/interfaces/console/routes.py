@@ -23,7 +23,7 @@ from shared.core import jsontext
 from shared.core.envelope import ID_RE
 from shared.core.errors import SettingsError, StorageThrottled
 from shared.interfaces import api
-from shared.interfaces.console import actions, pages, queries
+from shared.interfaces.console import actions, by_queue, pages, queries, queue_access, queue_html
 from shared.interfaces.console.assets import CSP
 from shared.interfaces.console.security import (
     CSRF_TTL_S,
@@ -42,6 +42,7 @@ from shared.interfaces.console.security import (
 )
 from shared.observability import overview_counters
 from shared.poison import bulk
+from shared.queues import UnknownQueue
 from shared.runtime.wiring import Runtime, get_runtime
 from shared.storage.failures import StorageError, failure_name
 
@@ -158,24 +159,65 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
+def _queue(rt: Runtime, params: Mapping[str, str]) -> str:
+    """The declared queue a page or data route names (`?queue=`; "" for none: every queue's);
+    UnknownQueue when it names one that is not declared."""
+    queue = params.get("queue", "")
+    return rt.for_queue(queue).queue.name if queue else ""
+
+
 def _get(call: Call) -> func.HttpResponse:
-    rt = get_runtime()
     parts = call.path.split("/") if call.path else []
-    params = call.req.params
-    if not parts:
+    try:
+        return _get_page(call, parts)
+    except (UnknownQueue, Denied) as exc:
+        status = exc.status if isinstance(exc, Denied) else 404
+        if parts and parts[0] in ("data", "fragment"):
+            return _json(status, {"error": str(exc)})
         return _html(
-            call, "Overview", pages.overview_page(queries.overview(rt), overview_counters.LATENCY_BOUNDS_S)
+            call, "Refused" if status == 403 else "Unknown queue", pages.message_page(str(exc)), status
         )
+
+
+def _get_page(call: Call, parts: list[str]) -> func.HttpResponse:
+    """A page or data route; UnknownQueue or Denied (a queue not the operator's) refuse it."""
+    params = call.req.params
+    who = call.principal
+    if len(parts) == 3 and parts[0] == "jobs" and parts[2] == "result" and ID_RE.match(parts[1]):
+        asked = params.get("queue", "")  # the API's route checks it (400 when not declared)
+        if who.queues is not None:
+            queue_access.check(who, asked or get_runtime().settings.queue_set.default.name)
+        return api.get_result(
+            func.HttpRequest(
+                "GET",
+                call.req.url,
+                headers={},
+                params={"queue": asked} if asked else {},
+                route_params={"id": parts[1]},
+                body=b"",
+            )
+        )
+    rt = get_runtime()
+    queue = queue_access.queue_for(rt, who, _queue(rt, params))
+    lane, names = rt.for_queue(queue or None), rt.settings.queue_set.names
+    if who.queues is not None:
+        names = tuple(n for n in names if n in who.queues)
+    if not parts:
+        figures = queries.overview(rt, queue_access.shown(rt, who, queue))
+        body = pages.overview_page(figures, overview_counters.LATENCY_BOUNDS_S, call.base)
+        links = queue_html.queue_links(call.base, "", names, queue, who.queues is None)
+        return _html(call, "Overview", links + body)
     if parts == ["fragment", "overview"]:
-        body = pages.overview_fragment(queries.overview(rt), overview_counters.LATENCY_BOUNDS_S)
+        figures = queries.overview(rt, queue_access.shown(rt, who, queue))
+        body = pages.overview_fragment(figures, overview_counters.LATENCY_BOUNDS_S, call.base)
         return func.HttpResponse(body, status_code=200, mimetype="text/html")
     if parts[0] == "data":
-        return _data(rt, parts[1:], params)
+        return _data(rt, parts[1:], params, queue, who)
     if parts[0] == "jobs" and len(parts) == 1:
         status, kind, id_part = params.get("status", ""), params.get("kind", ""), params.get("id", "").strip()
-        if id_part and ID_RE.match(id_part) and rt.ledger.get(id_part) is not None:  # found by id: 1 read
+        if id_part and ID_RE.match(id_part) and lane.ledger.get(id_part) is not None:  # found by id: 1 read
             return func.HttpResponse(
-                status_code=303, headers={"Location": f"{call.base}/jobs/{quote(id_part)}"}
+                status_code=303, headers={"Location": by_queue.job_href(call.base, lane.job_key(id_part))}
             )
         since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
         page = queries.jobs_page(
@@ -188,6 +230,7 @@ def _get(call: Call) -> func.HttpResponse:
             reason_code=params.get("reason_code", ""),
             since=since,
             until=until,
+            queue=queue or None,
         )
         return _html(
             call,
@@ -202,24 +245,24 @@ def _get(call: Call) -> func.HttpResponse:
                 params.get("from", ""),
                 params.get("to", ""),
                 problems,
+                queue,
+                names,
+                who.queues is None,
             ),
         )
-    if parts[0] == "jobs" and len(parts) in (2, 3) and ID_RE.match(parts[1]):
+    if parts[0] == "jobs" and len(parts) == 2 and ID_RE.match(parts[1]):
         job_id = parts[1]
-        if len(parts) == 3 and parts[2] == "result":
-            return api.get_result(
-                func.HttpRequest(
-                    "GET", call.req.url, headers={}, params={}, route_params={"id": job_id}, body=b""
-                )
-            )
-        view = queries.job_view(rt, job_id)
+        view = queries.job_view(lane, job_id)
+        shown = lane.job_key(job_id)
         if view is None:
-            return _html(call, f"Job {job_id}", pages.message_page(f"job {job_id} is unknown"), 404)
-        return _html(call, f"Job {job_id}", pages.job_page(view, call.base, job_id))
+            return _html(call, f"Job {shown}", pages.message_page(f"job {shown} is unknown"), 404)
+        page_of = pages.job_page(view, call.base, job_id, "" if lane.queue.default else lane.queue.name)
+        return _html(call, f"Job {shown}", page_of)
     if parts == ["poison"]:
-        listed = queries.poison_view_of(rt, params)
-        return _html(call, "Poison", pages.poison_page(listed, call.base))
+        listed = queries.poison_view_of(rt, params, queue)
+        return _html(call, "Poison", pages.poison_page(listed, call.base, names, who.queues is None))
     if parts == ["audit"]:
+        queue_access.check(who, "")  # the audit spans every queue
         action = params.get("action", "")[:64]
         rows, next_key = rt.audit.page(params.get("after", ""), queries.PAGE_SIZE, action)
         return _html(call, "Audit", pages.audit_page(rows, call.base, next_key, action))
@@ -227,18 +270,22 @@ def _get(call: Call) -> func.HttpResponse:
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
         if op is None:
             return _html(call, "Operation", pages.message_page(f"no operation {parts[1]}"), 404)
+        queue_access.check_op(who, op)
         return _html(call, f"Operation {parts[1]}", pages.op_page(op))
     if parts == ["poison", "entry"]:
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
             return _html(call, "Entry", pages.message_page("no such archive entry"), 404)
+        queue_access.check(who, entry.entry.queue or rt.settings.queue_set.default.name)
         return _html(call, f"Entry {entry.name}", pages.entry_page(entry))
     return _html(call, "Not found", pages.message_page(f"no console page at {call.path}"), 404)
 
 
-def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.HttpResponse:
+def _data(
+    rt: Runtime, parts: list[str], params: Mapping[str, str], queue: str, who: Principal
+) -> func.HttpResponse:
     if parts == ["overview"]:
-        return _json(200, queries.overview(rt))
+        return _json(200, queries.overview(rt, queue_access.shown(rt, who, queue)))
     if parts == ["jobs"]:
         since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
         if problems:
@@ -253,19 +300,22 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             reason_code=params.get("reason_code", ""),
             since=since,
             until=until,
+            queue=queue or None,
         )
         return _json(200, dataclasses.asdict(page))
     if len(parts) == 2 and parts[0] == "jobs" and ID_RE.match(parts[1]):
-        view = queries.job_view(rt, parts[1])
+        view = queries.job_view(rt.for_queue(queue or None), parts[1])
         if view is None:
             return _json(404, {"error": f"job {parts[1]} is unknown"})
-        return _json(200, dataclasses.asdict(view))
+        return _json(200, {**dataclasses.asdict(view), "queue": rt.for_queue(queue or None).queue.name})
     if parts == ["poison"]:
-        listed = queries.poison_view_of(rt, params)
+        listed = queries.poison_view_of(rt, params, queue)
         return _json(200, dataclasses.asdict(listed))
     if parts in (["poison.csv"], ["poison.json"]):  # export: up to 1,000 entries of a state a request
         state = params.get("state", "poisoned")
-        rows = queries.export_entries(rt, state, params.get("after", ""), _int(params.get("limit"), 1000))
+        rows = queries.export_entries(
+            rt, state, params.get("after", ""), _int(params.get("limit"), 1000), queue
+        )
         if parts == ["poison.json"]:
             return _json(200, rows)
         return func.HttpResponse(
@@ -275,17 +325,22 @@ def _data(rt: Runtime, parts: list[str], params: Mapping[str, str]) -> func.Http
             headers={"Content-Disposition": f"attachment; filename=poison-{quote(state)}.csv"},
         )
     if parts == ["audit"]:
+        queue_access.check(who, "")  # the audit spans every queue
         found, next_key = rt.audit.page(
             params.get("after", ""), queries.PAGE_SIZE, params.get("action", "")[:64]
         )
         return _json(200, {"rows": [dataclasses.asdict(r) for r in found], "next": next_key})
     if len(parts) == 2 and parts[0] == "ops":
         op = bulk.read(rt, parts[1]) if ID_RE.match(parts[1]) else None
-        return _json(200, op) if op is not None else _json(404, {"error": f"no operation {parts[1]}"})
+        if op is None:
+            return _json(404, {"error": f"no operation {parts[1]}"})
+        queue_access.check_op(who, op)
+        return _json(200, op)
     if parts == ["entry"]:
         entry = queries.entry_view(rt, params.get("name", ""))
         if entry is None:
             return _json(404, {"error": "no such archive entry"})
+        queue_access.check(who, entry.entry.queue or rt.settings.queue_set.default.name)
         return _json(200, entry.as_dict())
     return _json(404, {"error": "unknown data route"})
 
@@ -320,8 +375,13 @@ def _post(call: Call, keyed: bool = False) -> func.HttpResponse:
         return _json(400, {"error": "request body is not JSON"})
     if not isinstance(body, dict):
         return _json(400, {"error": "request body must be a JSON object"})
+    rt = get_runtime()
     try:
-        return _json(200, ACTIONS[parts[1]](get_runtime(), body, call.principal.name))
+        queue_access.check_action(rt, call.principal, parts[1], body)
+    except Denied as denied:
+        return _json(denied.status, {"error": str(denied)})
+    try:
+        return _json(200, ACTIONS[parts[1]](rt, body, call.principal.name))
     except actions.ActionRefused as refused:
         return _json(refused.status, {"error": str(refused), "problems": refused.problems})
 
@@ -342,10 +402,22 @@ def _days(body: Mapping[str, Any]) -> float:
     return float(days)
 
 
+def _lane(rt: Runtime, key: str) -> tuple[Runtime, str]:
+    """The runtime of a job as the pages name it (`<queue>/<id>`, or an id of the default queue)
+    and its id; ActionRefused when the queue is not declared or the id is not one."""
+    queue, job_id = by_queue.split_key(key)
+    if not ID_RE.match(job_id):
+        raise actions.ActionRefused("job_id: a job id", ["job_id: a job id, or <queue>/<id>"])
+    try:
+        return rt.for_queue(queue or None), job_id
+    except UnknownQueue as exc:
+        raise actions.ActionRefused(f"job_id: {exc}", [f"job_id: {exc}"]) from None
+
+
 def _job_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
     job_id, text = body.get("job_id"), body.get("envelope")
     problems = []
-    if not isinstance(job_id, str) or not ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not ID_RE.match(by_queue.split_key(job_id)[1]):
         problems.append("job_id: a job id")
     if not isinstance(text, str):
         problems.append("envelope: the edited envelope as JSON text")
@@ -365,15 +437,27 @@ def _entry_and_text(body: Mapping[str, Any]) -> tuple[str, str]:
 
 def _job_id(body: Mapping[str, Any]) -> str:
     job_id = body.get("job_id")
-    if not isinstance(job_id, str) or not ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not ID_RE.match(by_queue.split_key(job_id)[1]):
         raise actions.ActionRefused("job_id: a job id", ["job_id: a job id"])
     return job_id
 
 
 def _validate(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
-    job_id, text = _job_and_text(body)
-    checked = actions.check_edit(rt, job_id, text)
+    key, text = _job_and_text(body)
+    lane, job_id = _lane(rt, key)
+    checked = actions.check_edit(lane, job_id, text)
     return {"valid": not checked.problems, "problems": checked.problems}
+
+
+def _replay_edited(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
+    key, text = _job_and_text(body)
+    lane, job_id = _lane(rt, key)
+    return actions.replay_edited(lane, job_id, text, by)
+
+
+def _cancel(rt: Runtime, body: Mapping[str, Any], by: str) -> dict[str, Any]:
+    lane, job_id = _lane(rt, _job_id(body))
+    return actions.cancel_job(lane, job_id, by, str(body.get("reason") or ""))
 
 
 ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] = {
@@ -389,10 +473,10 @@ ACTIONS: dict[str, Callable[[Runtime, Mapping[str, Any], str], dict[str, Any]]] 
     "delete": lambda rt, b, by: actions.delete(rt, actions.names_of(b.get("names")), by),
     "purge": lambda rt, b, by: actions.purge(rt, _days(b), by, dry_run=bool(b.get("dry_run"))),
     "op-start": actions.start_op,
-    "cancel": lambda rt, b, by: actions.cancel_job(rt, _job_id(b), by, str(b.get("reason") or "")),
+    "cancel": _cancel,
     "op-cancel": lambda rt, b, by: actions.op_change(rt, b, by, "cancel"),
     "op-resume": lambda rt, b, by: actions.op_change(rt, b, by, "resume"),
     "validate": _validate,
-    "replay-edited": lambda rt, b, by: actions.replay_edited(rt, *_job_and_text(b), by),
+    "replay-edited": _replay_edited,
     "replay-fixed": lambda rt, b, by: actions.replay_fixed(rt, *_entry_and_text(b), by),
 }

@@ -4,7 +4,9 @@ In Azure, App Service Authentication (Easy Auth, Entra ID) signs operators in an
 principal on in `X-MS-CLIENT-PRINCIPAL` (base64 JSON with claims); Easy Auth removes that header
 from incoming requests, so it is trusted only when the platform says Easy Auth is on
 (`WEBSITE_AUTH_ENABLED`). The principal needs a role in `CONSOLE_ALLOWED_ROLES` or a group in
-`CONSOLE_ALLOWED_GROUPS`. Outside Azure (none of `shared.config.platform.AZURE_MARKERS`) and addressed to 127.0.0.1 (the
+`CONSOLE_ALLOWED_GROUPS` (every queue), or one in a queue's `QUEUE_<NAME>_CONSOLE_ROLES` /
+`QUEUE_<NAME>_CONSOLE_GROUPS` (that queue's jobs only: `Principal.queues`, enforced by
+shared/interfaces/console/queue_access.py). Outside Azure (none of `shared.config.platform.AZURE_MARKERS`) and addressed to 127.0.0.1 (the
 local host binds only there) the console is open, like the rest of the local API.
 
 CSRF: every change is a POST carrying `X-Console-CSRF` equal to the `console_csrf` cookie
@@ -27,12 +29,13 @@ import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
 from shared.config.platform import in_azure
 from shared.core.errors import SettingsError
+from shared.queues import setting_name, wired_names
 
 PRINCIPAL_HEADER = "x-ms-client-principal"
 CSRF_COOKIE = "console_csrf"
@@ -72,6 +75,8 @@ class Principal:
     groups: frozenset[str] = field(default_factory=frozenset)
     id: str = ""
     """A stable identity (Entra object id), when the principal names one."""
+    queues: frozenset[str] | None = None
+    """The declared queues whose jobs it may see and act on (None: every queue)."""
 
     @property
     def subject(self) -> str:
@@ -128,15 +133,37 @@ def authorize(headers: Mapping[str, str], env: Mapping[str, str]) -> Principal:
             403, "the console needs App Service Authentication (Entra ID) on this app; see docs/operations.md"
         )
     roles, groups = _listed(env, "CONSOLE_ALLOWED_ROLES"), _listed(env, "CONSOLE_ALLOWED_GROUPS")
-    if not roles and not groups:
-        raise Denied(403, "no operator is allowed: set CONSOLE_ALLOWED_ROLES or CONSOLE_ALLOWED_GROUPS")
+    per_queue = queue_grants(env)
+    if not roles and not groups and not per_queue:
+        raise Denied(
+            403,
+            "no operator is allowed: set CONSOLE_ALLOWED_ROLES or CONSOLE_ALLOWED_GROUPS "
+            "(or a queue's QUEUE_<NAME>_CONSOLE_ROLES / _GROUPS)",
+        )
     raw = headers.get(PRINCIPAL_HEADER, "")
     if not raw:
         raise Denied(401, "sign in first: /.auth/login/aad")
     principal = decode_principal(raw)
     if principal.roles & roles or principal.groups & groups:
         return principal
+    granted = frozenset(
+        queue for queue, (r, g) in per_queue.items() if principal.roles & r or principal.groups & g
+    )
+    if granted:
+        return replace(principal, queues=granted)
     raise Denied(403, f"{principal.name} has none of the roles or groups allowed to use the console")
+
+
+def queue_grants(env: Mapping[str, str]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Each declared queue's own operators: (roles, groups) from `QUEUE_<NAME>_CONSOLE_ROLES` /
+    `QUEUE_<NAME>_CONSOLE_GROUPS`, for the queues that set either (pure)."""
+    found = {}
+    for queue in wired_names(env):
+        roles = _listed(env, setting_name(queue, "CONSOLE_ROLES"))
+        groups = _listed(env, setting_name(queue, "CONSOLE_GROUPS"))
+        if roles or groups:
+            found[queue] = (roles, groups)
+    return found
 
 
 def keyed_refusal(headers: Mapping[str, str], env: Mapping[str, str]) -> str | None:

@@ -15,23 +15,22 @@ from azure.storage.blob._shared.response_handlers import process_storage_error a
 from azure.storage.queue._shared.response_handlers import process_storage_error as _process_queue_error
 
 from shared.storage.memory_account import ACCOUNT, Clock, real_time
-from shared.storage.memory_blobs import LIST_PAGE
+from shared.storage.memory_blobs import LIST_PAGE, LOWER_NAME, TAG_CHARS
 from shared.storage.memory_queues import DEFAULT_TTL_S, MAX_MESSAGE_BYTES, MAX_VISIBILITY_S, NEVER
 
 __all__ = [
     "ACCOUNT",
     "DEFAULT_TTL_S",
     "LIST_PAGE",
+    "LOWER_NAME",
     "MAX_MESSAGE_BYTES",
     "MAX_VISIBILITY_S",
     "NEVER",
+    "TAG_CHARS",
     "Clock",
     "real_time",
 ]
 
-LOWER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
-"""Container and queue names: lower-case letters, digits, single hyphens inside."""
-TAG_CHARS = re.compile(r"^[A-Za-z0-9 +\-./:=_]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

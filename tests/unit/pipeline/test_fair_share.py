@@ -218,3 +218,19 @@ def test_a_cancelled_waiting_job_leaves_the_line_and_a_failing_job_gives_its_slo
 
     run(scenario)
     assert jobs.started == ["first", "after"]
+
+
+def test_a_job_that_waits_longer_than_it_may_leaves_the_line() -> None:
+    share, jobs = FairShare(1, clock=Clock()), Jobs()
+
+    async def scenario() -> None:
+        first = asyncio.create_task(share.run("q", jobs.job("first")))
+        await until(lambda: jobs.started == ["first"])
+        assert not await share.acquire("q", timeout_s=0.3)
+        assert share.waiting == {} and share.running["q"] == 1
+        jobs.release.set()
+        await first
+        assert await share.acquire("q", timeout_s=0.3)  # free: taken at once
+        share.release("q")
+
+    run(scenario)
