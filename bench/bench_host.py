@@ -27,7 +27,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +44,7 @@ from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
 from devhost.config import parse_duration
 from devstack.azurite import Azurite, start_azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
+from devstack.hostproc import REPO_ROOT, HostProcess, host_env, init_storage
 
 LEASE_S = 600  # the host receives with a 10-minute visibility; the bare loop does the same
 BENCH_QUEUES = {  # host.json `extensions.queues` of the bench app dir (the rest as shipped)
@@ -225,13 +224,7 @@ class Site:
             **settings,
         }
         self.env = host_env(self.conn, names)
-        subprocess.run(
-            [sys.executable, "-m", "shared.interfaces.cli", "init"],
-            env=self.env,
-            cwd=REPO_ROOT,
-            check=True,
-            capture_output=True,
-        )
+        init_storage(self.env)
         return self
 
     def start_hosts(self, count: int, app_dir: Path | None) -> list[HostProcess]:

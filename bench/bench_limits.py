@@ -9,9 +9,9 @@ one Azurite, `http` jobs against one loopback downstream that records every call
    1.25x or less), and how soon a call starts after an earlier one ended (each start past the
    first 4 against the end that freed its permit: an upper bound of start-after-release, since the
    release follows the end);
-3. faults: jobs of 2 s; kill -9 of one host (and its worker) mid-call, a fresh host started in
-   its place; once 4 calls are in flight again, SIGSTOP of the other host (and its worker) for
-   90 s, then SIGCONT: the most in flight (target 4), the seconds until 4 are in flight again after
+3. faults: jobs of 2 s; kill -9 of one host (and its worker) while a call of its own is in
+   flight, a fresh host started in its place; once 4 calls are in flight again and one of them is
+   the other host's, SIGSTOP of that host (and its worker) for 90 s, then SIGCONT: the most in flight (target 4), the seconds until 4 are in flight again after
    each fault (every permit back: target 60 s or less), every job completed, calls per job.
 
     python -m bench.bench_limits [--quick] [--out bench/out/limits.json]   # JSON on stdout too
@@ -77,6 +77,8 @@ class Downstream:
         self.calls: list[tuple[float, float, str]] = []
         self.open: list[float] = []
         """Start times of the calls in flight."""
+        self.open_jobs: dict[float, int] = {}
+        """The `n` of each call in flight's body, by its start time."""
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -84,9 +86,11 @@ class Downstream:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 ms = float(parse_qs(urlsplit(self.path).query).get("ms", ["0"])[0])
                 started = time.monotonic()
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    outer.open_jobs[started] = int(json.loads(raw or b"{}").get("n"))
                 with outer.lock:
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
@@ -95,6 +99,7 @@ class Downstream:
                 with outer.lock:
                     outer.in_flight -= 1
                     outer.open.remove(started)
+                    outer.open_jobs.pop(started, None)
                     outer.calls.append((started, time.monotonic(), self.headers.get("Idempotency-Key") or ""))
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
@@ -265,6 +270,24 @@ def back_to_limit(ds: Downstream, since: float, timeout_s: float) -> float | Non
     return None
 
 
+def wait_for_a_call_of(host: HostProcess, site: Site, ds: Downstream, timeout_s: float) -> None:
+    """Until a call in flight at the downstream belongs to a job claimed by `host`'s worker (the
+    claim's owner, in the job's ledger record, names the worker's pid)."""
+    ledger = ContainerClient.from_connection_string(site.conn, site.env["LEDGER_CONTAINER"])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = {str(pid) for pid in tree(host)}
+        with ds.lock:
+            jobs = list(ds.open_jobs.values())
+        for n in jobs:
+            with contextlib.suppress(Exception):
+                record = json.loads(ledger.download_blob(f"ft-{n:04d}.json").readall())
+                if str(record.get("owner", "")).split("/")[0].rsplit(":", 1)[-1] in pids:
+                    return
+        time.sleep(0.05)
+    raise TimeoutError(f"no call of {host.instance_id} in flight after {timeout_s:.0f}s")
+
+
 def duplicates(
     calls: Sequence[tuple[float, float, str]], per_key: Counter[str], killed_at: float, frozen_at: float
 ) -> dict[str, list[str]]:
@@ -291,8 +314,7 @@ def faults(
     prefill(site.conn, site.queue, texts)
     if back_to_limit(ds, time.monotonic(), 60) is None:
         raise TimeoutError("the downstream never saw 4 calls at once")
-    while first.stats().get("queues", {}).get(site.queue, {}).get("in_flight", 0) == 0:
-        time.sleep(0.05)
+    wait_for_a_call_of(first, site, ds, 60)  # kill -9 mid-call: a call of its own is in flight
     killed_at = time.monotonic()
     signal_tree(tree(first), signal.SIGKILL)
     first.process = None
@@ -300,6 +322,7 @@ def faults(
         first.log_path.rename(first.log_path.with_suffix(".killed.log"))
     (replacement,) = site.start_hosts(1, app_dir)
     kill_back = back_to_limit(ds, killed_at, 120)
+    wait_for_a_call_of(second, site, ds, 60)  # SIGSTOP of a holder: a call of its own in flight
     frozen = tree(second)
     frozen_at = time.monotonic()
     signal_tree(frozen, signal.SIGSTOP)

@@ -55,7 +55,7 @@ from bench.bench_read import CONTAINER, account, job, process_cpu_s, with_cpu  #
 from bench.request_log import RequestLog  # noqa: E402
 from devstack import parquet_corpus  # noqa: E402
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
-from devstack.hostproc import HostProcess, host_env  # noqa: E402
+from devstack.hostproc import HostProcess, host_env, init_storage  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out" / "parquet.json"
 QUERY = {"key": "station", "mean": "temp", "sum": "precip", "max": "wind_speed"}
@@ -376,13 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                     fh, overwrite=True, max_concurrency=4
                 )
         env = host_env(az.connection_string)
-        subprocess.run(
-            [sys.executable, "-m", "shared.interfaces.cli", "init"],
-            env=env,
-            cwd=REPO_ROOT,
-            check=True,
-            capture_output=True,
-        )
+        init_storage(env)
         host = HostProcess(env, instance_id="bench-parquet").start()
         job(warm, host, az)  # the worker's imports and connections, untimed
         for case in cases:

@@ -64,7 +64,7 @@ from bench import writers  # noqa: E402
 from bench.bench_aggregate import Case  # noqa: E402
 from devstack import datagen  # noqa: E402
 from devstack.azurite import Azurite, start_azurite  # noqa: E402
-from devstack.hostproc import HostProcess, host_env  # noqa: E402
+from devstack.hostproc import HostProcess, host_env, init_storage  # noqa: E402
 
 OUT = REPO_ROOT / "bench" / "out" / "read.json"
 CONTAINER = "bench"
@@ -528,13 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                     fh, overwrite=True, max_concurrency=4
                 )
         env = host_env(az.connection_string)
-        subprocess.run(
-            [sys.executable, "-m", "shared.interfaces.cli", "init"],
-            env=env,
-            cwd=REPO_ROOT,
-            check=True,
-            capture_output=True,
-        )
+        init_storage(env)
         host = HostProcess(env, instance_id="bench-read").start()
         for case in warm_up_cases(args.data_dir, service):  # imports and connections, untimed
             job(case, host, az)

@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_host import HostBenchConfig, run_all
-from bench.plot import plot_from_report
 from devstack.hostproc import REPO_ROOT
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "out"
@@ -171,6 +170,33 @@ def run_script(module: str, args: list[str], timeout_s: float) -> dict[str, Any]
     return result
 
 
+def run_section(module: str, flags: list[str], timeout_s: float, out: Path | None = None) -> dict[str, Any]:
+    """`run_script`, then, when it exits 0, its report (`report`): the JSON it saved at `out`
+    (passed as `--out`), or without `out` the JSON it printed."""
+    result = run_script(module, flags if out is None else [*flags, "--out", str(out)], timeout_s)
+    if result.get("exit_code") != 0:
+        return result
+    if out is not None:
+        result["report"] = _read_json(out)
+        return result
+    try:
+        result["report"] = json.loads(result["stdout"])
+    except ValueError:
+        result["error"] = "its output is not JSON"
+    return result
+
+
+def section_head(title: str, result: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+    """A section's first lines (a blank line and its title; FAILED and why when it has no report)
+    and its report."""
+    lines = ["", title]
+    report = result.get("report")
+    if not report:
+        why = result.get("error") or result.get("skipped") or f"exit code {result.get('exit_code')}"
+        lines.append(f"   FAILED ({why})")
+    return lines, report or None
+
+
 def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_aggregate.py: rows/s and ratios to the peers, and peak memory."""
     if args.quick:
@@ -200,55 +226,33 @@ def run_aggregate(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
 def run_read(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_read.py: a job over a blob end to end vs Polars over az://, the SDK, the reader."""
     flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000", "--writers"]
-    result = run_script("bench.bench_read", [*flags, "--out", str(out_dir / "read.json")], timeout_s=5400)
-    if result.get("exit_code") == 0:
-        result["report"] = _read_json(out_dir / "read.json")
-    return result
+    return run_section("bench.bench_read", flags, 5400, out_dir / "read.json")
 
 
 def run_parquet(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_parquet.py: a job over a Parquet blob end to end vs Polars scan_parquet(az://)."""
     flags = ["--mb", "20", "--repeat", "1"] if args.quick else ["--mb", "300,1000"]
-    out = out_dir / "parquet.json"
-    result = run_script("bench.bench_parquet", [*flags, "--out", str(out)], timeout_s=3 * 3600)  # 4 writers
-    if result.get("exit_code") == 0:
-        result["report"] = _read_json(out)
-    return result
+    return run_section("bench.bench_parquet", flags, 3 * 3600, out_dir / "parquet.json")  # 4 writers
 
 
 def run_http(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_http_kind.py: http jobs against a local downstream (its JSON on stdout)."""
     flags = ["--quick"] if args.quick else ["--jobs", str(args.http_jobs)]
-    result = run_script("bench.bench_http_kind", [*flags, "--logs", str(out_dir / "logs")], timeout_s=1800)
-    if result.get("exit_code") == 0:
-        try:
-            result["report"] = json.loads(result["stdout"])
-        except ValueError:
-            result["error"] = "its output is not JSON"
-    return result
+    return run_section("bench.bench_http_kind", [*flags, "--logs", str(out_dir / "logs")], 1800)
 
 
 def run_fairness(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_fairness.py: three queues, one flooded (its JSON on stdout)."""
     flags = ["--quick"] if args.quick else []
     bounded = ["--no-drain", "--window", "60"]  # minutes, not an hour, with a backlog of 2,000
-    result = run_script(
-        "bench.bench_fairness", [*flags, *bounded, "--logs", str(out_dir / "logs")], timeout_s=3600
-    )
-    if result.get("exit_code") == 0:
-        try:
-            result["report"] = json.loads(result["stdout"])
-        except ValueError:
-            result["error"] = "its output is not JSON"
-    return result
+    return run_section("bench.bench_fairness", [*flags, *bounded, "--logs", str(out_dir / "logs")], 3600)
 
 
 def format_fairness(fair: dict[str, Any]) -> list[str]:
     """Section 10's lines."""
-    lines = ["", "10. Several queues, one flooded (bench/bench_fairness.py)"]
-    report = fair.get("report")
-    if not report:
-        return [*lines, f"   FAILED ({fair.get('error') or fair.get('skipped')})"]
+    lines, report = section_head("10. Several queues, one flooded (bench/bench_fairness.py)", fair)
+    if report is None:
+        return lines
     for lane, v in report["small_queues"].items():
         lines.append(
             f"   small queue {lane}: p95 POST-to-completed alone {v['p95_alone_s']:.2f} s, with the flood "
@@ -267,10 +271,11 @@ def format_fairness(fair: dict[str, Any]) -> list[str]:
 
 def format_http(http: dict[str, Any]) -> list[str]:
     """Section 7's lines."""
-    lines = ["", "7. The http kind against a local downstream (bench/bench_http_kind.py)"]
-    report = http.get("report")
-    if not report:
-        return [*lines, f"   FAILED ({http.get('error') or http.get('skipped')})"]
+    lines, report = section_head(
+        "7. The http kind against a local downstream (bench/bench_http_kind.py)", http
+    )
+    if report is None:
+        return lines
     per_job, target = (
         report["storage_requests_per_job_besides_queue"],
         report["target_storage_requests_per_job"],
@@ -290,22 +295,17 @@ def format_http(http: dict[str, Any]) -> list[str]:
 
 def run_limits(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_limits.py: permits across two hosts (its JSON saved beside bench.json)."""
-    out = out_dir / "limits.json"
     flags = ["--quick"] if args.quick else []
-    result = run_script(
-        "bench.bench_limits", [*flags, "--out", str(out), "--logs", str(out_dir / "logs")], 1800
+    return run_section(
+        "bench.bench_limits", [*flags, "--logs", str(out_dir / "logs")], 1800, out_dir / "limits.json"
     )
-    if result.get("exit_code") == 0:
-        result["report"] = _read_json(out)
-    return result
 
 
 def format_limits(limits: dict[str, Any]) -> list[str]:
     """Section 9's lines."""
-    lines = ["", "9. Limits across instances (bench/bench_limits.py)"]
-    report = limits.get("report")
-    if not report:
-        return [*lines, f"   FAILED ({limits.get('error') or limits.get('exit_code')})"]
+    lines, report = section_head("9. Limits across instances (bench/bench_limits.py)", limits)
+    if report is None:
+        return lines
     cost, tp = report["cost"], report["throughput"]
     lines += [
         f"   storage requests of a permit's acquire + release: {cost['permit_requests_per_job']} "
@@ -344,26 +344,21 @@ def run_spark(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
 def run_spark_versus(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/spark_versus.py: the Spark path vs spark.read.csv on one local cluster (its own stack)."""
     flags = ["--sizes", "20", "--rounds", "1"] if args.quick else ["--sizes", "200,500", "--rounds", "3"]
-    out = out_dir / "spark_versus.json"
-    result = run_script("bench.spark_versus", [*flags, "--out", str(out)], timeout_s=3600)
-    if result.get("exit_code") == 0 and out.exists():
-        result["report"] = _read_json(out)
-    return result
+    return run_section("bench.spark_versus", flags, 3600, out_dir / "spark_versus.json")
 
 
 def format_versus(versus: dict[str, Any]) -> list[str]:
     """Section 8's lines."""
-    lines = ["", "8. The Spark path vs spark.read.csv(...).groupBy(...).agg(...) (bench/spark_versus.py)"]
-    if versus.get("exit_code") != 0:
-        return [*lines, f"   FAILED ({versus.get('error') or versus.get('skipped')})"]
-    for name, got in versus.get("report", {}).get("scanner", {}).items():
+    title = "8. The Spark path vs spark.read.csv(...).groupBy(...).agg(...) (bench/spark_versus.py)"
+    lines, report = section_head(title, versus)
+    if report is None:  # what it printed says how far it got
+        return [*lines, *("   " + line for line in versus.get("stdout", "").strip().splitlines())]
+    for name, got in report.get("scanner", {}).items():
         lines.append(
             f"   {name} MB: median {got['median']:.2f}x, best {got['best']:.2f}x (target >= 1.0: "
             f"{_ok(got['median'] >= 1.0)}); rounds {got['ratios']}: app {got['app_s']} s, "
             f"spark.read.csv {got['spark_s']} s [{'; '.join(got['scanner'])}]"
         )
-    if "report" not in versus:
-        lines += ["   " + line for line in versus.get("stdout", "").strip().splitlines()]
     return lines
 
 
@@ -616,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
         "logs": str(out_dir / "logs" / stamp),
     }
     report["host"] = run_all(config, out_dir / "logs" / stamp, args.only or SECTIONS, progress)
+    # matplotlib is loaded here, when plotting, not by every import of this module's formatters
+    from bench.plot import plot_from_report
+
     plot = plot_from_report(report, out_dir / "throughput_vs_hosts.png")
     if plot:
         report["plot"] = str(plot)

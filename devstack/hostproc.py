@@ -157,6 +157,18 @@ def host_env(
     return layer_settings(sample, local, os.environ, overrides)
 
 
+def init_storage(env: Mapping[str, str]) -> None:
+    """`python -m shared.interfaces.cli init` on `env` (`host_env`'s): the queues, containers and
+    tables a host on those settings uses, made before it starts. Its output is kept (shown when it fails)."""
+    subprocess.run(
+        [sys.executable, "-m", "shared.interfaces.cli", "init"],
+        env=dict(env),
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+
+
 def count_decisions(*logs: Path) -> Counter[str]:
     """Count the app's structured decision records (`{"decision": ...}` lines) in host logs."""
     found: Counter[str] = Counter()

@@ -31,6 +31,9 @@ param storageSku string = 'Standard_LRS'
 @description('Name of the job queue; the host moves poisoned messages to <name>-poison.')
 param jobsQueueName string = 'jobs'
 
+@description('More job queues in the app (JOBS_QUEUES: jobsQueueName first, then these), each with its <name>-poison and <name>-parked queue; the app identity gets each. A queue in another storage account is not listed here: its owner creates it (QUEUE_<NAME>_CONNECTION, extraAppSettings).')
+param extraJobsQueueNames array = []
+
 @description('Days the ledger record of a finished job (tag state=done) is kept after its last write (LEDGER_RETENTION_DAYS; more than JOB_TTL_SECONDS + 1 day).')
 @minValue(1)
 param ledgerRetentionDays int = 30
@@ -551,6 +554,27 @@ resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-
   }
 ]
 
+resource extraQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in extraJobsQueueNames: {
+    parent: queueService
+    name: name
+  }
+]
+
+resource extraPoisonQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in extraJobsQueueNames: {
+    parent: queueService
+    name: format('{0}-poison', name)
+  }
+]
+
+resource extraParkedQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for name in extraJobsQueueNames: {
+    parent: queueService
+    name: format('{0}-parked', name)
+  }
+]
+
 resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
   parent: storage
   name: 'default'
@@ -696,8 +720,17 @@ resource failureRateAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = 
     criteria: {
       allOf: [
         {
-          query: format('customMetrics\n| where name == "jobs.deliveries"\n| extend outcome = tostring(customDimensions["job.outcome"])\n| summarize total = sum(valueSum), failed = sumif(valueSum, outcome in ("poisoned", "failed"))\n| where total >= 10 and failed * 100.0 / total > {0}', failureRateAlertPercent)
+          query: format('customMetrics\n| where name == "jobs.deliveries"\n| extend outcome = tostring(customDimensions["job.outcome"])\n| extend queue_name = tostring(customDimensions["queue_name"])\n| extend queue_name = iff(isempty(queue_name), "{1}", queue_name)\n| summarize total = sum(valueSum), failed = sumif(valueSum, outcome in ("poisoned", "failed")) by queue_name\n| where total >= 10 and failed * 100.0 / total > {0}', failureRateAlertPercent, jobsQueueName)
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'queue_name'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {
@@ -775,6 +808,9 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     appStorageRoleAssignments
     appContainerRoleAssignments
     appQueueRoleAssignments
+    appExtraQueuesRoleAssignments
+    appExtraPoisonQueuesRoleAssignments
+    appExtraParkedQueuesRoleAssignments
     metricsPublisherRoleAssignment
   ]
 }
@@ -801,6 +837,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     // host fetches for process_job can run at once (the work waits on storage and Spark, not the CPU).
     PYTHON_THREADPOOL_THREAD_COUNT: '24'
     JOBS_QUEUE: jobsQueueName
+    JOBS_QUEUES: empty(extraJobsQueueNames) ? '' : join(concat([jobsQueueName], extraJobsQueueNames), ',')
     LEDGER_CONTAINER: 'ledger'
     RESULTS_CONTAINER: 'results'
     PAYLOADS_CONTAINER: 'payloads'
@@ -910,6 +947,42 @@ resource appQueueRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-0
   for (queueName, i) in queueNames: {
     name: guid(queues[i].id, identity.id, roles.storageQueueDataContributor)
     scope: queues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource appExtraQueuesRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (name, i) in extraJobsQueueNames: {
+    name: guid(extraQueues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: extraQueues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource appExtraPoisonQueuesRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (name, i) in extraJobsQueueNames: {
+    name: guid(extraPoisonQueues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: extraPoisonQueues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+      principalId: identity.properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource appExtraParkedQueuesRoleAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (name, i) in extraJobsQueueNames: {
+    name: guid(extraParkedQueues[i].id, identity.id, roles.storageQueueDataContributor)
+    scope: extraParkedQueues[i]
     properties: {
       roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
       principalId: identity.properties.principalId

@@ -15,7 +15,8 @@
   read (and to replay).
 - `assert_hidden(secret, *texts)`, `assert_sent(secret, values)`: checks that never print a secret.
 - `receiver` (a pytest fixture, registered by tests/conftest.py): a real HTTP server on a free
-  loopback port answering what the test scripts (per path with `route`), recording every request.
+  loopback port answering what the test scripts (per path with `route`), recording every request;
+  `module_receiver`: one for a module's local host.
 
 The in-memory account is the app's own (`shared.storage.memory_account`, held to Azure's answers
 by tests/integration/test_port_contract.py); the kit lives under tests/ for its pytest fixture and
@@ -349,6 +350,14 @@ class Receiver:
         with self._lock:
             self.routes.setdefault(path, []).extend(replies)
 
+    def reset(self) -> Receiver:
+        """Forget the scripted replies and the requests seen (a module's receiver, between tests)."""
+        with self._lock:
+            self.script.clear()
+            self.routes.clear()
+            self.requests.clear()
+        return self
+
     def to(self, path: str) -> list[Seen]:
         """The requests it got on `path` (without the query)."""
         return [r for r in self.requests if r.path.split("?")[0] == path]
@@ -361,6 +370,17 @@ class Receiver:
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     """A scripted HTTP receiver on a free loopback port, stopped after the test."""
+    server = Receiver()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_receiver() -> Iterator[Receiver]:
+    """One receiver for a module's host (its port goes in the host's HTTP_ALLOWED_HOSTS); such a
+    module's `receiver` is this one, `reset` for each test."""
     server = Receiver()
     try:
         yield server

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -50,17 +49,17 @@ def run_step(rt: Runtime, body: bytes) -> str:
     doc = rt.archive.read(op_name(op_id))
     if doc is None or doc.data.get("status") != "running" or int(doc.data.get("step", 0)) != step:
         return "ignored"
-    started = time.monotonic()
+    started = rt.monotonic()
     data = doc.data
     rate = float(data.get("rate_per_s") or 0)
     plan = step_plan(rate)
     items, cursor, finished = _next_items(rt, data, plan.size)
     writes = IndexWrites()
-    pacer = Pacer(rate)
+    pacer = Pacer(rate, rt.monotonic)
 
     def one(k: int) -> tuple[str, str] | None:
-        pacer.wait(k)
-        if k and time.monotonic() - started > STEP_BUDGET_S:
+        pacer.wait(k, rt.sleep)
+        if k and rt.monotonic() - started > STEP_BUDGET_S:
             return None  # not started: the next step takes it
         return _apply(rt, data, items[k][0], items[k][1], writes)
 
@@ -76,7 +75,7 @@ def run_step(rt: Runtime, body: bytes) -> str:
         if outcome is not None
     ]
     if not finished:
-        wait = step_plan(float(data.get("rate_per_s") or 0), time.monotonic() - started, done)
+        wait = step_plan(float(data.get("rate_per_s") or 0), rt.monotonic() - started, done)
         send_step(rt, op_id, step + 1, wait.delay_s)
     _record(rt, op_id, doc, step, cursor, results, finished)
     return "finished" if finished else "stepped"

@@ -254,7 +254,7 @@ def replay_jobs(
     given = dict(zip(ids, names or (), strict=False))
     wanted = list(dict.fromkeys(ids))
     report = ReplayReport(dry_run=dry_run)
-    pacer = Pacer(rate_per_s)
+    pacer = Pacer(rate_per_s, rt.monotonic)
     started = 0
     with index_writes(rt) as writes:
         for index, job_id in enumerate(wanted, start=1):

@@ -76,6 +76,9 @@ class Runtime:
     clock: Clock = system_clock
     timers: Timers = field(default_factory=ThreadTimers)
     sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    """The seconds `sleep` waits in: replays and bulk steps keep their rates on this pair
+    (shared/poison/pacing.py); a test may give a fake pair."""
     retry_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     """Each kind's retry policy (shared/jobs/kinds.py); a kind not listed: the app's settings."""
     lane: QueueSettings | None = None

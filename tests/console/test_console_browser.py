@@ -8,8 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,11 +19,11 @@ from urllib.parse import urlencode
 import pytest
 
 from devstack.azurite import Azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions, host_env
+from devstack.hostproc import REPO_ROOT, HostProcess, count_decisions
 from shared.config.settings import Settings
 from shared.storage.clients import clients_for
 from tests.handlerkit import Receiver, Reply
-from tests.integration.helpers import unique
+from tests.integration.helpers import local_host, unique
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import WebDriverException  # noqa: E402
@@ -118,22 +116,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> An
     raise AssertionError(f"not true after {timeout_s:.0f}s: {what} (last WebDriver error: {last_error!r})")
 
 
-@pytest.fixture(scope="module")
-def module_receiver() -> Iterator[Receiver]:
-    """One receiver for the module's stack: its port is in HTTP_ALLOWED_HOSTS (that port only)."""
-    server = Receiver()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def receiver(module_receiver: Receiver) -> Receiver:
-    with module_receiver._lock:
-        module_receiver.script.clear()
-        module_receiver.requests.clear()
-    return module_receiver
+    """The module's receiver (its port is in the stack's HTTP_ALLOWED_HOSTS, that port only)."""
+    return module_receiver.reset()
 
 
 @pytest.fixture(scope="module")
@@ -151,22 +137,11 @@ def stack(
         "HTTP_SECRET_CONSOLE": SECRET,
         "HTTP_SECRET_CONSOLE_HOSTS": module_receiver.allow,
     }
-    env = host_env(azurite.connection_string, values)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
     log = tmp_path_factory.mktemp("console") / "host.log"
-    host = HostProcess(env, log_path=log).start()
-    try:
+    with local_host(azurite, values, log) as host:
         yield Stack(
             host, Settings.from_env({**values, "AzureWebJobsStorage": azurite.connection_string}), log
         )
-    finally:
-        host.stop()
 
 
 @pytest.fixture(scope="module")

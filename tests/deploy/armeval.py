@@ -414,6 +414,7 @@ Evaluator.FUNCTIONS = {
     "union": _union,
     "length": lambda _, v: len(v),
     "createarray": lambda _, *v: list(v),
+    "join": lambda _, v, sep: sep.join(str(x) for x in v),
     "createobject": _create_object,
     "uniquestring": lambda _, *parts: unique_string(*parts),
     "guid": lambda _, *parts: fake_guid(*parts),

@@ -131,6 +131,7 @@ PARAM_SETS: dict[str, dict[str, Any]] = {
         "sparkUrl": "http://spark-master.internal:6066",
         "sparkJobFile": "/opt/jobs/aggregate_job.py",
         "jobsQueueName": "work",
+        "extraJobsQueueNames": ["gold", "silver-eu"],
         "extraAppSettings": {"SPARK_MASTER_UI_URL": "http://spark-master.internal:8080"},
     },
 }

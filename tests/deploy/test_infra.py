@@ -122,7 +122,9 @@ def test_dependencies_order_every_read(template: dict[str, Any], case: str) -> N
     resources, _ = deployment(template, case)
     by_id = {r.id.lower(): r for r in resources}
     assert len(by_id) == len(resources), "two resources with the same id"
-    copies: dict[str, list[Deployed]] = {}
+    # every copy loop the template declares, those that deploy no copy too (a loop over an empty
+    # parameter: extraJobsQueueNames), since depending on it is depending on none of its copies
+    copies: dict[str, list[Deployed]] = {r["copy"]["name"]: [] for r in template["resources"] if "copy" in r}
     for r in resources:
         if r.copy_name:
             copies.setdefault(r.copy_name, []).append(r)
@@ -182,7 +184,10 @@ def test_queues_and_containers(template: dict[str, Any], case: str) -> None:
     queue = PARAM_SETS[case].get("jobsQueueName", "jobs")
     queues = {r.name for r in resources if r.type.endswith("/queueServices/queues")}
     containers = {r.name for r in resources if r.type.endswith("/blobServices/containers")}
-    assert queues == {f"{account}/default/{queue}{end}" for end in QUEUE_ENDS}
+    extra = PARAM_SETS[case].get("extraJobsQueueNames", [])
+    assert queues == {f"{account}/default/{queue}{end}" for end in QUEUE_ENDS} | {
+        f"{account}/default/{q}{end}" for q in extra for end in ("", "-poison", "-parked")
+    }
     assert containers == {f"{account}/default/{c}" for c in CONTAINERS}
     tables = {r.name for r in resources if r.type == "Microsoft.Storage/storageAccounts/tableServices/tables"}
     assert tables == {f"{account}/default/{ENTRIES_TABLE}"}
@@ -250,6 +255,8 @@ def test_app_settings_are_identity_based(template: dict[str, Any], case: str) ->
     assert settings["INPUT_CONTAINERS"] == "inputs" == outputs["inputContainer"]
     assert settings["PYTHON_ENABLE_OPENTELEMETRY"] == "true"
     assert settings["JOBS_QUEUE"] == params.get("jobsQueueName", "jobs")
+    extra = params.get("extraJobsQueueNames", [])
+    assert settings["JOBS_QUEUES"] == (",".join([settings["JOBS_QUEUE"], *extra]) if extra else "")
     assert settings["MAX_ATTEMPTS"] == str(params.get("maxAttempts", 5))
     assert settings["HTTP_ALLOWED_HOSTS"] == params.get("httpAllowedHosts", "")
     assert settings["HTTP_FOLLOW_REDIRECTS"] == str(params.get("httpFollowRedirects", False)).lower()

@@ -78,6 +78,11 @@ def test_role_assignments(template: dict[str, Any], case: str) -> None:
         (ROLE["queue_contributor"], principal, _queue_id(account, f"{queue}-ops"), app),
         (ROLE["blob_reader"], principal, _container_id(account, "inputs"), app),
     }
+    expected |= {  # each more job queue (JOBS_QUEUES), its poison and parked queues
+        (ROLE["queue_contributor"], principal, _queue_id(account, f"{q}{end}"), app)
+        for q in params.get("extraJobsQueueNames", [])
+        for end in ("", "-poison", "-parked")
+    }
     expected |= {
         (ROLE["blob_contributor"], principal, _container_id(account, c), app)
         for c in APP_CONTAINERS - TAGGED_CONTAINERS

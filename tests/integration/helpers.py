@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
+import urllib.error
+import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
 
 from devstack.azurite import Azurite
+from devstack.hostproc import HostProcess, host_env, init_storage
 from shared.config.settings import Settings, StorageConnection
 from shared.jobs import registry
 from shared.runtime.wiring import Runtime, build_runtime
@@ -77,3 +82,34 @@ def drain_raw(rt: Runtime, queue: str) -> list[bytes]:
 
 def queue_length(rt: Runtime, queue: str) -> int:
     return rt.account.raw_queue(queue).depth()
+
+
+@contextlib.contextmanager
+def local_host(
+    azurite: Azurite, settings: Mapping[str, str], log: Path, instance_id: str = "host-1"
+) -> Iterator[HostProcess]:
+    """The local host (the repo's host.json) on `azurite` with `settings`, once `cli init` made its
+    queues, containers and tables; stopped on leaving."""
+    env = host_env(azurite.connection_string, settings)
+    init_storage(env)
+    process = HostProcess(env, instance_id=instance_id, log_path=log).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def host_call(host: HostProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """`method /api/<path>` on the host (bytes as they are, anything else as JSON): its status
+    and JSON answer (an error's text that is not JSON: `{"error": text}`)."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(f"{host.url}/api/{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:  # e.g. a call in a worker the job kills fails with text
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text or b"null")
+        except ValueError:
+            return exc.code, {"error": text.decode("utf-8", "replace")}

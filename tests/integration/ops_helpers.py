@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,42 @@ from typing import Any
 from shared.poison import bulk, bulk_step
 from shared.runtime.wiring import Runtime
 from shared.storage.memory_account import MemoryAccount
+from tests.integration.backends import Backend
 from tests.integration.helpers import queue_length
+
+
+class SkippedTime:
+    """The real time plus what sleeps skipped, for a runtime's pacing (`Runtime.sleep` and
+    `.monotonic`): a sleep returns at once, moving the time to when its sleeper would wake, counted
+    from what that thread last read (threads sleeping together: to the latest of their wake-ups,
+    not their sum). A replay or a bulk step keeps its rate on it (item k starts k / rate after the
+    first), at the shipped rates and budgets, without waiting them out."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+        self._lock = threading.Lock()
+        self._seen = threading.local()
+
+    def monotonic(self) -> float:
+        with self._lock:
+            now = time.monotonic() + self.skipped
+            self._seen.at = now
+            return now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            wake = getattr(self._seen, "at", time.monotonic() + self.skipped) + max(0.0, seconds)
+            self.skipped = max(self.skipped, wake - time.monotonic())
+
+
+def paced_runtime(backend: Backend, **settings: str) -> Runtime:
+    """The backend's runtime; on the in-memory account its replays and bulk steps pace on
+    `SkippedTime` (on Azurite: the real time, as shipped)."""
+    rt = backend.runtime(None, **settings)
+    if backend.memory is not None:
+        skipped = SkippedTime()
+        rt.sleep, rt.monotonic = skipped.sleep, skipped.monotonic
+    return rt
 
 
 def ops_queue(rt: Runtime) -> str:

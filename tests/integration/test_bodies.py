@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +15,8 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from devstack.azurite import Azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
-from tests.integration.helpers import unique
+from devstack.hostproc import REPO_ROOT, HostProcess, host_env, init_storage
+from tests.integration.helpers import host_call, unique
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +29,7 @@ class Stack:
         """A plain client: puts text as given, as `az storage message put` does by default."""
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.host.url}/api/{path}", data=data, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+        return host_call(self.host, method, path, body)
 
     def archived_bodies(self) -> dict[bytes, dict[str, Any]]:
         status, body = self.call("GET", "console/data/poison")
@@ -72,13 +62,7 @@ def stack(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "POISON_ARCHIVE_CONTAINER": unique("arch"),
     }
     env = host_env(azurite.connection_string, values)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
+    init_storage(env)
     log: Path = tmp_path_factory.mktemp("bodies") / "host.log"
     host = HostProcess(env, log_path=log).start()  # the repository's own host.json
     try:

@@ -14,7 +14,7 @@ import azure.functions as func
 import pytest
 
 from shared.interfaces import api
-from shared.interfaces.console import routes
+from shared.interfaces.console import by_queue, routes
 from shared.interfaces.console.security import issue_token
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
@@ -71,7 +71,7 @@ def names(rt: Runtime) -> tuple[str, str]:
     return first, gold
 
 
-def test_the_overview_shows_each_queue_and_costs_a_few_requests_a_queue(rt: Runtime) -> None:
+def test_the_overview_shows_each_queues_backlog_age_running_and_poisoned(rt: Runtime) -> None:
     first, gold = names(rt)
     poison_on(rt, gold, "o-1")
     for n in range(2):
@@ -230,3 +230,27 @@ def test_an_operator_limited_to_one_queue_sees_and_acts_on_its_jobs_only(rt: Run
     status, page = as_operator(rt, "Console.Operator", "GET", "data/poison")
     assert status == 200 and [e["job_id"] for e in json.loads(page)["archived"]] == ["d-1"]
     assert as_operator(rt, "Other.Role", "GET", "data/poison")[0] == 403
+
+
+def test_the_table_of_queues_costs_a_few_requests_a_queue_whatever_the_history(
+    rt: Runtime, storage_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, gold = names(rt)
+    poison_on(rt, gold, "h-0")
+    for n in range(5):
+        rt.account.queue(first).send_message(json.dumps({"id": f"w-{n}", "kind": "noop", "payload": {}}))
+
+    def cost() -> list[str]:
+        sent = storage_backend.record_requests(monkeypatch)
+        rows = by_queue.queue_rows(rt)
+        assert [r.name for r in rows] == [first, gold]
+        return sent()
+
+    before = cost()
+    # the counters (1); the first queue: properties, a peek (not empty), its poison queue's
+    # properties (3); gold: properties (empty: no peek), its poison queue's, its permits (3)
+    assert len(before) == 7, before
+    for n in range(1, 4):
+        poison_on(rt, gold, f"h-{n}")
+    assert len(cost()) == len(before), "the same requests, whatever the history"
+    assert by_queue.queue_rows(rt)[1].poisoned == 4

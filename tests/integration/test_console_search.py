@@ -22,12 +22,12 @@ from shared.poison.entry import ArchiveEntry
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw
-from tests.integration.ops_helpers import read_op, take_steps
+from tests.integration.ops_helpers import paced_runtime, read_op, take_steps
 
 
 @pytest.fixture
 def rt(storage_backend: Backend) -> Runtime:
-    return storage_backend.runtime()
+    return paced_runtime(storage_backend)
 
 
 def a_moment_later() -> None:

@@ -5,11 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +13,9 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
+from devstack.hostproc import REPO_ROOT, HostProcess, host_env, init_storage
 from tests.integration.effects import count_effects
-from tests.integration.helpers import unique
+from tests.integration.helpers import host_call, unique
 
 pytestmark = pytest.mark.integration
 FAST_QUEUES = {
@@ -68,13 +64,7 @@ def start_host(
     }
     directory = app_dir(tmp_path, FAST_QUEUES)
     env = host_env(azurite.connection_string, settings)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
+    init_storage(env)
 
     def start(name: str = "host-1") -> HostProcess:
         host = HostProcess(
@@ -106,13 +96,7 @@ def call(host: HostProcess, method: str, path: str, body: Any = None) -> tuple[i
         body = {**body, "queue": queue}
     if queue and path.startswith("jobs/"):
         path = f"{path}?queue={queue}"
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    req = urllib.request.Request(f"{host.url}/api/{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return host_call(host, method, path, body)
 
 
 def wait_status(host: HostProcess, job_id: str, wanted: set[str], timeout_s: float = 60) -> dict[str, Any]:

@@ -4,11 +4,7 @@ Azurite, calling a scripted receiver on a free loopback port (allowed by HTTP_AL
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,31 +12,19 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
+from devstack.hostproc import HostProcess, host_env, init_storage
 from tests.handlerkit import Receiver, Reply, assert_hidden, assert_sent
-from tests.integration.helpers import unique
+from tests.integration.helpers import host_call as call
+from tests.integration.helpers import local_host, unique
 
 pytestmark = pytest.mark.integration
 SECRET = "partner-token-5f1c0e9a77d2"
 
 
-@pytest.fixture(scope="module")
-def module_receiver() -> Iterator[Receiver]:
-    """One receiver for the module's host: its port is in the host's HTTP_ALLOWED_HOSTS."""
-    server = Receiver()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def receiver(module_receiver: Receiver) -> Receiver:
     """The module's receiver, its script and requests emptied for each test."""
-    with module_receiver._lock:
-        module_receiver.script.clear()
-        module_receiver.requests.clear()
-    return module_receiver
+    return module_receiver.reset()
 
 
 @pytest.fixture(scope="module")
@@ -60,30 +44,9 @@ def host(
         "HTTP_SECRET_PARTNER": SECRET,
         "HTTP_SECRET_PARTNER_HOSTS": module_receiver.allow,
     }
-    env = host_env(azurite.connection_string, settings)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
     log = tmp_path_factory.mktemp("http-host") / "host.log"
-    process = HostProcess(env, instance_id="http-host", log_path=log).start()
-    try:
+    with local_host(azurite, settings, log, instance_id="http-host") as process:
         yield process
-    finally:
-        process.stop()
-
-
-def call(host: HostProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{host.url}/api/{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def submit(host: HostProcess, payload: dict[str, Any]) -> str:
@@ -228,13 +191,7 @@ def test_kill_9_during_a_call_completes_after_recovery_with_the_same_key(
         "RECOVERY_INTERVAL_SECONDS": "5",
     }
     env = host_env(azurite.connection_string, settings)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
+    init_storage(env)
     first = HostProcess(env, instance_id="kill-1", log_path=tmp_path / "kill-1.log").start()
     receiver.reply(Reply(200, "never seen", delay_s=60))
     job = submit(first, {"url": receiver.url(), "timeout_seconds": 90})

@@ -3,13 +3,8 @@ jobs against a real loopback downstream that records how many calls it serves at
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,8 +13,9 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
-from tests.integration.helpers import unique
+from devstack.hostproc import HostProcess
+from tests.integration.helpers import host_call as call
+from tests.integration.helpers import local_host, unique
 
 pytestmark = pytest.mark.integration
 LIMIT = 2
@@ -88,30 +84,9 @@ def host(
         "HTTP_ALLOWED_HOSTS": f"127.0.0.1:{downstream.server.server_address[1]}",
         "HTTP_MAX_CONCURRENT_PER_HOST": str(LIMIT),
     }
-    env = host_env(azurite.connection_string, settings)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
     log = tmp_path_factory.mktemp("limits-host") / "host.log"
-    process = HostProcess(env, instance_id="limits-host", log_path=log).start()
-    try:
+    with local_host(azurite, settings, log, instance_id="limits-host") as process:
         yield process
-    finally:
-        process.stop()
-
-
-def call(host: HostProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{host.url}/api/{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def test_at_most_the_hosts_limit_in_flight_every_job_once_and_the_wait_explained(

@@ -12,7 +12,7 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 
 from devstack.azurite import Azurite
-from devstack.hostproc import HostProcess, host_env
+from devstack.hostproc import HostProcess, host_env, init_storage
 from tests.integration.helpers import unique
 from tests.integration.test_e2e_host import FAST_QUEUES, app_dir, call, wait_status
 from tests.otlp_receiver import OtlpReceiver, Span
@@ -31,10 +31,6 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture
 def host(azurite: Azurite, tmp_path: Path, receiver: OtlpReceiver) -> Iterator[HostProcess]:
-    import subprocess
-    import sys
-
-    from devstack.hostproc import REPO_ROOT
 
     settings = {
         "JOBS_QUEUE": unique("otlp"),
@@ -51,13 +47,7 @@ def host(azurite: Azurite, tmp_path: Path, receiver: OtlpReceiver) -> Iterator[H
         "APPLICATIONINSIGHTS_CONNECTION_STRING": "",
     }
     env = host_env(azurite.connection_string, settings)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
+    init_storage(env)
     process = HostProcess(
         env,
         instance_id="otlp",

@@ -14,7 +14,7 @@ from azure.storage.blob import ContainerClient
 from azure.storage.queue import QueueClient
 
 from devstack.azurite import Azurite
-from shared.permits.decide import Ticket
+from shared.permits.decide import RESERVED_SHARE, Ticket
 from shared.permits.limit import Limit
 from shared.permits.limit_settings import read_permit_settings
 from shared.permits.parked_messages import QueueParking
@@ -150,3 +150,23 @@ def test_a_release_wakes_the_parked_waiter_at_once(parts) -> None:  # type: igno
     assert [m.content for m in seen] == ['{"id": "job-1"}']
     assert isinstance(b.acquire([limit], ticket(1)), Hold)
     assert b.waiting_reason("job-1") is None
+
+
+def test_a_reservation_left_unused_sends_the_jobs_message_again(parts) -> None:  # type: ignore[no-untyped-def]
+    container, queue, _ = parts
+    clock = Clock()
+    a, b = instance(container, queue, clock), instance(container, queue, clock)
+    limit = Limit("k", 1)
+    hold = a.acquire([limit], ticket(0))
+    assert isinstance(hold, Hold)
+    waiting = b.acquire([limit], ticket(1))
+    assert isinstance(waiting, Waiting)
+    b.wait(waiting, ticket(1), '{"id": "job-1"}')
+    hold.release()  # wakes job-1: a host takes its message and is killed before it starts the job
+    taken = list(queue.receive_messages(max_messages=5, visibility_timeout=600))
+    assert [m.content for m in taken] == ['{"id": "job-1"}']
+    clock.s = LEASE * RESERVED_SHARE + 1  # the reservation ended unused; the next write notices
+    assert isinstance(a.acquire([limit], ticket(2)), Hold)
+    again = list(queue.receive_messages(max_messages=5, visibility_timeout=30))
+    assert [m.content for m in again] == ['{"id": "job-1"}']  # sent again, visible at once
+    assert again[0].id != taken[0].id

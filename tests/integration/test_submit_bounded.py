@@ -6,8 +6,6 @@ sent, else 503 with Retry-After), and the job still runs once. In process (the A
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +20,7 @@ from azure.storage.blob import BlobServiceClient
 
 from devstack.azurite import DEV_ACCOUNT, Azurite
 from devstack.faultproxy import FaultProxy, FaultRule
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
+from devstack.hostproc import HostProcess, host_env, init_storage
 from shared.config.settings import Settings
 from shared.interfaces import api
 from shared.ledger import COMPLETED, QUEUED
@@ -245,13 +243,7 @@ def test_through_the_host_post_answers_202_while_ledger_writes_fail_and_the_job_
         "ENABLE_TEST_KINDS": "1",
     }
     direct = host_env(azurite.connection_string, settings, local_settings=None)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=direct,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
+    init_storage(direct)
     env = host_env(azurite.connection_string, settings, storage_proxy=proxy, local_settings=None)
     host = HostProcess(env, instance_id="host-bounded", log_path=tmp_path / "host.log").start()
     try:

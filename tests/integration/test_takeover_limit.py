@@ -9,12 +9,7 @@ triggers; the ledger's takeover count must. The test prints the time from submit
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +17,9 @@ from typing import Any
 import pytest
 
 from devstack.azurite import Azurite
-from devstack.hostproc import REPO_ROOT, HostProcess, host_env
+from devstack.hostproc import HostProcess, host_env, init_storage
 from shared.config.settings import DEFAULT_MAX_TAKEOVERS
+from tests.integration.helpers import host_call as call
 from tests.integration.helpers import unique
 
 pytestmark = pytest.mark.integration
@@ -42,30 +38,10 @@ def host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
         "ENABLE_TEST_KINDS": "1",
     }
     env = host_env(azurite.connection_string, settings)
-    subprocess.run(
-        [sys.executable, "-m", "shared.interfaces.cli", "init"],
-        env=env,
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
+    init_storage(env)
     proc = HostProcess(env, instance_id="host-tko", log_path=tmp_path / "host.log")  # the shipped host.json
     yield proc.start()
     proc.stop()
-
-
-def call(host: HostProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{host.url}/api/{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:  # a call in the worker the job kills fails with text
-        text = exc.read()
-        try:
-            return exc.code, json.loads(text or b"null")
-        except ValueError:
-            return exc.code, {"error": text.decode("utf-8", "replace")}
 
 
 def wait_poisoned(host: HostProcess, job_id: str, since: float) -> dict[str, Any]:

@@ -32,3 +32,14 @@ def test_the_section_prints_jobs_per_second_and_requests_against_the_target() ->
 
 def test_a_failed_run_says_so() -> None:
     assert "FAILED (timed out)" in "\n".join(format_http({"error": "timed out"}))
+
+
+def test_sections_7_to_10_without_a_report_say_failed_and_why() -> None:
+    from bench.run import format_fairness, format_limits, format_versus
+
+    for fmt in (format_http, format_versus, format_limits, format_fairness):
+        assert "FAILED (timed out after 1800s)" in "\n".join(fmt({"error": "timed out after 1800s"}))
+        assert "FAILED (exit code 2)" in "\n".join(fmt({"exit_code": 2, "stdout": ""}))
+        assert "FAILED (bench/x.py is not there)" in "\n".join(fmt({"skipped": "bench/x.py is not there"}))
+    printed = format_versus({"exit_code": 0, "report": {}, "stdout": "20 MB: app 1.0 s\n"})
+    assert printed[-1] == "   20 MB: app 1.0 s", "a run without its JSON shows what it printed"
