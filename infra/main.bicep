@@ -720,8 +720,17 @@ resource failureRateAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = 
     criteria: {
       allOf: [
         {
-          query: format('customMetrics\n| where name == "jobs.deliveries"\n| extend outcome = tostring(customDimensions["job.outcome"])\n| summarize total = sum(valueSum), failed = sumif(valueSum, outcome in ("poisoned", "failed"))\n| where total >= 10 and failed * 100.0 / total > {0}', failureRateAlertPercent)
+          query: format('customMetrics\n| where name == "jobs.deliveries"\n| extend outcome = tostring(customDimensions["job.outcome"])\n| extend queue_name = tostring(customDimensions["queue_name"])\n| extend queue_name = iff(isempty(queue_name), "{1}", queue_name)\n| summarize total = sum(valueSum), failed = sumif(valueSum, outcome in ("poisoned", "failed")) by queue_name\n| where total >= 10 and failed * 100.0 / total > {0}', failureRateAlertPercent, jobsQueueName)
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'queue_name'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {

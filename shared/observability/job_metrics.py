@@ -12,6 +12,9 @@ OTLP): no storage request per message. Names and attributes (no job id: one seri
 - `jobs.queue.depth` / `jobs.queue.oldest_age` (s) {queue: jobs | poison | parked}: sampled by the
   `sample_queues` timer (shared/observability/queue_metrics.py);
 - `jobs.spark.runs_in_flight` / `jobs.spark.oldest_run_age` (s): from the same sample.
+
+With several queues (JOBS_QUEUES) each of these also says `queue_name`: the delivery's queue
+(from its decision's `queue`), the sampled queue's owner.
 """
 
 from __future__ import annotations
@@ -77,16 +80,17 @@ def on_decision(decision: str, fields: Mapping[str, Any]) -> None:
     if decision in NOT_DELIVERIES:
         return
     kind = _kind(fields)
-    DELIVERIES.add(1, {"job.kind": kind, "job.outcome": decision})
+    queue = {"queue_name": str(fields["queue"])} if fields.get("queue") else {}  # several queues
+    DELIVERIES.add(1, {"job.kind": kind, "job.outcome": decision, **queue})
     if decision == "completed":
         duration = fields.get("duration_s")
         if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
-            DURATION.record(float(duration), {"job.kind": kind})
+            DURATION.record(float(duration), {"job.kind": kind, **queue})
     elif decision == "retry_scheduled":
-        RETRIES.add(1, {"job.kind": kind})
+        RETRIES.add(1, {"job.kind": kind, **queue})
     elif decision == "poisoned":
         code = fields.get("reason_code")
-        POISONED.add(1, {"job.kind": kind, "job.reason_code": str(code) if code else "-"})
+        POISONED.add(1, {"job.kind": kind, "job.reason_code": str(code) if code else "-", **queue})
 
 
 def claimed(data: Mapping[str, Any]) -> None:

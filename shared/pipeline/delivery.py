@@ -23,9 +23,18 @@ class Delivery:
     message_id: str | None
     dequeue_count: int | None
     body: bytes
+    queue: str = ""
+    """The declared queue, when the app has several (JOBS_QUEUES): its decisions, and the job
+    metrics counted from them, say it."""
 
     def fields(self, attempt: int | None = None) -> dict[str, Any]:
-        return {"queue_message_id": self.message_id, "dequeue_count": self.dequeue_count, "attempt": attempt}
+        said = {"queue": self.queue} if self.queue else {}
+        return {
+            "queue_message_id": self.message_id,
+            "dequeue_count": self.dequeue_count,
+            "attempt": attempt,
+            **said,
+        }
 
 
 def send_poison_copy(

@@ -79,7 +79,10 @@ def process_message(
         rt = get_runtime()
         recovery.watch(rt)  # issue 21: this worker also looks for claims that ended unfinished
     rt = rt.for_queue(queue)
-    delivery = Delivery(msg.id, msg.dequeue_count, decode_message(msg.get_body()))
+    several = len(rt.settings.queue_set) > 1  # decisions and metrics then name the queue
+    delivery = Delivery(
+        msg.id, msg.dequeue_count, decode_message(msg.get_body()), rt.queue.name if several else ""
+    )
     try:
         env = parse_body(delivery.body, rt.handlers.keys(), received_at=inserted_at(msg))
     except EnvelopeError as exc:

@@ -13,10 +13,12 @@ import pytest
 
 from shared import poison
 from shared.interfaces import api, cli
+from shared.observability import queue_metrics
 from shared.pipeline.processing import process_message
 from shared.runtime.wiring import Runtime
 from tests.integration.backends import Backend
 from tests.integration.helpers import drain_raw, message, unique
+from tests.otel_support import memory_telemetry, metric_points
 
 
 @pytest.fixture
@@ -222,3 +224,16 @@ def test_the_cli_lists_and_replays_one_queues_poisoned_jobs(
     assert [json.loads(b)["id"] for b in drain_raw(rt.for_queue(gold), gold)] == ["c-2"]
     assert drain_raw(rt, rt.settings.queue_set.default.name) == []
     assert [r["job_id"] for r in poison_page()["archived"]] == ["d-2"]
+
+
+def test_a_queues_deliveries_and_samples_carry_its_name(rt: Runtime) -> None:
+    _, reader = memory_telemetry()
+    gold, first = second(rt), rt.settings.queue_set.default.name
+    assert post({"id": "m-1", "kind": "noop", "payload": {}, "queue": gold})[0] == 202
+    assert post({"id": "m-2", "kind": "noop", "payload": {}})[0] == 202
+    assert run_queue(rt, gold) == 1 and run_queue(rt, None) == 1
+    done = {(a.get("queue_name"), a.get("job.outcome")) for a, _ in metric_points(reader, "jobs.deliveries")}
+    assert {(gold, "completed"), (first, "completed")} <= done
+    queue_metrics.sample(rt)
+    depth = {(a.get("queue_name"), a["queue"]) for a, _ in metric_points(reader, "jobs.queue.depth")}
+    assert {(gold, "jobs"), (gold, "poison"), (first, "jobs")} <= depth
