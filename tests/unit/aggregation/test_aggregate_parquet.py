@@ -383,14 +383,14 @@ def test_more_groups_than_max_groups_stops_the_read(monkeypatch: pytest.MonkeyPa
 
 
 def test_more_groups_than_max_groups_stops_the_read_with_the_shipped_read_ahead() -> None:
-    """The twin with READ_BYTES as shipped (16 MiB): row groups of ~5 MB, stopped well before the
-    last of 8 (the first one's partial is past the limit; at most READ_BYTES more read)."""
+    """The twin with READ_BYTES as shipped (32 MiB): row groups of ~5 MB, stopped well before the
+    last of 12 (the first one's partial is past the limit; at most READ_BYTES more read)."""
     import pyarrow.compute as pc
 
     from shared.aggregation import TooManyGroups, aggregate_table
     from shared.aggregation.parquet_path import READ_BYTES
 
-    rows = 8 * 150_000
+    rows = 12 * 150_000
     keys = pc.binary_join_element_wise(pc.cast(pa.array(np.arange(rows)), pa.string()), "-" + "x" * 40, "")
     data = parquet(pa.table({"k": keys}), row_group_size=150_000, use_dictionary=False, compression="none")
     meta = pq.read_metadata(io.BytesIO(data))
