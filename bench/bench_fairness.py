@@ -2,16 +2,20 @@
 
 One local host with the shipped host.json and settings sample, three declared queues
 (`JOBS_QUEUES`): two small ones (`a`, the default, and `b`) and `flood`. Every job is an `http`
-job against a local downstream answering after `--latency-ms` (200). Seven runs, side by side in
-one Azurite:
+job against a local downstream answering after `--latency-ms` (200). Runs side by side in one
+Azurite (`--scenarios` picks some):
 
+0. backlog: Azurite alone, no host: a small queue's send + receive + delete with another queue
+   empty and `--flood` deep, alternately, twice (what a deep backlog costs everyone there);
 1. alone: 20 jobs on `a` and 20 on `b`, POSTed over 10 s (alternating), nothing else;
 2. unfair: `--flood` (2,000) jobs put on `flood` directly, released at once, then the same
    small jobs POSTed over 10 s while the flood drains, with `FAIR_SHARE=false` (as before it);
-3. flooded: the same with the fair share (shared/pipeline/fair_share.py);
+3. flooded: the same with the fair share (shared/pipeline/fair_share.py); with `--no-drain` the
+   host stops once the small jobs are done (and what is left of the flood is cleared);
 4. the flood alone, four times: `FAIR_SHARE=false` (no limit of any kind configured), with the
    fair share, with it, without it (alternating, so the machine's drift cancels); the fair
-   share's jobs/s over all its runs against the unlimited's (work-conserving: target >= 90%).
+   share's jobs/s over all its runs against the unlimited's (work-conserving: target >= 90%);
+   with `--window S`, each run's jobs/s over S seconds (after 5) with its backlog still deep.
 
 Printed (and JSON on stdout): each small queue's POST-to-completed p50 / p95 (the host's
 `completed` decisions: finished - created_at, the API stamping created_at) alone and flooded,
@@ -19,6 +23,9 @@ their ratio and difference, the target (flooded p95 within max(1.5x, +2 s) of al
 flood's jobs/s alone and flooded.
 
     python -m bench.bench_fairness [--flood N] [--small N] [--over-s S] [--latency-ms MS] [--quick]
+        [--scenarios alone,unfair,flooded,floodalone,backlog] [--no-drain] [--window S]
+
+The machine's load average is printed with every run.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from devstack.hostproc import REPO_ROOT, HostProcess
 TAG = "fair"
 WARM_UP_S = 5.0
 """With `--window`, the flood alone runs this long before its jobs/s is measured."""
-SCENARIOS = frozenset({"alone", "unfair", "flooded", "floodalone"})
+SCENARIOS = frozenset({"alone", "unfair", "flooded", "floodalone", "backlog"})
 QUEUES = {"a": f"{TAG}-a", "b": f"{TAG}-b", "flood": f"{TAG}-flood"}
 
 
@@ -186,6 +193,35 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def backlog_cost(conn: str, flood: int, cycles: int = 60) -> list[dict[str, Any]]:
+    """Azurite alone, no host: one small queue's send + receive + delete, its median and p95 ms,
+    with another queue empty and holding `flood` messages, alternately, twice."""
+    small, big = queue_client(conn, f"{TAG}-bl-small"), queue_client(conn, f"{TAG}-bl-flood")
+    small.create_queue()
+    big.create_queue()
+
+    def cycle() -> tuple[float, float]:
+        seconds = []
+        for _ in range(cycles):
+            start = time.perf_counter()
+            small.send_message("x")
+            for message in small.receive_messages(messages_per_page=16, max_messages=16):
+                small.delete_message(message)
+            seconds.append(time.perf_counter() - start)
+        seconds.sort()
+        return round(percentile(seconds, 50) * 1000, 1), round(percentile(seconds, 95) * 1000, 1)
+
+    out = []
+    for _ in range(2):
+        for depth in (0, flood):
+            if depth:
+                prefill(conn, big.queue_name, [envelope(f"bl-{i:05d}", "noop") for i in range(depth)])
+            p50, p95 = cycle()
+            out.append({"other_queue_depth": depth, "p50_ms": p50, "p95_ms": p95, "load": _load()})
+            big.clear_messages()
+    return out
+
+
 def judge(alone: dict[str, Any], flooded: dict[str, Any]) -> dict[str, Any]:
     """Each small queue's flooded p95 against max(1.5x, +2 s) of its p95 alone."""
     out: dict[str, Any] = {}
@@ -229,6 +265,7 @@ def run(
             size = 0 if name == "alone" else flood
             return scenario(site, app_dir, url, name, size, small, over_s, timeout_s, fair, drain)
 
+        backlog = backlog_cost(site.conn, flood) if "backlog" in scenarios else []
         alone = small_runs("alone", True)
         unfair = small_runs("unfair", False)
         flooded = small_runs("flooded", True)
@@ -263,6 +300,7 @@ def run(
         "flood_jobs_per_s_flooded": (flooded or {}).get("flood_jobs_per_s"),
         "flood_alone_over_unlimited": share,
         "flood_alone_met": share is not None and share >= 0.9,
+        "backlog": backlog,
     }
 
 
@@ -300,6 +338,11 @@ def summary(result: dict[str, Any]) -> str:
                 f"({v['ratio']}x, +{v['difference_s']:.2f} s; allowed {v['allowed_s']:.2f} s) "
                 f"{'met' if v['met'] else 'NOT met'}"
             )
+    for b in result.get("backlog") or []:
+        lines.append(
+            f"  Azurite, no host: a small queue's send+receive+delete with another queue "
+            f"{b['other_queue_depth']} deep: p50 {b['p50_ms']} ms, p95 {b['p95_ms']} ms; load {b['load']}"
+        )
     alone = result.get("alone") or {}
     if alone:
         lines.append(
@@ -334,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scenarios",
         default=",".join(sorted(SCENARIOS)),
-        help="which runs (comma-separated): alone, unfair, flooded, floodalone (the four flood-alone runs)",
+        help="which runs (comma-separated): alone, unfair, flooded, floodalone (the four flood-alone "
+        "runs), backlog (Azurite alone: a small queue's requests beside a deep one)",
     )
     parser.add_argument(
         "--window",

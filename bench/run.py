@@ -244,7 +244,8 @@ def run_http(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
 def run_fairness(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """bench/bench_fairness.py: three queues, one flooded (its JSON on stdout)."""
     flags = ["--quick"] if args.quick else []
-    return run_section("bench.bench_fairness", [*flags, "--logs", str(out_dir / "logs")], 3600)
+    bounded = ["--no-drain", "--window", "60"]  # minutes, not an hour, with a backlog of 2,000
+    return run_section("bench.bench_fairness", [*flags, *bounded, "--logs", str(out_dir / "logs")], 3600)
 
 
 def format_fairness(fair: dict[str, Any]) -> list[str]:

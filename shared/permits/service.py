@@ -5,6 +5,7 @@ Cost (storage requests): acquire 1 and release 1 when this process's copy of the
 is current (2 when it has none: a read first; a lost race adds a read and a write). A job that
 waits: the refused acquire, its message parked (1), its place written (1) and a note for the
 console (1); a release that hands the permit on wakes the waiter (1). A job with no limit: none.
+Changes asked by several threads of a process at once are one write (a group commit).
 
 Fencing: a holder acts (the `http` kind's call) only inside its lease as its own monotonic clock
 measures it from before the grant, less `FENCE_MARGIN` of the lease (writers' clock skew, the
@@ -92,8 +93,8 @@ class _Ask:
 
 
 class Permits:
-    """The permits of this process: one lock and one cached document per key (threads of one
-    process take turns instead of racing each other's conditional writes)."""
+    """The permits of this process: one lock and one cached document per key; the changes its
+    threads ask for meanwhile go together in the next write (they never race each other)."""
 
     def __init__(
         self,

@@ -127,7 +127,7 @@ def stack(
     azurite: Azurite, module_receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     values = {
-        "JOBS_QUEUE": unique("con"),
+        "JOBS_QUEUES": f"{unique('con')},{unique('gold')}",  # the tests use the first, one the second
         "LEDGER_CONTAINER": unique("ledger"),
         "RESULTS_CONTAINER": unique("res"),
         "PAYLOADS_CONTAINER": unique("pay"),
@@ -578,3 +578,42 @@ def test_an_http_job_shows_each_calls_status_and_edit_before_replay_gives_a_new_
     ledger = stack.storage.container(stack.settings.ledger_container)
     assert SECRET.encode() not in ledger.get_blob_client(f"{job}.json").download_blob().readall()
     assert SECRET not in stack.log.read_text(encoding="utf-8")
+
+
+def test_a_second_queues_job_is_shown_by_queue_edited_and_replayed_to_its_queue(
+    stack: Stack, browser: WebDriver
+) -> None:
+    gold = stack.settings.queue_set.names[1]
+    job = unique("gold-")
+    body = {"id": job, "kind": "fault", "payload": {"permanent": True}, "queue": gold}
+    assert stack.call("POST", "jobs", body)[0] == 202
+
+    def listed() -> bool:
+        status, page = stack.call("GET", f"console/data/poison?queue={gold}")
+        return status == 200 and f"{gold}/{job}" in {e["job_id"] for e in page["archived"]}
+
+    wait_for("poisoned and archived on its queue", listed, timeout_s=90)
+    browser.get(f"{stack.console}/poison?queue={gold}")
+    row = row_of(browser, "archived", f"{gold}/{job}")
+    assert row is not None, "the second queue's job is not on its poison page"
+    link = attribute(row.find_element(By.CSS_SELECTOR, "a"), "href")
+    assert link.endswith(f"/api/console/jobs/{job}?queue={gold}")
+    browser.get(link)
+    assert browser.find_element(By.ID, "job-queue").text == gold
+    editor = browser.find_element(By.ID, "envelope")
+    envelope = json.loads(text_property(editor, "value"))
+    browser.execute_script(
+        "arguments[0].value = arguments[1]",
+        editor,
+        json.dumps({**envelope, "payload": {"note": "gold, fixed"}}),
+    )
+    browser.find_element(By.ID, "replay-edited").click()
+
+    def completed() -> bool:
+        status, record = stack.call("GET", f"jobs/{job}?queue={gold}")
+        return status == 200 and record["status"] == "completed"
+
+    wait_for("completed on its own queue", completed, timeout_s=60)
+    assert stack.call("GET", f"jobs/{job}")[0] == 404, "nothing went to the default queue"
+    browser.get(f"{stack.console}/?queue={gold}")
+    assert browser.find_elements(By.CSS_SELECTOR, f"#queues tr[data-queue='{gold}']")

@@ -110,6 +110,12 @@ def test_pages_and_data_filter_by_queue_and_link_to_the_jobs_own_queue(rt: Runti
     assert data("jobs/f-1", queue=gold)["queue"] == gold
     status, _ = get("jobs", id="f-1", queue=gold)
     assert status == 303
+    req = func.HttpRequest(
+        "GET", "http://127.0.0.1:7071/api/console/jobs", headers=HOST, params={"id": "f-1"},
+        route_params={"path": "jobs"}, body=b"",
+    )  # fmt: skip
+    found = routes.handle(req, ENV)  # no queue given: each queue's ledger, one read each
+    assert found.status_code == 303 and found.headers["Location"] == f"/api/console/jobs/f-1?queue={gold}"
 
 
 def test_a_job_page_edit_replays_to_the_jobs_own_queue(rt: Runtime) -> None:

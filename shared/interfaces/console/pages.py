@@ -104,9 +104,10 @@ def jobs_page(
     several = len(queues) > 1
     rows = "".join(
         f"<tr><td><a href='{escape(job_href(base, (r.queue + '/' if r.queue else '') + r.id))}'>{escape(r.id)}</a></td>"
-        + (f"<td>{escape(r.queue or queues[0])}</td>" if several else "")
-        + f"<td>{escape(r.status)}</td>"
-        f"<td>{escape(r.kind)}</td><td>{escape(r.created_at)}</td><td>{escape(r.updated_at)}</td></tr>"
+        f"<td>{escape(r.status)}</td>"
+        f"<td>{escape(r.kind)}</td><td>{escape(r.created_at)}</td><td>{escape(r.updated_at)}</td>"
+        + (f"<td data-col=queue>{escape(r.queue or queues[0])}</td>" if several else "")
+        + "</tr>"
         for r in page.rows
     )
     query = {"status": status, "kind": kind, "id": id_part, "reason_code": reason_code}
@@ -132,9 +133,9 @@ def jobs_page(
     return (
         queue_links(base, "jobs", queues, queue, every)
         + f"{form}<p>{pager}</p><table id=jobs><tr><th>id</th>"
+        + "<th>status</th><th>kind</th><th>created</th><th>updated</th>"
         + ("<th>queue</th>" if several else "")
-        + "<th>status</th><th>kind</th><th>created</th>"
-        f"<th>updated</th></tr>{rows}</table>"
+        + f"</tr>{rows}</table>"
     )
 
 

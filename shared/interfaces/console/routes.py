@@ -215,10 +215,11 @@ def _get_page(call: Call, parts: list[str]) -> func.HttpResponse:
         return _data(rt, parts[1:], params, queue, who)
     if parts[0] == "jobs" and len(parts) == 1:
         status, kind, id_part = params.get("status", ""), params.get("kind", ""), params.get("id", "").strip()
-        if id_part and ID_RE.match(id_part) and lane.ledger.get(id_part) is not None:  # found by id: 1 read
-            return func.HttpResponse(
-                status_code=303, headers={"Location": by_queue.job_href(call.base, lane.job_key(id_part))}
-            )
+        if id_part and ID_RE.match(id_part):  # found by id: 1 read (a queue's, or each shown queue's)
+            for each in (lane,) if queue else tuple(rt.for_queue(n) for n in names):
+                if each.ledger.get(id_part) is not None:
+                    where = by_queue.job_href(call.base, each.job_key(id_part))
+                    return func.HttpResponse(status_code=303, headers={"Location": where})
         since, until, problems = queries.time_range(params.get("from", ""), params.get("to", ""))
         page = queries.jobs_page(
             rt,
