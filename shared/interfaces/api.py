@@ -158,7 +158,8 @@ def get_job(req: func.HttpRequest, rt: Runtime) -> func.HttpResponse:
     record = _record(req, rt)
     if isinstance(record, func.HttpResponse):
         return record
-    waiting = waiting_reason(rt, req.route_params["id"], record)
+    lane = rt.for_queue(req.params.get("queue") or None)  # known: `_record` checked it
+    waiting = waiting_reason(lane, req.route_params["id"], record)
     return _json(200, {**record.data, "waiting": waiting} if waiting else record.data)
 
 

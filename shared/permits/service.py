@@ -104,9 +104,13 @@ class Permits:
         timers: Timers,
         lease_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
+        parking_of: Callable[[str], Parking] | None = None,
     ) -> None:
         self.store = store
         self.parking = parking
+        self.parking_of: Callable[[str], Parking] = parking_of or (lambda _job: parking)
+        """Where a job's message is parked, by its name: with several queues a limit's waiters
+        come from any of them, and each is parked, woken and sent again on its own queue."""
         self.clock = clock
         self.timers = timers
         self.lease_s = lease_s
@@ -203,7 +207,7 @@ class Permits:
                 note = self.store.waiting_note(job)
                 body = note.get("body") if note else None
                 if isinstance(body, str):
-                    self.parking.park(body, 0)
+                    self.parking_of(job).park(body, 0)
                     log.warning("job %s: its reserved permit went unused; its message is sent again", job)
             except Exception as exc:
                 log.warning("job %s: reserved permit unused, message not sent again (%s)", job, exc)
@@ -237,7 +241,7 @@ class Permits:
         permit that freed meanwhile (a lease ended) is reserved for the oldest waiter at once and
         that waiter woken. The note is cleared when the job gives its permits back."""
         limit = waiting.limit
-        parked = self.parking.park(body, waiting.delay_s)
+        parked = self.parking_of(ticket.job).park(body, waiting.delay_s)
         now = self.clock()
 
         def listed(state: PermitState) -> tuple[PermitState, tuple[decide.Waiter, ...]]:
@@ -263,7 +267,7 @@ class Permits:
     def wake(self, woken: Sequence[decide.Waiter]) -> None:
         for waiter in woken:
             if waiter.parked is not None:
-                self.parking.wake(waiter.parked)
+                self.parking_of(waiter.job).wake(waiter.parked)
 
     def release_one(self, permit: HeldPermit, ticket: Ticket) -> None:
         limit = permit.limit

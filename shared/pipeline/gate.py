@@ -76,7 +76,7 @@ def admit(rt: Runtime, env: Envelope, owner: str, fields: Mapping[str, Any]) -> 
     expiry = env.expires_at or env.created_at + timedelta(seconds=rt.settings.job_ttl_s)
     if not limits or rt.clock() > expiry:
         return Admission(None, payload)
-    ticket = Ticket(env.id, env.created_at, owner)
+    ticket = Ticket(rt.job_key(env.id), env.created_at, owner)  # `<queue>/<id>`: ids repeat across queues
     got = rt.permits.acquire(limits, ticket)
     if isinstance(got, Waiting):
         rt.permits.wait(got, ticket, encode_json(env))
@@ -96,7 +96,7 @@ def waiting_reason(rt: Runtime, job_id: str, record: Record) -> dict[str, Any] |
     """Why a job that has not finished waits for a permit (2 reads; none for a finished job)."""
     if record.status in (COMPLETED, POISONED) or not may_wait(rt, str(record.data.get("kind", ""))):
         return None
-    return rt.permits.waiting_reason(job_id)
+    return rt.permits.waiting_reason(rt.job_key(job_id))
 
 
 def may_wait(rt: Runtime, kind: str) -> bool:

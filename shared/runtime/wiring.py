@@ -99,7 +99,17 @@ class Runtime:
     def __post_init__(self) -> None:
         store = self.permit_store or memory_permit_store(self.clock)
         parking = self.parking or MemoryParking(self.clock)
-        self.permits = Permits(store, parking, self.clock, self.timers, self.permit_settings.lease_s)
+        self.permits = Permits(
+            store, parking, self.clock, self.timers, self.permit_settings.lease_s, parking_of=self.parking_of
+        )
+
+    def parking_of(self, job: str) -> Parking:
+        """Where the job named `job` (its `job_key`) parks: its own queue's lane's parking."""
+        prefix = job.split("/", 1)[0] + "/" if "/" in job else ""
+        for each in self.lanes.values():
+            if each.queue.ledger_prefix == prefix:
+                return each.permits.parking
+        return self.permits.parking
 
     @classmethod
     def over(

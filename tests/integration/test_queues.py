@@ -237,3 +237,32 @@ def test_a_queues_deliveries_and_samples_carry_its_name(rt: Runtime) -> None:
     queue_metrics.sample(rt)
     depth = {(a.get("queue_name"), a["queue"]) for a, _ in metric_points(reader, "jobs.queue.depth")}
     assert {(gold, "jobs"), (gold, "poison"), (first, "jobs")} <= depth
+
+
+def test_one_job_id_on_two_queues_is_two_holders_of_a_shared_limit_each_parked_on_its_queue(
+    storage_backend: Backend,
+) -> None:
+    """A per-host limit spans queues: the same id on two queues is two jobs in its line (not one
+    holder twice), and a waiter from one queue is parked, and woken by a release on the other
+    queue's lane, on its own queue."""
+    from shared.core.envelope import Envelope, utcnow
+    from shared.pipeline import gate
+
+    first, gold = unique("jobs"), unique("gold")
+    rt = storage_backend.runtime(
+        None,
+        JOBS_QUEUES=f"{first},{gold}",
+        HTTP_MAX_CONCURRENT_PER_HOST="1",
+        HTTP_ALLOWED_HOSTS="127.0.0.1:9",
+        **{f"QUEUE_{gold.upper()}_HTTP_ALLOWED_HOSTS": "127.0.0.1:9"},
+    )
+    default, lane = rt.for_queue(None), rt.for_queue(gold)
+    job = Envelope("same-2", "http", utcnow(), payload={"url": "http://127.0.0.1:9/x"})
+    held = gate.admit(default, job, "owner-a", {})
+    assert held is not None and held.hold is not None, "the default queue's job takes the one permit"
+    assert gate.admit(lane, job, "owner-b", {}) is None, "the gold queue's job of the same id waits"
+    assert drain_raw(default, first) == [], "nothing parked on the default queue"
+    assert lane.permits.waiting_reason(lane.job_key("same-2")) is not None
+    held.release()  # on the default queue's lane: wakes the gold job's parked message
+    woken = drain_raw(lane, gold)
+    assert [json.loads(body)["id"] for body in woken] == ["same-2"], "parked and woken on its own queue"
