@@ -21,6 +21,7 @@ from azure.storage.queue._message_encoding import (
 )
 from azure.storage.queue._models import MessagesPaged
 
+from shared.storage.memory_queues import StoredMessage  # one stored message, as the in-memory port keeps it
 from tests.fakes.storage.common import (
     DEFAULT_TTL_S,
     MAX_MESSAGE_BYTES,
@@ -39,24 +40,12 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class MessageRecord:
-    id: str
-    text: str
-    seq: int
-    inserted_on: datetime
-    expires_on: datetime
-    visible_at: datetime
-    pop_receipt: str
-    dequeue_count: int = 0
-
-
-@dataclass
 class QueueRecord:
     name: str
     metadata: dict[str, str]
-    messages: dict[str, MessageRecord] = field(default_factory=dict)
+    messages: dict[str, StoredMessage] = field(default_factory=dict)
 
-    def live(self, now: datetime) -> list[MessageRecord]:
+    def live(self, now: datetime) -> list[StoredMessage]:
         """Messages not expired (expired ones are dropped), oldest first."""
         for gone in [m.id for m in self.messages.values() if m.expires_on <= now]:
             del self.messages[gone]
@@ -168,7 +157,7 @@ class MemoryQueueClient:
                     "The request body is too large and exceeds the maximum permissible limit.",
                 )
             now = self.account.clock()
-            msg = MessageRecord(
+            msg = StoredMessage(
                 id=str(uuid.uuid4()),
                 text=text,
                 seq=self.account.next_seq(),
